@@ -1,0 +1,26 @@
+# Two commands on a fresh machine:
+#   make run   set up .venv and run the main job on its embedded default
+#   make test  set up .venv and run the whole test suite
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.reshuffle-installed
+
+.PHONY: setup run test bench games clean
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/reshuffle bench crypto
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/reshuffle bench crypto
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,16 @@
+"""Re-Shuffle: anonymous raw-model upload for federated learning.
+
+The PS recovers every participant's raw model but not who sent which, so it can
+run any robust rule on them; see ``docs/protocol.md``.
+"""
+
+from reshuffle.errors import (
+    BelowThreshold,
+    ConfigError,
+    ProtocolError,
+    ReShuffleError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = ["BelowThreshold", "ConfigError", "ProtocolError", "ReShuffleError", "__version__"]

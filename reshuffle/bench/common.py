@@ -1,0 +1,40 @@
+"""Timing helpers shared by the benchmarks."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 5) -> float:
+    """Minimum wall time of ``repeat`` calls: the least noisy estimate on a busy machine."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dict → dotted keys, for printing."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def print_table(title: str, results: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in flatten(results).items():
+        table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
+    Console().print(table)

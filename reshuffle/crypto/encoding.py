@@ -1,0 +1,83 @@
+"""Fixed-point encoding of float32 vectors into the ring ``Z_{2^b}``.
+
+``Enc(w) = round(w * 2^f) mod 2^b`` for ``|w| <= clip``; values outside the
+declared range are clipped to it and *counted* (never silently wrapped).
+Decoding reads the words as two's-complement signed integers and divides by
+``2^f``. ``clip * 2^f`` must stay below ``2^(b-1)`` so that no encoded value
+wraps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from reshuffle.crypto.prg import ring_dtype
+from reshuffle.errors import ConfigError, EncodingError
+
+_SIGNED = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Ring words plus the number of coordinates that were clipped."""
+
+    words: np.ndarray
+    clipped: int
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """Fixed-point codec with ``bits`` ring width, ``frac_bits`` fractional bits, range ``±clip``."""
+
+    bits: int = 32
+    frac_bits: int = 24
+    clip: float = 64.0
+
+    def __post_init__(self) -> None:
+        ring_dtype(self.bits)
+        if not isinstance(self.frac_bits, int) or not 0 <= self.frac_bits < self.bits:
+            raise ConfigError(f"frac_bits must be an int in [0, {self.bits}), got {self.frac_bits!r}")
+        if not (isinstance(self.clip, (int, float)) and self.clip > 0 and np.isfinite(self.clip)):
+            raise ConfigError(f"clip must be a positive finite number, got {self.clip!r}")
+        if self.clip * 2.0**self.frac_bits >= 2.0 ** (self.bits - 1):
+            raise ConfigError(
+                f"range ±{self.clip} with f={self.frac_bits} does not fit in b={self.bits} bits: "
+                f"need clip·2^f < 2^{self.bits - 1}"
+            )
+
+    @property
+    def dtype(self) -> np.dtype:
+        return ring_dtype(self.bits)
+
+    @property
+    def resolution(self) -> float:
+        return 2.0**-self.frac_bits
+
+    def encode(self, w: np.ndarray) -> Encoded:
+        w = np.asarray(w)
+        if w.ndim != 1:
+            raise EncodingError(f"expected a 1-D vector, got shape {w.shape}")
+        if not np.issubdtype(w.dtype, np.floating):
+            raise EncodingError(f"expected a float vector, got dtype {w.dtype}")
+        finite = np.isfinite(w)
+        if not finite.all():
+            raise EncodingError(f"{int((~finite).sum())} non-finite values cannot be encoded")
+        w64 = w.astype(np.float64, copy=False)
+        clipped = int(np.count_nonzero(np.abs(w64) > self.clip))
+        scaled = np.rint(np.clip(w64, -self.clip, self.clip) * 2.0**self.frac_bits)
+        # int64 -> unsigned cast wraps negatives modulo 2^b (two's complement).
+        words = scaled.astype(np.int64).astype(self.dtype)
+        return Encoded(words, clipped)
+
+    def decode(self, words: np.ndarray) -> np.ndarray:
+        words = np.asarray(words)
+        if words.dtype != self.dtype:
+            raise EncodingError(f"expected ring words of dtype {self.dtype}, got {words.dtype}")
+        signed = words.view(_SIGNED[self.bits]).astype(np.float64)
+        return (signed * self.resolution).astype(np.float32)
+
+    def roundtrip(self, w: np.ndarray) -> np.ndarray:
+        """``Dec(Enc(w))``: what the PS recovers for ``w``."""
+        return self.decode(self.encode(w).words)

@@ -1,0 +1,94 @@
+"""PRG: AES-256-CTR keyed by HKDF-SHA256(seed, domain), read as ring words.
+
+Every stream has its own domain (see :mod:`reshuffle.crypto.domain`), so one
+seed never keys two streams. Output is little-endian unsigned words of ``bits``
+(8, 16, 32 or 64) bits, i.e. elements of ``Z_{2^bits}``; uniform because AES-CTR
+output bytes are. :meth:`PRG.add_into` accumulates ``±stream`` into a caller's
+array through one reusable scratch buffer, which is the masking hot path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from reshuffle.errors import ConfigError
+
+RING_DTYPES = {8: np.dtype("<u1"), 16: np.dtype("<u2"), 32: np.dtype("<u4"), 64: np.dtype("<u8")}
+_HKDF_SALT = b"reshuffle/v1/prg-key"
+
+
+def ring_dtype(bits: int) -> np.dtype:
+    try:
+        return RING_DTYPES[bits]
+    except KeyError:
+        raise ConfigError(f"ring width b must be one of {sorted(RING_DTYPES)}, got {bits!r}") from None
+
+
+class _Zeros:
+    """A growing read-only zero buffer: CTR encrypts zeros to get the keystream."""
+
+    def __init__(self) -> None:
+        self._buf = memoryview(bytes(1 << 16))
+
+    def view(self, n: int) -> memoryview:
+        if len(self._buf) < n:
+            self._buf = memoryview(bytes(max(n, 2 * len(self._buf))))
+        return self._buf[:n]
+
+
+_ZEROS = _Zeros()
+
+
+def derive_key(seed: bytes, domain: bytes) -> bytes:
+    if not isinstance(seed, (bytes, bytearray)) or len(seed) < 16:
+        raise ConfigError("PRG seed must be at least 16 bytes")
+    if not domain:
+        raise ConfigError("PRG domain must be non-empty")
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_HKDF_SALT, info=domain).derive(
+        bytes(seed)
+    )
+
+
+def keystream_into(key: bytes, buf: bytearray, nbytes: int) -> None:
+    """Raw AES-256-CTR keystream of ``nbytes`` into ``buf`` (len >= nbytes + 15)."""
+    enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+    enc.update_into(_ZEROS.view(nbytes), buf)
+
+
+class PRG:
+    """One domain-separated stream. ``PRG(seed, domain).words(n)`` → n ring words."""
+
+    __slots__ = ("_key", "dtype")
+
+    def __init__(self, seed: bytes, domain: bytes, bits: int = 32) -> None:
+        self.dtype = ring_dtype(bits)
+        self._key = derive_key(seed, domain)
+
+    def words(self, n: int) -> np.ndarray:
+        """A fresh array of ``n`` uniform ring words."""
+        nbytes = n * self.dtype.itemsize
+        buf = bytearray(nbytes + 15)
+        keystream_into(self._key, buf, nbytes)
+        return np.frombuffer(buf, dtype=self.dtype, count=n)
+
+    def add_into(self, acc: np.ndarray, sign: int = 1, scratch: bytearray | None = None) -> None:
+        """``acc += sign * stream`` in ``Z_{2^b}`` without allocating (given ``scratch``)."""
+        if acc.dtype != self.dtype or not acc.flags.c_contiguous:
+            raise ConfigError(f"accumulator must be a contiguous {self.dtype} array")
+        nbytes = acc.nbytes
+        if scratch is None or len(scratch) < nbytes + 15:
+            scratch = bytearray(nbytes + 15)
+        keystream_into(self._key, scratch, nbytes)
+        stream = np.frombuffer(scratch, dtype=self.dtype, count=acc.size)
+        if sign >= 0:
+            np.add(acc, stream, out=acc)
+        else:
+            np.subtract(acc, stream, out=acc)
+
+
+def scratch_for(n: int, bits: int = 32) -> bytearray:
+    """A scratch buffer suitable for :meth:`PRG.add_into` on ``n`` words."""
+    return bytearray(n * ring_dtype(bits).itemsize + 15)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Create .venv and install Re-Shuffle with everything it needs, on a fresh Debian
+# machine with only the system Python. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+
+apt_install() {
+    # Debian packages, only when missing and only if we can install them.
+    local missing=()
+    for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: apt-get install ${missing[*]}"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        echo "setup: please install Debian packages: ${missing[*]}" >&2
+    fi
+}
+
+if command -v dpkg >/dev/null; then
+    # libssl-dev and a compiler build charm-crypto-lite (secp256k1 backend) from source.
+    apt_install libssl-dev gcc make
+fi
+if ! "$PY" -c "import venv, ensurepip" >/dev/null 2>&1; then
+    apt_install python3-venv
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# The CPU build of torch first: any other torch request pulls several GB of CUDA.
+.venv/bin/python -c "import torch" >/dev/null 2>&1 || .venv/bin/pip install -q torch==2.13.0
+.venv/bin/pip install -q -e ".[dev,charm]"
+echo "setup: done ($(.venv/bin/python -c 'import torch, flwr, reshuffle; print("torch", torch.__version__, "flwr", flwr.__version__)'))"
