@@ -11,6 +11,11 @@ from reshuffle.errors import (
     ReShuffleError,
 )
 
+from reshuffle.protocol.api import ShuffleResult, ideal_shuffle, shuffle
+
 __version__ = "0.1.0"
 
-__all__ = ["BelowThreshold", "ConfigError", "ProtocolError", "ReShuffleError", "__version__"]
+__all__ = [
+    "BelowThreshold", "ConfigError", "ProtocolError", "ReShuffleError", "ShuffleResult",
+    "__version__", "ideal_shuffle", "shuffle",
+]

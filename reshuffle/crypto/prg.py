@@ -92,3 +92,40 @@ class PRG:
 def scratch_for(n: int, bits: int = 32) -> bytearray:
     """A scratch buffer suitable for :meth:`PRG.add_into` on ``n`` words."""
     return bytearray(n * ring_dtype(bits).itemsize + 15)
+
+
+CHUNK_BYTES = 1 << 18  # 256 KiB: accumulator chunk and keystream stay in L2
+
+
+def accumulate_streams(
+    acc: np.ndarray, streams: list[tuple[bytes, int]], chunk_bytes: int = CHUNK_BYTES
+) -> None:
+    """``acc += sum(sign * AES-CTR(key))`` over all ``(key, sign)``, chunk by chunk.
+
+    Each stream's encryptor stays open across chunks (CTR state carries on), so
+    one chunk of the accumulator is updated by every stream while it is in cache.
+    Keys come from :func:`derive_key`; the result equals adding each
+    ``PRG(seed, domain).words(n)`` in turn.
+    """
+    if not acc.flags.c_contiguous or acc.dtype.kind != "u":
+        raise ConfigError("accumulator must be a contiguous unsigned array")
+    if not streams:
+        return
+    encs = [
+        (Cipher(algorithms.AES(k), modes.CTR(bytes(16))).encryptor(), s >= 0) for k, s in streams
+    ]
+    flat = acc.reshape(-1).view(np.uint8)
+    item = acc.dtype.itemsize
+    chunk = max(16, chunk_bytes - chunk_bytes % 16)
+    scratch = bytearray(chunk + 15)
+    for start in range(0, flat.size, chunk):
+        nb = min(chunk, flat.size - start)
+        part = flat[start : start + nb].view(acc.dtype)
+        ks = np.frombuffer(scratch, dtype=acc.dtype, count=nb // item)
+        zeros = _ZEROS.view(nb)
+        for enc, positive in encs:
+            enc.update_into(zeros, scratch)
+            if positive:
+                np.add(part, ks, out=part)
+            else:
+                np.subtract(part, ks, out=part)

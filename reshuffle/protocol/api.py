@@ -1,0 +1,122 @@
+"""One-call API: ``shuffle`` runs the real protocol in process; ``ideal_shuffle`` its ideal functionality."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from reshuffle.crypto.encoding import FixedPoint
+from reshuffle.crypto.ot import sample_distinct
+from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
+from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAuthority, SigningKey
+from reshuffle.errors import ConfigError, EncodingError
+from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.participant import Participant, global_model_hash
+from reshuffle.protocol.runner import InProcessRunner, Interceptor
+from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
+
+
+@dataclass
+class ShuffleResult:
+    """Outcome of one round.
+
+    ``models`` is what the PS recovered, in model-list order; ``online`` the
+    indices of the participants whose models are in it. ``positions`` (index →
+    position in ``models``) is ground truth that only this harness knows; the PS
+    never sees it.
+    """
+
+    models: list[np.ndarray]
+    online: list[int]
+    stats: dict
+    positions: dict[int, int]
+    params: RoundParams
+    output: RoundOutput | None = None
+    errors: list[ErrorRecord] = field(default_factory=list)
+    participant_errors: dict[int, list] = field(default_factory=dict)
+
+
+def _check_updates(updates: Sequence[np.ndarray]) -> list[np.ndarray]:
+    ups = [np.asarray(u) for u in updates]
+    if len(ups) < 2:
+        raise ConfigError(f"a shuffle needs at least 2 updates, got {len(ups)}")
+    d = ups[0].size
+    for i, u in enumerate(ups):
+        if u.ndim != 1 or u.size != d:
+            raise EncodingError(f"update {i} has shape {u.shape}; all must be 1-D of length {d}")
+        if u.dtype != np.float32:
+            raise EncodingError(f"update {i} has dtype {u.dtype}; expected float32")
+    return ups
+
+
+def shuffle(
+    updates: Sequence[np.ndarray],
+    *,
+    dropouts: Mapping[str, Iterable[int]] | None = None,
+    seed: int | None = None,
+    T: int = 1,
+    global_model: bytes = b"",
+    interceptors: Iterable[Interceptor] = (),
+    **params,
+) -> ShuffleResult:
+    """Run one real Re-Shuffle round among ``len(updates)`` participants.
+
+    ``params`` override RoundParams defaults: ``n, k, t, R_max, b, f, clip, group``.
+    ``seed`` makes every random choice reproducible (a cryptographic PRG is
+    seeded, never numpy's); without it everything comes from OS randomness.
+    """
+    ups = _check_updates(updates)
+    N = len(ups)
+    unknown = set(params) - {"n", "k", "t", "R_max", "b", "f", "clip", "group"}
+    if unknown:
+        raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
+    p = RoundParams.default(N, ups[0].size, **params)
+    rng = SeededRandom(seed, b"shuffle") if seed is not None else OS_RANDOM
+
+    def key() -> SigningKey:
+        return SigningKey.from_seed(rng.bytes(32))
+
+    ca = CertificateAuthority.from_seed(rng.bytes(32))
+    ps_key = key()
+    ps_cert = ca.issue(SERVER_ID, ps_key.verify_key, ROLE_SERVER)
+    gh = global_model_hash(global_model)
+    participants, roster = {}, {}
+    for i, u in enumerate(ups):
+        sk = key()
+        roster[i] = ca.issue(i, sk.verify_key)
+        prng = SeededRandom(rng.bytes(32), b"participant") if seed is not None else None
+        participants[i] = Participant(i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng)
+    srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
+    server = Server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
+    runner = InProcessRunner(server, participants, dropouts, interceptors)
+    out = runner.run()
+    pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}
+    positions = {
+        i: pos_to_model[pp.view.position]
+        for i, pp in participants.items()
+        if pp.view.position is not None and pp.view.position in pos_to_model
+        and p.upload_m in pp.view.uploaded and p.upload_m in out.online and i in out.online[p.upload_m]
+    }
+    return ShuffleResult(
+        models=out.models,
+        online=sorted(positions),
+        stats=runner.stats.as_dict(N),
+        positions=positions,
+        params=p,
+        output=out,
+        errors=list(out.errors),
+        participant_errors={i: pp.view.errors for i, pp in participants.items() if pp.view.errors},
+    )
+
+
+def ideal_shuffle(
+    updates: Sequence[np.ndarray], seed: int | None = None, b: int = 32, f: int = 24, clip: float = 64.0
+) -> list[np.ndarray]:
+    """The ideal functionality: a uniformly random permutation of ``Dec(Enc(u_i))``."""
+    ups = _check_updates(updates)
+    codec = FixedPoint(b, f, clip)
+    src = SeededRandom(seed, b"ideal") if seed is not None else OS_RANDOM
+    order = sample_distinct(len(ups), len(ups), src)
+    return [codec.roundtrip(ups[i]) for i in order]

@@ -1,0 +1,132 @@
+"""Round parameters (PROTOCOL.md §2, §5 step 0), validated on their own and together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from reshuffle.crypto.encoding import FixedPoint
+from reshuffle.crypto.group import get_group
+from reshuffle.crypto.ot import TOKEN_BYTES
+from reshuffle.crypto.prg import ring_dtype
+from reshuffle.errors import ConfigError, DecodeError
+from reshuffle.wire import Parser, Writer
+
+GROUPS = ("ristretto255", "secp256k1")
+MAX_PARTICIPANTS = 1 << 16
+MAX_SLOTS = 1 << 20
+MAX_MODEL = 1 << 28
+
+
+def _pos_int(name: str, v: object) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ConfigError(f"{name} must be a positive int, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class RoundParams:
+    """Everything both sides must agree on for one round.
+
+    ``N`` participants in the roster, ``n`` reservation slots, ``k`` OT choices,
+    threshold ``t``, ``R_max`` reservation iterations, model length ``d``, ring
+    width ``b`` with ``f`` fractional bits and range ``±clip``.
+    """
+
+    N: int
+    d: int
+    n: int
+    k: int
+    t: int
+    R_max: int = 3
+    b: int = 32
+    f: int = 24
+    clip: float = 64.0
+    group: str = "ristretto255"
+
+    @classmethod
+    def default(cls, N: int, d: int, **overrides) -> "RoundParams":
+        """PROTOCOL.md defaults: n = 4·N, k = min(8, n), t = ⌊N/2⌋ + 1, R_max = 3."""
+        _pos_int("N", N)
+        n = overrides.pop("n", None) or 4 * N
+        k = overrides.pop("k", None) or min(8, n)
+        t = overrides.pop("t", None) or N // 2 + 1
+        return cls(N=N, d=d, n=n, k=k, t=t, **overrides).validated()
+
+    def validated(self) -> "RoundParams":
+        for name in ("N", "d", "n", "k", "t", "R_max", "b"):
+            _pos_int(name, getattr(self, name))
+        if self.N > MAX_PARTICIPANTS:
+            raise ConfigError(f"N={self.N} exceeds {MAX_PARTICIPANTS}")
+        if self.N < 2:
+            raise ConfigError("a shuffle needs at least N=2 participants")
+        if self.n > MAX_SLOTS or self.d > MAX_MODEL:
+            raise ConfigError(f"n={self.n} or d={self.d} too large")
+        if self.k > self.n:
+            raise ConfigError(f"k={self.k} OT choices exceed n={self.n} slots")
+        if not self.N / 2 < self.t <= self.N:
+            raise ConfigError(f"threshold t={self.t} must satisfy N/2 < t <= N (N={self.N})")
+        if self.R_max > 64:
+            raise ConfigError(f"R_max={self.R_max} is more than 64 iterations")
+        if self.group not in GROUPS:
+            raise ConfigError(f"unknown group {self.group!r}; choose one of {GROUPS}")
+        ring_dtype(self.b)
+        if TOKEN_BYTES % ring_dtype(self.b).itemsize:
+            raise ConfigError("token must fill whole ring words")
+        FixedPoint(self.b, self.f, self.clip)
+        return self
+
+    def with_(self, **kw) -> "RoundParams":
+        return replace(self, **kw).validated()
+
+    # --- derived quantities -------------------------------------------------
+    @property
+    def M(self) -> int:
+        """MaskedSum invocations per round: R_max reservations + 1 upload."""
+        return self.R_max + 1
+
+    @property
+    def upload_m(self) -> int:
+        return self.R_max + 1
+
+    @property
+    def token_words(self) -> int:
+        return TOKEN_BYTES // ring_dtype(self.b).itemsize
+
+    @property
+    def row_words(self) -> int:
+        """Words per model-list position: Enc(W) ‖ τ."""
+        return self.d + self.token_words
+
+    @property
+    def codec(self) -> FixedPoint:
+        return FixedPoint(self.b, self.f, self.clip)
+
+    def group_obj(self):
+        return get_group(self.group)
+
+    def vector_bits(self, m: int) -> int:
+        """Counts use Z_{2^32}; the model list uses Z_{2^b}."""
+        return 32 if m <= self.R_max else self.b
+
+    # --- wire ---------------------------------------------------------------
+    def encode(self) -> bytes:
+        w = Writer().u32(self.N).u32(self.d).u32(self.n).u32(self.k).u32(self.t)
+        w.u8(self.R_max).u8(self.b).u8(self.f)
+        w.var(repr(float(self.clip)).encode()).var(self.group.encode())
+        return w.bytes()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "RoundParams":
+        p = Parser(data, "round parameters")
+        N, d, n, k, t = (p.u32(x) for x in ("N", "d", "n", "k", "t"))
+        R_max, b, f = p.u8("R_max"), p.u8("b"), p.u8("f")
+        try:
+            clip = float(p.var("clip", 32).decode("ascii"))
+            group = p.var("group", 32).decode("ascii")
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise DecodeError(f"round parameters: {exc}") from None
+        p.finish()
+        try:
+            return cls(N, d, n, k, t, R_max, b, f, clip, group).validated()
+        except ConfigError as exc:
+            raise DecodeError(f"round parameters rejected: {exc}") from None

@@ -1,0 +1,79 @@
+"""Phase names and the order of a round, in one place.
+
+User-facing phase names (dropout injection, statistics) are
+``setup, ot, reserve, upload, unmask``; :func:`phase_of` maps every message to
+one of them, so the runner, the stats and the tests agree.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from reshuffle.protocol.messages import MsgType
+
+PHASES = ("setup", "ot", "reserve", "upload", "unmask")
+
+
+def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
+    if mtype in (MsgType.ROUND_START, MsgType.ADVERTISE, MsgType.ADVERTISE_LIST, MsgType.SHARE_BUNDLE):
+        return "setup"
+    if mtype in (MsgType.SHARE_DELIVERY, MsgType.OT_REQUEST, MsgType.OT_RESPONSE):
+        return "ot"
+    if mtype in (MsgType.MASK_REQUEST, MsgType.MASKED_INPUT):
+        return "upload" if m == upload_m else "reserve"
+    if mtype in (MsgType.UNMASK_REQUEST, MsgType.UNMASK_RESPONSE):
+        return "unmask" if m == upload_m else "reserve"
+    return "other"
+
+
+class PPhase(enum.Enum):
+    """Participant states (PROTOCOL.md §5)."""
+
+    AWAIT_START = "await ROUND_START (§5.0)"
+    AWAIT_ADVERTS = "await ADVERTISE_LIST (§5.1)"
+    AWAIT_SHARES = "await SHARE_DELIVERY (§5.1–5.2)"
+    AWAIT_OT = "await OT_RESPONSE (§5.2)"
+    AWAIT_MASK = "await MASK_REQUEST (§4.3)"
+    AWAIT_UNMASK = "await UNMASK_REQUEST (§4.4)"
+    DONE = "done"
+    ABORTED = "aborted"
+
+
+# Which message each participant state accepts, and the state after it.
+PARTICIPANT_TABLE: dict[PPhase, dict[MsgType, str]] = {
+    PPhase.AWAIT_START: {MsgType.ROUND_START: "_on_round_start"},
+    PPhase.AWAIT_ADVERTS: {MsgType.ADVERTISE_LIST: "_on_advertise_list"},
+    PPhase.AWAIT_SHARES: {MsgType.SHARE_DELIVERY: "_on_share_delivery"},
+    PPhase.AWAIT_OT: {MsgType.OT_RESPONSE: "_on_ot_response"},
+    PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request"},
+    PPhase.AWAIT_UNMASK: {MsgType.UNMASK_REQUEST: "_on_unmask_request"},
+    PPhase.DONE: {},
+    PPhase.ABORTED: {},
+}
+
+
+class SPhase(enum.Enum):
+    """PS states: what it is collecting."""
+
+    START = "not started"
+    ADVERTS = "collect ADVERTISE (§5.1)"
+    BUNDLES = "collect SHARE_BUNDLE (§5.1)"
+    OT = "collect OT_REQUEST (§5.2)"
+    MASKED = "collect MASKED_INPUT (§4.3)"
+    UNMASK = "collect UNMASK_RESPONSE (§4.4)"
+    DONE = "done"
+
+
+SERVER_TABLE: dict[SPhase, dict[MsgType, str]] = {
+    SPhase.START: {},
+    SPhase.ADVERTS: {MsgType.ADVERTISE: "_on_advertise"},
+    SPhase.BUNDLES: {MsgType.SHARE_BUNDLE: "_on_share_bundle"},
+    SPhase.OT: {MsgType.OT_REQUEST: "_on_ot_request"},
+    SPhase.MASKED: {MsgType.MASKED_INPUT: "_on_masked_input"},
+    SPhase.UNMASK: {MsgType.UNMASK_RESPONSE: "_on_unmask_response"},
+    SPhase.DONE: {},
+}
+
+
+def expected_names(table: dict[MsgType, str]) -> str:
+    return ", ".join(t.name for t in table) or "nothing (round over)"

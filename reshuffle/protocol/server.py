@@ -1,0 +1,372 @@
+"""Parameter-server state machine (PROTOCOL.md §4–§6).
+
+The :class:`Server` only ever sees ``(transport sender id, bytes)``. Each
+message is parsed and validated completely before it changes any state; a
+:class:`ProtocolError` is recorded against its sender, which is excluded from
+the rest of the round (duplicates are only ignored), and the round goes on with
+the others. Only too few participants (:class:`BelowThreshold`) ends a round.
+
+Driving it: ``start()`` returns the first messages; then, per phase, feed every
+reply to ``receive()`` and call ``close_phase()`` when the phase's deadline has
+passed; it returns the next messages. ``output`` is set once ``done``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from reshuffle.crypto.ot import OTRequest, OTSender, sample_distinct
+from reshuffle.crypto.rand import RandomSource, as_source
+from reshuffle.crypto.shamir import Shamir, Share
+from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
+from reshuffle.errors import (
+    AlreadyAnswered,
+    BelowThreshold,
+    ConfigError,
+    DecodeError,
+    InvalidShare,
+    ProtocolError,
+    Refused,
+    UnexpectedMessage,
+)
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.masking import unmask_in_place
+from reshuffle.protocol.messages import Context, MsgType, ShareKind
+from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names
+from reshuffle.protocol.reservation import settled_slots
+
+Outbox = list[tuple[int, bytes]]
+RECOVERY_ATTEMPTS = 32
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """A rejected message: the phase, the transport sender and the typed error."""
+
+    phase: str
+    sender: int
+    error: ProtocolError
+
+    def __str__(self) -> str:
+        return f"[{self.phase}] from {self.sender}: {type(self.error).__name__}: {self.error}"
+
+
+@dataclass
+class RoundOutput:
+    """What the PS learns: unlinked models and public round statistics."""
+
+    models: list[np.ndarray]
+    valid_positions: list[int]
+    n_positions: int
+    counts: list[tuple[int, ...]]
+    online: dict[int, tuple[int, ...]]  # m -> U_m (0: setup)
+    errors: list[ErrorRecord] = field(default_factory=list)
+
+    @property
+    def discarded_positions(self) -> list[int]:
+        return sorted(set(range(self.n_positions)) - set(self.valid_positions))
+
+
+class Server:
+    """The PS for one round T.
+
+    Parameters
+    ----------
+    params : round parameters (validated here).
+    T : round number.
+    roster : participant id → CA certificate of its signing key.
+    signing_key, cert : the PS's long-term key and its CA certificate (role server).
+    ca : the CA verifier.
+    global_hash : ``H(W_g^T)``.
+    rng : randomness for tokens, beta and share-subset retries.
+    """
+
+    def __init__(
+        self,
+        params: RoundParams,
+        T: int,
+        roster: dict[int, Certificate],
+        signing_key: SigningKey,
+        cert: Certificate,
+        ca: CertificateAuthority,
+        global_hash: bytes,
+        rng: RandomSource | int | None = None,
+    ) -> None:
+        self.params = params.validated()
+        if len(roster) != params.N:
+            raise ConfigError(f"roster has {len(roster)} participants, params say N={params.N}")
+        for pid, c in roster.items():
+            ca.verify(c, subject=pid)
+        ca.verify(cert, subject=SERVER_ID, role=ROLE_SERVER)
+        if cert.key != signing_key.verify_key:
+            raise ConfigError("the PS certificate does not certify its signing key")
+        self.T, self._roster, self._sk, self._cert = T, dict(roster), signing_key, cert
+        self._hash = global_hash
+        self._rng = as_source(rng)
+        self.group = params.group_obj()
+        self._ctx = Context(self.group, params)
+        self.phase = SPhase.START
+        self.m = 0
+        self.errors: list[ErrorRecord] = []
+        self.excluded: set[int] = set()
+        self.online: dict[int, tuple[int, ...]] = {}
+        self.counts: list[tuple[int, ...]] = []
+        self.output: RoundOutput | None = None
+        self._adverts: dict[int, msg.Advertise] = {}
+
+    @property
+    def done(self) -> bool:
+        return self.phase is SPhase.DONE
+
+    @property
+    def phase_name(self) -> str:
+        """User-facing phase of what is being collected (setup, ot, reserve, upload, unmask)."""
+        p = self.phase
+        if p in (SPhase.START, SPhase.ADVERTS, SPhase.BUNDLES):
+            return "setup"
+        if p is SPhase.OT:
+            return "ot"
+        if p is SPhase.MASKED:
+            return "upload" if self.m == self.params.upload_m else "reserve"
+        if p is SPhase.UNMASK:
+            return "unmask" if self.m == self.params.upload_m else "reserve"
+        return "done"
+
+    # ------------------------------------------------------------------ #
+    def start(self) -> Outbox:
+        """§5 step 0: broadcast parameters, H(W_g^T), certificates."""
+        if self.phase is not SPhase.START:
+            raise ConfigError("start() called twice")
+        rs = msg.RoundStart(
+            self.T, 0, SERVER_ID, self.params, self._hash, self._cert,
+            tuple(sorted(self._roster.items())),
+        ).encode()
+        self.phase = SPhase.ADVERTS
+        return [(pid, rs) for pid in sorted(self._roster)]
+
+    def receive(self, sender: int, data: bytes) -> None:
+        """Validate and absorb one message; errors are recorded, never raised."""
+        try:
+            if sender not in self._roster:
+                raise UnexpectedMessage(f"unknown sender {sender}")
+            if sender in self.excluded:
+                raise UnexpectedMessage(f"participant {sender} was excluded earlier in this round")
+            m = msg.decode(data, self._ctx)
+            if m.sender != sender:
+                raise UnexpectedMessage(f"header names sender {m.sender}, transport says {sender}")
+            if m.T != self.T:
+                raise UnexpectedMessage(f"message for round {m.T}, this is round {self.T}")
+            if isinstance(m, msg.Refusal):
+                raise Refused(f"participant refused: {m.error}: {m.reason}")
+            handlers = SERVER_TABLE[self.phase]
+            if m.TYPE not in handlers:
+                raise UnexpectedMessage(
+                    f"PS in state '{self.phase.value}' got {m.TYPE.name}; expected {expected_names(handlers)}"
+                )
+            if m.m != self.m:
+                raise UnexpectedMessage(f"message for invocation {m.m}, current is {self.m}")
+            getattr(self, handlers[m.TYPE])(sender, m)
+        except ProtocolError as exc:
+            self.errors.append(ErrorRecord(self.phase_name, sender, exc))
+            # A duplicate is dropped, not punished: the first copy stands.
+            if sender in self._roster and not isinstance(exc, AlreadyAnswered):
+                self.excluded.add(sender)
+
+    def close_phase(self) -> Outbox:
+        """The deadline of the current phase has passed: compute and emit the next step."""
+        closer = {
+            SPhase.ADVERTS: self._close_adverts,
+            SPhase.BUNDLES: self._close_bundles,
+            SPhase.OT: self._close_ot,
+            SPhase.MASKED: self._close_masked,
+            SPhase.UNMASK: self._close_unmask,
+        }.get(self.phase)
+        if closer is None:
+            raise ConfigError(f"close_phase() in state '{self.phase.value}'")
+        return closer()
+
+    def _live(self, ids) -> list[int]:
+        return sorted(i for i in ids if i not in self.excluded)
+
+    def _need(self, ids, what: str) -> list[int]:
+        ids = self._live(ids)
+        if len(ids) < self.params.t:
+            raise BelowThreshold(
+                f"{what}: {len(ids)} participants remain, threshold t={self.params.t}"
+            )
+        return ids
+
+    def _sign_list(self, m: int, ids) -> bytes:
+        return self._sk.sign("ulist", msg.signed_list(self.T, m, self._hash, ids))
+
+    # ------------------------------------------------------------------ #
+    # §5 step 1: setup
+    def _on_advertise(self, sender: int, a: msg.Advertise) -> None:
+        if sender in self._adverts:
+            raise AlreadyAnswered(f"second advertisement from {sender}")
+        if a.global_hash != self._hash:
+            raise Refused(f"advertisement of {sender} signs another global model")
+        self._roster[sender].key.verify("advertise", a.signed_bytes(), a.signature)
+        self._adverts[sender] = a
+
+    def _close_adverts(self) -> Outbox:
+        ids = self._need(self._adverts, "setup (advertisements)")
+        self._adverts = {i: self._adverts[i] for i in ids}
+        self._advertisers = ids
+        relay = msg.AdvertiseList(self.T, 0, SERVER_ID, tuple(self._adverts[i].encode() for i in ids)).encode()
+        self._bundles: dict[int, dict[int, bytes]] = {}
+        self.phase = SPhase.BUNDLES
+        return [(i, relay) for i in ids]
+
+    def _on_share_bundle(self, sender: int, b: msg.ShareBundle) -> None:
+        if sender not in self._adverts:
+            raise UnexpectedMessage(f"share bundle from {sender}, who did not advertise")
+        if sender in self._bundles:
+            raise AlreadyAnswered(f"second share bundle from {sender}")
+        want = set(self._advertisers) - {sender}
+        got = {r for r, _ in b.ciphertexts}
+        if got != want:
+            raise DecodeError(f"share bundle of {sender} addresses {sorted(got)}, expected {sorted(want)}")
+        self._bundles[sender] = dict(b.ciphertexts)
+
+    def _close_bundles(self) -> Outbox:
+        U0 = self._need(self._bundles, "setup (share bundles)")
+        self.online[0] = tuple(U0)
+        p = self.params
+        self._ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
+        table = self._ot.table.encode()
+        sig = self._sign_list(0, U0)
+        out = []
+        for j in U0:
+            cts = tuple((s, self._bundles[s][j]) for s in U0 if s != j)
+            out.append((j, msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), sig, cts, table).encode()))
+        self._ot_answers: dict[int, bytes] = {}
+        self.phase = SPhase.OT
+        return out
+
+    # §5 step 2: slot tokens
+    def _on_ot_request(self, sender: int, m: msg.OTRequestMsg) -> None:
+        if sender not in self.online[0]:
+            raise UnexpectedMessage(f"OT request from {sender}, who is not in U_0")
+        req = OTRequest.decode(self.group, m.request, self.params.k)
+        self._ot_answers[sender] = self._ot.answer(sender, req).encode()
+
+    def _close_ot(self) -> Outbox:
+        out = [
+            (i, msg.OTResponseMsg(self.T, 0, SERVER_ID, a).encode())
+            for i, a in sorted(self._ot_answers.items()) if i not in self.excluded
+        ]
+        return out + self._open_invocation(1, self.online[0], ())
+
+    # §4: one MaskedSum invocation
+    def _vector_len(self, m: int) -> int:
+        p = self.params
+        return p.n if m <= p.R_max else len(settled_slots(self.counts)) * p.row_words
+
+    def _open_invocation(self, m: int, mask_set, counts: tuple[int, ...]) -> Outbox:
+        p = self.params
+        self.m = m
+        self._mask_set = self._need(mask_set, f"invocation {m}")
+        self._acc = np.zeros(self._vector_len(m), dtype=np.dtype(f"<u{p.vector_bits(m) // 8}"))
+        self._uploaded: set[int] = set()
+        sig = self._sk.sign("counts", msg.signed_counts(self.T, m, self._hash, counts))
+        req = msg.MaskRequest(self.T, m, SERVER_ID, counts, sig).encode()
+        self.phase = SPhase.MASKED
+        return [(i, req) for i in self._mask_set]
+
+    def _on_masked_input(self, sender: int, mi: msg.MaskedInput) -> None:
+        if sender not in self._mask_set:
+            raise UnexpectedMessage(f"masked input from {sender}, who is not in U_{self.m - 1}")
+        if sender in self._uploaded:
+            raise AlreadyAnswered(f"second masked input from {sender} in invocation {self.m}")
+        if len(mi.words) != self._acc.nbytes:
+            raise DecodeError(
+                f"masked input of {sender} has {len(mi.words)} bytes, expected {self._acc.nbytes}"
+            )
+        # Streamed into the running sum: the PS never holds N vectors at once.
+        np.add(self._acc, np.frombuffer(mi.words, dtype=self._acc.dtype), out=self._acc)
+        self._uploaded.add(sender)
+
+    def _close_masked(self) -> Outbox:
+        Um = self._need(self._uploaded, f"invocation {self.m} uploads")
+        self.online[self.m] = tuple(Um)
+        self._dropped = sorted(set(self._mask_set) - set(Um))
+        self._shares: dict[tuple[int, ShareKind], dict[int, Share]] = {}
+        self._answered: set[int] = set()
+        req = msg.UnmaskRequest(self.T, self.m, SERVER_ID, tuple(Um), self._sign_list(self.m, Um)).encode()
+        self.phase = SPhase.UNMASK
+        return [(i, req) for i in Um]
+
+    def _on_unmask_response(self, sender: int, r: msg.UnmaskResponse) -> None:
+        Um = set(self.online[self.m])
+        if sender not in Um:
+            raise UnexpectedMessage(f"unmask response from {sender}, who is not in U_{self.m}")
+        if sender in self._answered:
+            raise AlreadyAnswered(f"second unmask response from {sender}")
+        seen = set()
+        for owner, kind, share in r.shares:
+            want = ShareKind.SELF_SEED if owner in Um else ShareKind.DH_SECRET if owner in self._dropped else None
+            if kind is not want:
+                raise InvalidShare(f"share of kind {kind.name} for participant {owner} was not requested")
+            if share.x != sender + 1:
+                raise InvalidShare(f"share index {share.x} does not belong to participant {sender}")
+            if owner in seen:
+                raise InvalidShare(f"two shares for participant {owner}")
+            seen.add(owner)
+        self._answered.add(sender)
+        for owner, kind, share in r.shares:
+            self._shares.setdefault((owner, kind), {})[sender] = share
+
+    def _recover(self, owner: int, kind: ShareKind) -> int:
+        """Reconstruct and check against the advertised ``g^secret`` (§4 step 5)."""
+        p, g = self.params, self.group
+        adv = self._adverts[owner]
+        commit = (adv.seed_commits if kind is ShareKind.SELF_SEED else adv.mask_keys)[self.m - 1]
+        held = [s for i, s in sorted(self._shares.get((owner, kind), {}).items()) if i not in self.excluded]
+        what = f"{kind.name} of participant {owner} (invocation {self.m})"
+        if len(held) < p.t:
+            raise BelowThreshold(f"{what}: {len(held)} shares, threshold t={p.t}")
+        shamir = Shamir(g.order, p.t)
+        subsets = [held[: p.t]] + [
+            [held[i] for i in sample_distinct(len(held), p.t, self._rng)]
+            for _ in range(RECOVERY_ATTEMPTS if len(held) > p.t else 0)
+        ]
+        for subset in subsets:
+            secret = shamir.reconstruct(subset, check=False)
+            if g.base_mul(secret) == commit:
+                if subset is not subsets[0]:
+                    self.errors.append(ErrorRecord(self.phase_name, owner, InvalidShare(f"{what}: some shares were wrong")))
+                return secret
+        raise BelowThreshold(f"{what}: no t consistent shares match the commitment")
+
+    def _close_unmask(self) -> Outbox:
+        p, m = self.params, self.m
+        Um = self.online[m]
+        seeds = {i: self._recover(i, ShareKind.SELF_SEED) for i in Um}
+        secrets = {j: self._recover(j, ShareKind.DH_SECRET) for j in self._dropped}
+        keys = {k: self._adverts[k].mask_keys[m - 1] for k in Um}
+        unmask_in_place(self._acc, self.group, self.T, m, Um, seeds, secrets, keys)
+        if m <= p.R_max:
+            counts = tuple(int(c) for c in self._acc)
+            self.counts.append(counts)
+            return self._open_invocation(m + 1, Um, counts)
+        self._finish()
+        return []
+
+    # §5 steps 5–6: validate tokens, decode.
+    def _finish(self) -> None:
+        p = self.params
+        S = settled_slots(self.counts)
+        lw = self._acc.reshape(len(S), p.row_words)
+        valid, models = [], []
+        for pos, slot in enumerate(S):
+            token = lw[pos, p.d :].tobytes()
+            if hmac.compare_digest(token, self._ot.tokens[slot]):
+                valid.append(pos)
+                models.append(p.codec.decode(lw[pos, : p.d].copy()))
+        self.output = RoundOutput(models, valid, len(S), list(self.counts), dict(self.online), self.errors)
+        self.phase = SPhase.DONE
