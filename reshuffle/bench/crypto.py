@@ -86,9 +86,11 @@ def bench_ot(n: int, k: int, repeat: int) -> dict:
 
     t_req = best_of(answer, repeat)
 
+    fresh_ids = iter(range(10_000, 10_000 + repeat))
+
     def receive():
         r = OTReceiver(g, 1, n, k=k)
-        resp = sender.answer(10_000 + id(r), r.request())
+        resp = sender.answer(next(fresh_ids), r.request())
         r.recover(sender.table, resp)
 
     t_recv_full = best_of(receive, repeat)

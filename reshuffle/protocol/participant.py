@@ -26,7 +26,6 @@ from reshuffle.crypto.signatures import (
     SigningKey,
 )
 from reshuffle.errors import (
-    AlreadyAnswered,
     DecodeError,
     InvalidSignature,
     ProtocolError,
@@ -292,8 +291,6 @@ class Participant:
         p = self.params
         if m.m != self._m:
             raise UnexpectedMessage(f"unmask request for invocation {m.m}, current is {self._m}")
-        if m.m in self._revealed:
-            raise AlreadyAnswered(f"invocation {m.m} was already unmasked")
         self._server_vk.verify("ulist", msg.signed_list(self.T, m.m, self._hash, m.online), m.signature)
         Um, prev = set(m.online), set(self._mask_set)
         if not Um <= prev:
@@ -302,7 +299,8 @@ class Participant:
             raise Refused(f"U_{m.m} has {len(Um)} members (t={p.t}) or omits participant {self.pid}")
         plan = {j: ShareKind.SELF_SEED for j in Um}
         plan.update({j: ShareKind.DH_SECRET for j in prev - Um})
-        # One kind per owner (plan is a dict) and one answer per invocation: an
+        # One kind per owner (plan is a dict) and one answer per invocation (the
+        # state moves on, so a second request is an UnexpectedMessage): an
         # inconsistent PS would need t answers of each kind, i.e. 2t > N answers.
         self._revealed[m.m] = plan
         out = [

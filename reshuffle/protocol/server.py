@@ -270,13 +270,16 @@ class Server:
     def _open_invocation(self, m: int, mask_set, counts: tuple[int, ...]) -> Outbox:
         p = self.params
         self.m = m
-        self._mask_set = self._need(mask_set, f"invocation {m}")
+        # Participants mask against the whole signed list U_{m-1}; members excluded
+        # since are simply not asked, and count as dropped when unmasking.
+        self._mask_set = sorted(mask_set)
+        live = self._need(mask_set, f"invocation {m}")
         self._acc = np.zeros(self._vector_len(m), dtype=np.dtype(f"<u{p.vector_bits(m) // 8}"))
         self._uploaded: set[int] = set()
         sig = self._sk.sign("counts", msg.signed_counts(self.T, m, self._hash, counts))
         req = msg.MaskRequest(self.T, m, SERVER_ID, counts, sig).encode()
         self.phase = SPhase.MASKED
-        return [(i, req) for i in self._mask_set]
+        return [(i, req) for i in live]
 
     def _on_masked_input(self, sender: int, mi: msg.MaskedInput) -> None:
         if sender not in self._mask_set:
@@ -326,7 +329,9 @@ class Server:
         p, g = self.params, self.group
         adv = self._adverts[owner]
         commit = (adv.seed_commits if kind is ShareKind.SELF_SEED else adv.mask_keys)[self.m - 1]
-        held = [s for i, s in sorted(self._shares.get((owner, kind), {}).items()) if i not in self.excluded]
+        # Shares validated on receipt stay usable even if their sender was excluded
+        # later; a wrong value is caught by the commitment check below.
+        held = [s for _, s in sorted(self._shares.get((owner, kind), {}).items())]
         what = f"{kind.name} of participant {owner} (invocation {self.m})"
         if len(held) < p.t:
             raise BelowThreshold(f"{what}: {len(held)} shares, threshold t={p.t}")

@@ -1,0 +1,125 @@
+"""The full round: rawness, unlinkability, ideal functionality, dropouts."""
+
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+import reshuffle
+from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
+from reshuffle.protocol.phases import PHASES
+from tests.protocol_helpers import expected_models, make_updates, multiset
+
+
+@pytest.mark.parametrize("N", [3, 10, 50])
+def test_rawness_exact_multiset(N):
+    ups = make_updates(N, d=24, seed=N)
+    r = reshuffle.shuffle(ups, seed=N)
+    assert r.online == list(range(N))
+    assert multiset(r.models) == expected_models(ups, range(N))
+    assert r.errors == [] and r.participant_errors == {}
+    # The model list has exactly one position per settled participant: no empty slots.
+    assert r.output.n_positions == N and r.output.discarded_positions == []
+
+
+def test_positions_map_each_participant_to_its_own_model():
+    ups = make_updates(8, d=10, seed=3)
+    r = reshuffle.shuffle(ups, seed=5)
+    codec = r.params.codec
+    for i, pos in r.positions.items():
+        assert np.array_equal(r.models[pos], codec.roundtrip(ups[i]))
+
+
+def test_clipping_reported_by_codec_not_wrapped():
+    ups = make_updates(4, d=8, seed=1, scale=100.0)  # beyond the ±64 range
+    r = reshuffle.shuffle(ups, seed=1)
+    assert all(np.all(np.abs(m) <= 64.0) for m in r.models)
+    assert multiset(r.models) == expected_models(ups, range(4))
+
+
+def test_ideal_and_real_give_same_multiset():
+    ups = make_updates(12, d=20, seed=9)
+    real = reshuffle.shuffle(ups, seed=1)
+    ideal = reshuffle.ideal_shuffle(ups, seed=1)
+    assert multiset(real.models) == multiset(ideal)
+
+
+def test_ideal_shuffle_permutes():
+    ups = make_updates(6, d=4, seed=2)
+    orders = {tuple(m.tobytes() for m in reshuffle.ideal_shuffle(ups, seed=s)) for s in range(20)}
+    assert len(orders) > 5
+
+
+@pytest.mark.slow
+def test_position_of_participant_is_uniform():
+    # Chi-square goodness of fit of participant 0's position over independent rounds.
+    N, runs = 4, 240
+    ups = make_updates(N, d=2, seed=0)
+    counts = np.zeros(N)
+    for s in range(runs):
+        r = reshuffle.shuffle(ups, seed=1000 + s)
+        counts[r.positions[0]] += 1
+    stat = ((counts - runs / N) ** 2 / (runs / N)).sum()
+    # p = 0.001 critical value: a correct implementation fails this 1 time in 1000.
+    assert stat < chi2.ppf(0.999, N - 1), counts
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_dropouts_up_to_tolerance(phase):
+    N = 7  # t = 4: up to 3 may drop
+    ups = make_updates(N, d=12, seed=4)
+    for drops in range(1, N - (N // 2 + 1) + 1):
+        dropped = list(range(N - drops, N))
+        r = reshuffle.shuffle(ups, seed=drops, dropouts={phase: dropped})
+        # Dropping after the upload still leaves the model in: its masks are removed by the others.
+        want = list(range(N)) if phase == "unmask" else list(range(N - drops))
+        assert r.online == want
+        assert multiset(r.models) == expected_models(ups, want)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_below_threshold_fails_clearly(phase):
+    N = 7
+    ups = make_updates(N, d=6, seed=4)
+    with pytest.raises(BelowThreshold, match="threshold t=4"):
+        reshuffle.shuffle(ups, seed=1, dropouts={phase: [0, 1, 2, 3]})
+
+
+def test_dropouts_spread_over_phases():
+    N = 9  # t = 5
+    ups = make_updates(N, d=8, seed=7)
+    r = reshuffle.shuffle(ups, seed=3, dropouts={"ot": [1], "reserve": [2], "upload": [3], "unmask": [4]})
+    assert r.online == [0, 4, 5, 6, 7, 8]
+    assert multiset(r.models) == expected_models(ups, r.online)
+
+
+def test_bad_arguments():
+    ups = make_updates(3, d=4)
+    with pytest.raises(ConfigError, match="unknown dropout phase"):
+        reshuffle.shuffle(ups, dropouts={"lunch": [0]})
+    with pytest.raises(ConfigError, match="unknown round parameter"):
+        reshuffle.shuffle(ups, colour=3)
+    with pytest.raises(ConfigError, match="threshold"):
+        reshuffle.shuffle(ups, t=1)
+    with pytest.raises(EncodingError, match="float32"):
+        reshuffle.shuffle([u.astype(np.float64) for u in ups])
+    with pytest.raises(EncodingError, match="length"):
+        reshuffle.shuffle([ups[0], ups[1][:2]])
+    with pytest.raises(ConfigError, match="at least 2"):
+        reshuffle.shuffle(ups[:1])
+
+
+def test_other_parameters_and_group():
+    ups = make_updates(5, d=9, seed=11)
+    r = reshuffle.shuffle(ups, seed=2, group="secp256k1", b=64, f=32, clip=1000.0, n=10, k=4, R_max=4)
+    assert multiset(r.models) == expected_models(ups, r.online, r.params.codec)
+    assert len(r.online) >= 4  # with n = 2N a rare participant may stay unsettled
+
+
+def test_stats_per_phase():
+    r = reshuffle.shuffle(make_updates(5, d=100), seed=1)
+    for ph in PHASES:
+        assert r.stats[ph]["ps_s"] >= 0
+    up = r.stats["upload"]
+    # Each participant uploads the whole list: 5 positions × (100 + 4) words × 4 bytes, plus header.
+    assert up["participant_bytes_sent"] >= 5 * 104 * 4
+    assert up["ps_bytes_received"] == 5 * up["participant_bytes_sent"]
