@@ -1,0 +1,93 @@
+"""Every message type: encode/decode round trip, truncation, trailing bytes, fuzzed decoder."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reshuffle.crypto.group import get_group
+from reshuffle.crypto.shamir import Share
+from reshuffle.crypto.signatures import CertificateAuthority, SigningKey
+from reshuffle.errors import DecodeError, ProtocolError
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.messages import ShareKind
+from reshuffle.protocol.params import RoundParams
+
+G = get_group()
+P = RoundParams.default(4, 10)
+CTX = msg.Context(G, P)
+CA = CertificateAuthority.generate()
+SK = SigningKey.generate()
+CERT = CA.issue(0, SK.verify_key)
+E = G.hash_to_group(b"test", b"e")
+H = bytes(range(32))
+
+
+def samples():
+    return [
+        msg.RoundStart(1, 0, 0xFFFFFFFF, P, H, CERT, tuple((i, CERT) for i in range(4))),
+        msg.Advertise(1, 0, 2, H, E, (E,) * P.M, (E,) * P.M, bytes(64)),
+        msg.AdvertiseList(1, 0, 0xFFFFFFFF, (b"a", b"bc")),
+        msg.ShareBundle(1, 0, 2, ((0, b"x" * 40), (1, b"y" * 40))),
+        msg.ShareDelivery(1, 0, 0xFFFFFFFF, (0, 1, 3), bytes(64), ((0, b"c" * 30),), b"table"),
+        msg.OTRequestMsg(1, 0, 3, b"req"),
+        msg.OTResponseMsg(1, 0, 0xFFFFFFFF, b"resp"),
+        msg.MaskRequest(1, 2, 0xFFFFFFFF, tuple(range(P.n)), bytes(64)),
+        msg.MaskedInput(1, 2, 1, bytes(range(40))),
+        msg.UnmaskRequest(1, 2, 0xFFFFFFFF, (0, 2, 3), bytes(64)),
+        msg.UnmaskResponse(1, 2, 1, ((0, ShareKind.SELF_SEED, Share(2, 5)), (3, ShareKind.DH_SECRET, Share(2, 9)))),
+        msg.Refusal(1, 2, 1, "Refused", "no"),
+    ]
+
+
+@pytest.mark.parametrize("m", samples(), ids=lambda m: m.TYPE.name)
+def test_roundtrip_and_every_truncation(m):
+    enc = m.encode()
+    assert msg.decode(enc, CTX) == m
+    for cut in range(len(enc)):
+        with pytest.raises(ProtocolError):
+            msg.decode(enc[:cut], CTX)
+    with pytest.raises(DecodeError, match="trailing"):
+        msg.decode(enc + b"\x00", CTX)
+
+
+def test_bounds_against_params():
+    with pytest.raises(DecodeError, match="counts"):
+        msg.decode(msg.MaskRequest(1, 2, 0, tuple(range(P.n + 1)), bytes(64)).encode(), CTX)
+    with pytest.raises(DecodeError, match="masking keys"):
+        msg.decode(msg.Advertise(1, 0, 2, H, E, (E,), (E,), bytes(64)).encode(), CTX)
+    with pytest.raises(DecodeError, match="sorted"):
+        msg.decode(msg.UnmaskRequest(1, 2, 0, (3, 1), bytes(64)).encode(), CTX)
+    with pytest.raises(DecodeError, match="repeated"):
+        msg.decode(msg.UnmaskRequest(1, 2, 0, (1, 1), bytes(64)).encode(), CTX)
+    with pytest.raises(DecodeError, match="roster"):
+        rs = msg.RoundStart(1, 0, 0, P, H, CERT, tuple((i, CERT) for i in range(3)))
+        msg.decode(rs.encode(), CTX)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_fuzzed_decoder_raises_only_protocol_errors(data):
+    try:
+        msg.decode(data, CTX)
+    except ProtocolError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(samples()), st.data())
+def test_fuzzed_mutations_raise_only_protocol_errors(m, data):
+    enc = bytearray(m.encode())
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(0, len(enc) - 1))
+        enc[i] = data.draw(st.integers(0, 255))
+    try:
+        msg.decode(bytes(enc), CTX)
+    except ProtocolError:
+        pass
+
+
+def test_params_roundtrip_and_rejection():
+    assert RoundParams.decode(P.encode()) == P
+    bad = RoundParams(4, 10, 16, 8, 1)  # t = 1 <= N/2: never valid
+    with pytest.raises(DecodeError, match="threshold"):
+        RoundParams.decode(bad.encode())
