@@ -75,7 +75,8 @@ class Parser:
     def __init__(self, data: bytes, what: str = "message") -> None:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise DecodeError(f"{what}: expected bytes, got {type(data).__name__}")
-        self._buf = bytes(data)
+        # A read-only view: large fields can be handed out without a copy.
+        self._buf = memoryview(data).toreadonly().cast("B")
         self._pos = 0
         self._what = what
 
@@ -88,6 +89,15 @@ class Parser:
             raise DecodeError(
                 f"{self._what}: field '{field}' needs {n} bytes, {self.remaining} left"
             )
+        out = self._buf[self._pos : self._pos + n]
+        self._pos += n
+        return out.tobytes()
+
+    def var_view(self, field: str, max_len: int = MAX_VAR_BYTES) -> memoryview:
+        """Like :meth:`var`, but a zero-copy view into the message (for bulk vectors)."""
+        n = self.u32(field + ".length")
+        if n > max_len or n > self.remaining:
+            raise DecodeError(f"{self._what}: field '{field}' needs {n} bytes, {self.remaining} left")
         out = self._buf[self._pos : self._pos + n]
         self._pos += n
         return out

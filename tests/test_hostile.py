@@ -289,3 +289,19 @@ def test_writing_without_token_only_destroys_that_position(monkeypatch):
     assert multiset(r.models) == expected_models(ups, r.online)
     # The thief's fake model is nowhere in the output.
     assert not any(np.allclose(m, 9.0) for m in r.models)
+
+
+def test_lying_share_holder_is_caught_by_commitment_and_round_recovers():
+    # P1 sends a well-formed share with a wrong value for P0's self seed.
+    def lie(d):
+        resp = msg.decode(d, msg.Context(reshuffle.crypto.get_group()))
+        shares = list(resp.shares)
+        owner, kind, share = shares[0]
+        shares[0] = (owner, kind, type(share)(share.x, (share.y + 1) % reshuffle.crypto.get_group().order))
+        return [msg.UnmaskResponse(resp.T, resp.m, resp.sender, tuple(shares)).encode()]
+
+    ups, r = run(tamper(1, MsgType.UNMASK_RESPONSE, lie, m=4))
+    assert [type(e.error) for e in r.errors] == [InvalidShare]
+    assert "some shares were wrong" in str(r.errors[0].error)
+    assert r.online == list(range(N))
+    assert multiset(r.models) == expected_models(ups, range(N))

@@ -9,6 +9,7 @@ point), so extra shares beyond ``t`` can be checked for consistency cheaply.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 from reshuffle.crypto.rand import RandomSource, as_source
@@ -112,6 +113,10 @@ class Shamir:
         shares = self._validate(shares)
         base, extra = shares[: self.t], shares[self.t :]
         q = self.q
+        if not extra or not check:
+            # Cached coefficients: the PS recovers many secrets from the same responders.
+            lam = _lagrange_at_zero(tuple(s.x for s in base), q)
+            return sum(l * s.y for l, s in zip(lam, base)) % q
         xs = [s.x for s in base]
         # Barycentric weights w_i = 1 / prod_{j != i} (x_i - x_j).
         weights = []
@@ -136,3 +141,19 @@ class Shamir:
                 if eval_at(s.x) != s.y:
                     raise InvalidShare(f"share x={s.x} is inconsistent with the others")
         return secret
+
+
+@lru_cache(maxsize=64)
+def _lagrange_at_zero(xs: tuple[int, ...], q: int) -> tuple[int, ...]:
+    """``lambda_i = prod_{j != i} x_j / (x_j - x_i) mod q``, so that ``f(0) = sum lambda_i y_i``."""
+    num = 1
+    for x in xs:
+        num = num * x % q
+    out = []
+    for i, xi in enumerate(xs):
+        den = xi
+        for j, xj in enumerate(xs):
+            if i != j:
+                den = den * (xj - xi) % q
+        out.append(num * pow(den, -1, q) % q)
+    return tuple(out)

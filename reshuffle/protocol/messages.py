@@ -339,14 +339,14 @@ class MaskedInput(Message):
     """P_i → PS: ``v_i + r_{i,m}`` as little-endian ring words."""
 
     TYPE: ClassVar[MsgType] = MsgType.MASKED_INPUT
-    words: bytes
+    words: bytes | memoryview  # decoded as a zero-copy view
 
     def _body(self, w: Writer) -> None:
         w.var(self.words)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
-        return cls(*hdr, p.var("words", 1 << 31))
+        return cls(*hdr, p.var_view("words", 1 << 31))
 
 
 @_register

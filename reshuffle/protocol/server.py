@@ -336,15 +336,16 @@ class Server:
         if len(held) < p.t:
             raise BelowThreshold(f"{what}: {len(held)} shares, threshold t={p.t}")
         shamir = Shamir(g.order, p.t)
-        subsets = [held[: p.t]] + [
-            [held[i] for i in sample_distinct(len(held), p.t, self._rng)]
-            for _ in range(RECOVERY_ATTEMPTS if len(held) > p.t else 0)
-        ]
-        for subset in subsets:
+        retries = RECOVERY_ATTEMPTS if len(held) > p.t else 0
+        for attempt in range(1 + retries):
+            # First the first t shares; on a commitment mismatch, random t-subsets.
+            subset = held[: p.t] if attempt == 0 else [held[i] for i in sample_distinct(len(held), p.t, self._rng)]
             secret = shamir.reconstruct(subset, check=False)
             if g.base_mul(secret) == commit:
-                if subset is not subsets[0]:
-                    self.errors.append(ErrorRecord(self.phase_name, owner, InvalidShare(f"{what}: some shares were wrong")))
+                if attempt:
+                    self.errors.append(
+                        ErrorRecord(self.phase_name, owner, InvalidShare(f"{what}: some shares were wrong"))
+                    )
                 return secret
         raise BelowThreshold(f"{what}: no t consistent shares match the commitment")
 
