@@ -62,3 +62,15 @@ def test_label_injective():
     assert label("a", 12) != label("a1", 2)
     with pytest.raises(ValueError):
         label("a", -1)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 1000, 4097])
+def test_words_into_matches_words(n):
+    dom = label("into", n)
+    out = np.full(n, 7, dtype=np.uint32)
+    PRG(SEED, dom).words_into(out)
+    assert np.array_equal(out, PRG(SEED, dom).words(n))
+    key = derive_key(SEED, dom)
+    assert out.tobytes() == Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update(bytes(4 * n))
+    with pytest.raises(ConfigError):
+        PRG(SEED, dom).words_into(np.zeros(n, dtype=np.uint16))

@@ -69,10 +69,23 @@ class PRG:
 
     def words(self, n: int) -> np.ndarray:
         """A fresh array of ``n`` uniform ring words."""
-        nbytes = n * self.dtype.itemsize
-        buf = bytearray(nbytes + 15)
-        keystream_into(self._key, buf, nbytes)
-        return np.frombuffer(buf, dtype=self.dtype, count=n)
+        out = np.empty(n, dtype=self.dtype)
+        self.words_into(out)
+        return out
+
+    def words_into(self, out: np.ndarray) -> None:
+        """Fill a caller's contiguous array with the stream, without any copy."""
+        if out.dtype != self.dtype or not out.flags.c_contiguous or not out.flags.writeable:
+            raise ConfigError(f"output must be a writeable contiguous {self.dtype} array")
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        nbytes = len(view)
+        enc = Cipher(algorithms.AES(self._key), modes.CTR(bytes(16))).encryptor()
+        # update_into needs len(buf) >= len(data) + 15: write all but the last
+        # 16 bytes in place, then the tail through a small copy.
+        head = max(nbytes - 16, 0)
+        if head:
+            enc.update_into(_ZEROS.view(head), view)
+        view[head:] = enc.update(_ZEROS.view(nbytes - head))
 
     def add_into(self, acc: np.ndarray, sign: int = 1, scratch: bytearray | None = None) -> None:
         """``acc += sign * stream`` in ``Z_{2^b}`` without allocating (given ``scratch``)."""
