@@ -71,7 +71,6 @@ def bench_N(N: int, d: int, repeat: int) -> dict:
             np.add(acc, v, out=acc)
 
     floor_ps_s = best_of(plain_sum, repeat) + _keystream_time(L, N, repeat)
-    del vecs
     ps_s = r.stats["upload"]["ps_s"] + r.stats["unmask"]["ps_s"]
     phases = {
         ph: {"participant_s": v["participant_s"], "ps_s": v["ps_s"]} for ph, v in r.stats.items()

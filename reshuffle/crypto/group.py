@@ -166,7 +166,7 @@ class Group(ABC):
 
     def scalar_to_bytes(self, s: int) -> bytes:
         if not 0 <= s < self.order:
-            raise InvalidScalar(f"scalar out of range [0, q)")
+            raise InvalidScalar("scalar out of range [0, q)")
         return s.to_bytes(self.scalar_size, "big")
 
     def scalar_from_bytes(self, data: bytes, field: str = "scalar") -> int:

@@ -27,14 +27,13 @@ from reshuffle.crypto.signatures import (
 )
 from reshuffle.errors import (
     DecodeError,
-    InvalidSignature,
     ProtocolError,
     Refused,
     UnexpectedMessage,
 )
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.masking import mask_in_place
-from reshuffle.protocol.messages import Context, MsgType, ShareKind
+from reshuffle.protocol.messages import Context, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PARTICIPANT_TABLE, PPhase, expected_names
 from reshuffle.protocol.reservation import Reservation, settled_slots

@@ -34,7 +34,7 @@ from reshuffle.errors import (
 )
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.masking import unmask_in_place
-from reshuffle.protocol.messages import Context, MsgType, ShareKind
+from reshuffle.protocol.messages import Context, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names
 from reshuffle.protocol.reservation import settled_slots
