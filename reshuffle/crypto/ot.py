@@ -75,6 +75,30 @@ class OTTable:
         return cls(T, B, cipher)
 
 
+def _encode_elements(T: int, elems: tuple[Element, ...]) -> bytes:
+    w = Writer().u64(T).u32(len(elems))
+    for e in elems:
+        w.fixed(e.to_bytes(), e.group.element_size)
+    return w.bytes()
+
+
+def _decode_elements(
+    group: Group, data: bytes, k: int, what: str, name: str
+) -> tuple[int, tuple[Element, ...]]:
+    """``T u64 | count u32 | count elements``, 1 <= count <= k, each validated."""
+    p = Parser(data, what)
+    T = p.u64("T")
+    cnt = p.u32("k")
+    if not 0 < cnt <= k:
+        raise DecodeError(f"{what}: {cnt} elements, expected 1..{k}")
+    els = tuple(
+        group.element_from_bytes(p.fixed(group.element_size, f"{name}[{j}]"), f"{what} {name}[{j}]")
+        for j in range(cnt)
+    )
+    p.finish()
+    return T, els
+
+
 @dataclass(frozen=True)
 class OTRequest:
     """The blinded choices ``A_1..A_k`` of one receiver."""
@@ -83,24 +107,11 @@ class OTRequest:
     blinded: tuple[Element, ...]
 
     def encode(self) -> bytes:
-        w = Writer().u64(self.T).u32(len(self.blinded))
-        for a in self.blinded:
-            w.fixed(a.to_bytes(), a.group.element_size)
-        return w.bytes()
+        return _encode_elements(self.T, self.blinded)
 
     @classmethod
     def decode(cls, group: Group, data: bytes, k: int) -> "OTRequest":
-        p = Parser(data, "OT request")
-        T = p.u64("T")
-        cnt = p.u32("k")
-        if not 0 < cnt <= k:
-            raise DecodeError(f"OT request: {cnt} elements, expected 1..{k}")
-        els = tuple(
-            group.element_from_bytes(p.fixed(group.element_size, f"A[{j}]"), f"OT request A[{j}]")
-            for j in range(cnt)
-        )
-        p.finish()
-        return cls(T, els)
+        return cls(*_decode_elements(group, data, k, "OT request", "A"))
 
 
 @dataclass(frozen=True)
@@ -111,24 +122,11 @@ class OTResponse:
     answers: tuple[Element, ...]
 
     def encode(self) -> bytes:
-        w = Writer().u64(self.T).u32(len(self.answers))
-        for d in self.answers:
-            w.fixed(d.to_bytes(), d.group.element_size)
-        return w.bytes()
+        return _encode_elements(self.T, self.answers)
 
     @classmethod
     def decode(cls, group: Group, data: bytes, k: int) -> "OTResponse":
-        p = Parser(data, "OT response")
-        T = p.u64("T")
-        cnt = p.u32("k")
-        if not 0 < cnt <= k:
-            raise DecodeError(f"OT response: {cnt} elements, expected 1..{k}")
-        els = tuple(
-            group.element_from_bytes(p.fixed(group.element_size, f"D[{j}]"), f"OT response D[{j}]")
-            for j in range(cnt)
-        )
-        p.finish()
-        return cls(T, els)
+        return cls(*_decode_elements(group, data, k, "OT response", "D"))
 
 
 class OTSender:
