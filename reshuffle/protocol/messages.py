@@ -13,6 +13,7 @@ hash of the global model ``H(W_g^T)`` and, for PS lists, the invocation ``m``.
 from __future__ import annotations
 
 import enum
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -78,7 +79,7 @@ def _ids(p: Parser, field: str, ctx: Context) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class Message:
+class Message(ABC):
     """Header fields shared by every message."""
 
     T: int
@@ -92,12 +93,14 @@ class Message:
         self._body(w)
         return w.bytes()
 
+    @abstractmethod
     def _body(self, w: Writer) -> None:
-        raise NotImplementedError  # every concrete message overrides it
+        """Write the body after the header."""
 
     @classmethod
+    @abstractmethod
     def _parse(cls, p: Parser, hdr: tuple[int, int, int], ctx: Context) -> "Message":
-        raise NotImplementedError  # every concrete message overrides it
+        """Parse the body; ``hdr`` is ``(T, m, sender)``."""
 
 
 _REGISTRY: dict[int, type[Message]] = {}
