@@ -36,7 +36,7 @@ from reshuffle.protocol import messages as msg
 from reshuffle.protocol.masking import unmask_in_place
 from reshuffle.protocol.messages import Context, ShareKind
 from reshuffle.protocol.params import RoundParams
-from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names
+from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names, phase_of
 from reshuffle.protocol.reservation import settled_slots
 
 Outbox = list[tuple[int, bytes]]
@@ -125,16 +125,13 @@ class Server:
     @property
     def phase_name(self) -> str:
         """User-facing phase of what is being collected (setup, ot, reserve, upload, unmask)."""
-        p = self.phase
-        if p in (SPhase.START, SPhase.ADVERTS, SPhase.BUNDLES):
+        if self.phase is SPhase.START:
             return "setup"
-        if p is SPhase.OT:
-            return "ot"
-        if p is SPhase.MASKED:
-            return "upload" if self.m == self.params.upload_m else "reserve"
-        if p is SPhase.UNMASK:
-            return "unmask" if self.m == self.params.upload_m else "reserve"
-        return "done"
+        handlers = SERVER_TABLE[self.phase]
+        if not handlers:
+            return "done"
+        # The phase of the message being collected: one mapping, in phases.py.
+        return phase_of(next(iter(handlers)), self.m, self.params.upload_m)
 
     # ------------------------------------------------------------------ #
     def start(self) -> Outbox:
