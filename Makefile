@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/reshuffle bench crypto
+	$(BIN)/reshuffle simulate --out outputs/simulate/main
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -75,8 +75,118 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid fraction {text!r}") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"fraction {text!r} must lie in [0, 1)")
+    return v
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value {text!r}") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        return v
+
+    return parse
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return v
+
+
+# (flag, type, help); dest = SimConfig field name. Defaults come from SimConfig,
+# so an option left out does not override a --config file.
+_SIM_OPTIONS = [
+    ("--dataset", str, "digits (embedded), mnist, fashion-mnist"),
+    ("--data-dir", str, "folder with the idx files for mnist / fashion-mnist"),
+    ("--model", str, "logreg, mlp, lenet5"),
+    ("--clients", _positive(int), "number of clients N"),
+    ("--rounds", _positive(int), "number of rounds"),
+    ("--local-epochs", _positive(int), "local epochs per round"),
+    ("--batch-size", _positive(int), "local batch size"),
+    ("--lr", _positive(float), "local learning rate alpha"),
+    ("--optimizer", str, "sgd or adam"),
+    ("--partition", str, "iid or dirichlet"),
+    ("--alpha", _positive(float), "Dirichlet concentration (with --partition dirichlet)"),
+    ("--attack", str, "label-flip, sign-flip, gaussian, scaling, alie, ipm, min-max, min-sum, none"),
+    ("--malicious", _fraction, "fraction of malicious clients"),
+    ("--rule", str, "fedavg, krum, multi-krum, cosine, fltrust, median, trimmed-mean"),
+    ("--f", _non_negative_int, "attackers the rule assumes (default: the simulated number)"),
+    ("--dropout", _fraction, "fraction of clients that drop out each round (at a random phase)"),
+    ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
+    ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
+    ("--seed", _non_negative_int, "seed of data split, initial model, training order, attacks"),
+    ("--root-samples", _positive(int), "size of FLTrust's server root dataset"),
+]
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from reshuffle.sim import from_mapping, load_toml, simulate
+    from reshuffle.sim.config import SimConfig
+    from reshuffle.sim.report import default_out_dir
+
+    values = load_toml(args.config) if args.config else {}
+    cfg = from_mapping(values, SimConfig(), source=args.config or "config")
+    explicit = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _SIM_OPTIONS}
+    explicit = {k: v for k, v in explicit.items() if v is not None}
+    if args.plugin:
+        explicit["plugins"] = cfg.plugins + args.plugin
+    out = args.out or cfg.out or str(default_out_dir())
+    explicit["out"] = out
+    cfg = from_mapping(explicit, cfg, source="command line")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    data = _run_with_progress(cfg, out, quiet=args.quiet)
+    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds; outputs in {out}")
+    return 0
+
+
+def _run_with_progress(cfg, out: str, quiet: bool) -> dict:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from reshuffle.sim import Simulation, write_outputs
+
+    sim = Simulation(cfg)  # loads data and validates before any output
+    if quiet:
+        return write_outputs(out, sim.result(sim.run()))
+    cols = (TextColumn("round"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn())
+    with Progress(*cols, transient=False) as bar:
+        task = bar.add_task("rounds", total=cfg.rounds, status="training")
+
+        def on_round(rec) -> None:
+            det = f" tpr {rec.tpr:.2f} fpr {rec.fpr:.2f}" if rec.tpr is not None and rec.fpr is not None else ""
+            bar.update(task, advance=1, status=f"accuracy {rec.accuracy:.4f}{det}")
+
+        data = sim.result(sim.run(on_round))
+    write_outputs(out, data)
+    return data
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (the usage stays behind ``--help``)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="reshuffle",
         description="Re-Shuffle: anonymous raw-model upload for federated learning.",
     )
@@ -105,6 +215,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--N", type=int, nargs="+", default=[10, 50, 100], help="round: participants")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
     bench.set_defaults(func=cmd_bench)
+
+    sim = sub.add_parser("simulate", help="run a simulated federation on Re-Shuffle")
+    for flag, kind, text in _SIM_OPTIONS:
+        sim.add_argument(flag, type=kind, default=None, help=text)
+    sim.add_argument("--config", help="TOML file with the same keys (command-line options win)")
+    sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>)")
+    sim.add_argument("--plugin", action="append", default=[], help="import this module first (registers attacks)")
+    sim.add_argument("--threads", type=_positive(int), help="torch threads")
+    sim.add_argument("--quiet", action="store_true", help="no progress bar")
+    sim.set_defaults(func=cmd_simulate)
     return p
 
 

@@ -111,12 +111,23 @@ def shuffle(
     )
 
 
-def ideal_shuffle(
+def ideal_round(
     updates: Sequence[np.ndarray], seed: int | None = None, b: int = 32, f: int = 24, clip: float = 64.0
-) -> list[np.ndarray]:
-    """The ideal functionality: a uniformly random permutation of ``Dec(Enc(u_i))``."""
+) -> tuple[list[np.ndarray], dict[int, int]]:
+    """The ideal functionality with its ground truth: (models, index → row).
+
+    Models are ``Dec(Enc(u_i))`` in a uniformly random order; the positions are
+    for evaluators only, as in :class:`ShuffleResult`.
+    """
     ups = _check_updates(updates)
     codec = FixedPoint(b, f, clip)
     src = SeededRandom(seed, b"ideal") if seed is not None else OS_RANDOM
     order = sample_distinct(len(ups), len(ups), src)
-    return [codec.roundtrip(ups[i]) for i in order]
+    return [codec.roundtrip(ups[i]) for i in order], {i: row for row, i in enumerate(order)}
+
+
+def ideal_shuffle(
+    updates: Sequence[np.ndarray], seed: int | None = None, b: int = 32, f: int = 24, clip: float = 64.0
+) -> list[np.ndarray]:
+    """The ideal functionality: a uniformly random permutation of ``Dec(Enc(u_i))``."""
+    return ideal_round(updates, seed, b, f, clip)[0]

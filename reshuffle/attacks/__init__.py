@@ -1,0 +1,24 @@
+"""Poisoning attacks as small callables, selected by name.
+
+Register your own in a few lines::
+
+    import numpy as np
+    from reshuffle.attacks import Attack, register_attack
+
+    @register_attack("zero")
+    class Zero(Attack):
+        def __call__(self, observed, m, rng):
+            return np.zeros((m, observed.shape[1]))
+
+then ``reshuffle simulate --attack zero`` (after importing the module, e.g.
+via ``--plugin mymodule``) or ``make_attack("zero")``.
+"""
+
+from reshuffle.attacks.base import Attack, attack_names, check_observed, make_attack, register_attack
+from reshuffle.attacks.omniscient import ALIE, IPM, MinMax, MinSum
+from reshuffle.attacks.simple import GaussianNoise, LabelFlip, NoAttack, Scaling, SignFlip
+
+__all__ = [
+    "ALIE", "Attack", "GaussianNoise", "IPM", "LabelFlip", "MinMax", "MinSum", "NoAttack", "Scaling",
+    "SignFlip", "attack_names", "check_observed", "make_attack", "register_attack",
+]

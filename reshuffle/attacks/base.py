@@ -1,0 +1,92 @@
+"""The attack interface and its registry.
+
+One signature for every attack (as in ByzFL): observed update vectors in,
+malicious update vectors out. ``observed`` is what the attackers can see:
+
+* non-omniscient attacks get the m malicious clients' own updates, one row each,
+  trained on their own (possibly poisoned) data;
+* omniscient attacks (``omniscient = True``: ALIE, IPM, min-max, min-sum) get the
+  honest clients' updates of the round. Only the simulator can hand these over,
+  through its explicit hook (:func:`reshuffle.sim.simulator.observed_updates`); in
+  a real deployment they model colluders who know the honest distribution.
+
+Updates are U = W_i − W_g; the simulator uploads W_g + attack output.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, ClassVar, TypeVar
+
+import numpy as np
+
+from reshuffle.errors import ConfigError
+
+
+class Attack:
+    """Base class. Subclasses set ``name`` and implement ``__call__``."""
+
+    name: ClassVar[str] = "attack"
+    omniscient: ClassVar[bool] = False
+    #: False when the attack ignores the attackers' own training (saves the simulator the work).
+    uses_own_training: ClassVar[bool] = True
+
+    def poison_labels(self, y: np.ndarray, num_classes: int) -> np.ndarray:
+        """Labels a malicious client trains on (data poisoning); unchanged by default."""
+        return y
+
+    def success(self, predictions: np.ndarray, labels: np.ndarray, num_classes: int) -> float | None:
+        """The attack's own success metric on the test set, or None when it has none."""
+        return None
+
+    def __call__(self, observed: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
+        """Return the (m, d) malicious updates."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
+
+
+def check_observed(observed: np.ndarray, m: int, attack: Attack) -> np.ndarray:
+    """Normalise the attack input once: an (r, d) float64 array of the shape the attack needs."""
+    X = np.asarray(observed, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] < 1:
+        raise ConfigError(f"{attack.name}: observed updates must be an (r, d) array, got shape {X.shape}")
+    if not isinstance(m, int) or m < 1:
+        raise ConfigError(f"{attack.name}: number of malicious rows must be a positive int, got {m!r}")
+    if attack.omniscient and X.shape[0] < 2:
+        raise ConfigError(f"{attack.name} needs at least 2 honest updates, got {X.shape[0]}")
+    if not attack.omniscient and X.shape[0] != m:
+        raise ConfigError(f"{attack.name}: expected the {m} attackers' own updates, got {X.shape[0]} rows")
+    return X
+
+
+_REGISTRY: dict[str, Callable[..., Attack]] = {}
+A = TypeVar("A", bound=type)
+
+
+def register_attack(name: str) -> Callable[[A], A]:
+    """Class decorator: make an :class:`Attack` subclass selectable by ``name``."""
+
+    def deco(cls: A) -> A:
+        if name in _REGISTRY:
+            raise ConfigError(f"an attack named {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def attack_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make_attack(name: str, **options) -> Attack:
+    """The attack registered as ``name``, configured with ``options``."""
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown attack {name!r}; choose one of {', '.join(attack_names())}")
+    try:
+        return _REGISTRY[name](**options)
+    except TypeError as exc:
+        raise ConfigError(f"attack {name!r}: {exc}") from None

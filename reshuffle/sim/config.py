@@ -1,0 +1,156 @@
+"""Settings of a simulated federation: defaults, TOML files, CLI overrides, validation."""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from reshuffle.attacks import attack_names
+from reshuffle.clients import DATASETS, MODELS, OPTIMIZERS, PARTITIONS
+from reshuffle.errors import ConfigError
+from reshuffle.protocol.params import GROUPS
+from reshuffle.server import RULES
+
+SHUFFLES = ("real", "ideal", "none")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Every setting of a run; ``metrics.json`` records it whole.
+
+    ``f`` is the number of attackers the rule assumes (None: the simulated number);
+    ``malicious`` and ``dropout`` are fractions of ``clients``; ``root_samples`` is
+    the size of FLTrust's server root dataset.
+    """
+
+    dataset: str = "digits"
+    data_dir: str | None = None
+    model: str = "mlp"
+    clients: int = 10
+    rounds: int = 10
+    local_epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.05
+    optimizer: str = "sgd"
+    partition: str = "iid"
+    alpha: float = 0.5
+    attack: str = "none"
+    malicious: float = 0.0
+    rule: str = "fedavg"
+    f: int | None = None
+    dropout: float = 0.0
+    shuffle: str = "real"
+    group: str = "ristretto255"
+    seed: int = 0
+    root_samples: int = 100
+    out: str | None = None
+    attack_options: dict[str, Any] = field(default_factory=dict)
+    rule_options: dict[str, Any] = field(default_factory=dict)
+    plugins: list[str] = field(default_factory=list)
+
+    @property
+    def n_malicious(self) -> int:
+        return int(round(self.malicious * self.clients))
+
+    @property
+    def n_dropout(self) -> int:
+        return int(self.dropout * self.clients)
+
+    @property
+    def rule_f(self) -> int:
+        return self.n_malicious if self.f is None else self.f
+
+    def validated(self) -> "SimConfig":
+        load_plugins(self.plugins)
+        _choice("dataset", self.dataset, DATASETS)
+        _choice("model", self.model, MODELS)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("partition", self.partition, PARTITIONS)
+        _choice("rule", self.rule, RULES)
+        _choice("shuffle", self.shuffle, SHUFFLES)
+        _choice("group", self.group, GROUPS)
+        _choice("attack", self.attack, attack_names())
+        for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"{name} must be a positive int, got {v!r}")
+        if self.clients < 2:
+            raise ConfigError(f"a federation needs at least 2 clients, got {self.clients}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be a non-negative int, got {self.seed!r}")
+        for name in ("lr", "alpha"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not v > 0:
+                raise ConfigError(f"{name} must be a positive number, got {v!r}")
+        for name in ("malicious", "dropout"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise ConfigError(f"{name} must be a fraction in [0, 1), got {v!r}")
+        if self.f is not None and (not isinstance(self.f, int) or self.f < 0):
+            raise ConfigError(f"f must be a non-negative int, got {self.f!r}")
+        threshold = self.clients // 2 + 1
+        if self.clients - self.n_dropout < threshold:
+            raise ConfigError(
+                f"dropout={self.dropout} drops {self.n_dropout} of {self.clients} clients per round; "
+                f"the shuffle needs t={threshold} survivors"
+            )
+        if self.attack != "none" and self.n_malicious == 0 and self.malicious > 0:
+            raise ConfigError(f"malicious={self.malicious} of {self.clients} clients rounds to 0 attackers")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_plugins(modules: list[str]) -> None:
+    """Import user modules that register attacks (``--plugin``)."""
+    for mod in modules:
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            raise ConfigError(f"cannot import plugin {mod!r}: {exc}") from None
+
+
+def _choice(name: str, value: str, options) -> None:
+    if value not in options:
+        raise ConfigError(f"unknown {name} {value!r}; choose one of {', '.join(options)}")
+
+
+_FIELDS = {f.name: f for f in fields(SimConfig)}
+
+
+def from_mapping(values: dict[str, Any], base: SimConfig | None = None, source: str = "config") -> SimConfig:
+    """Apply ``values`` (keys with ``-`` or ``_``) over ``base``; unknown keys and wrong types are errors."""
+    clean: dict[str, Any] = {}
+    for key, v in values.items():
+        name = key.replace("-", "_")
+        if name not in _FIELDS:
+            raise ConfigError(f"{source}: unknown setting {key!r}; known: {', '.join(sorted(_FIELDS))}")
+        clean[name] = _coerce(name, v, source)
+    return replace(base or SimConfig(), **clean).validated()
+
+
+def _coerce(name: str, v: Any, source: str) -> Any:
+    expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float}
+    if name in expected and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    if name in ("attack_options", "rule_options") and not isinstance(v, dict):
+        raise ConfigError(f"{source}: {name} must be a table, got {type(v).__name__}")
+    if name == "plugins" and not (isinstance(v, list) and all(isinstance(p, str) for p in v)):
+        raise ConfigError(f"{source}: plugins must be a list of module names")
+    return v
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} not found")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid TOML ({exc})") from None
+    # Accept either top-level keys or a [simulate] table.
+    return data.get("simulate", data)
