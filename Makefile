@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/reshuffle simulate --out outputs/simulate/main
+	$(BIN)/reshuffle simulate --attack sign-flip --malicious 0.2 --rule multi-krum --out outputs/simulate/main
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

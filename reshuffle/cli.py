@@ -135,7 +135,7 @@ _SIM_OPTIONS = [
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from reshuffle.sim import from_mapping, load_toml, simulate
+    from reshuffle.sim import from_mapping, load_toml
     from reshuffle.sim.config import SimConfig
     from reshuffle.sim.report import default_out_dir
 

@@ -21,7 +21,8 @@ class ALIE(Attack):
 
     μ and σ are the honest updates' coordinate-wise mean and standard deviation.
     With n = h + m clients, :math:`s = \lfloor n/2 + 1 \rfloor - m` and
-    :math:`z = \Phi^{-1}((n - s)/n)` unless ``z`` is given.
+    :math:`z = \Phi^{-1}((n - s)/n)` unless ``z`` is given; the probability is
+    clamped to [10⁻⁶, 1 − 10⁻⁶] (s ≤ 0 happens when m ≥ n/2 + 1).
     """
 
     omniscient = True

@@ -88,8 +88,10 @@ def get_flat(model: nn.Module) -> np.ndarray:
 
 
 def set_flat(model: nn.Module, flat: np.ndarray) -> None:
-    """Load a length-δ vector into the parameters."""
+    """Copy a length-δ vector into the parameters (never aliasing ``flat``)."""
     n = sum(p.numel() for p in model.parameters())
     if flat.shape != (n,):
         raise ConfigError(f"flat model has shape {flat.shape}; this model needs ({n},)")
-    nn.utils.vector_to_parameters(torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float32)), model.parameters())
+    # vector_to_parameters makes the parameters views of its input: hand it a copy,
+    # or training would write into the caller's array (e.g. the global model).
+    nn.utils.vector_to_parameters(torch.tensor(flat, dtype=torch.float32), model.parameters())

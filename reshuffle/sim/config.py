@@ -30,10 +30,10 @@ class SimConfig:
     data_dir: str | None = None
     model: str = "mlp"
     clients: int = 10
-    rounds: int = 10
+    rounds: int = 20
     local_epochs: int = 1
-    batch_size: int = 32
-    lr: float = 0.05
+    batch_size: int = 16
+    lr: float = 0.1
     optimizer: str = "sgd"
     partition: str = "iid"
     alpha: float = 0.5

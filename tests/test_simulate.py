@@ -1,0 +1,136 @@
+"""Short federations on the embedded digits: accuracy, detection, shuffle modes, CLI."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from reshuffle.errors import ConfigError
+from reshuffle.sim import SimConfig, Simulation, canonical_order, from_mapping, simulate
+
+FAST = dict(rounds=4, clients=10)
+
+
+def accs(d):
+    return [r["accuracy"] for r in d["rounds"]]
+
+
+@pytest.fixture(scope="module")
+def clean():
+    return simulate(SimConfig(**FAST, shuffle="ideal"))
+
+
+def test_clean_fedavg_learns(clean):
+    assert clean["final_accuracy"] > 0.9
+    assert all(r["tpr"] is None and r["fpr"] is None and r["attack_success"] is None for r in clean["rounds"])
+
+
+@pytest.mark.parametrize("attack", ["sign-flip", "gaussian", "scaling"])
+def test_multi_krum_detects_and_keeps_accuracy(clean, attack):
+    d = simulate(SimConfig(**FAST, shuffle="ideal", attack=attack, malicious=0.2, rule="multi-krum"))
+    assert [r["tpr"] for r in d["rounds"]] == [1.0] * 4
+    assert [r["fpr"] for r in d["rounds"]] == [0.0] * 4
+    assert d["final_accuracy"] >= clean["final_accuracy"] - 0.03
+
+
+def test_fedavg_is_broken_by_gaussian_and_multi_krum_is_not(clean):
+    bad = simulate(SimConfig(**FAST, shuffle="ideal", attack="gaussian", malicious=0.2, rule="fedavg"))
+    assert bad["final_accuracy"] < clean["final_accuracy"] - 0.3
+    assert bad["rounds"][-1]["tpr"] == 0.0  # FedAvg rejects nothing
+
+
+def test_label_flip_reports_attack_success():
+    d = simulate(SimConfig(**FAST, shuffle="none", attack="label-flip", malicious=0.4, rule="fedavg"))
+    assert all(0.0 <= r["attack_success"] <= 1.0 for r in d["rounds"])
+
+
+def test_real_ideal_and_none_give_identical_accuracy():
+    # The PS orders models canonically, and the fixed-point round trip (2^-24) is
+    # below what moves a test prediction here: the shuffle costs no accuracy.
+    runs = {s: simulate(SimConfig(rounds=3, clients=6, shuffle=s, attack="sign-flip", malicious=0.2, rule="krum"))
+            for s in ("real", "ideal", "none")}
+    assert accs(runs["real"]) == accs(runs["ideal"]) == accs(runs["none"])
+    assert [r["tpr"] for r in runs["real"]["rounds"]] == [r["tpr"] for r in runs["none"]["rounds"]]
+    assert set(runs["real"]["rounds"][0]["seconds"]) >= {"training", "setup", "ot", "reserve", "upload", "unmask"}
+    assert runs["real"]["rounds"][0]["bytes"]["per_participant"] > 4 * runs["real"]["model_size"]
+
+
+def test_real_round_with_dropouts_continues():
+    sim = Simulation(SimConfig(rounds=2, clients=8, dropout=0.25, shuffle="real", model="logreg", seed=3))
+    for rec in sim.run():
+        assert len(rec.dropped) == 2
+        # a model is lost exactly when its sender dropped before the unmask phase
+        assert 6 <= rec.models_received <= 8
+
+
+def test_omniscient_attacks_run_through_the_hook():
+    for attack in ("alie", "ipm", "min-max", "min-sum"):
+        d = simulate(SimConfig(rounds=2, clients=10, shuffle="none", attack=attack, malicious=0.2, rule="multi-krum"))
+        assert d["rounds"][-1]["tpr"] is not None
+
+
+def test_fltrust_cosine_median_trimmed_mean_run():
+    for rule in ("fltrust", "cosine", "median", "trimmed-mean", "krum"):
+        d = simulate(SimConfig(rounds=3, clients=10, shuffle="none", attack="sign-flip", malicious=0.2, rule=rule))
+        assert d["final_accuracy"] > 0.8, rule
+
+
+def test_canonical_order_ignores_arrival_order():
+    ms = [np.full(3, i, np.float32) for i in range(5)]
+    order = canonical_order(ms)
+    rev = canonical_order(ms[::-1])
+    assert [ms[i].tolist() for i in order] == [ms[::-1][i].tolist() for i in rev]
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="t=6 survivors"):
+        SimConfig(clients=10, dropout=0.5).validated()
+    with pytest.raises(ConfigError, match="rounds to 0 attackers"):
+        SimConfig(clients=10, malicious=0.01, attack="sign-flip").validated()
+    with pytest.raises(ConfigError, match="unknown setting 'epochs'"):
+        from_mapping({"epochs": 3})
+    assert from_mapping({"local-epochs": 2, "lr": 1}).lr == 1.0
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "reshuffle.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+def test_cli_writes_metrics_and_plots(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('rounds = 2\nclients = 6\nattack = "sign-flip"\nmalicious = 0.2\n[rule_options]\nm = 4\n')
+    out = tmp_path / "out"
+    r = run_cli("simulate", "--config", str(cfg), "--rule", "multi-krum", "--out", str(out), "--quiet", "--seed", "5")
+    assert r.returncode == 0, r.stderr
+    assert "final accuracy" in r.stdout
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["config"]["rule"] == "multi-krum" and m["config"]["rounds"] == 2 and m["config"]["seed"] == 5
+    assert m["config"]["rule_options"] == {"m": 4}
+    assert len(m["rounds"]) == 2 and m["final_accuracy"] == m["rounds"][-1]["accuracy"]
+    for r_ in m["rounds"]:
+        assert {"round", "accuracy", "attack_success", "tpr", "fpr", "seconds", "bytes"} <= set(r_)
+        assert r_["models_accepted"] == 4
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [float(r_["accuracy"]) for r_ in rows] == [r_["accuracy"] for r_ in m["rounds"]]
+    for png in ("accuracy.png", "detection.png", "time.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--rule", "bulyan"], "unknown rule 'bulyan'"),
+    (["--attack", "lie"], "unknown attack 'lie'"),
+    (["--dataset", "mnist", "--data-dir", "/nonexistent"], "does not exist"),
+    (["--malicious", "1.5"], "must lie in [0, 1)"),
+    (["--clients", "zero"], "invalid"),
+    (["--config", "/nonexistent.toml"], "not found"),
+    (["--plugin", "no_such_module_xyz"], "cannot import plugin"),
+])
+def test_cli_errors_are_one_line(args, needle):
+    r = run_cli("simulate", "--quiet", *args)
+    assert r.returncode == 2
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
