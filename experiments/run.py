@@ -60,10 +60,12 @@ def _one(run_dir: str, settings: dict) -> tuple[str, float]:
     return run_dir, time.perf_counter() - t0
 
 
-def run_all(experiments: list[dict], out: Path, workers: int) -> None:
+def run_all(experiments: list[dict], out: Path, workers: int, only: list[str] | None = None) -> None:
     jobs = []
     for exp in experiments:
         for name, settings in exp["runs"]:
+            if only and not all(part in name.split("_") for part in only):
+                continue
             d = out / exp["name"] / name
             if not (d / "metrics.json").is_file():
                 jobs.append((str(d), settings))
@@ -255,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", nargs="+", type=Path, help="experiment TOML files (instead of --exp)")
     p.add_argument("--out", type=Path, default=ROOT / "results", help="results folder")
     p.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
+    p.add_argument("--only", nargs="+", metavar="KEY=VALUE", help="run only grid points with these values")
     p.add_argument("--summary-only", action="store_true", help="only rebuild summary.md from finished runs")
     args = p.parse_args(argv)
     paths = args.config or [CONFIGS / f"{e}.toml" for e in args.exp]
@@ -264,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     experiments = [load_experiment(path) for path in paths]
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.summary_only:
-        run_all(experiments, args.out, args.workers)
+        run_all(experiments, args.out, args.workers, args.only)
     print(write_summary(experiments, args.out))
     return 0
 

@@ -178,6 +178,27 @@ def _run_with_progress(cfg, out: str, quiet: bool) -> dict:
     return data
 
 
+def cmd_games(args: argparse.Namespace) -> int:
+    from reshuffle.games import run_games
+
+    results = run_games(quick=args.quick)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        t = Table(title="reshuffle games" + (" --quick" if args.quick else ""))
+        for col in ("game", "assumption", "advantage", "bound", "expected", "result"):
+            t.add_column(col, justify="right" if col in ("advantage", "bound") else "left")
+        for r in results:
+            t.add_row(escape(r.game), escape(r.assumption), f"{r.advantage:.4f}", f"{r.bound:.4f}", r.expected,
+                      "pass" if r.passed else "FAIL")
+        Console(width=200).print(t)
+    return 0 if all(r.passed for r in results) else 1
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (the usage stays behind ``--help``)."""
 
@@ -215,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--N", type=int, nargs="+", default=[10, 50, 100], help="round: participants")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
     bench.set_defaults(func=cmd_bench)
+
+    games = sub.add_parser("games", help="run the security games (docs/security/)")
+    games.add_argument("--quick", action="store_true", help="fewer trials (about 10 s)")
+    games.add_argument("--json", action="store_true", help="print a JSON list of results")
+    games.set_defaults(func=cmd_games)
 
     sim = sub.add_parser("simulate", help="run a simulated federation on Re-Shuffle")
     for flag, kind, text in _SIM_OPTIONS:

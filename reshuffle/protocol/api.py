@@ -51,6 +51,45 @@ def _check_updates(updates: Sequence[np.ndarray]) -> list[np.ndarray]:
     return ups
 
 
+def build_round(
+    updates: Sequence[np.ndarray],
+    p: RoundParams,
+    *,
+    seed: int | None = None,
+    T: int = 1,
+    global_model: bytes = b"",
+    participant_cls: type[Participant] | None = None,
+) -> tuple[Server, dict[int, Participant]]:
+    """A fresh CA, PS and one participant per update, ready for a runner.
+
+    ``seed`` makes every random choice reproducible (a cryptographic PRG is
+    seeded, never numpy's); without it everything comes from OS randomness.
+    ``participant_cls`` lets the security games plug in deliberately broken
+    participants.
+    """
+    rng = SeededRandom(seed, b"shuffle") if seed is not None else OS_RANDOM
+    participant_cls = participant_cls or Participant
+
+    def key() -> SigningKey:
+        return SigningKey.from_seed(rng.bytes(32))
+
+    ca = CertificateAuthority.from_seed(rng.bytes(32))
+    ps_key = key()
+    ps_cert = ca.issue(SERVER_ID, ps_key.verify_key, ROLE_SERVER)
+    gh = global_model_hash(global_model)
+    participants, roster = {}, {}
+    for i, u in enumerate(updates):
+        sk = key()
+        roster[i] = ca.issue(i, sk.verify_key)
+        prng = SeededRandom(rng.bytes(32), b"participant") if seed is not None else None
+        participants[i] = participant_cls(
+            i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng
+        )
+    srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
+    server = Server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
+    return server, participants
+
+
 def shuffle(
     updates: Sequence[np.ndarray],
     *,
@@ -68,28 +107,12 @@ def shuffle(
     seeded, never numpy's); without it everything comes from OS randomness.
     """
     ups = _check_updates(updates)
-    N = len(ups)
     unknown = set(params) - {"n", "k", "t", "R_max", "b", "f", "clip", "group"}
     if unknown:
         raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
-    p = RoundParams.default(N, ups[0].size, **params)
-    rng = SeededRandom(seed, b"shuffle") if seed is not None else OS_RANDOM
-
-    def key() -> SigningKey:
-        return SigningKey.from_seed(rng.bytes(32))
-
-    ca = CertificateAuthority.from_seed(rng.bytes(32))
-    ps_key = key()
-    ps_cert = ca.issue(SERVER_ID, ps_key.verify_key, ROLE_SERVER)
-    gh = global_model_hash(global_model)
-    participants, roster = {}, {}
-    for i, u in enumerate(ups):
-        sk = key()
-        roster[i] = ca.issue(i, sk.verify_key)
-        prng = SeededRandom(rng.bytes(32), b"participant") if seed is not None else None
-        participants[i] = Participant(i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng)
-    srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
-    server = Server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
+    p = RoundParams.default(len(ups), ups[0].size, **params)
+    server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model)
+    N = len(ups)
     runner = InProcessRunner(server, participants, dropouts, interceptors)
     out = runner.run()
     pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}

@@ -1,0 +1,155 @@
+"""Source anonymity of a full round: which honest participant owns a given position?
+
+The challenger runs a real round (the real :class:`Server` and
+:class:`Participant` over bytes, in process) among N participants. The
+adversary is the curious PS: it holds the PS's state and every message the PS
+received, and colludes with c < t participants (their secrets). The challenge
+is a uniformly drawn valid position whose owner is honest; the adversary names
+an honest participant. Advantage = Pr[correct] − 1/h, h honest participants
+whose models are in the output.
+
+The adversary tries to strip participant i's upload y_i of every mask it can
+compute: i's self mask (b_i is revealed for every survivor), and the pairwise
+masks shared with colluders. If the token field at the challenge position then
+equals that slot's token, it names i; otherwise it guesses. It also sends a
+second, signed unmask request claiming i dropped, hoping to get shares of x_i
+too. Honest participants answer once per invocation (§4 step 4) and refuse; the
+*broken* variant (:class:`AnswersTwice`) answers, and then every mask of y_i is
+known and the adversary always wins.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+
+from reshuffle.crypto.ot import sample_distinct
+from reshuffle.crypto.rand import OS_RANDOM
+from reshuffle.crypto.shamir import Shamir
+from reshuffle.errors import ProtocolError
+from reshuffle.games.framework import Estimate, estimate
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.api import build_round
+from reshuffle.protocol.masking import pair_key, pair_sign, self_key
+from reshuffle.protocol.messages import Context, ShareKind
+from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.participant import Participant, PPhase
+from reshuffle.protocol.reservation import settled_slots
+from reshuffle.protocol.runner import InProcessRunner
+from reshuffle.crypto.prg import accumulate_streams
+from reshuffle.crypto.signatures import SERVER_ID
+
+
+class AnswersTwice(Participant):
+    """Broken participant: answers every unmask request, so both share kinds can leak."""
+
+    def handle(self, data: bytes) -> list[bytes]:
+        if self.phase is PPhase.DONE:
+            m = msg.decode(data, self._ctx)
+            if isinstance(m, msg.UnmaskRequest):
+                saved = self._mask_set  # forget the request: the next one is judged afresh
+                try:
+                    return self._on_unmask_request(m)
+                except ProtocolError:
+                    return []
+                finally:
+                    self._mask_set = saved
+        return super().handle(data)
+
+
+class CuriousPS:
+    """The adversary: the PS's state and received messages, plus the colluders' secrets."""
+
+    def __init__(self, server, transcript, colluders, participants) -> None:
+        self.server, self.transcript = server, transcript
+        self.colluders = colluders  # id -> Participant (their secrets)
+        self._send = participants  # how the PS reaches participants (it is the PS)
+
+    def _uploads(self) -> dict[int, np.ndarray]:
+        s = self.server
+        p = s.params
+        ctx = Context(s.group, p)
+        out = {}
+        for sender, data in self.transcript:
+            m = msg.decode(data, ctx)
+            if isinstance(m, msg.MaskedInput) and m.m == p.upload_m:
+                out[sender] = np.frombuffer(m.words, dtype=p.codec.dtype).copy()
+        return out
+
+    def _ask_dropped(self, i: int) -> int | None:
+        """Claim i dropped: a second signed U_m without i; reconstruct x_i if t shares come back."""
+        s = self.server
+        p, m = s.params, s.params.upload_m
+        Um = tuple(j for j in s.online[m] if j != i)
+        if len(Um) < p.t:
+            return None
+        req = msg.UnmaskRequest(s.T, m, SERVER_ID, Um, s._sign_list(m, Um)).encode()
+        shares = []
+        for j in Um:
+            for data in self._send[j].handle(req):
+                r = msg.decode(data, Context(s.group, p))
+                if isinstance(r, msg.UnmaskResponse):
+                    shares += [sh for owner, kind, sh in r.shares if owner == i and kind is ShareKind.DH_SECRET]
+        if len(shares) < p.t:
+            return None
+        return Shamir(s.group.order, p.t).reconstruct(shares[: p.t], check=False)
+
+    def guess(self, position: int, candidates: list[int]) -> int:
+        s = self.server
+        p, m, g = s.params, s.params.upload_m, s.group
+        uploads = self._uploads()
+        slot = settled_slots(s.counts)[position]
+        token = np.frombuffer(s._ot.tokens[slot], dtype=p.codec.dtype)
+        mask_set = s.online[m - 1] if m - 1 in s.online else s.online[m]
+        keys = {j: s._adverts[j].mask_keys[m - 1] for j in mask_set}
+        for i in candidates:
+            rest = uploads[i].copy()
+            streams = [(self_key(g, s.T, m, i, s._recover(i, ShareKind.SELF_SEED)), -1)]
+            x_i = self._ask_dropped(i)
+            for j in mask_set:
+                if j == i:
+                    continue
+                if x_i is not None:
+                    streams.append((pair_key(s.T, m, i, j, x_i, keys[j]), -pair_sign(i, j)))
+                elif j in self.colluders:
+                    x_j = self.colluders[j]._keys.mask[m - 1].secret
+                    streams.append((pair_key(s.T, m, j, i, x_j, keys[i]), -pair_sign(i, j)))
+            accumulate_streams(rest, streams)
+            row = rest.reshape(-1, p.row_words)[position]
+            if np.array_equal(row[p.d:], token):
+                return i
+        return candidates[sample_distinct(len(candidates), 1, OS_RANDOM)[0]]
+
+
+def anonymity_trial(N: int, c: int, d: int, broken: bool) -> tuple[bool, int]:
+    """One real round and one challenge; returns (adversary correct, h)."""
+    ups = [np.frombuffer(secrets.token_bytes(4 * d), np.int32).astype(np.float32) / 2**31 for _ in range(N)]
+    p = RoundParams.default(N, d)
+    server, parts = build_round(ups, p, participant_cls=AnswersTwice if broken else None)
+    transcript: list[tuple[int, bytes]] = []
+
+    def tap(env):
+        if env.recipient == SERVER_ID:
+            transcript.append((env.sender, env.data))
+        return [env]
+
+    InProcessRunner(server, parts, None, [tap]).run()
+    out = server.output
+    colluders = {j: parts[j] for j in range(c)}
+    honest_owner = {
+        pp.view.position: i for i, pp in parts.items()
+        if i >= c and pp.view.position is not None and pp.view.position in out.valid_positions
+    }
+    h = len(honest_owner)
+    position = list(honest_owner)[sample_distinct(h, 1, OS_RANDOM)[0]]
+    adv = CuriousPS(server, transcript, colluders, parts)
+    return adv.guess(position, sorted(honest_owner.values())) == honest_owner[position], h
+
+
+def anonymity_game(N: int, c: int, d: int, trials: int, broken: bool = False) -> Estimate:
+    results = [anonymity_trial(N, c, d, broken) for _ in range(trials)]
+    # the trivial strategy's success, averaged over the trials' h
+    baseline = sum(1 / h for _, h in results) / trials
+    it = iter(results)
+    return estimate(lambda: next(it)[0], trials, baseline)

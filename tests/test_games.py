@@ -1,0 +1,71 @@
+"""Security games: quick variants assert the expected relations; weak instances are caught."""
+
+import json
+import subprocess
+import sys
+from fractions import Fraction
+
+import pytest
+
+from reshuffle.games.basic import ddh_game, ot_request_distance, shamir_view_distance
+from reshuffle.games.framework import hoeffding, statistical_distance
+from reshuffle.games.toy import ToyGroup, safe_prime
+
+
+@pytest.fixture(scope="module")
+def results():
+    from reshuffle.games import run_games
+
+    return run_games(quick=True)
+
+
+def test_every_game_meets_its_expected_relation(results):
+    failed = [r for r in results if not r.passed]
+    assert not failed, failed
+    names = " ".join(r.game for r in results)
+    for needle in ("ddh", "ot receiver", "ot sender", "B^A vs CT-CDH", "shamir", "B^A vs PRG", "B^A vs DDH",
+                   "source anonymity"):
+        assert needle in names
+
+
+def test_weak_instances_show_a_clear_advantage(results):
+    weak = [r for r in results if "weak" in r.game]
+    assert len(weak) >= 8
+    assert all(r.advantage - r.bound > 0 or (r.bound == 0 and r.advantage == 1) for r in weak)
+
+
+def test_toy_group_is_a_real_group_and_validates():
+    g = ToyGroup.schnorr(41)
+    p = safe_prime(41)
+    assert g.p == p and (p - 1) // 2 == g.order
+    x = g.random_scalar()
+    e = g.base_mul(x)
+    assert e ** g.order == g.base_mul(0) or (e ** g.order).to_bytes() == (1).to_bytes(g.element_size, "big")
+    from reshuffle.errors import InvalidElement
+
+    non_residue = next(v for v in range(2, 100) if g.legendre(v) == -1)
+    with pytest.raises(InvalidElement, match="subgroup"):
+        g.element_from_bytes(non_residue.to_bytes(g.element_size, "big"))
+    tiny = ToyGroup.schnorr(17)
+    assert tiny.dlog(int.from_bytes(tiny.base_mul(12345).to_bytes(), "big")) == 12345
+
+
+def test_exact_games_by_hand():
+    assert shamir_view_distance(5, 2, 3, 1) == 0
+    assert shamir_view_distance(5, 2, 3, 2) == 1
+    g = ToyGroup(23)
+    assert ot_request_distance(g, 3, 1) == 1 - Fraction(9, 10)
+    assert statistical_distance({1: Fraction(1)}, {2: Fraction(1)}) == 1
+
+
+def test_ddh_harness_separates_groups():
+    assert abs(ddh_game(ToyGroup.schnorr(41), 1000).advantage) <= hoeffding(1000)
+    assert ddh_game(ToyGroup.schnorr(41, full=True), 1000).above(0.1)
+
+
+def test_cli_json():
+    r = subprocess.run([sys.executable, "-m", "reshuffle.cli", "games", "--quick", "--json"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert rows and all(set(x) == {"game", "assumption", "advantage", "bound", "expected", "passed"} for x in rows)
