@@ -15,7 +15,7 @@ from reshuffle.games.framework import Estimate, Result
 from reshuffle.games.toy import ToyGroup
 
 
-def _secure(game, assumption, e: Estimate, expected="|adv| ≤ bound") -> Result:
+def _secure(game, assumption, e: Estimate, expected="abs(adv) ≤ bound") -> Result:
     return Result(game, assumption, e.advantage, e.bound, expected, abs(e.advantage) <= e.bound)
 
 
@@ -85,7 +85,7 @@ def run_games(quick: bool = False) -> list[Result]:
     out.append(_transfer("masked sum: B^A vs DDH [weak: 17-bit]", "DDH + PRG", a, b, 0.5))
 
     e = anonymity_game(6, 1, 4, n_round)
-    out.append(_secure("source anonymity, real round [N=6, c=1, h=5]", "all of the above", e, "|adv − 0| ≤ bound (over 1/h)"))
+    out.append(_secure("source anonymity, real round [N=6, c=1, h=5]", "all of the above", e, "abs(adv) ≤ bound (adv over 1/h)"))
     e = anonymity_game(6, 1, 4, n_round, broken=True)
     out.append(_detected("source anonymity [weak: answers both share kinds]", "all of the above", e, 0.8))
     return out
