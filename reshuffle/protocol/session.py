@@ -1,0 +1,102 @@
+"""A participant whose whole state is bytes, for drivers that keep no objects between messages.
+
+Flower, for one, may run each message of a ClientApp in a fresh process and
+hands it only its ``Context``. :class:`SessionState` is what such a driver
+stores there: the participant's inputs, namely its identity, model, H(W_g^T), a
+32-byte secret seed for its randomness and every message received so far.
+:func:`handle` rebuilds the :class:`Participant` by replaying the inbox through
+the same seeded PRG (the state machine is deterministic given its randomness),
+then handles the new message. Replaying costs the earlier phases' work again;
+for the 8 messages of a round that is cheap next to training.
+
+The seed determines every secret of the round (keys, shares, masks): it must
+stay on the node, like the signing key kept beside it, and is drawn from OS
+randomness for every round.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from reshuffle.crypto.rand import SeededRandom
+from reshuffle.crypto.signatures import Certificate, CertificateAuthority, SigningKey, VerifyKey
+from reshuffle.errors import DecodeError
+from reshuffle.protocol.participant import Participant
+from reshuffle.wire import Parser, Writer
+
+_VERSION = 1
+_MAX_INBOX = 64  # a round has 8 + 2·R_max messages at most; more is a corrupt state
+_SEED_LABEL = b"session"
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """Everything a participant needs to resume; ``encode``/``decode`` are exact inverses."""
+
+    pid: int
+    T: int
+    model: bytes  # float32 little-endian W_i^T
+    signing_key: bytes  # PEM
+    cert: bytes
+    ca_key: bytes
+    global_hash: bytes
+    seed: bytes
+    inbox: tuple[bytes, ...] = ()
+
+    @classmethod
+    def new(
+        cls, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
+        ca_key: VerifyKey, global_hash: bytes, seed: bytes | None = None,
+    ) -> "SessionState":
+        """A fresh round; ``seed`` defaults to 32 bytes of OS randomness."""
+        seed = secrets.token_bytes(32) if seed is None else seed
+        if len(seed) != 32:
+            raise DecodeError(f"session seed must be 32 bytes, got {len(seed)}")
+        w = np.ascontiguousarray(model, dtype="<f4")
+        return cls(pid, T, w.tobytes(), signing_key.to_pem(), cert.encode(), ca_key.to_bytes(), global_hash, seed)
+
+    def encode(self) -> bytes:
+        w = Writer().u8(_VERSION).u32(self.pid).u64(self.T)
+        w.var(self.model).var(self.signing_key).var(self.cert).var(self.ca_key).var(self.global_hash)
+        w.fixed(self.seed, 32).u32(len(self.inbox))
+        for m in self.inbox:
+            w.var(m)
+        return w.bytes()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "SessionState":
+        p = Parser(data, "participant session")
+        if (v := p.u8("version")) != _VERSION:
+            raise DecodeError(f"participant session version {v}, expected {_VERSION}")
+        pid, T = p.u32("pid"), p.u64("T")
+        fields = [p.var(name) for name in ("model", "signing_key", "cert", "ca_key", "global_hash")]
+        seed = p.fixed(32, "seed")
+        n = p.u32("inbox length")
+        if n > _MAX_INBOX:
+            raise DecodeError(f"participant session holds {n} messages, at most {_MAX_INBOX}")
+        inbox = tuple(p.var("inbox message") for _ in range(n))
+        p.finish()
+        if len(fields[0]) % 4:
+            raise DecodeError("session model is not a whole number of float32 values")
+        return cls(pid, T, *fields, seed, inbox)
+
+    def participant(self) -> Participant:
+        """A participant in the state right after the inbox (replayed)."""
+        ca = CertificateAuthority.verifier(VerifyKey.from_bytes(self.ca_key))
+        p = Participant(
+            self.pid, self.T, np.frombuffer(self.model, dtype="<f4").astype(np.float32),
+            SigningKey.from_pem(self.signing_key), Certificate.decode(self.cert), ca, self.global_hash,
+            SeededRandom(self.seed, _SEED_LABEL),
+        )
+        for m in self.inbox:
+            p.handle(m)
+        return p
+
+
+def handle(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes]]:
+    """Process one message from the PS: (the new state, the replies to send)."""
+    replies = state.participant().handle(data)
+    return replace(state, inbox=state.inbox + (bytes(data),)), replies
