@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.reshuffle-installed
 
-.PHONY: setup run test bench games clean
+.PHONY: setup run test bench games flower clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -21,6 +21,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/reshuffle bench crypto
+
+flower: $(STAMP)
+	FLWR_HOME=$(CURDIR)/flower PATH=$(CURDIR)/$(BIN):$$PATH FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 \
+		$(BIN)/flwr run . --stream
+
+games: $(STAMP)
+	$(BIN)/reshuffle games
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,12 +1,30 @@
-"""Client side of federated learning: datasets, partitions, models, local training."""
+"""Client side of federated learning: datasets, partitions, models, local training.
 
-from reshuffle.clients.data import DATASETS, DataError, Dataset, load_dataset, parse_idx, read_idx
-from reshuffle.clients.models import MODELS, build_model, get_flat, set_flat
-from reshuffle.clients.partition import PARTITIONS, dirichlet, iid, partition
-from reshuffle.clients.train import OPTIMIZERS, TrainConfig, local_train, predict
+Names resolve lazily, so drivers that only need the option lists (or the
+protocol) do not pay for importing torch.
+"""
 
-__all__ = [
-    "DATASETS", "DataError", "Dataset", "MODELS", "OPTIMIZERS", "PARTITIONS", "TrainConfig",
-    "build_model", "dirichlet", "get_flat", "iid", "load_dataset", "local_train", "parse_idx",
-    "partition", "predict", "read_idx", "set_flat",
-]
+from __future__ import annotations
+
+import importlib
+
+DATASETS = ("digits", "mnist", "fashion-mnist")
+MODELS = ("logreg", "mlp", "lenet5")
+PARTITIONS = ("iid", "dirichlet")
+OPTIMIZERS = ("sgd", "adam")
+
+_WHERE = {
+    "DataError": "data", "Dataset": "data", "load_dataset": "data", "parse_idx": "data", "read_idx": "data",
+    "build_model": "models", "get_flat": "models", "set_flat": "models",
+    "dirichlet": "partitions", "iid": "partitions", "partition": "partitions",
+    "TrainConfig": "train", "local_train": "train", "predict": "train",
+}
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"reshuffle.clients.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'reshuffle.clients' has no attribute {name!r}")
+
+
+__all__ = ["DATASETS", "MODELS", "OPTIMIZERS", "PARTITIONS", *_WHERE]

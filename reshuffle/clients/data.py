@@ -14,7 +14,7 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 
-DATASETS = ("digits", "mnist", "fashion-mnist")
+from reshuffle.clients import DATASETS
 
 # idx type codes (LeCun's format): only unsigned bytes are used by (F)MNIST.
 _IDX_UBYTE = 0x08

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from reshuffle.errors import ConfigError
 
-MODELS = ("logreg", "mlp", "lenet5")
+from reshuffle.clients import MODELS
 
 
 class LogReg(nn.Module):

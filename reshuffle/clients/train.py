@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from reshuffle.clients.models import get_flat, set_flat
 from reshuffle.errors import ConfigError
 
-OPTIMIZERS = ("sgd", "adam")
+from reshuffle.clients import OPTIMIZERS
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 
-PARTITIONS = ("iid", "dirichlet")
+from reshuffle.clients import PARTITIONS
 
 
 def iid(labels: np.ndarray, n_clients: int, seed: int) -> list[np.ndarray]:
