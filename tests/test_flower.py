@@ -143,3 +143,30 @@ def test_real_deployment_with_a_node_killed_mid_round(tmp_path):
     assert [r["models_received"] for r in rounds] == [5, 5, 4], log[-3000:]
     assert rounds[1]["accuracy"] > m["initial_accuracy"] + 0.3
     assert rounds[2]["accuracy"] >= rounds[1]["accuracy"] - 0.05
+
+
+def test_run_config_is_validated():
+    from reshuffle.errors import ConfigError
+    from reshuffle.flower.common import settings
+
+    s = settings({"rounds": 3, "rule": "krum", "phase-timeout": 5.0, "data-dir": ""})
+    assert s.sim.rounds == 3 and s.sim.rule == "krum" and s.phase_timeout == 5.0 and s.sim.data_dir is None
+    with pytest.raises(ConfigError, match="real protocol"):
+        settings({"shuffle": "ideal"})
+    with pytest.raises(ConfigError, match="phase-timeout"):
+        settings({"phase-timeout": 0.0})
+    with pytest.raises(ConfigError, match="unknown setting 'epochs'"):
+        settings({"epochs": 2})
+
+
+def test_malformed_replies_count_as_no_answer():
+    from flwr.app import ConfigRecord, RecordDict
+
+    from reshuffle.flower.server_app import _protocol_payloads
+
+    def reply(content):
+        return RecordDict(content)
+
+    assert _protocol_payloads(reply({"reshuffle": ConfigRecord({"data": [b"a", b"b"]})})) == [b"a", b"b"]
+    assert _protocol_payloads(reply({"reshuffle": ConfigRecord({"data": ["text", "more"]})})) == []
+    assert _protocol_payloads(reply({"other": ConfigRecord({"x": 1})})) == []

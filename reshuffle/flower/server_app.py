@@ -59,6 +59,17 @@ def _send(grid: Grid, per_node: dict[int, dict], mtype: str, T: int, timeout: fl
     return out
 
 
+def _protocol_payloads(content: RecordDict) -> list[bytes]:
+    """The byte strings of a ``train.reshuffle`` reply's content; malformed content counts as no answer."""
+    try:
+        data = content[RECORD]["data"] if "data" in content[RECORD] else []
+    except KeyError:
+        return []
+    if isinstance(data, bytes):
+        data = [data]
+    return [d for d in data if isinstance(d, bytes)] if isinstance(data, list) else []
+
+
 def run_round(grid: Grid, s: FlowerSettings, T: int, W_g: np.ndarray, nodes: list[int], malicious: set[int],
               ps: tuple, seconds: dict) -> tuple[list[np.ndarray], dict, set[bytes]]:
     """One round over Flower; returns (recovered models, bytes stats, digests of malicious models)."""
@@ -101,9 +112,9 @@ def run_round(grid: Grid, s: FlowerSettings, T: int, W_g: np.ndarray, nodes: lis
             nbytes += len(data)
         replies = _send(grid, per_node, MSG_PROTOCOL, T, s.phase_timeout) if per_node else {}
         for node, r in replies.items():
-            for data in r.content[RECORD].get("data", []):
+            for data in _protocol_payloads(r.content):
                 nbytes += len(data)
-                server.receive(pid_of[node], bytes(data))
+                server.receive(pid_of[node], data)
         outbox = server.close_phase()
         seconds[ph] = seconds.get(ph, 0.0) + time.perf_counter() - t0
     return server.output.models, {"ps_total": nbytes, "per_participant": nbytes / len(roster)}, mal_digests
