@@ -84,17 +84,17 @@ def run_round(grid: Grid, s: FlowerSettings, T: int, W_g: np.ndarray, nodes: lis
     seconds["training"] = time.perf_counter() - t0
     roster, node_of, mal_digests = {}, {}, set()
     for node, r in answers.items():
-        rec = r.content[RECORD]
         try:
+            rec = r.content[RECORD]
             c = Certificate.decode(rec["cert"])
             ca.verify(c, subject=int(rec["pid"]))
-        except (ProtocolError, KeyError, ValueError):
-            continue  # an unverifiable node stays out of the round
+        except (ProtocolError, KeyError, ValueError, TypeError):
+            continue  # a malformed or unverifiable answer leaves its node out of the round
         if c.subject in roster:
             continue
         roster[c.subject], node_of[c.subject] = c, node
-        if "digest" in rec:
-            mal_digests.add(bytes(rec["digest"]))
+        if node in malicious and isinstance(rec.get("digest"), bytes):
+            mal_digests.add(rec["digest"])
     if len(roster) < 2:
         raise ConfigError(f"only {len(roster)} nodes answered the training request in round {T}")
     print(f"[reshuffle] round {T}: roster of {len(roster)} participants, protocol starts", flush=True)
