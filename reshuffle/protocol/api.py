@@ -36,6 +36,7 @@ class ShuffleResult:
     output: RoundOutput | None = None
     errors: list[ErrorRecord] = field(default_factory=list)
     participant_errors: dict[int, list] = field(default_factory=dict)
+    blamed: dict[int, str] = field(default_factory=dict)
 
 
 def _check_updates(updates: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -131,6 +132,7 @@ def shuffle(
         output=out,
         errors=list(out.errors),
         participant_errors={i: pp.view.errors for i, pp in participants.items() if pp.view.errors},
+        blamed=dict(out.blamed),
     )
 
 

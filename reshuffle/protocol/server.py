@@ -65,6 +65,8 @@ class RoundOutput:
     counts: list[tuple[int, ...]]
     online: dict[int, tuple[int, ...]]  # m -> U_m (0: setup)
     errors: list[ErrorRecord] = field(default_factory=list)
+    # participant id -> reason with its evidence (protocol v2, §8.6); never an honest party.
+    blamed: dict[int, str] = field(default_factory=dict)
 
     @property
     def discarded_positions(self) -> list[int]:
