@@ -123,3 +123,13 @@ def test_stats_per_phase():
     # Each participant uploads the whole list: 5 positions × (100 + 4) words × 4 bytes, plus header.
     assert up["participant_bytes_sent"] >= 5 * 104 * 4
     assert up["ps_bytes_received"] == 5 * up["participant_bytes_sent"]
+
+
+def test_words_payload_is_bit_exact():
+    # Arbitrary ring words (e.g. serialized bytes) come back unchanged, as a multiset.
+    rng = np.random.default_rng(7)
+    ups = [rng.integers(0, 2**32, size=33, dtype=np.uint64).astype("<u4") for _ in range(4)]
+    res = reshuffle.shuffle(ups, payload="words", seed=3)
+    assert sorted(m.tobytes() for m in res.models) == sorted(u.tobytes() for u in ups)
+    with pytest.raises(EncodingError):
+        reshuffle.shuffle([u.astype(np.float32) for u in ups], payload="words", seed=3)

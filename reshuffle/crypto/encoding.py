@@ -81,3 +81,33 @@ class FixedPoint:
     def roundtrip(self, w: np.ndarray) -> np.ndarray:
         """``Dec(Enc(w))``: what the PS recovers for ``w``."""
         return self.decode(self.encode(w).words)
+
+
+@dataclass(frozen=True)
+class RawWords:
+    """Identity codec: the payload already is ring words (bit-exact transport of bytes).
+
+    Used when a driver ships serialized content (e.g. a Flower RecordDict) rather
+    than a float model; nothing is clipped, rounded or reinterpreted.
+    """
+
+    bits: int = 32
+
+    def __post_init__(self) -> None:
+        ring_dtype(self.bits)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return ring_dtype(self.bits)
+
+    def encode(self, w: np.ndarray) -> Encoded:
+        w = np.asarray(w)
+        if w.ndim != 1 or w.dtype != self.dtype:
+            raise EncodingError(f"raw payload must be a 1-D {self.dtype} vector, got {w.dtype} {w.shape}")
+        return Encoded(w, 0)
+
+    def decode(self, words: np.ndarray) -> np.ndarray:
+        words = np.asarray(words)
+        if words.dtype != self.dtype:
+            raise EncodingError(f"expected ring words of dtype {self.dtype}, got {words.dtype}")
+        return words.copy()

@@ -39,16 +39,17 @@ class ShuffleResult:
     blamed: dict[int, str] = field(default_factory=dict)
 
 
-def _check_updates(updates: Sequence[np.ndarray]) -> list[np.ndarray]:
+def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed") -> list[np.ndarray]:
     ups = [np.asarray(u) for u in updates]
+    want = np.dtype(np.float32) if payload == "fixed" else np.dtype("<u4")
     if len(ups) < 2:
         raise ConfigError(f"a shuffle needs at least 2 updates, got {len(ups)}")
     d = ups[0].size
     for i, u in enumerate(ups):
         if u.ndim != 1 or u.size != d:
             raise EncodingError(f"update {i} has shape {u.shape}; all must be 1-D of length {d}")
-        if u.dtype != np.float32:
-            raise EncodingError(f"update {i} has dtype {u.dtype}; expected float32")
+        if u.dtype != want:
+            raise EncodingError(f"update {i} has dtype {u.dtype}; expected {want} for payload {payload!r}")
     return ups
 
 
@@ -107,8 +108,8 @@ def shuffle(
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
     seeded, never numpy's); without it everything comes from OS randomness.
     """
-    ups = _check_updates(updates)
-    unknown = set(params) - {"n", "k", "t", "R_max", "b", "f", "clip", "group"}
+    ups = _check_updates(updates, params.get("payload", "fixed"))
+    unknown = set(params) - {"n", "k", "t", "R_max", "b", "f", "clip", "group", "payload"}
     if unknown:
         raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
     p = RoundParams.default(len(ups), ups[0].size, **params)

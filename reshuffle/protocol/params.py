@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from reshuffle.crypto.encoding import FixedPoint
+from reshuffle.crypto.encoding import FixedPoint, RawWords
 from reshuffle.crypto.group import get_group
 from reshuffle.crypto.ot import TOKEN_BYTES
 from reshuffle.crypto.prg import ring_dtype
@@ -12,6 +12,7 @@ from reshuffle.errors import ConfigError, DecodeError
 from reshuffle.wire import Parser, Writer
 
 GROUPS = ("ristretto255", "secp256k1")
+PAYLOADS = ("fixed", "words")  # fixed-point float models, or raw ring words (bit-exact bytes)
 MAX_PARTICIPANTS = 1 << 16
 MAX_SLOTS = 1 << 20
 MAX_MODEL = 1 << 28
@@ -29,7 +30,9 @@ class RoundParams:
 
     ``N`` participants in the roster, ``n`` reservation slots, ``k`` OT choices,
     threshold ``t``, ``R_max`` reservation iterations, model length ``d``, ring
-    width ``b`` with ``f`` fractional bits and range ``±clip``.
+    width ``b`` with ``f`` fractional bits and range ``±clip``. ``payload`` is
+    ``"fixed"`` (float models, fixed-point codec) or ``"words"`` (the model already
+    is ``d`` ring words, delivered bit-exact).
     """
 
     N: int
@@ -42,6 +45,7 @@ class RoundParams:
     f: int = 24
     clip: float = 64.0
     group: str = "ristretto255"
+    payload: str = "fixed"
 
     @classmethod
     def default(cls, N: int, d: int, **overrides) -> "RoundParams":
@@ -69,6 +73,8 @@ class RoundParams:
             raise ConfigError(f"R_max={self.R_max} is more than 64 iterations")
         if self.group not in GROUPS:
             raise ConfigError(f"unknown group {self.group!r}; choose one of {GROUPS}")
+        if self.payload not in PAYLOADS:
+            raise ConfigError(f"unknown payload {self.payload!r}; choose one of {PAYLOADS}")
         ring_dtype(self.b)
         if TOKEN_BYTES % ring_dtype(self.b).itemsize:
             raise ConfigError("token must fill whole ring words")
@@ -98,8 +104,8 @@ class RoundParams:
         return self.d + self.token_words
 
     @property
-    def codec(self) -> FixedPoint:
-        return FixedPoint(self.b, self.f, self.clip)
+    def codec(self) -> FixedPoint | RawWords:
+        return RawWords(self.b) if self.payload == "words" else FixedPoint(self.b, self.f, self.clip)
 
     def group_obj(self):
         return get_group(self.group)
@@ -112,7 +118,7 @@ class RoundParams:
     def encode(self) -> bytes:
         w = Writer().u32(self.N).u32(self.d).u32(self.n).u32(self.k).u32(self.t)
         w.u8(self.R_max).u8(self.b).u8(self.f)
-        w.var(repr(float(self.clip)).encode()).var(self.group.encode())
+        w.var(repr(float(self.clip)).encode()).var(self.group.encode()).var(self.payload.encode())
         return w.bytes()
 
     @classmethod
@@ -123,10 +129,11 @@ class RoundParams:
         try:
             clip = float(p.var("clip", 32).decode("ascii"))
             group = p.var("group", 32).decode("ascii")
+            payload = p.var("payload", 16).decode("ascii")
         except (UnicodeDecodeError, ValueError) as exc:
             raise DecodeError(f"round parameters: {exc}") from None
         p.finish()
         try:
-            return cls(N, d, n, k, t, R_max, b, f, clip, group).validated()
+            return cls(N, d, n, k, t, R_max, b, f, clip, group, payload).validated()
         except ConfigError as exc:
             raise DecodeError(f"round parameters rejected: {exc}") from None
