@@ -41,6 +41,10 @@ class InvalidShare(ProtocolError):
     """A Shamir share is malformed, duplicated or has an invalid index."""
 
 
+class InvalidProof(ProtocolError):
+    """A zero-knowledge proof (DLEQ / VOPRF) does not verify for the claimed statement."""
+
+
 class InvalidToken(ProtocolError):
     """A slot token does not match the token issued for that slot."""
 
