@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group
 from reshuffle.crypto.rand import RandomSource, as_source
+from reshuffle.crypto.voprf import Proof, prove_dleq
 from reshuffle.errors import AlreadyAnswered, ConfigError, DecodeError, UnexpectedMessage
 from reshuffle.wire import Parser, Writer
 
@@ -163,6 +164,11 @@ class OTSender:
             raise DecodeError("OT request repeats an element")
         self._answered.add(receiver)
         return OTResponse(self.T, tuple(a**self._beta for a in request.blinded))
+
+    def prove(self, request: OTRequest, response: OTResponse, context: bytes, rng: RandomSource | None = None) -> Proof:
+        """RFC 9497 batched DLEQ proof that every ``D_j = A_j^beta`` uses the beta of ``B`` (PROTOCOL.md §8.2)."""
+        g = self.group
+        return prove_dleq(self._beta, g.generator(), self.table.B, request.blinded, response.answers, rng, context)
 
     def token_matches(self, slot: int, token: bytes) -> bool:
         """Constant-time comparison of a presented token with slot's token."""

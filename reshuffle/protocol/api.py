@@ -11,7 +11,7 @@ from reshuffle.crypto.encoding import FixedPoint
 from reshuffle.crypto.ot import sample_distinct
 from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAuthority, SigningKey
-from reshuffle.errors import ConfigError, EncodingError
+from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.runner import InProcessRunner, Interceptor
@@ -37,6 +37,11 @@ class ShuffleResult:
     errors: list[ErrorRecord] = field(default_factory=list)
     participant_errors: dict[int, list] = field(default_factory=dict)
     blamed: dict[int, str] = field(default_factory=dict)
+    # Each participant's own view of its outcome (slot, position, errors): harness-only, like positions.
+    views: dict = field(default_factory=dict)
+    # Coordinates clipped by the fixed-point codec, summed over participants (each knows only its own).
+    clipped: int = 0
+    failure: str | None = None  # why the round delivered nothing (only with raise_on_failure=False)
 
 
 def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed") -> list[np.ndarray]:
@@ -53,6 +58,27 @@ def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed") -> lis
     return ups
 
 
+def _split_adversaries(adversaries, N: int):
+    """{pid: participant behaviour} and the PS behaviour (or None), checked."""
+    per_pid, ps = {}, None
+    for b in adversaries:
+        role = getattr(b, "role", None)
+        if role == "ps":
+            if ps is not None:
+                raise ConfigError(f"two PS behaviours: {ps!r} and {b!r}")
+            ps = b
+        elif role == "participant":
+            for pid in b.pids:
+                if not 0 <= pid < N:
+                    raise ConfigError(f"{b!r} controls participant {pid}, the round has 0..{N - 1}")
+                if pid in per_pid:
+                    raise ConfigError(f"participant {pid} is controlled by {per_pid[pid]!r} and {b!r}")
+                per_pid[pid] = b
+        else:
+            raise ConfigError(f"not an adversary behaviour: {b!r}")
+    return per_pid, ps
+
+
 def build_round(
     updates: Sequence[np.ndarray],
     p: RoundParams,
@@ -61,16 +87,18 @@ def build_round(
     T: int = 1,
     global_model: bytes = b"",
     participant_cls: type[Participant] | None = None,
+    adversaries: Iterable = (),
 ) -> tuple[Server, dict[int, Participant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
     seeded, never numpy's); without it everything comes from OS randomness.
     ``participant_cls`` lets the security games plug in deliberately broken
-    participants.
+    participants; ``adversaries`` are behaviours of :mod:`reshuffle.adversaries`.
     """
     rng = SeededRandom(seed, b"shuffle") if seed is not None else OS_RANDOM
     participant_cls = participant_cls or Participant
+    hostile, ps_behaviour = _split_adversaries(adversaries, len(updates))
 
     def key() -> SigningKey:
         return SigningKey.from_seed(rng.bytes(32))
@@ -84,11 +112,11 @@ def build_round(
         sk = key()
         roster[i] = ca.issue(i, sk.verify_key)
         prng = SeededRandom(rng.bytes(32), b"participant") if seed is not None else None
-        participants[i] = participant_cls(
-            i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng
-        )
+        make = hostile[i].make if i in hostile else participant_cls
+        participants[i] = make(i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng)
     srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
-    server = Server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
+    make_server = ps_behaviour.make if ps_behaviour is not None else Server
+    server = make_server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
     return server, participants
 
 
@@ -100,23 +128,38 @@ def shuffle(
     T: int = 1,
     global_model: bytes = b"",
     interceptors: Iterable[Interceptor] = (),
+    adversaries: Iterable = (),
+    raise_on_failure: bool = True,
     **params,
 ) -> ShuffleResult:
     """Run one real Re-Shuffle round among ``len(updates)`` participants.
 
-    ``params`` override RoundParams defaults: ``n, k, t, R_max, b, f, clip, group``.
+    A round that cannot complete raises :class:`BelowThreshold`; with
+    ``raise_on_failure=False`` it returns a result with no models and ``failure``
+    set instead (the red team reads the participants' views of a failed round).
+
+    ``params`` override RoundParams defaults: ``n, k, t, c, R_max, b, f, clip, group, payload``.
+    ``adversaries`` are deviating participants or PS (:mod:`reshuffle.adversaries`).
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
     seeded, never numpy's); without it everything comes from OS randomness.
     """
     ups = _check_updates(updates, params.get("payload", "fixed"))
-    unknown = set(params) - {"n", "k", "t", "R_max", "b", "f", "clip", "group", "payload"}
+    unknown = set(params) - {"n", "k", "t", "c", "R_max", "b", "f", "clip", "group", "payload"}
     if unknown:
         raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
     p = RoundParams.default(len(ups), ups[0].size, **params)
-    server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model)
+    server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries)
     N = len(ups)
     runner = InProcessRunner(server, participants, dropouts, interceptors)
-    out = runner.run()
+    failure = None
+    try:
+        out = runner.run()
+    except BelowThreshold as exc:
+        if raise_on_failure:
+            raise
+        failure = str(exc)
+        out = RoundOutput([], [], 0, list(server.counts), dict(server.online), list(server.errors))
+    stats = runner.stats.as_dict(N)
     pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}
     positions = {
         i: pos_to_model[pp.view.position]
@@ -127,13 +170,16 @@ def shuffle(
     return ShuffleResult(
         models=out.models,
         online=sorted(positions),
-        stats=runner.stats.as_dict(N),
+        stats=stats,
         positions=positions,
         params=p,
         output=out,
         errors=list(out.errors),
         participant_errors={i: pp.view.errors for i, pp in participants.items() if pp.view.errors},
         blamed=dict(out.blamed),
+        views={i: pp.view for i, pp in participants.items()},
+        clipped=sum(pp.view.clipped for pp in participants.values()),
+        failure=failure,
     )
 
 

@@ -1,31 +1,37 @@
-"""Typed protocol messages with explicit byte encodings (PROTOCOL.md §4–5).
+"""Typed protocol messages with explicit byte encodings (PROTOCOL.md §4–5, §8.1).
 
-Every message starts with the header ``version u8 | type u8 | T u64 | m u32 |
-sender u32`` (``m`` is the MaskedSum invocation, 0 outside one; the PS sends as
-``SERVER_ID``). :func:`decode` parses the header, dispatches on the type, parses
-the body with bounds checks and rejects trailing bytes. Group elements are
+Every message is ``header | body | signature``. The header is ``version u8 |
+type u8 | T u64 | m u32 | sender u32`` (``m`` is the MaskedSum invocation, 0
+outside one; the PS sends as ``SERVER_ID``). The 64-byte Ed25519 signature of the
+sender covers the header and a digest of the body (:meth:`Message.statement`), so
+every message anyone may later be blamed for is signed by its sender (§8.1).
+Masked vectors are digested row by row, so one row can later be shown to a third
+party with the other rows' hashes only.
+
+:func:`decode` parses the header, dispatches on the type, parses the body with
+bounds checks, takes the signature and rejects trailing bytes; the caller checks
+the signature with the sender's key (:func:`verify`). Group elements are
 validated as they are parsed. Nothing here is pickled.
-
-Signed messages sign a canonical byte string that includes the round ``T``, the
-hash of the global model ``H(W_g^T)`` and, for PS lists, the invocation ``m``.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
 from reshuffle.crypto.group import Element, Group
 from reshuffle.crypto.shamir import Share
-from reshuffle.crypto.signatures import SIG_BYTES, SERVER_ID, Certificate
-from reshuffle.errors import DecodeError
+from reshuffle.crypto.signatures import SIG_BYTES, SERVER_ID, Certificate, SigningKey, VerifyKey
+from reshuffle.errors import DecodeError, ProtocolError
 from reshuffle.protocol.params import MAX_PARTICIPANTS, RoundParams
 from reshuffle.wire import Parser, Writer
 
-VERSION = 1
+VERSION = 2
 HASH_BYTES = 32
+HEADER_BYTES = 18
 
 
 class MsgType(enum.IntEnum):
@@ -41,6 +47,8 @@ class MsgType(enum.IntEnum):
     UNMASK_REQUEST = 10
     UNMASK_RESPONSE = 11
     REFUSAL = 12
+    CONSENT = 13
+    CERTIFICATE = 14
 
 
 class ShareKind(enum.IntEnum):
@@ -88,10 +96,23 @@ class Message(ABC):
 
     TYPE: ClassVar[MsgType]
 
-    def encode(self) -> bytes:
-        w = Writer().u8(VERSION).u8(self.TYPE).u64(self.T).u32(self.m).u32(self.sender)
+    def header(self) -> bytes:
+        return Writer().u8(VERSION).u8(self.TYPE).u64(self.T).u32(self.m).u32(self.sender).bytes()
+
+    def body(self) -> bytes:
+        w = Writer()
         self._body(w)
         return w.bytes()
+
+    def statement(self, body: bytes) -> bytes:
+        """What the sender's signature covers: the header and a digest of the body."""
+        return self.header() + hashlib.sha256(body).digest()
+
+    def encode(self, sk: "SigningKey | None" = None) -> bytes:
+        """Header, body and the sender's signature (64 zero bytes without a key: tests only)."""
+        body = self.body()
+        sig = sk.sign("msg", self.statement(body)) if sk is not None else bytes(SIG_BYTES)
+        return self.header() + body + sig
 
     @abstractmethod
     def _body(self, w: Writer) -> None:
@@ -123,9 +144,49 @@ def decode(data: bytes, ctx: Context) -> Message:
         raise DecodeError(f"unknown message type {t}")
     p._what = cls.TYPE.name  # error messages name the message type
     hdr = (p.u64("T"), p.u32("m"), p.u32("sender"))
+    body_start = len(data) - p.remaining
     msg = cls._parse(p, hdr, ctx)
+    body_end = len(data) - p.remaining
+    sig = p.fixed(SIG_BYTES, "signature")
     p.finish()
+    # Kept beside the message (not a field): what verify() checks.
+    object.__setattr__(msg, "_signature", sig)
+    object.__setattr__(msg, "_statement", msg.statement(memoryview(data)[body_start:body_end]))
     return msg
+
+
+def verify(m: Message, key: VerifyKey) -> None:
+    """Check a decoded message's signature with its sender's key; InvalidSignature if it fails."""
+    sig = getattr(m, "_signature", None)
+    if sig is None:
+        raise DecodeError(f"{m.TYPE.name} was not decoded from bytes: nothing to verify")
+    key.verify("msg", m._statement, sig)
+
+
+def resign(data: bytes, sk: SigningKey, ctx: Context) -> bytes:
+    """``data`` with its last 64 bytes replaced by a valid signature of ``sk``.
+
+    For adversaries that craft messages byte by byte and sign them as a real
+    sender would; bytes that do not parse are returned unchanged (they fail
+    before any signature is checked).
+    """
+    if len(data) < HEADER_BYTES + SIG_BYTES:
+        return data
+    try:
+        m = decode(bytes(data[:-SIG_BYTES]) + bytes(SIG_BYTES), ctx)
+    except ProtocolError:
+        return data
+    return bytes(data[:-SIG_BYTES]) + sk.sign("msg", m._statement)
+
+
+def relay_bytes(m: Message) -> bytes:
+    """The exact signed bytes of a decoded message, to relay it verbatim (encodings are canonical)."""
+    return m.header() + m.body() + m._signature
+
+
+def signature_of(m: Message) -> tuple[bytes, bytes]:
+    """(statement, signature) of a decoded message: evidence a third party can check."""
+    return m._statement, m._signature
 
 
 def peek_type(data: bytes) -> MsgType | None:
@@ -143,19 +204,21 @@ def peek_type(data: bytes) -> MsgType | None:
 @_register
 @dataclass(frozen=True)
 class RoundStart(Message):
-    """PS → all: round parameters, H(W_g^T), the PS certificate and the roster."""
+    """PS → all: parameters (with c), H(W_g^T), the PS certificate, the roster and the credential key C = g^γ."""
 
     TYPE: ClassVar[MsgType] = MsgType.ROUND_START
     params: RoundParams
     global_hash: bytes
     server_cert: Certificate
     roster: tuple[tuple[int, Certificate], ...]
+    cred_key: Element
 
     def _body(self, w: Writer) -> None:
         w.var(self.params.encode()).fixed(self.global_hash, HASH_BYTES)
         w.var(self.server_cert.encode()).u32(len(self.roster))
         for pid, cert in self.roster:
             w.u32(pid).var(cert.encode())
+        w.raw(self.cred_key.to_bytes())
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -169,7 +232,8 @@ class RoundStart(Message):
         ids = [pid for pid, _ in roster]
         if len(set(ids)) != len(ids) or SERVER_ID in ids:
             raise DecodeError("roster repeats an id or uses the server id")
-        return cls(*hdr, params, gh, scert, roster)
+        cred = _elem(p, params.group_obj(), "cred_key")
+        return cls(*hdr, params, gh, scert, roster, cred)
 
 
 # --------------------------------------------------------------------------- #
@@ -177,27 +241,18 @@ class RoundStart(Message):
 @_register
 @dataclass(frozen=True)
 class Advertise(Message):
-    """P_i → PS (relayed to all): signed channel key, masking keys X_{i,m} and self-mask commitments."""
+    """P_i → PS (relayed to all, signed): channel key, masking keys X_{i,m} and self-mask commitments g^{b_{i,m}}."""
 
     TYPE: ClassVar[MsgType] = MsgType.ADVERTISE
     global_hash: bytes
     enc_key: Element
     mask_keys: tuple[Element, ...]
     seed_commits: tuple[Element, ...]
-    signature: bytes
-
-    def signed_bytes(self) -> bytes:
-        w = Writer().u64(self.T).u32(self.sender).fixed(self.global_hash, HASH_BYTES)
-        w.raw(self.enc_key.to_bytes()).u8(len(self.mask_keys))
-        for e in self.mask_keys + self.seed_commits:
-            w.raw(e.to_bytes())
-        return w.bytes()
 
     def _body(self, w: Writer) -> None:
         w.fixed(self.global_hash, HASH_BYTES).raw(self.enc_key.to_bytes()).u8(len(self.mask_keys))
         for e in self.mask_keys + self.seed_commits:
             w.raw(e.to_bytes())
-        w.fixed(self.signature, SIG_BYTES)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -209,14 +264,13 @@ class Advertise(Message):
             raise DecodeError(f"advertisement has {M} masking keys, expected {ctx.params.M}")
         mk = tuple(_elem(p, g, f"mask_key[{i}]") for i in range(M))
         sc = tuple(_elem(p, g, f"seed_commit[{i}]") for i in range(M))
-        sig = p.fixed(SIG_BYTES, "signature")
-        return cls(*hdr, gh, enc, mk, sc, sig)
+        return cls(*hdr, gh, enc, mk, sc)
 
 
 @_register
 @dataclass(frozen=True)
 class AdvertiseList(Message):
-    """PS → all: the advertisements it accepted, relayed verbatim."""
+    """PS → all: the advertisements it accepted, relayed verbatim (each with its sender's signature)."""
 
     TYPE: ClassVar[MsgType] = MsgType.ADVERTISE_LIST
     adverts: tuple[bytes, ...]
@@ -261,112 +315,183 @@ class ShareBundle(Message):
 @_register
 @dataclass(frozen=True)
 class ShareDelivery(Message):
-    """PS → P_j: signed U_0, the ciphertexts addressed to P_j, and the OT table (§5 steps 1–2)."""
+    """PS → P_j: U_0 and the OT table (the same for everyone, in h), and the ciphertexts addressed to P_j."""
 
     TYPE: ClassVar[MsgType] = MsgType.SHARE_DELIVERY
     online: tuple[int, ...]
-    signature: bytes
-    ciphertexts: tuple[tuple[int, bytes], ...]
     ot_table: bytes
+    ciphertexts: tuple[tuple[int, bytes], ...]
 
     def _body(self, w: Writer) -> None:
-        w.u32_list(self.online).fixed(self.signature, SIG_BYTES).u32(len(self.ciphertexts))
+        w.u32_list(self.online).var(self.ot_table).u32(len(self.ciphertexts))
         for snd, ct in self.ciphertexts:
             w.u32(snd).var(ct)
-        w.var(self.ot_table)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
         online = _ids(p, "U_0", ctx)
-        sig = p.fixed(SIG_BYTES, "signature")
+        table = p.var("ot_table", 1 << 26)
         cnt = p.u32("count")
         if cnt > ctx.max_n:
             raise DecodeError(f"{cnt} ciphertexts for at most {ctx.max_n} participants")
         cts = tuple((p.u32("sender"), p.var("ciphertext", 1 << 16)) for _ in range(cnt))
-        return cls(*hdr, online, sig, cts, p.var("ot_table", 1 << 26))
+        return cls(*hdr, online, table, cts)
 
 
 # --------------------------------------------------------------------------- #
-# §5 step 2: slot tokens
+# §5 step 2 and §8.2–8.3: slot tokens and the row credential
 @_register
 @dataclass(frozen=True)
 class OTRequestMsg(Message):
+    """P_i → PS: blinded OT choices A_1..A_k and the blinded credential input H_2(T, r)^ρ."""
+
     TYPE: ClassVar[MsgType] = MsgType.OT_REQUEST
     request: bytes
+    cred_request: Element
 
     def _body(self, w: Writer) -> None:
-        w.var(self.request)
+        w.var(self.request).raw(self.cred_request.to_bytes())
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
-        return cls(*hdr, p.var("request", 1 << 16))
+        req = p.var("request", 1 << 16)
+        return cls(*hdr, req, _elem(p, ctx.need_group(), "cred_request"))
 
 
 @_register
 @dataclass(frozen=True)
 class OTResponseMsg(Message):
+    """PS → P_i: D_j = A_j^β with a DLEQ proof against B, and the credential evaluation with its proof against C."""
+
     TYPE: ClassVar[MsgType] = MsgType.OT_RESPONSE
     response: bytes
+    ot_proof: bytes
+    cred_eval: Element
+    cred_proof: bytes
 
     def _body(self, w: Writer) -> None:
-        w.var(self.response)
+        w.var(self.response).var(self.ot_proof).raw(self.cred_eval.to_bytes()).var(self.cred_proof)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
-        return cls(*hdr, p.var("response", 1 << 16))
+        resp, proof = p.var("response", 1 << 16), p.var("ot_proof", 256)
+        return cls(*hdr, resp, proof, _elem(p, ctx.need_group(), "cred_eval"), p.var("cred_proof", 256))
 
 
 # --------------------------------------------------------------------------- #
-# §4 MaskedSum, used by §5 steps 3–4
+# §4 MaskedSum, used by §5 steps 3–4, with the consistency step of §8.1
 @_register
 @dataclass(frozen=True)
 class MaskRequest(Message):
-    """PS → U_{m-1}: upload for invocation m; carries the signed counts of invocation m-1."""
+    """PS → U_{m-1}: upload for invocation m; carries the counts of invocation m-1."""
 
     TYPE: ClassVar[MsgType] = MsgType.MASK_REQUEST
     counts: tuple[int, ...]
-    signature: bytes
 
     def _body(self, w: Writer) -> None:
-        w.u32_list(self.counts).fixed(self.signature, SIG_BYTES)
+        w.u32_list(self.counts)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
         limit = ctx.params.n if ctx.params else 1 << 20
-        return cls(*hdr, tuple(p.u32_list("counts", limit)), p.fixed(SIG_BYTES, "signature"))
+        return cls(*hdr, tuple(p.u32_list("counts", limit)))
+
+
+def row_digest(words: bytes | memoryview, rows: int) -> bytes:
+    """H(y) over per-row hashes: SHA-256 of the rows' SHA-256 digests (one pass over y)."""
+    mv = memoryview(words).cast("B")
+    if rows < 1 or len(mv) % rows:
+        raise DecodeError(f"masked vector of {len(mv)} bytes does not split into {rows} rows")
+    size = len(mv) // rows
+    return hashlib.sha256(b"".join(hashlib.sha256(mv[r * size : (r + 1) * size]).digest() for r in range(rows))).digest()
 
 
 @_register
 @dataclass(frozen=True)
 class MaskedInput(Message):
-    """P_i → PS: ``v_i + r_{i,m}`` as little-endian ring words."""
+    """P_i → PS: ``v_i + r_{i,m}`` as little-endian ring words, with the transcript hash h_m it used.
+
+    The signature covers ``(header, h_m, H(y))`` with H over per-row hashes (§8.1);
+    ``rows`` is how many rows y has (1 for a count vector).
+    """
 
     TYPE: ClassVar[MsgType] = MsgType.MASKED_INPUT
+    h: bytes
+    rows: int
     words: bytes | memoryview  # decoded as a zero-copy view
 
     def _body(self, w: Writer) -> None:
-        w.var(self.words)
+        w.fixed(self.h, HASH_BYTES).u32(self.rows).var(self.words)
+
+    def statement(self, body: bytes) -> bytes:
+        return self.header() + self.h + row_digest(self.words, self.rows)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
-        return cls(*hdr, p.var_view("words", 1 << 31))
+        h = p.fixed(HASH_BYTES, "h")
+        rows = p.u32("rows")
+        words = p.var_view("words", 1 << 31)
+        if rows < 1 or len(words) % rows:
+            raise DecodeError(f"masked vector of {len(words)} bytes does not split into {rows} rows")
+        return cls(*hdr, h, rows, words)
 
 
 @_register
 @dataclass(frozen=True)
 class UnmaskRequest(Message):
-    """PS → U_m: the signed online list U_m of invocation m."""
+    """PS → U_m: the online list U_m of invocation m, to be signed by its members (§8.1)."""
 
     TYPE: ClassVar[MsgType] = MsgType.UNMASK_REQUEST
     online: tuple[int, ...]
-    signature: bytes
 
     def _body(self, w: Writer) -> None:
-        w.u32_list(self.online).fixed(self.signature, SIG_BYTES)
+        w.u32_list(self.online)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
-        return cls(*hdr, _ids(p, "U_m", ctx), p.fixed(SIG_BYTES, "signature"))
+        return cls(*hdr, _ids(p, "U_m", ctx))
+
+
+@_register
+@dataclass(frozen=True)
+class Consent(Message):
+    """P_i → PS: its signature on the statement ``(T, m, U_m, h_m)`` (at most one per (T, m))."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CONSENT
+    consent: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.fixed(self.consent, SIG_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, p.fixed(SIG_BYTES, "consent"))
+
+
+@_register
+@dataclass(frozen=True)
+class CertificateMsg(Message):
+    """PS → U_m: at least t members' signatures on the identical statement ``(T, m, U_m, h_m)``."""
+
+    TYPE: ClassVar[MsgType] = MsgType.CERTIFICATE
+    online: tuple[int, ...]
+    signatures: tuple[tuple[int, bytes], ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32_list(self.online).u32(len(self.signatures))
+        for pid, sig in self.signatures:
+            w.u32(pid).fixed(sig, SIG_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        online = _ids(p, "U_m", ctx)
+        cnt = p.u32("count")
+        if cnt > len(online):
+            raise DecodeError(f"{cnt} signatures for a list of {len(online)} members")
+        sigs = tuple((p.u32("signer"), p.fixed(SIG_BYTES, "signature")) for _ in range(cnt))
+        if len({s for s, _ in sigs}) != cnt:
+            raise DecodeError("certificate repeats a signer")
+        return cls(*hdr, online, sigs)
 
 
 @_register
@@ -423,10 +548,6 @@ class Refusal(Message):
 
 
 # --------------------------------------------------------------------------- #
-# Canonical signed statements of the PS.
-def signed_list(T: int, m: int, global_hash: bytes, ids) -> bytes:
-    return Writer().u64(T).u32(m).fixed(global_hash, HASH_BYTES).u32_list(ids).bytes()
-
-
-def signed_counts(T: int, m: int, global_hash: bytes, counts) -> bytes:
-    return Writer().u64(T).u32(m).fixed(global_hash, HASH_BYTES).u32_list(counts).bytes()
+def consent_statement(T: int, m: int, online, h: bytes) -> bytes:
+    """The statement ``(T, m, U_m, h_m)`` members sign before anything of invocation m is revealed."""
+    return Writer().u64(T).u32(m).u32_list(online).fixed(h, HASH_BYTES).bytes()

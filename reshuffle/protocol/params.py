@@ -29,7 +29,8 @@ class RoundParams:
     """Everything both sides must agree on for one round.
 
     ``N`` participants in the roster, ``n`` reservation slots, ``k`` OT choices,
-    threshold ``t``, ``R_max`` reservation iterations, model length ``d``, ring
+    threshold ``t``, ``c`` participants that may collude with the PS (PROTOCOL.md
+    §8.1: ``t > (N + c)/2``), ``R_max`` reservation iterations, model length ``d``, ring
     width ``b`` with ``f`` fractional bits and range ``±clip``. ``payload`` is
     ``"fixed"`` (float models, fixed-point codec) or ``"words"`` (the model already
     is ``d`` ring words, delivered bit-exact).
@@ -40,7 +41,8 @@ class RoundParams:
     n: int
     k: int
     t: int
-    R_max: int = 3
+    c: int = 0
+    R_max: int = 4
     b: int = 32
     f: int = 24
     clip: float = 64.0
@@ -49,12 +51,14 @@ class RoundParams:
 
     @classmethod
     def default(cls, N: int, d: int, **overrides) -> "RoundParams":
-        """PROTOCOL.md defaults: n = 4·N, k = min(8, n), t = ⌊N/2⌋ + 1, R_max = 3."""
+        """PROTOCOL.md defaults: n = 4·N, k = min(8, n), c = ⌊N/5⌋, t = ⌊(N + c)/2⌋ + 1, R_max = 4."""
         _pos_int("N", N)
         n = overrides.pop("n", None) or 4 * N
         k = overrides.pop("k", None) or min(8, n)
-        t = overrides.pop("t", None) or N // 2 + 1
-        return cls(N=N, d=d, n=n, k=k, t=t, **overrides).validated()
+        c = overrides.pop("c", None)
+        c = N // 5 if c is None else c
+        t = overrides.pop("t", None) or (N + c) // 2 + 1
+        return cls(N=N, d=d, n=n, k=k, t=t, c=c, **overrides).validated()
 
     def validated(self) -> "RoundParams":
         for name in ("N", "d", "n", "k", "t", "R_max", "b"):
@@ -67,8 +71,13 @@ class RoundParams:
             raise ConfigError(f"n={self.n} or d={self.d} too large")
         if self.k > self.n:
             raise ConfigError(f"k={self.k} OT choices exceed n={self.n} slots")
-        if not self.N / 2 < self.t <= self.N:
-            raise ConfigError(f"threshold t={self.t} must satisfy N/2 < t <= N (N={self.N})")
+        if not isinstance(self.c, int) or isinstance(self.c, bool) or not 0 <= self.c < self.N:
+            raise ConfigError(f"c (colluders) must be an int in [0, N), got {self.c!r}")
+        if not (self.N + self.c) / 2 < self.t <= self.N:
+            raise ConfigError(
+                f"threshold t={self.t} must satisfy (N + c)/2 < t <= N (N={self.N}, c={self.c}): "
+                "two certified views must share an honest signer"
+            )
         if self.R_max > 64:
             raise ConfigError(f"R_max={self.R_max} is more than 64 iterations")
         if self.group not in GROUPS:
@@ -100,8 +109,11 @@ class RoundParams:
 
     @property
     def row_words(self) -> int:
-        """Words per model-list position: Enc(W) ‖ τ."""
-        return self.d + self.token_words
+        """Words per model-list position: Enc(W) ‖ pad ‖ τ ‖ r ‖ y ‖ K ‖ tag (§8.3)."""
+        from reshuffle.protocol.credential import row_bytes
+
+        item = ring_dtype(self.b).itemsize
+        return row_bytes(self.d * item) // item
 
     @property
     def codec(self) -> FixedPoint | RawWords:
@@ -116,7 +128,7 @@ class RoundParams:
 
     # --- wire ---------------------------------------------------------------
     def encode(self) -> bytes:
-        w = Writer().u32(self.N).u32(self.d).u32(self.n).u32(self.k).u32(self.t)
+        w = Writer().u32(self.N).u32(self.d).u32(self.n).u32(self.k).u32(self.t).u32(self.c)
         w.u8(self.R_max).u8(self.b).u8(self.f)
         w.var(repr(float(self.clip)).encode()).var(self.group.encode()).var(self.payload.encode())
         return w.bytes()
@@ -124,7 +136,7 @@ class RoundParams:
     @classmethod
     def decode(cls, data: bytes) -> "RoundParams":
         p = Parser(data, "round parameters")
-        N, d, n, k, t = (p.u32(x) for x in ("N", "d", "n", "k", "t"))
+        N, d, n, k, t, c = (p.u32(x) for x in ("N", "d", "n", "k", "t", "c"))
         R_max, b, f = p.u8("R_max"), p.u8("b"), p.u8("f")
         try:
             clip = float(p.var("clip", 32).decode("ascii"))
@@ -134,6 +146,6 @@ class RoundParams:
             raise DecodeError(f"round parameters: {exc}") from None
         p.finish()
         try:
-            return cls(N, d, n, k, t, R_max, b, f, clip, group, payload).validated()
+            return cls(N, d, n, k, t, c, R_max, b, f, clip, group, payload).validated()
         except ConfigError as exc:
             raise DecodeError(f"round parameters rejected: {exc}") from None

@@ -1,10 +1,15 @@
-"""Participant state machine (PROTOCOL.md §4–§5).
+"""Participant state machine (PROTOCOL.md §4–§5, §8.1–§8.3).
 
 A :class:`Participant` sees only bytes from the PS and answers with bytes. Every
-incoming message is fully parsed and checked before the state moves on; any
-:class:`ProtocolError` makes it answer with a typed :class:`Refusal` and abort
-the round (the PS is the only sender, so a bad message means a bad PS or a bad
-network, and the safe move is to stop revealing anything).
+incoming message is fully parsed, its PS signature checked and its content
+validated before the state moves on; any :class:`ProtocolError` makes it answer
+with a typed :class:`Refusal` and abort the round (the PS is the only sender, so
+a bad message means a bad PS or a bad network, and the safe move is to stop
+revealing anything). Every reply is signed with the participant's key.
+
+The rooms it uses: :mod:`~reshuffle.protocol.transcript` (h_m, consent and
+certificate), :mod:`~reshuffle.protocol.credential` (row credential and tag),
+:mod:`~reshuffle.crypto.voprf` (proofs of the OT answers and the credential).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from reshuffle.crypto import voprf
 from reshuffle.crypto.channel import Channel, DHKeyPair
+from reshuffle.crypto.domain import label
 from reshuffle.crypto.ot import OTReceiver, OTResponse, OTTable
 from reshuffle.crypto.rand import RandomSource, as_source
 from reshuffle.crypto.shamir import Shamir, Share
@@ -27,16 +34,19 @@ from reshuffle.crypto.signatures import (
 )
 from reshuffle.errors import (
     DecodeError,
+    EncodingError,
     ProtocolError,
     Refused,
     UnexpectedMessage,
 )
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol import credential
 from reshuffle.protocol.masking import mask_in_place
-from reshuffle.protocol.messages import Context, ShareKind
+from reshuffle.protocol.messages import Context, MsgType, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PARTICIPANT_TABLE, PPhase, expected_names
 from reshuffle.protocol.reservation import Reservation, settled_slots
+from reshuffle.protocol.transcript import CONSENT_CONTEXT, Transcript, check_certificate
 from reshuffle.wire import Parser, Writer
 
 SETUP_PHASE_AD = 1  # channel phase tag for setup shares
@@ -45,6 +55,11 @@ SETUP_PHASE_AD = 1  # channel phase tag for setup shares
 def global_model_hash(data: bytes) -> bytes:
     """``H(W_g^T)``: SHA-256 of the broadcast global model's bytes."""
     return hashlib.sha256(b"reshuffle/v1/global-model" + data).digest()
+
+
+def ot_proof_context(T: int) -> bytes:
+    """Context of the DLEQ proof that the OT answers of round T use the β of B (§8.2)."""
+    return label("ot/answer-proof", T)
 
 
 @dataclass
@@ -62,6 +77,8 @@ class ParticipantView:
     position: int | None = None
     uploaded: set[int] = field(default_factory=set)
     errors: list[ProtocolError] = field(default_factory=list)
+    clipped: int = 0  # coordinates of its model clipped by the fixed-point codec
+    revealed: dict[int, dict[int, "ShareKind"]] = field(default_factory=dict)  # m -> owner -> kind it revealed
 
 
 class Participant:
@@ -71,11 +88,15 @@ class Participant:
     ----------
     pid : participant id (its roster id; Shamir point ``x = pid + 1``).
     T : the round it expects.
-    model : 1-D float32 vector W_i^T (or update) to upload.
+    model : 1-D vector W_i^T to upload (float32; ring words for ``payload="words"``).
     signing_key, cert : its long-term Ed25519 key and CA certificate.
     ca : the CA's verifier.
     global_hash : ``H(W_g^T)`` of the global model it received.
     rng : randomness source (default OS randomness).
+
+    Raises
+    ------
+    EncodingError : a float model holds NaN or Inf (checked before anything is masked).
     """
 
     def __init__(
@@ -89,6 +110,10 @@ class Participant:
         global_hash: bytes,
         rng: RandomSource | int | None = None,
     ) -> None:
+        model = np.asarray(model)
+        if model.dtype.kind == "f" and not np.isfinite(model).all():
+            bad = int((~np.isfinite(model)).sum())
+            raise EncodingError(f"participant {pid}: model has {bad} NaN/Inf coordinates; nothing was masked")
         self.pid, self.T = pid, T
         self._model = model
         self._sk, self._cert, self._ca = signing_key, cert, ca
@@ -98,8 +123,11 @@ class Participant:
         self.view = ParticipantView()
         self._ctx = Context()
         self.params: RoundParams | None = None
+        self._tx = Transcript(T)
         self._m = 0  # current MaskedSum invocation
-        self._revealed: dict[int, dict[int, ShareKind]] = {}  # m -> owner -> kind revealed
+        self._h: dict[int, bytes] = {}  # m -> h_m
+        self._consented: dict[int, tuple[int, ...]] = {}  # m -> the one U_m signed
+        self._revealed = self.view.revealed  # m -> owner -> kind revealed
 
     # ------------------------------------------------------------------ #
     def handle(self, data: bytes) -> list[bytes]:
@@ -116,21 +144,28 @@ class Participant:
                 raise UnexpectedMessage(f"message claims sender {m.sender}, not the PS")
             if m.T != self.T:
                 raise UnexpectedMessage(f"message for round {m.T}, this is round {self.T}")
-            return getattr(self, handlers[m.TYPE])(m)
+            if m.TYPE is not MsgType.ROUND_START:
+                msg.verify(m, self._server_vk)
+            return [data for r in getattr(self, handlers[m.TYPE])(m) for data in self._seal(r)]
         except ProtocolError as exc:
             self.view.errors.append(exc)
             prev_phase = self.phase
             self.phase = PPhase.ABORTED
             if prev_phase in (PPhase.DONE, PPhase.ABORTED):
                 return []
-            return [msg.Refusal(self.T, self._m, self.pid, type(exc).__name__, str(exc)).encode()]
+            return [msg.Refusal(self.T, self._m, self.pid, type(exc).__name__, str(exc)).encode(self._sk)]
+
+    def _seal(self, m: msg.Message) -> list[bytes]:
+        """The signed bytes to send for ``m`` (the hook adversaries override)."""
+        return [m.encode(self._sk)]
 
     # ------------------------------------------------------------------ #
-    # §5 step 0 → 1: check the broadcast, advertise signed keys.
-    def _on_round_start(self, m: msg.RoundStart) -> list[bytes]:
+    # §5 step 0 → 1: check the signed broadcast, advertise keys.
+    def _on_round_start(self, m: msg.RoundStart) -> list[msg.Message]:
+        self._ca.verify(m.server_cert, subject=SERVER_ID, role=ROLE_SERVER)
+        msg.verify(m, m.server_cert.key)
         if m.global_hash != self._hash:
             raise Refused("H(W_g^T) differs from the global model this participant received")
-        self._ca.verify(m.server_cert, subject=SERVER_ID, role=ROLE_SERVER)
         roster = dict(m.roster)
         if roster.get(self.pid) != self._cert:
             raise Refused(f"roster does not list participant {self.pid} with its certificate")
@@ -139,7 +174,11 @@ class Participant:
         p = m.params
         if p.d != self._model.size:
             raise Refused(f"round expects models of length {p.d}, this one has {self._model.size}")
+        if np.dtype(p.codec.dtype if p.payload == "words" else np.float32) != self._model.dtype:
+            raise Refused(f"round expects payload {p.payload!r}, this model is {self._model.dtype}")
         self.params, self._roster, self._server_vk = p, roster, m.server_cert.key
+        self._cred_key = m.cred_key
+        self._tx.absorb("round-start", m.body())
         g = p.group_obj()
         self._ctx = Context(g, p)
         self._keys = _RoundKeys(
@@ -150,15 +189,14 @@ class Participant:
         adv = msg.Advertise(
             self.T, 0, self.pid, self._hash, self._keys.enc.public,
             tuple(kp.public for kp in self._keys.mask),
-            tuple(g.base_mul(b) for b in self._keys.seeds), bytes(64),
+            tuple(g.base_mul(b) for b in self._keys.seeds),
         )
-        adv = msg.Advertise(**{**adv.__dict__, "signature": self._sk.sign("advertise", adv.signed_bytes())})
         self._my_advert = adv
         self.phase = PPhase.AWAIT_ADVERTS
-        return [adv.encode()]
+        return [adv]
 
-    # §5 step 1: verify every advertisement, share b_{i,m} and x_{i,m}.
-    def _on_advertise_list(self, m: msg.AdvertiseList) -> list[bytes]:
+    # §5 step 1: verify every signed advertisement, share b_{i,m} and x_{i,m}.
+    def _on_advertise_list(self, m: msg.AdvertiseList) -> list[msg.Message]:
         p, g = self.params, self._ctx.group
         adverts: dict[int, msg.Advertise] = {}
         for raw in m.adverts:
@@ -169,12 +207,13 @@ class Participant:
                 raise Refused(f"advertise list has an unknown or repeated sender {a.sender}")
             if a.T != self.T or a.global_hash != self._hash:
                 raise Refused(f"advertisement of {a.sender} is for another round or model")
-            self._roster[a.sender].key.verify("advertise", a.signed_bytes(), a.signature)
+            msg.verify(a, self._roster[a.sender].key)
             adverts[a.sender] = a
         if adverts.get(self.pid) != self._my_advert:
             raise Refused("the PS did not relay this participant's own advertisement unchanged")
         if len(adverts) < p.t:
             raise Refused(f"only {len(adverts)} advertisements, threshold t={p.t}")
+        self._tx.absorb("adverts", m.body())
         self._adverts = adverts
         shamir = Shamir(g.order, p.t)
         peers = sorted(adverts)
@@ -192,7 +231,7 @@ class Participant:
             ch = Channel(self._keys.enc, adverts[j].enc_key, self.pid, j, self.T, self._rng)
             cts.append((j, ch.seal(SETUP_PHASE_AD, per_peer[j].bytes())))
         self.phase = PPhase.AWAIT_SHARES
-        return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts)).encode()]
+        return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts))]
 
     def _parse_shares(self, owner: int, payload: bytes) -> None:
         g, p = self._ctx.group, self.params
@@ -205,13 +244,16 @@ class Participant:
                 self._held[(owner, idx + 1, kind)] = Share(self.pid + 1, y)
         parser.finish()
 
-    # §5 steps 1–2: receive the shares addressed to us, signed U_0, OT table; request tokens.
-    def _on_share_delivery(self, m: msg.ShareDelivery) -> list[bytes]:
+    # §5 steps 1–2: shares addressed to us, U_0, OT table; request tokens and the credential (§8.3).
+    def _on_share_delivery(self, m: msg.ShareDelivery) -> list[msg.Message]:
         p = self.params
-        self._server_vk.verify("ulist", msg.signed_list(self.T, 0, self._hash, m.online), m.signature)
         U0 = set(m.online)
         if not U0 <= set(self._adverts) or self.pid not in U0 or len(U0) < p.t:
             raise Refused(f"U_0 is not a subset of the advertisers containing {self.pid} with >= t members")
+        table = OTTable.decode(self._ctx.group, m.ot_table, p.n)
+        if table.T != self.T:
+            raise UnexpectedMessage(f"OT table for round {table.T}")
+        self._tx.absorb("setup", Writer().u32_list(m.online).var(m.ot_table).bytes())
         self._held: dict[tuple[int, int, ShareKind], Share] = {}
         self._parse_shares(self.pid, self._own_shares_payload)
         got = dict(m.ciphertexts)
@@ -226,53 +268,76 @@ class Participant:
                 # P_s sent us garbage: we simply hold none of its shares.
                 self.view.errors.append(exc)
         self._mask_set = sorted(U0)
-        table = OTTable.decode(self._ctx.group, m.ot_table, p.n)
-        if table.T != self.T:
-            raise UnexpectedMessage(f"OT table for round {table.T}")
         self._ot_table = table
         self._ot = OTReceiver(self._ctx.group, self.T, p.n, k=p.k, rng=self._rng)
+        self._ot_request = self._ot.request()
+        suite = credential.suite(self._ctx.group)
+        self._cred_r = self._rng.bytes(credential.R_BYTES)
+        self._cred_blind, self._cred_blinded = voprf.blind(
+            suite, credential.cred_input(self.T, self._cred_r), self._rng
+        )
         self.phase = PPhase.AWAIT_OT
-        return [msg.OTRequestMsg(self.T, 0, self.pid, self._ot.request().encode()).encode()]
+        return [msg.OTRequestMsg(self.T, 0, self.pid, self._ot_request.encode(), self._cred_blinded)]
 
-    def _on_ot_response(self, m: msg.OTResponseMsg) -> list[bytes]:
-        resp = OTResponse.decode(self._ctx.group, m.response, self.params.k)
+    # §8.2–8.3: both proofs are checked before the first reservation vector.
+    def _on_ot_response(self, m: msg.OTResponseMsg) -> list[msg.Message]:
+        g = self._ctx.group
+        resp = OTResponse.decode(g, m.response, self.params.k)
+        if len(resp.answers) != len(self._ot_request.blinded):
+            raise DecodeError(f"OT response has {len(resp.answers)} answers for {len(self._ot_request.blinded)} requests")
+        voprf.verify_dleq(
+            g.generator(), self._ot_table.B, self._ot_request.blinded, resp.answers,
+            voprf.Proof.decode(g, m.ot_proof), ot_proof_context(self.T),
+        )
+        suite = credential.suite(g)
+        (y,) = voprf.finalize(
+            suite, [credential.cred_input(self.T, self._cred_r)], [self._cred_blind], [m.cred_eval],
+            [self._cred_blinded], self._cred_key, voprf.Proof.decode(g, m.cred_proof),
+        )
+        self._credential = credential.Credential(self._cred_r, y)
         self._tokens = self._ot.recover(self._ot_table, resp)
         self._reservation = Reservation(self._tokens, self._rng)
         self._counts: list[tuple[int, ...]] = []
         self.phase = PPhase.AWAIT_MASK
         return []
 
-    # §4 step 3 for §5 steps 3–4: reservation vectors, then the model list.
-    def _on_mask_request(self, m: msg.MaskRequest) -> list[bytes]:
+    # §4 step 3 for §5 steps 3–4: reservation vectors, then the model list, masked under h_m.
+    def _on_mask_request(self, m: msg.MaskRequest) -> list[msg.Message]:
         p = self.params
         if m.m != self._m + 1:
             raise UnexpectedMessage(f"mask request for invocation {m.m}, expected {self._m + 1}")
-        self._server_vk.verify("counts", msg.signed_counts(self.T, m.m, self._hash, m.counts), m.signature)
         if (m.m == 1) != (len(m.counts) == 0) or (m.m > 1 and len(m.counts) != p.n):
             raise DecodeError(f"invocation {m.m} carries {len(m.counts)} counts")
         if m.m > p.upload_m:
             raise UnexpectedMessage(f"invocation {m.m} beyond the upload ({p.upload_m})")
+        h = self._tx.absorb("counts", Writer().u32(m.m).u32_list(m.counts).bytes())
+        self._h[m.m] = h
         if m.counts:
             self._counts.append(m.counts)
             self._reservation.observe(m.counts)
         self._m = m.m
         if m.m <= p.R_max:
-            v = np.zeros(p.n, dtype=np.uint32)
-            pick = self._reservation.choose()
-            if pick is not None:
-                v[pick] = 1
+            v, rows = self._reservation_vector(), 1
         else:
-            v = self._model_list()
+            v, rows = self._model_list()
         g = self._ctx.group
         peers = {j: self._adverts[j].mask_keys[m.m - 1] for j in self._mask_set}
         mask_in_place(v, g, self.T, m.m, self.pid, self._keys.seeds[m.m - 1],
-                      self._keys.mask[m.m - 1].secret, peers)
+                      self._keys.mask[m.m - 1].secret, peers, h)
         self.view.uploaded.add(m.m)
-        self.phase = PPhase.AWAIT_UNMASK
-        return [msg.MaskedInput(self.T, m.m, self.pid, v.tobytes()).encode()]
+        self.phase = PPhase.AWAIT_LIST
+        return [msg.MaskedInput(self.T, m.m, self.pid, h, rows, v.tobytes())]
 
-    def _model_list(self) -> np.ndarray:
-        """LW: one row per settled slot; ours holds Enc(W_i) ‖ τ_slot (§5 step 4)."""
+    def _reservation_vector(self) -> np.ndarray:
+        """One-hot at this iteration's pick, or all zeros (settled, or no free candidate left)."""
+        v = np.zeros(self.params.n, dtype=np.uint32)
+        pick = self._reservation.choose()
+        if pick is not None:
+            v[pick] = 1
+        return v
+
+    def _model_list(self) -> tuple[np.ndarray, int]:
+        """LW: one row per settled slot; ours holds the credentialed, tagged row (§5 step 4, §8.3)."""
         p = self.params
         S = settled_slots(self._counts)
         lw = np.zeros((len(S), p.row_words), dtype=p.codec.dtype)
@@ -281,26 +346,41 @@ class Participant:
         if slot is not None:
             pos = S.index(slot)
             self.view.position = pos
-            lw[pos, : p.d] = p.codec.encode(self._model).words
-            lw[pos, p.d :] = np.frombuffer(self._tokens[slot], dtype=p.codec.dtype)
-        return lw.reshape(-1)
+            enc = p.codec.encode(self._model)
+            self.view.clipped = enc.clipped
+            row = credential.build_row(
+                enc.words, self._tokens[slot], self._credential, self._rng.bytes(credential.K_BYTES), self.T, pos
+            )
+            lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
+        return lw.reshape(-1), max(len(S), 1)
 
-    # §4 step 4: reveal shares, once per invocation, never both kinds for one owner.
-    def _on_unmask_request(self, m: msg.UnmaskRequest) -> list[bytes]:
+    # §8.1: sign the one statement (T, m, U_m, h_m) of this invocation.
+    def _on_unmask_request(self, m: msg.UnmaskRequest) -> list[msg.Message]:
         p = self.params
         if m.m != self._m:
-            raise UnexpectedMessage(f"unmask request for invocation {m.m}, current is {self._m}")
-        self._server_vk.verify("ulist", msg.signed_list(self.T, m.m, self._hash, m.online), m.signature)
+            raise UnexpectedMessage(f"U_{m.m} announced during invocation {self._m}")
         Um, prev = set(m.online), set(self._mask_set)
         if not Um <= prev:
             raise Refused(f"U_{m.m} is not a subset of U_{m.m - 1}: inconsistent online lists")
         if self.pid not in Um or len(Um) < p.t:
             raise Refused(f"U_{m.m} has {len(Um)} members (t={p.t}) or omits participant {self.pid}")
+        self._consented[m.m] = m.online
+        stmt = msg.consent_statement(self.T, m.m, m.online, self._h[m.m])
+        self.phase = PPhase.AWAIT_CERT
+        return [msg.Consent(self.T, m.m, self.pid, self._sk.sign(CONSENT_CONTEXT, stmt))]
+
+    # §4 step 4 after §8.1's certificate: reveal shares once, never both kinds for one owner.
+    def _on_certificate(self, m: msg.CertificateMsg) -> list[msg.Message]:
+        p = self.params
+        if m.m != self._m or m.online != self._consented.get(m.m):
+            raise Refused(f"certificate is for another U_{m.m} than the one this participant signed")
+        keys = {j: self._roster[j].key for j in m.online}
+        check_certificate(self.T, m.m, m.online, self._h[m.m], m.signatures, keys, p.t)
+        self._tx.absorb("certified", Writer().u32(m.m).u32_list(m.online).bytes())
+        Um, prev = set(m.online), set(self._mask_set)
         plan = {j: ShareKind.SELF_SEED for j in Um}
         plan.update({j: ShareKind.DH_SECRET for j in prev - Um})
-        # One kind per owner (plan is a dict) and one answer per invocation (the
-        # state moves on, so a second request is an UnexpectedMessage): an
-        # inconsistent PS would need t answers of each kind, i.e. 2t > N answers.
+        # One kind per owner (plan is a dict), one answer per invocation (the state moves on).
         self._revealed[m.m] = plan
         out = [
             (owner, kind, self._held[(owner, m.m, kind)])
@@ -309,4 +389,4 @@ class Participant:
         ]
         self._mask_set = sorted(Um)
         self.phase = PPhase.DONE if m.m == p.upload_m else PPhase.AWAIT_MASK
-        return [msg.UnmaskResponse(self.T, m.m, self.pid, tuple(out)).encode()]
+        return [msg.UnmaskResponse(self.T, m.m, self.pid, tuple(out))]

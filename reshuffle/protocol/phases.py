@@ -21,7 +21,7 @@ def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
         return "ot"
     if mtype in (MsgType.MASK_REQUEST, MsgType.MASKED_INPUT):
         return "upload" if m == upload_m else "reserve"
-    if mtype in (MsgType.UNMASK_REQUEST, MsgType.UNMASK_RESPONSE):
+    if mtype in (MsgType.UNMASK_REQUEST, MsgType.CONSENT, MsgType.CERTIFICATE, MsgType.UNMASK_RESPONSE):
         return "unmask" if m == upload_m else "reserve"
     return "other"
 
@@ -34,7 +34,8 @@ class PPhase(enum.Enum):
     AWAIT_SHARES = "await SHARE_DELIVERY (§5.1–5.2)"
     AWAIT_OT = "await OT_RESPONSE (§5.2)"
     AWAIT_MASK = "await MASK_REQUEST (§4.3)"
-    AWAIT_UNMASK = "await UNMASK_REQUEST (§4.4)"
+    AWAIT_LIST = "await UNMASK_REQUEST with U_m (§8.1)"
+    AWAIT_CERT = "await CERTIFICATE of U_m (§8.1, then §4.4)"
     DONE = "done"
     ABORTED = "aborted"
 
@@ -46,7 +47,8 @@ PARTICIPANT_TABLE: dict[PPhase, dict[MsgType, str]] = {
     PPhase.AWAIT_SHARES: {MsgType.SHARE_DELIVERY: "_on_share_delivery"},
     PPhase.AWAIT_OT: {MsgType.OT_RESPONSE: "_on_ot_response"},
     PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request"},
-    PPhase.AWAIT_UNMASK: {MsgType.UNMASK_REQUEST: "_on_unmask_request"},
+    PPhase.AWAIT_LIST: {MsgType.UNMASK_REQUEST: "_on_unmask_request"},
+    PPhase.AWAIT_CERT: {MsgType.CERTIFICATE: "_on_certificate"},
     PPhase.DONE: {},
     PPhase.ABORTED: {},
 }
@@ -60,6 +62,7 @@ class SPhase(enum.Enum):
     BUNDLES = "collect SHARE_BUNDLE (§5.1)"
     OT = "collect OT_REQUEST (§5.2)"
     MASKED = "collect MASKED_INPUT (§4.3)"
+    CONSENT = "collect CONSENT on U_m (§8.1)"
     UNMASK = "collect UNMASK_RESPONSE (§4.4)"
     DONE = "done"
 
@@ -70,6 +73,7 @@ SERVER_TABLE: dict[SPhase, dict[MsgType, str]] = {
     SPhase.BUNDLES: {MsgType.SHARE_BUNDLE: "_on_share_bundle"},
     SPhase.OT: {MsgType.OT_REQUEST: "_on_ot_request"},
     SPhase.MASKED: {MsgType.MASKED_INPUT: "_on_masked_input"},
+    SPhase.CONSENT: {MsgType.CONSENT: "_on_consent"},
     SPhase.UNMASK: {MsgType.UNMASK_RESPONSE: "_on_unmask_response"},
     SPhase.DONE: {},
 }

@@ -1,10 +1,14 @@
-"""Parameter-server state machine (PROTOCOL.md §4–§6).
+"""Parameter-server state machine (PROTOCOL.md §4–§6, §8.1–§8.3).
 
 The :class:`Server` only ever sees ``(transport sender id, bytes)``. Each
-message is parsed and validated completely before it changes any state; a
-:class:`ProtocolError` is recorded against its sender, which is excluded from
-the rest of the round (duplicates are only ignored), and the round goes on with
-the others. Only too few participants (:class:`BelowThreshold`) ends a round.
+message is parsed, its sender's signature checked and its content validated
+before it changes any state; a :class:`ProtocolError` is recorded against its
+sender, which is excluded from the rest of the round (duplicates are only
+ignored), and the round goes on with the others. Only too few participants
+(:class:`BelowThreshold`) ends a round. Every PS message is signed.
+
+U_m is exactly the set of masked vectors added to the accumulator (§8 item 7):
+a member that misbehaves afterwards is only a dropout for answering.
 
 Driving it: ``start()`` returns the first messages; then, per phase, feed every
 reply to ``receive()`` and call ``close_phase()`` when the phase's deadline has
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from reshuffle.crypto import voprf
 from reshuffle.crypto.ot import OTRequest, OTSender, sample_distinct
 from reshuffle.crypto.rand import RandomSource, as_source
 from reshuffle.crypto.shamir import Shamir, Share
@@ -32,12 +37,16 @@ from reshuffle.errors import (
     Refused,
     UnexpectedMessage,
 )
+from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.masking import unmask_in_place
+from reshuffle.protocol.participant import ot_proof_context
+from reshuffle.protocol.transcript import CONSENT_CONTEXT, Transcript
 from reshuffle.protocol.messages import Context, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names, phase_of
 from reshuffle.protocol.reservation import settled_slots
+from reshuffle.wire import Writer
 
 Outbox = list[tuple[int, bytes]]
 RECOVERY_ATTEMPTS = 32
@@ -65,6 +74,8 @@ class RoundOutput:
     counts: list[tuple[int, ...]]
     online: dict[int, tuple[int, ...]]  # m -> U_m (0: setup)
     errors: list[ErrorRecord] = field(default_factory=list)
+    # position -> why its row was not delivered: token, credential, tag, duplicate credential (§8.3)
+    rejected_rows: dict[int, str] = field(default_factory=dict)
     # participant id -> reason with its evidence (protocol v2, §8.6); never an honest party.
     blamed: dict[int, str] = field(default_factory=dict)
 
@@ -119,6 +130,11 @@ class Server:
         self.counts: list[tuple[int, ...]] = []
         self.output: RoundOutput | None = None
         self._adverts: dict[int, msg.Advertise] = {}
+        self._tx = Transcript(T)
+        self._h = b""
+        # §8.3: the credential key γ, independent of every OT key β.
+        self._gamma = self.group.random_scalar(self._rng)
+        self.cred_key = self.group.base_mul(self._gamma)
 
     @property
     def done(self) -> bool:
@@ -142,10 +158,11 @@ class Server:
             raise ConfigError("start() called twice")
         rs = msg.RoundStart(
             self.T, 0, SERVER_ID, self.params, self._hash, self._cert,
-            tuple(sorted(self._roster.items())),
-        ).encode()
+            tuple(sorted(self._roster.items())), self.cred_key,
+        )
+        self._tx.absorb("round-start", rs.body())
         self.phase = SPhase.ADVERTS
-        return [(pid, rs) for pid in sorted(self._roster)]
+        return self._broadcast(sorted(self._roster), rs)
 
     def receive(self, sender: int, data: bytes) -> None:
         """Validate and absorb one message; errors are recorded, never raised."""
@@ -157,6 +174,7 @@ class Server:
             m = msg.decode(data, self._ctx)
             if m.sender != sender:
                 raise UnexpectedMessage(f"header names sender {m.sender}, transport says {sender}")
+            msg.verify(m, self._roster[sender].key)
             if m.T != self.T:
                 raise UnexpectedMessage(f"message for round {m.T}, this is round {self.T}")
             if isinstance(m, msg.Refusal):
@@ -182,6 +200,7 @@ class Server:
             SPhase.BUNDLES: self._close_bundles,
             SPhase.OT: self._close_ot,
             SPhase.MASKED: self._close_masked,
+            SPhase.CONSENT: self._close_consent,
             SPhase.UNMASK: self._close_unmask,
         }.get(self.phase)
         if closer is None:
@@ -199,8 +218,10 @@ class Server:
             )
         return ids
 
-    def _sign_list(self, m: int, ids) -> bytes:
-        return self._sk.sign("ulist", msg.signed_list(self.T, m, self._hash, ids))
+    def _broadcast(self, ids, m: msg.Message) -> Outbox:
+        """The same signed message to each of ``ids``."""
+        data = m.encode(self._sk)
+        return [(i, data) for i in ids]
 
     # ------------------------------------------------------------------ #
     # §5 step 1: setup
@@ -209,17 +230,17 @@ class Server:
             raise AlreadyAnswered(f"second advertisement from {sender}")
         if a.global_hash != self._hash:
             raise Refused(f"advertisement of {sender} signs another global model")
-        self._roster[sender].key.verify("advertise", a.signed_bytes(), a.signature)
         self._adverts[sender] = a
 
     def _close_adverts(self) -> Outbox:
         ids = self._need(self._adverts, "setup (advertisements)")
         self._adverts = {i: self._adverts[i] for i in ids}
         self._advertisers = ids
-        relay = msg.AdvertiseList(self.T, 0, SERVER_ID, tuple(self._adverts[i].encode() for i in ids)).encode()
+        relay = msg.AdvertiseList(self.T, 0, SERVER_ID, tuple(msg.relay_bytes(self._adverts[i]) for i in ids))
+        self._tx.absorb("adverts", relay.body())
         self._bundles: dict[int, dict[int, bytes]] = {}
         self.phase = SPhase.BUNDLES
-        return [(i, relay) for i in ids]
+        return self._broadcast(ids, relay)
 
     def _on_share_bundle(self, sender: int, b: msg.ShareBundle) -> None:
         if sender not in self._adverts:
@@ -238,30 +259,40 @@ class Server:
         p = self.params
         self._ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
         table = self._ot.table.encode()
-        sig = self._sign_list(0, U0)
+        self._tx.absorb("setup", Writer().u32_list(U0).var(table).bytes())
         out = []
         for j in U0:
             cts = tuple((s, self._bundles[s][j]) for s in U0 if s != j)
-            out.append((j, msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), sig, cts, table).encode()))
-        self._ot_answers: dict[int, bytes] = {}
+            out.append((j, msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), table, cts).encode(self._sk)))
+        self._ot_answers: dict[int, msg.OTResponseMsg] = {}
         self.phase = SPhase.OT
         return out
 
-    # §5 step 2: slot tokens
+    # §5 step 2, §8.2–8.3: slot tokens with a proof, and one credential per participant.
     def _on_ot_request(self, sender: int, m: msg.OTRequestMsg) -> None:
         if sender not in self.online[0]:
             raise UnexpectedMessage(f"OT request from {sender}, who is not in U_0")
         req = OTRequest.decode(self.group, m.request, self.params.k)
-        self._ot_answers[sender] = self._ot.answer(sender, req).encode()
+        answer = self._ot.answer(sender, req)
+        g = self.group
+        proof = self._ot.prove(req, answer, ot_proof_context(self.T), self._rng)
+        (cred_eval,), cred_proof = voprf.blind_evaluate(
+            credential.suite(g), self._gamma, [m.cred_request], self.cred_key, self._rng
+        )
+        self._ot_answers[sender] = msg.OTResponseMsg(
+            self.T, 0, SERVER_ID, answer.encode(), proof.encode(g), cred_eval, cred_proof.encode(g)
+        )
 
     def _close_ot(self) -> Outbox:
         out = [
-            (i, msg.OTResponseMsg(self.T, 0, SERVER_ID, a).encode())
-            for i, a in sorted(self._ot_answers.items()) if i not in self.excluded
+            (i, a.encode(self._sk)) for i, a in sorted(self._ot_answers.items()) if i not in self.excluded
         ]
         return out + self._open_invocation(1, self.online[0], ())
 
     # §4: one MaskedSum invocation
+    def _rows(self, m: int) -> int:
+        return 1 if m <= self.params.R_max else max(len(settled_slots(self.counts)), 1)
+
     def _vector_len(self, m: int) -> int:
         p = self.params
         return p.n if m <= p.R_max else len(settled_slots(self.counts)) * p.row_words
@@ -269,39 +300,69 @@ class Server:
     def _open_invocation(self, m: int, mask_set, counts: tuple[int, ...]) -> Outbox:
         p = self.params
         self.m = m
-        # Participants mask against the whole signed list U_{m-1}; members excluded
-        # since are simply not asked, and count as dropped when unmasking.
+        # Participants mask against the whole list U_{m-1}; members excluded since
+        # are simply not asked, and count as dropped when unmasking.
         self._mask_set = sorted(mask_set)
         live = self._need(mask_set, f"invocation {m}")
         self._acc = np.zeros(self._vector_len(m), dtype=np.dtype(f"<u{p.vector_bits(m) // 8}"))
         self._uploaded: set[int] = set()
-        sig = self._sk.sign("counts", msg.signed_counts(self.T, m, self._hash, counts))
-        req = msg.MaskRequest(self.T, m, SERVER_ID, counts, sig).encode()
+        self._h = self._tx.absorb("counts", Writer().u32(m).u32_list(counts).bytes())
         self.phase = SPhase.MASKED
-        return [(i, req) for i in live]
+        return self._broadcast(live, msg.MaskRequest(self.T, m, SERVER_ID, counts))
 
     def _on_masked_input(self, sender: int, mi: msg.MaskedInput) -> None:
         if sender not in self._mask_set:
             raise UnexpectedMessage(f"masked input from {sender}, who is not in U_{self.m - 1}")
         if sender in self._uploaded:
             raise AlreadyAnswered(f"second masked input from {sender} in invocation {self.m}")
-        if len(mi.words) != self._acc.nbytes:
+        if len(mi.words) != self._acc.nbytes or mi.rows != self._rows(self.m):
             raise DecodeError(
-                f"masked input of {sender} has {len(mi.words)} bytes, expected {self._acc.nbytes}"
+                f"masked input of {sender} has {len(mi.words)} bytes in {mi.rows} rows, "
+                f"expected {self._acc.nbytes} in {self._rows(self.m)}"
             )
+        self._check_view(sender, mi)
         # Streamed into the running sum: the PS never holds N vectors at once.
         np.add(self._acc, np.frombuffer(mi.words, dtype=self._acc.dtype), out=self._acc)
         self._uploaded.add(sender)
 
+    def _check_view(self, sender: int, mi: msg.MaskedInput) -> None:
+        """A vector masked under another h_m would only randomise the sum: refuse it."""
+        if mi.h != self._h:
+            raise Refused(f"masked input of {sender} was made under another transcript h_{self.m}")
+
     def _close_masked(self) -> Outbox:
-        Um = self._need(self._uploaded, f"invocation {self.m} uploads")
+        # U_m is exactly what was added, even if a member is excluded later (§8 item 7).
+        Um = sorted(self._uploaded)
+        if len(Um) < self.params.t:
+            raise BelowThreshold(f"invocation {self.m} uploads: {len(Um)} participants, threshold t={self.params.t}")
         self.online[self.m] = tuple(Um)
         self._dropped = sorted(set(self._mask_set) - set(Um))
+        self._consents: dict[int, bytes] = {}
+        self._statement = msg.consent_statement(self.T, self.m, Um, self._h)
+        self.phase = SPhase.CONSENT
+        return self._broadcast(self._live(Um), msg.UnmaskRequest(self.T, self.m, SERVER_ID, tuple(Um)))
+
+    # §8.1: collect t signatures on (T, m, U_m, h_m) before anyone reveals anything.
+    def _on_consent(self, sender: int, c: msg.Consent) -> None:
+        if sender not in self.online[self.m]:
+            raise UnexpectedMessage(f"consent from {sender}, who is not in U_{self.m}")
+        if sender in self._consents:
+            raise AlreadyAnswered(f"second consent from {sender}")
+        self._roster[sender].key.verify(CONSENT_CONTEXT, self._statement, c.consent)
+        self._consents[sender] = c.consent
+
+    def _close_consent(self) -> Outbox:
+        Um = self.online[self.m]
+        signers = self._need(self._consents, f"invocation {self.m} consent")
+        sigs = tuple((i, self._consents[i]) for i in signers)
+        self._start_unmask()
+        return self._broadcast(signers, msg.CertificateMsg(self.T, self.m, SERVER_ID, Um, sigs))
+
+    def _start_unmask(self) -> None:
+        self._tx.absorb("certified", Writer().u32(self.m).u32_list(self.online[self.m]).bytes())
         self._shares: dict[tuple[int, ShareKind], dict[int, Share]] = {}
         self._answered: set[int] = set()
-        req = msg.UnmaskRequest(self.T, self.m, SERVER_ID, tuple(Um), self._sign_list(self.m, Um)).encode()
         self.phase = SPhase.UNMASK
-        return [(i, req) for i in Um]
 
     def _on_unmask_response(self, sender: int, r: msg.UnmaskResponse) -> None:
         Um = set(self.online[self.m])
@@ -354,7 +415,7 @@ class Server:
         seeds = {i: self._recover(i, ShareKind.SELF_SEED) for i in Um}
         secrets = {j: self._recover(j, ShareKind.DH_SECRET) for j in self._dropped}
         keys = {k: self._adverts[k].mask_keys[m - 1] for k in Um}
-        unmask_in_place(self._acc, self.group, self.T, m, Um, seeds, secrets, keys)
+        unmask_in_place(self._acc, self.group, self.T, m, Um, seeds, secrets, keys, self._h)
         if m <= p.R_max:
             counts = tuple(int(c) for c in self._acc)
             self.counts.append(counts)
@@ -362,16 +423,18 @@ class Server:
         self._finish()
         return []
 
-    # §5 steps 5–6: validate tokens, decode.
+    # §5 steps 5–6 with §8.3: deliver the rows whose token, credential and tag pass.
     def _finish(self) -> None:
         p = self.params
         S = settled_slots(self.counts)
         lw = self._acc.reshape(len(S), p.row_words)
-        valid, models = [], []
-        for pos, slot in enumerate(S):
-            token = lw[pos, p.d :].tobytes()
-            if hmac.compare_digest(token, self._ot.tokens[slot]):
-                valid.append(pos)
-                models.append(p.codec.decode(lw[pos, : p.d].copy()))
-        self.output = RoundOutput(models, valid, len(S), list(self.counts), dict(self.online), self.errors)
+        d_bytes = p.d * lw.dtype.itemsize
+        valid, failed = credential.check_rows(
+            lw, d_bytes, [self._ot.tokens[slot] for slot in S], self.T, self._gamma, self.group
+        )
+        models = [p.codec.decode(lw[pos, : p.d].copy()) for pos in valid]
+        self.output = RoundOutput(
+            models, valid, len(S), list(self.counts), dict(self.online), self.errors,
+            rejected_rows={c.position: c.reason for c in failed},
+        )
         self.phase = SPhase.DONE

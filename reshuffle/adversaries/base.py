@@ -1,0 +1,119 @@
+"""Protocol adversaries as plug-ins (participants and PS that deviate).
+
+A behaviour is an object the caller builds and hands to
+``reshuffle.shuffle(..., adversaries=[...])``. A :class:`ParticipantBehaviour`
+controls some participant ids and builds their (deviating) state machines; a
+:class:`PSBehaviour` builds the PS. Behaviours subclass or wrap the honest state
+machines: they import the protocol, never the other way round. The registry
+(:func:`register_adversary`) is only for the CLI, the simulator and the red team.
+
+Each behaviour states what must hold when it plays (:meth:`Behaviour.holds`):
+which honest models are delivered, who is blamed, which check stops it. Nothing
+there reads the participants' secrets: only the round's public output and each
+honest participant's own view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, ClassVar, TypeVar
+
+from reshuffle.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from reshuffle.protocol.api import ShuffleResult
+    from reshuffle.protocol.participant import Participant
+    from reshuffle.protocol.server import Server
+
+
+@dataclass
+class Verdict:
+    """Whether a behaviour's guarantees held in one round, and why."""
+
+    holds: bool
+    delivered: int  # honest models delivered
+    expected: int  # honest models that had to be delivered
+    culprits_right: bool  # every expected culprit named
+    wrong: list[int] = field(default_factory=list)  # honest participants named (must stay empty)
+    detected_by: str = ""
+    detail: str = ""
+
+
+class Behaviour:
+    """Base of every adversary: a name, a description and the check that stops it."""
+
+    name: ClassVar[str] = "behaviour"
+    role: ClassVar[str] = "participant"
+    #: the protocol check that is expected to stop it (PROTOCOL.md section)
+    stopped_by: ClassVar[str] = ""
+    #: True when the PS deviates: then the round may fail, but no honest model may be exposed
+    #: and the test is on the honest participants' views.
+    culprits: tuple[int, ...] = ()
+
+    def holds(self, result: "ShuffleResult", honest: list[int]) -> Verdict:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
+
+
+class ParticipantBehaviour(Behaviour):
+    """Controls ``pids`` (default: participant 1); ``participant_class`` is its state machine."""
+
+    role: ClassVar[str] = "participant"
+    participant_class: ClassVar[type]
+
+    def __init__(self, pids: tuple[int, ...] | list[int] = (1,)) -> None:
+        pids = tuple(pids)
+        if not pids or any(not isinstance(p, int) or p < 0 for p in pids):
+            raise ConfigError(f"{self.name}: pids must be non-negative participant ids, got {pids!r}")
+        self.pids = pids
+
+    def make(self, pid: int, *args, **kwargs) -> "Participant":
+        p = self.participant_class(pid, *args, **kwargs)
+        p.behaviour = self
+        return p
+
+
+class PSBehaviour(Behaviour):
+    """A deviating PS; ``server_class`` is its state machine."""
+
+    role: ClassVar[str] = "ps"
+    server_class: ClassVar[type]
+
+    def make(self, *args, **kwargs) -> "Server":
+        s = self.server_class(*args, **kwargs)
+        s.behaviour = self
+        return s
+
+
+_REGISTRY: dict[str, Callable[..., Behaviour]] = {}
+B = TypeVar("B", bound=type)
+
+
+def register_adversary(name: str) -> Callable[[B], B]:
+    """Class decorator: make a behaviour selectable by ``name`` (CLI, simulator, red team)."""
+
+    def deco(cls: B) -> B:
+        if name in _REGISTRY:
+            raise ConfigError(f"an adversary named {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return deco
+
+
+def adversary_names(role: str | None = None) -> list[str]:
+    return sorted(n for n, c in _REGISTRY.items() if role is None or c.role == role)
+
+
+def make_adversary(name: str, **options) -> Behaviour:
+    """The behaviour registered as ``name``, configured with ``options``."""
+    if name not in _REGISTRY:
+        raise ConfigError(f"unknown adversary {name!r}; choose one of {', '.join(adversary_names())}")
+    try:
+        return _REGISTRY[name](**options)
+    except TypeError as exc:
+        raise ConfigError(f"adversary {name!r}: {exc}") from None

@@ -1,0 +1,130 @@
+"""Deviating participants (PROTOCOL.md §6, §8.7): each is the honest state machine with one change."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from reshuffle.adversaries.base import ParticipantBehaviour, Verdict, register_adversary
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.messages import MsgType
+from reshuffle.protocol.participant import Participant
+
+
+def _delivered(result, honest) -> tuple[int, int]:
+    """(honest models delivered, honest models that had to be: every honest upload of the model list)."""
+    upload_m = result.params.upload_m
+    expected = [i for i in honest if upload_m in result.views[i].uploaded]
+    return sum(i in result.positions for i in expected), len(expected)
+
+
+def verdict_all_honest_delivered(b: ParticipantBehaviour, result, honest, detected_by: str) -> Verdict:
+    """The common verdict: every honest model that had a slot is delivered; no honest party is blamed."""
+    got, want = _delivered(result, honest)
+    wrong = sorted(set(result.blamed) & set(honest))
+    culprits_ok = set(b.culprits) <= set(result.blamed)
+    return Verdict(got == want and not wrong and culprits_ok, got, want, culprits_ok, wrong, detected_by)
+
+
+class ByteTamper(ParticipantBehaviour):
+    """Applies ``fn(bytes) -> [bytes]`` to its own messages of one type, then signs them as the sender.
+
+    A building block for tests of the parsers and validators: what reaches the PS
+    is exactly what a malicious participant could send under its own key.
+    """
+
+    name = "byte-tamper"
+
+    def __init__(self, pids=(1,), mtype: MsgType = MsgType.ADVERTISE, fn: Callable = lambda d: [d],
+                 m: int | None = None, once: bool = True) -> None:
+        super().__init__(pids)
+        self.mtype, self.fn, self.m, self.once = mtype, fn, m, once
+
+    class participant_class(Participant):
+        def _seal(self, m: msg.Message) -> list[bytes]:
+            b, data = self.behaviour, m.encode(self._sk)
+            if m.TYPE != b.mtype or (b.m is not None and m.m != b.m) or getattr(self, "_tampered", False):
+                return [data]
+            self._tampered = b.once
+            return [msg.resign(d, self._sk, self._ctx) for d in b.fn(data)]
+
+    def holds(self, result, honest) -> Verdict:
+        return verdict_all_honest_delivered(self, result, honest, "parser/validator")
+
+
+@register_adversary("malformed-after-upload")
+class MalformedAfterUpload(ParticipantBehaviour):
+    """Uploads correctly, then sends a malformed message before U_m is fixed (v1 lost every model)."""
+
+    stopped_by = "§8 item 7: U_m is exactly the set of vectors added"
+
+    class participant_class(Participant):
+        def _seal(self, m: msg.Message) -> list[bytes]:
+            out = super()._seal(m)
+            if m.TYPE == MsgType.MASKED_INPUT and m.m == self.params.upload_m:
+                out.append(out[0][:40])
+            return out
+
+    def holds(self, result, honest) -> Verdict:
+        return verdict_all_honest_delivered(self, result, honest, self.stopped_by)
+
+
+@register_adversary("replay")
+class Replay(ParticipantBehaviour):
+    """Replays its masked vector of invocation 1 into invocation 2 and sends every message twice."""
+
+    stopped_by = "per-invocation header check and answer-once"
+
+    class participant_class(Participant):
+        def _seal(self, m: msg.Message) -> list[bytes]:
+            out = super()._seal(m)
+            if m.TYPE == MsgType.MASKED_INPUT and m.m == 1:
+                self._first = out[0]
+            if m.TYPE == MsgType.MASKED_INPUT and m.m == 2:
+                return [self._first] + out + out
+            return out + out
+
+    def holds(self, result, honest) -> Verdict:
+        return verdict_all_honest_delivered(self, result, honest, self.stopped_by)
+
+
+@register_adversary("multi-slot")
+class MultiSlot(ParticipantBehaviour):
+    """Marks all k candidate slots in every reservation iteration and fills every position it gets.
+
+    v1 gave it 6 to 7 valid rows of 10. It holds one credential only (§8.3), so the
+    rows it fills share r and are all dropped; its k-hot count vectors break the
+    reservation's sum check.
+    """
+
+    stopped_by = "§8.3 one credential per participant; §8.5 sum check"
+
+    class participant_class(Participant):
+        def _reservation_vector(self) -> np.ndarray:
+            v = np.zeros(self.params.n, dtype=np.uint32)
+            v[sorted(self._tokens)] = 1
+            return v
+
+        def _model_list(self):
+            from reshuffle.protocol import credential
+            from reshuffle.protocol.reservation import settled_slots
+
+            p = self.params
+            S = settled_slots(self._counts)
+            lw = np.zeros((len(S), p.row_words), dtype=p.codec.dtype)
+            enc = p.codec.encode(self._model)
+            for pos, slot in enumerate(S):
+                if slot in self._tokens:
+                    row = credential.build_row(enc.words, self._tokens[slot], self._credential,
+                                               self._rng.bytes(credential.K_BYTES), self.T, pos)
+                    lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
+            self.view.position = None
+            return lw.reshape(-1), max(len(S), 1)
+
+    def holds(self, result, honest) -> Verdict:
+        v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
+        mine = sum(i in result.positions for i in self.pids)
+        v.holds = v.holds and mine <= len(self.pids)
+        v.detail = f"attacker rows delivered: {mine}"
+        return v
