@@ -264,21 +264,31 @@ def _temp_beside(dest: Path):
 
 @contextmanager
 def progress_bar(console=None) -> Iterator[OnBytes]:
-    """A rich progress bar, one line per file; yields the ``on_bytes`` callback for :func:`fetch`."""
+    """A rich progress bar, one line per file; yields the ``on_bytes`` callback for :func:`fetch`.
+
+    The bar starts with the first byte received, so a fetch that finds every file
+    in place, or fails before downloading, draws nothing.
+    """
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                                TransferSpeedColumn)
 
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                TimeRemainingColumn())
-    with Progress(*columns, console=console) as bar:
-        tasks: dict[str, int] = {}
+    bar = Progress(*columns, console=console)
+    tasks: dict[str, int] = {}
 
-        def on_bytes(f: RemoteFile, got: int) -> None:
-            if f.name not in tasks:
-                tasks[f.name] = bar.add_task(f.name, total=f.size)
-            bar.update(tasks[f.name], completed=got)
+    def on_bytes(f: RemoteFile, got: int) -> None:
+        if not tasks:
+            bar.start()
+        if f.name not in tasks:
+            tasks[f.name] = bar.add_task(f.name, total=f.size)
+        bar.update(tasks[f.name], completed=got)
 
+    try:
         yield on_bytes
+    finally:
+        if tasks:
+            bar.stop()
 
 
 def _root(root: str | Path | None) -> Path:
