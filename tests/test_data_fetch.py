@@ -103,6 +103,28 @@ def test_fetch_downloads_verifies_and_is_idempotent(mnist_mirror, dataset_dir, t
     assert files_in(tmp_path / "mnist") == sorted(f.name for f in SOURCES["mnist"].files)
 
 
+def test_complete_copy_needs_no_network_nor_write_access(mnist_mirror, dataset_dir):
+    # The development copies (read-only, linked into data/) are complete: nothing to do.
+    result = fetch("mnist", dataset_dir("mnist").parent, mnist_mirror.url)
+    assert [what for _, what in result] == ["present"] * 4 and mnist_mirror.requests == []
+
+
+def test_interrupted_fetch_keeps_finished_files_only(mnist_mirror, tmp_path):
+    # Prepare: Ctrl-C half-way through the second file.
+    second = SOURCES["mnist"].files[1]
+
+    def interrupt(f, got):
+        if f == second and got > 0:
+            raise KeyboardInterrupt
+
+    # Execute
+    with pytest.raises(KeyboardInterrupt):
+        fetch("mnist", tmp_path, mnist_mirror.url, on_bytes=interrupt)
+    # Assert: the first file is complete, the second left no trace; a rerun finishes the job.
+    assert files_in(tmp_path / "mnist") == [SMALLEST.name]
+    assert [what for _, what in fetch("mnist", tmp_path, mnist_mirror.url)] == ["present"] + ["downloaded"] * 3
+
+
 def test_corrupted_copy_is_rejected_and_deleted(mnist_mirror, tmp_path):
     # Prepare: one byte flipped, same size, so only the checksum can tell.
     path = f"/mnist/{SMALLEST.name}"

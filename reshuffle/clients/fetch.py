@@ -191,15 +191,18 @@ def fetch(name: str, root: str | Path | None = None, base_url: str | None = None
     """
     src = source(name)
     base = check_base_url(base_url if base_url is not None else src.base_url)
-    folder = _writable_folder(_root(root) / src.dataset)
+    folder = _root(root) / src.dataset
+    before = [check_file(folder / f.name, f) for f in src.files]
+    if any(c.status != "ok" for c in before):
+        # Only now: a complete copy in a read-only folder is fine as it is.
+        _writable_folder(folder)
     done = []
-    for f in src.files:
-        before = check_file(folder / f.name, f)
-        if before.status == "ok":
+    for f, check in zip(src.files, before):
+        if check.status == "ok":
             done.append((f, "present"))
             continue
         download(base + f.name, folder / f.name, f, on_bytes)
-        done.append((f, "downloaded" if before.status == "missing" else "replaced"))
+        done.append((f, "downloaded" if check.status == "missing" else "replaced"))
     return done
 
 
