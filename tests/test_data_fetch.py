@@ -225,7 +225,7 @@ def test_base_url_gets_one_trailing_slash(scheme, host, segments, slash):
     assert check_base_url(out) == out
 
 
-@pytest.mark.parametrize("name, why", [("cifar", "unknown dataset 'cifar' to fetch; choose one of mnist, "
+@pytest.mark.parametrize("name, why", [("cifar", "unknown dataset 'cifar'; the downloadable ones are mnist, "
                                                  "fashion-mnist"), ("digits", "embedded")])
 def test_unknown_dataset(name, why, tmp_path):
     with pytest.raises(ConfigError, match=why):
@@ -284,7 +284,7 @@ def test_cli_fetch_then_verify(mnist_mirror, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["data", "fetch", "cifar", "--quiet"], "unknown dataset 'cifar' to fetch"),
+    (["data", "fetch", "cifar", "--quiet"], "unknown dataset 'cifar'; the downloadable ones are mnist, fashion-mnist"),
     (["data", "fetch", "mnist", "--url", "ftp://x/"], "--url 'ftp://x/': the scheme must be http or https"),
     (["data", "verify"], r"no dataset in .*; get one with `reshuffle data fetch mnist\|fashion-mnist` or pass "
                          "--data-dir"),

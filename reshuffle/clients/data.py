@@ -105,7 +105,8 @@ def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, n
 def _load_idx_dataset(name: str, folder: Path) -> Dataset:
     if not folder.is_dir():
         raise DataError(f"{name}: data folder {folder} does not exist; {how_to_get(name, folder)}")
-    absent = [f"{s}.gz" for s in _IDX_FILES.values() if not (folder / f"{s}.gz").is_file() and not (folder / s).is_file()]
+    absent = [f"{stem}.gz" for stem in _IDX_FILES.values()
+              if not (folder / f"{stem}.gz").is_file() and not (folder / stem).is_file()]
     if absent:
         raise DataError(f"{name}: {folder} lacks {', '.join(absent)}; {how_to_get(name, folder)}")
     arrays = {k: read_idx(folder, stem) for k, stem in _IDX_FILES.items()}

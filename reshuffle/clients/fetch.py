@@ -111,7 +111,7 @@ def source(name: str) -> Source:
     if name == "digits":
         raise ConfigError("dataset 'digits' is embedded (scikit-learn); there is nothing to fetch")
     if name not in SOURCES:
-        raise ConfigError(f"unknown dataset {name!r} to fetch; choose one of {', '.join(SOURCES)}")
+        raise ConfigError(f"unknown dataset {name!r}; the downloadable ones are {', '.join(SOURCES)}")
     return SOURCES[name]
 
 
