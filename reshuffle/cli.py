@@ -112,7 +112,7 @@ def _non_negative_int(text: str) -> int:
 # so an option left out does not override a --config file.
 _SIM_OPTIONS = [
     ("--dataset", str, "digits (embedded), mnist, fashion-mnist"),
-    ("--data-dir", str, "folder with the idx files for mnist / fashion-mnist"),
+    ("--data-dir", str, "folder with the idx files for mnist / fashion-mnist (default: data/<dataset>)"),
     ("--model", str, "logreg, mlp, lenet5"),
     ("--clients", _positive(int), "number of clients N"),
     ("--rounds", _positive(int), "number of rounds"),
@@ -178,6 +178,39 @@ def _run_with_progress(cfg, out: str, quiet: bool) -> dict:
     return data
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    from reshuffle.clients import fetch as dl
+    from reshuffle.clients.data import DataError, default_data_root
+
+    root = Path(args.dir) if args.dir else default_data_root()
+    if args.data_cmd == "fetch":
+        if args.quiet:
+            results = dl.fetch(args.name, root, args.url)
+        else:
+            from rich.console import Console
+
+            with dl.progress_bar(Console(stderr=True)) as on_bytes:
+                results = dl.fetch(args.name, root, args.url, on_bytes)
+        folder = root / args.name
+        for f, what in results:
+            print(f"{what:<10} {folder / f.name}")
+        use = "" if args.dir is None else f"; pass --data-dir {folder} to use it"
+        print(f"{args.name}: {len(results)} files in {folder}, SHA-256 verified{use}")
+        return 0
+    names = args.names or [n for n in dl.SOURCES if (root / n).exists()]
+    if not names:
+        raise DataError(f"no dataset in {root}; get one with `reshuffle data fetch mnist|fashion-mnist` "
+                        f"or pass --data-dir to the commands that load data")
+    bad = 0
+    for name in names:
+        for check in dl.verify(name, root):
+            print(f"{check.status:<8} {check.path}" + (f" ({check.detail})" if check.detail else ""))
+            bad += check.status != "ok"
+    if bad:
+        print(f"{bad} file(s) missing or wrong; `reshuffle data fetch NAME` downloads and replaces them")
+    return 1 if bad else 0
+
+
 def cmd_games(args: argparse.Namespace) -> int:
     from reshuffle.games import run_games
 
@@ -241,6 +274,19 @@ def build_parser() -> argparse.ArgumentParser:
     games.add_argument("--quick", action="store_true", help="fewer trials (about 10 s)")
     games.add_argument("--json", action="store_true", help="print a JSON list of results")
     games.set_defaults(func=cmd_games)
+
+    data = sub.add_parser("data", help="download and verify MNIST / Fashion-MNIST (default folder: data/)")
+    data_sub = data.add_subparsers(dest="data_cmd", required=True)
+    dir_help = "data folder holding NAME/ per dataset (default: data/ in the repository)"
+    fetch = data_sub.add_parser("fetch", help="download a dataset's four idx files and check their SHA-256")
+    fetch.add_argument("name", help="mnist or fashion-mnist")
+    fetch.add_argument("--dir", help=dir_help)
+    fetch.add_argument("--url", help="base URL of a mirror holding the four .gz files (default: the public source)")
+    fetch.add_argument("--quiet", action="store_true", help="no progress bar")
+    verify = data_sub.add_parser("verify", help="check the files in place against their known SHA-256")
+    verify.add_argument("names", nargs="*", help="datasets to check (default: every dataset folder present)")
+    verify.add_argument("--dir", help=dir_help)
+    data.set_defaults(func=cmd_data)
 
     sim = sub.add_parser("simulate", help="run a simulated federation on Re-Shuffle")
     for flag, kind, text in _SIM_OPTIONS:

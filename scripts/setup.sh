@@ -1,9 +1,35 @@
 #!/usr/bin/env bash
 # Create .venv and install Re-Shuffle with everything it needs, on a fresh Debian
-# machine with only the system Python. Idempotent.
+# machine with only the system Python. Idempotent. `scripts/setup.sh --data` only
+# links the development datasets (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+
+link_dev_data() {
+    # Development machines and CI keep the datasets beside the repository
+    # (<repo>/../shared/data/<name>). Link each into data/, a real git-ignored
+    # folder, so tests, benchmarks and experiments read the default path that
+    # `reshuffle data fetch` fills for a user. A real folder already there (a
+    # user's download) is left alone; the link is relative to data/, so it
+    # survives moving the repository together with its neighbour.
+    local name target
+    mkdir -p data
+    for name in mnist fashion-mnist; do
+        target="../../shared/data/$name"
+        [ -d "../shared/data/$name" ] || continue
+        [ "$(readlink "data/$name" 2>/dev/null)" = "$target" ] && continue
+        if [ -L "data/$name" ] || [ ! -e "data/$name" ]; then
+            ln -sfn "$target" "data/$name"
+            echo "setup: data/$name linked to the development copy"
+        fi
+    done
+}
+
+link_dev_data
+if [ "${1:-}" = "--data" ]; then
+    exit 0
+fi
 
 apt_install() {
     # Debian packages, only when missing and only if we can install them.

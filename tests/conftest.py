@@ -16,15 +16,23 @@ def ristretto():
     return get_group("ristretto255")
 
 
-# The shared datasets sit beside the repository (../shared/data), never inside it.
-SHARED_DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
 @pytest.fixture(scope="session")
-def shared_data():
-    if not (SHARED_DATA / "mnist").is_dir():
-        pytest.skip(f"shared datasets not found at {SHARED_DATA}")
-    return SHARED_DATA
+def dataset_dir():
+    """``dataset_dir(name)``: the idx dataset's folder at the default path (data/<name>), or skip.
+
+    Development machines and CI get it from scripts/setup.sh (links), users from
+    `reshuffle data fetch`; the test skips only when the files are genuinely absent.
+    """
+    from reshuffle.clients.data import default_data_root
+    from reshuffle.clients.fetch import source
+
+    def get(name: str):
+        folder = default_data_root() / name
+        if not all((folder / f.name).is_file() for f in source(name).files):
+            pytest.skip(f"{name} not in {folder} (scripts/setup.sh --data or `reshuffle data fetch {name}`)")
+        return folder
+
+    return get
 
 
 @pytest.fixture(scope="session")

@@ -59,8 +59,8 @@ def test_missing_file_error_names_the_file(tmp_path):
         load_dataset("mnist", tmp_path)
     with pytest.raises(DataError, match="does not exist"):
         load_dataset("fashion-mnist", tmp_path / "nowhere")
-    with pytest.raises(DataError, match="needs --data-dir"):
-        load_dataset("mnist")
+    with pytest.raises(DataError, match="reshuffle data fetch mnist.*--data-dir"):
+        load_dataset("mnist", tmp_path / "mnist")
     with pytest.raises(ConfigError, match="unknown dataset 'cifar'"):
         load_dataset("cifar")
 
@@ -73,8 +73,9 @@ def test_digits_is_embedded_and_standardised(digits):
 
 
 @pytest.mark.parametrize("name", ["mnist", "fashion-mnist"])
-def test_idx_datasets_from_shared_folder(shared_data, name):
-    ds = load_dataset(name, shared_data / name)
+def test_idx_datasets_from_default_folder(dataset_dir, name):
+    dataset_dir(name)
+    ds = load_dataset(name)  # no data_dir: the default data/<name>
     assert ds.x_train.shape == (60000, 1, 28, 28) and ds.x_test.shape == (10000, 1, 28, 28)
     assert np.bincount(ds.y_test).tolist() == [1000] * 10 if name == "fashion-mnist" else ds.y_test.max() == 9
 

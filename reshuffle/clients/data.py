@@ -1,7 +1,9 @@
 """Datasets: scikit-learn's bundled digits (embedded default), MNIST and Fashion-MNIST from idx files.
 
 Images come out as float32 tensors of shape (n, 1, H, W), standardised with the
-training set's mean and standard deviation; labels as int64.
+training set's mean and standard deviation; labels as int64. Without a data
+folder, the idx datasets are read from ``data/<name>/`` in the repository, which
+``reshuffle data fetch <name>`` fills (:mod:`reshuffle.clients.fetch`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,24 @@ _IDX_FILES = {
 
 class DataError(ConfigError):
     """A dataset file is missing or is not a valid idx file."""
+
+
+def default_data_root() -> Path:
+    """The folder that holds ``<name>/`` for each idx dataset when no data folder is given.
+
+    ``data/`` in the repository when the package runs from a checkout (the usual,
+    editable install), else ``data/`` in the current directory.
+    """
+    repo = Path(__file__).resolve().parents[2]
+    return repo / "data" if (repo / "pyproject.toml").is_file() else Path.cwd() / "data"
+
+
+def how_to_get(name: str, folder: Path) -> str:
+    """The two ways to get dataset ``name``, phrased for the folder that was looked in."""
+    fetch = f"reshuffle data fetch {name}"
+    if folder.name == name and folder.resolve() != (default_data_root() / name).resolve():
+        fetch += f" --dir {folder.parent}"
+    return f"get it with `{fetch}` or pass --data-dir pointing at a folder that holds its four idx files"
 
 
 @dataclass(frozen=True)
@@ -84,7 +104,11 @@ def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, n
 
 def _load_idx_dataset(name: str, folder: Path) -> Dataset:
     if not folder.is_dir():
-        raise DataError(f"data folder {folder} does not exist; pass --data-dir pointing at the {name} idx files")
+        raise DataError(f"{name}: data folder {folder} does not exist; {how_to_get(name, folder)}")
+    absent = [f"{stem}.gz" for stem in _IDX_FILES.values()
+              if not (folder / f"{stem}.gz").is_file() and not (folder / stem).is_file()]
+    if absent:
+        raise DataError(f"{name}: {folder} lacks {', '.join(absent)}; {how_to_get(name, folder)}")
     arrays = {k: read_idx(folder, stem) for k, stem in _IDX_FILES.items()}
     for split in ("train", "test"):
         x, y = arrays[f"{split}_x"], arrays[f"{split}_y"]
@@ -111,11 +135,14 @@ def _load_digits(test_fraction: float = 0.2) -> Dataset:
 
 
 def load_dataset(name: str, data_dir: str | Path | None = None) -> Dataset:
-    """Load ``digits`` (no files needed), ``mnist`` or ``fashion-mnist`` (idx files in ``data_dir``)."""
+    """Load ``digits`` (no files needed), ``mnist`` or ``fashion-mnist``.
+
+    The idx datasets come from ``data_dir`` (the folder holding the four files),
+    by default ``default_data_root() / name``.
+    """
     if name == "digits":
         return _load_digits()
     if name in ("mnist", "fashion-mnist"):
-        if data_dir is None:
-            raise DataError(f"dataset {name!r} needs --data-dir (e.g. ../shared/data/{name})")
-        return _load_idx_dataset(name, Path(data_dir))
+        folder = default_data_root() / name if data_dir is None else Path(data_dir)
+        return _load_idx_dataset(name, folder)
     raise ConfigError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
