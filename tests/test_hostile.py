@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import reshuffle
+from reshuffle.adversaries import ByteTamper, adversary_names, make_adversary
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import (
     AlreadyAnswered,
@@ -47,8 +48,16 @@ def tamper(sender, mtype, fn, m=None, once=True):
 
 
 def run(interceptor, seed=1):
+    """A round with an in-transit interceptor (a network attacker: no participant key)."""
     ups = make_updates(N, d=10, seed=seed)
     return ups, reshuffle.shuffle(ups, seed=seed, interceptors=[interceptor])
+
+
+def run_as(pid, mtype, fn, m=None, seed=1, once=True):
+    """A round where participant ``pid`` itself sends ``fn(message)``, signed with its own key."""
+    ups = make_updates(N, d=10, seed=seed)
+    adv = ByteTamper(pids=(pid,), mtype=mtype, fn=fn, m=m, once=once)
+    return ups, reshuffle.shuffle(ups, seed=seed, adversaries=[adv])
 
 
 def errors_of(r, sender):
@@ -61,11 +70,18 @@ def assert_completes_without(ups, r, excluded):
     assert multiset(r.models) == expected_models(ups, want)
 
 
-# (message type sent by P1, transformation, expected error); m=None: first one.
+UPLOAD = 5  # R_max = 4 reservation iterations, then the upload
+
+
+def _short_count_vector(d):
+    # header | h | rows=1 | 8 bytes of words | signature (re-signed by the sender)
+    return [d[:50] + (1).to_bytes(4, "big") + (8).to_bytes(4, "big") + bytes(8) + bytes(64)]
+
+
+# (message type sent by P1, transformation, expected error); m=None: first one. P1 signs what it sends.
 CASES = [
     ("truncated advert", MsgType.ADVERTISE, None, lambda d: [d[:-5]], DecodeError),
     ("extended advert", MsgType.ADVERTISE, None, lambda d: [d + b"\x00"], DecodeError),
-    ("bad advert signature", MsgType.ADVERTISE, None, lambda d: [d[:-1] + bytes([d[-1] ^ 1])], InvalidSignature),
     ("advert wrong round", MsgType.ADVERTISE, None, lambda d: [rewrite_header(d, T=7)], UnexpectedMessage),
     ("advert invalid element", MsgType.ADVERTISE, None,
      lambda d: [d[: 18 + 32] + bytes(32) + d[18 + 64 :]], InvalidElement),
@@ -75,8 +91,8 @@ CASES = [
     ("OT request invalid element", MsgType.OT_REQUEST, None,
      lambda d: [d[:34] + bytes(32) + d[66:]], InvalidElement),
     ("OT request garbage", MsgType.OT_REQUEST, None, lambda d: [d[:18] + b"\xff" * 9], DecodeError),
-    ("reservation wrong length", MsgType.MASKED_INPUT, 1, lambda d: [d[:18] + (8).to_bytes(4, "big") + bytes(8)], DecodeError),
-    ("upload wrong length", MsgType.MASKED_INPUT, 4, lambda d: [d[:-4]], DecodeError),
+    ("reservation wrong length", MsgType.MASKED_INPUT, 1, _short_count_vector, DecodeError),
+    ("upload wrong length", MsgType.MASKED_INPUT, UPLOAD, lambda d: [d[:-4]], DecodeError),
     ("masked input for wrong invocation", MsgType.MASKED_INPUT, 2, lambda d: [rewrite_header(d, m=3)], UnexpectedMessage),
     ("message type unknown", MsgType.OT_REQUEST, None, lambda d: [d[:1] + b"\x63" + d[2:]], DecodeError),
     ("wrong version", MsgType.ADVERTISE, None, lambda d: [b"\x07" + d[1:]], DecodeError),
@@ -86,10 +102,19 @@ CASES = [
 
 @pytest.mark.parametrize("name,mtype,m,fn,err", CASES, ids=[c[0] for c in CASES])
 def test_malformed_from_participant_excludes_only_it(name, mtype, m, fn, err):
-    ups, r = run(tamper(1, mtype, fn, m))
+    ups, r = run_as(1, mtype, fn, m)
     assert err in errors_of(r, 1), [str(e) for e in r.errors]
     assert_completes_without(ups, r, {1})
     assert all(e.sender == 1 for e in r.errors)
+
+
+@pytest.mark.parametrize("mtype,m", [(MsgType.ADVERTISE, None), (MsgType.MASKED_INPUT, 2), (MsgType.CONSENT, UPLOAD)])
+def test_in_transit_tampering_fails_the_signature(mtype, m):
+    # A network attacker flips one byte of P1's signed message: the PS rejects it as unsigned.
+    ups, r = run(tamper(1, mtype, lambda d: [d[:30] + bytes([d[30] ^ 1]) + d[31:]], m))
+    assert InvalidSignature in errors_of(r, 1), [str(e) for e in r.errors]
+    assert all(e.sender == 1 for e in r.errors)
+    assert multiset(r.models) == expected_models(ups, r.online)
 
 
 def test_malformed_unmask_response_excludes_sender_but_keeps_its_model():
@@ -100,13 +125,13 @@ def test_malformed_unmask_response_excludes_sender_but_keeps_its_model():
         bad = type(share)(share.x + 1, share.y)
         return [msg.UnmaskResponse(resp.T, resp.m, resp.sender, ((owner, kind, bad),) + resp.shares[1:]).encode()]
 
-    ups, r = run(tamper(1, MsgType.UNMASK_RESPONSE, corrupt, m=4))
+    ups, r = run_as(1, MsgType.UNMASK_RESPONSE, corrupt, m=UPLOAD)
     assert InvalidShare in errors_of(r, 1)
     assert r.online == list(range(N))
     assert multiset(r.models) == expected_models(ups, range(N))
 
 
-@pytest.mark.parametrize("mtype,m", [(MsgType.MASKED_INPUT, 4), (MsgType.OT_REQUEST, None),
+@pytest.mark.parametrize("mtype,m", [(MsgType.MASKED_INPUT, UPLOAD), (MsgType.OT_REQUEST, None),
                                      (MsgType.ADVERTISE, None), (MsgType.UNMASK_RESPONSE, 2)])
 def test_duplicates_and_replays_are_ignored_not_punished(mtype, m):
     ups, r = run(tamper(2, mtype, lambda d: [d, d], m))
@@ -193,80 +218,61 @@ def test_participant_phase_guard_names_expected_message():
     ca = CertificateAuthority.generate()
     sk = SigningKey.generate()
     p = Participant(0, 1, ups[0], sk, ca.issue(0, sk.verify_key), ca, b"\x00" * 32)
-    out = p.handle(msg.MaskRequest(1, 1, SERVER_ID, (), bytes(64)).encode())
+    out = p.handle(msg.MaskRequest(1, 1, SERVER_ID, ()).encode())
     refusal = msg.decode(out[0], msg.Context())
     assert refusal.error == "UnexpectedMessage" and "expected ROUND_START" in refusal.reason
     assert p.handle(b"\x01") == []  # aborted participants stay silent
     assert r.online == [0, 1, 2]
 
 
-class InconsistentServer(Server):
-    """A PS that sends participant 0 a U_m with an extra member and asks everyone twice."""
-
-    def _close_masked(self):
-        out = super()._close_masked()
-        Um = list(self.online[self.m])
-        extra = []
-        for rcpt, data in out:
-            if rcpt == 0 and self.m == 1:
-                bogus = tuple(sorted(set(Um) | {max(self._roster)}))
-                if set(bogus) != set(Um):
-                    data = msg.UnmaskRequest(self.T, self.m, SERVER_ID, bogus, self._sign_list(self.m, bogus)).encode()
-            extra.append((rcpt, data))
-            if self.m == 2 and rcpt == 1:
-                # Ask again with one member declared dropped: that would yield both share kinds.
-                fewer = tuple(Um[1:])
-                extra.append((rcpt, msg.UnmaskRequest(self.T, self.m, SERVER_ID, fewer, self._sign_list(self.m, fewer)).encode()))
-        return extra
+PS_BEHAVIOURS = adversary_names("ps")
 
 
-def test_inconsistent_lists_and_second_unmask_are_refused(monkeypatch):
-    from reshuffle.protocol import api
-
-    monkeypatch.setattr(api, "Server", InconsistentServer)
-    seen = {}
-    orig_init = Participant.__init__
-
-    def spy(self, pid, *a, **k):
-        orig_init(self, pid, *a, **k)
-        seen[pid] = self
-
-    monkeypatch.setattr(Participant, "__init__", spy)
-    # Participant 7 drops at setup, so the bogus list (with 7) is not a subset of U_0.
-    # N = 8, t = 5: the round survives losing P0 and P1 to the PS's misbehaviour.
-    ups = make_updates(8, d=6)
-    r = reshuffle.shuffle(ups, seed=4, dropouts={"setup": [7]})
-    assert Refused in [type(e) for e in r.participant_errors[0]]
-    second = [e for e in r.participant_errors[1] if isinstance(e, UnexpectedMessage)]
-    assert second and "UNMASK_REQUEST" in str(second[0])
+@pytest.mark.parametrize("name", PS_BEHAVIOURS)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_deviating_ps_learns_nothing(name, seed):
+    # N = 8, c = 1, t = 5: the PS deviates; no honest upload may be exposed, no honest party named.
+    ups = make_updates(8, d=6, seed=seed)
+    b = make_adversary(name)
+    r = reshuffle.shuffle(ups, seed=seed, adversaries=[b], raise_on_failure=False)
+    v = b.holds(r, list(range(8)))
+    assert v.holds, v
     # No honest participant ever revealed both kinds of share for one owner in one invocation.
-    for p in seen.values():
-        for m, plan in p._revealed.items():
+    for view in r.views.values():
+        for plan in view.revealed.values():
             assert len(plan) == len(set(plan))
+
+
+def test_both_share_request_is_refused_by_state():
+    ups = make_updates(8, d=6, seed=4)
+    r = reshuffle.shuffle(ups, seed=4, adversaries=[make_adversary("both-shares")], raise_on_failure=False)
+    second = [e for errs in r.participant_errors.values() for e in errs if isinstance(e, UnexpectedMessage)]
+    assert second and all("UNMASK_REQUEST" in str(e) for e in second)
     assert multiset(r.models) == expected_models(ups, r.online)
-    assert r.online == [2, 3, 4, 5, 6]  # P0, P1 refused during the reservation and were excluded
 
 
-def test_malicious_ps_with_too_few_left_fails_clearly(monkeypatch):
-    from reshuffle.protocol import api
+def test_tagged_ot_answer_is_refused_before_any_reservation_vector():
+    ups = make_updates(8, d=6, seed=5)
+    r = reshuffle.shuffle(ups, seed=5, adversaries=[make_adversary("tagged-ot", target=3)])
+    from reshuffle.errors import InvalidProof
 
-    monkeypatch.setattr(api, "Server", InconsistentServer)
-    with pytest.raises(BelowThreshold):
-        reshuffle.shuffle(make_updates(N, d=6), seed=4, dropouts={"setup": [5]})
+    assert isinstance(r.views[3].errors[0], InvalidProof)
+    assert r.views[3].uploaded == set()
+    assert 3 not in r.online and multiset(r.models) == expected_models(ups, r.online)
 
 
 class SlotThief(Participant):
     """Also writes a fake model and a guessed token into another participant's position."""
 
     def _model_list(self):
-        lw = super()._model_list()
+        lw, nrows = super()._model_list()
         p = self.params
         rows = lw.reshape(-1, p.row_words)
         victim = next(i for i in range(rows.shape[0]) if i != self.view.position)
         rows[victim, : p.d] = p.codec.encode(np.full(p.d, 9.0, dtype=np.float32)).words
-        rows[victim, p.d :] = np.frombuffer(bytes(range(16)), dtype=p.codec.dtype)
+        rows[victim, p.d : p.d + 4] = np.frombuffer(bytes(range(16)), dtype=p.codec.dtype)
         self.victim = victim
-        return lw
+        return lw, nrows
 
 
 def test_writing_without_token_only_destroys_that_position(monkeypatch):
@@ -300,7 +306,7 @@ def test_lying_share_holder_is_caught_by_commitment_and_round_recovers():
         shares[0] = (owner, kind, type(share)(share.x, (share.y + 1) % reshuffle.crypto.get_group().order))
         return [msg.UnmaskResponse(resp.T, resp.m, resp.sender, tuple(shares)).encode()]
 
-    ups, r = run(tamper(1, MsgType.UNMASK_RESPONSE, lie, m=4))
+    ups, r = run_as(1, MsgType.UNMASK_RESPONSE, lie, m=UPLOAD)
     assert [type(e.error) for e in r.errors] == [InvalidShare]
     assert "some shares were wrong" in str(r.errors[0].error)
     assert r.online == list(range(N))

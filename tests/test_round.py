@@ -6,6 +6,7 @@ from scipy.stats import chi2
 
 import reshuffle
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
+from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PHASES
 from tests.protocol_helpers import expected_models, make_updates, multiset
 
@@ -65,9 +66,11 @@ def test_position_of_participant_is_uniform():
 
 @pytest.mark.parametrize("phase", PHASES)
 def test_dropouts_up_to_tolerance(phase):
-    N = 7  # t = 4: up to 3 may drop
+    N = 7  # c = 1, t = 5: up to 2 may drop
     ups = make_updates(N, d=12, seed=4)
-    for drops in range(1, N - (N // 2 + 1) + 1):
+    t = RoundParams.default(N, 12).t
+    assert t == 5
+    for drops in range(1, N - t + 1):
         dropped = list(range(N - drops, N))
         r = reshuffle.shuffle(ups, seed=drops, dropouts={phase: dropped})
         # Dropping after the upload still leaves the model in: its masks are removed by the others.
@@ -80,15 +83,15 @@ def test_dropouts_up_to_tolerance(phase):
 def test_below_threshold_fails_clearly(phase):
     N = 7
     ups = make_updates(N, d=6, seed=4)
-    with pytest.raises(BelowThreshold, match="threshold t=4"):
-        reshuffle.shuffle(ups, seed=1, dropouts={phase: [0, 1, 2, 3]})
+    with pytest.raises(BelowThreshold, match="threshold t=5"):
+        reshuffle.shuffle(ups, seed=1, dropouts={phase: [0, 1, 2]})
 
 
 def test_dropouts_spread_over_phases():
-    N = 9  # t = 5
+    N = 9  # c = 1, t = 6
     ups = make_updates(N, d=8, seed=7)
-    r = reshuffle.shuffle(ups, seed=3, dropouts={"ot": [1], "reserve": [2], "upload": [3], "unmask": [4]})
-    assert r.online == [0, 4, 5, 6, 7, 8]
+    r = reshuffle.shuffle(ups, seed=3, dropouts={"ot": [1], "reserve": [2], "unmask": [4]})
+    assert r.online == [0, 3, 4, 5, 6, 7, 8]
     assert multiset(r.models) == expected_models(ups, r.online)
 
 

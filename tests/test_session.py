@@ -81,3 +81,21 @@ def test_truncated_state_is_rejected(cut):
 def test_seeded_random_is_what_sessions_use():
     # Two sources from the same seed and label agree: the replay premise.
     assert SeededRandom(b"q" * 32, b"session").bytes(64) == SeededRandom(b"q" * 32, b"session").bytes(64)
+
+
+def test_inbox_bound_scales_with_R_max():
+    # Prepare: a real round's inbox for R_max = 1, padded with extra copies of the last message.
+    ups = [np.full(4, i / 10, np.float32) for i in range(4)]
+    p = RoundParams.default(4, 4, R_max=1)
+    server, parts = build_round(ups, p, seed=5)
+    resumed = {i: Resumed(pp, bytes([i]) * 32) for i, pp in parts.items()}
+    InProcessRunner(server, resumed).run()
+    st_ = SessionState.decode(resumed[0].blob)
+    assert len(st_.inbox) == session.max_inbox(1)
+    # Execute / Assert: one message more than a round with R_max = 1 can have is a corrupt state.
+    bloated = SessionState.decode(st_.encode())
+    from dataclasses import replace
+
+    with pytest.raises(DecodeError, match="R_max=1"):
+        replace(bloated, inbox=bloated.inbox + bloated.inbox[-1:]).participant()
+    assert session.max_inbox(4) > session.max_inbox(1)

@@ -28,7 +28,15 @@ from reshuffle.protocol.participant import Participant
 from reshuffle.wire import Parser, Writer
 
 _VERSION = 1
-_MAX_INBOX = 64  # a round has 8 + 2·R_max messages at most; more is a corrupt state
+_MAX_R = 64  # RoundParams bounds R_max
+
+
+def max_inbox(R_max: int) -> int:
+    """PS messages of one round: RoundStart, adverts, delivery, OT answer, then 3 per invocation."""
+    return 4 + 3 * (R_max + 1)
+
+
+_MAX_INBOX = max_inbox(_MAX_R)  # before RoundStart is known; more is a corrupt state
 _SEED_LABEL = b"session"
 
 
@@ -93,6 +101,11 @@ class SessionState:
         )
         for m in self.inbox:
             p.handle(m)
+        if p.params is not None and len(self.inbox) > max_inbox(p.params.R_max):
+            raise DecodeError(
+                f"participant session holds {len(self.inbox)} messages, a round with R_max={p.params.R_max} "
+                f"has at most {max_inbox(p.params.R_max)}"
+            )
         return p
 
 
