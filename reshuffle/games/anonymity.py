@@ -31,6 +31,7 @@ from reshuffle.errors import ProtocolError
 from reshuffle.games.framework import Estimate, estimate
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.api import build_round
+from reshuffle.protocol import credential
 from reshuffle.protocol.masking import pair_key, pair_sign, self_key
 from reshuffle.protocol.messages import Context, ShareKind
 from reshuffle.protocol.params import RoundParams
@@ -42,7 +43,7 @@ from reshuffle.crypto.signatures import SERVER_ID
 
 
 class AnswersTwice(Participant):
-    """Broken participant: answers every unmask request, so both share kinds can leak."""
+    """Broken participant: reveals for every U_m it is shown, certified or not, so both share kinds can leak."""
 
     def handle(self, data: bytes) -> list[bytes]:
         if self.phase is PPhase.DONE:
@@ -50,7 +51,7 @@ class AnswersTwice(Participant):
             if isinstance(m, msg.UnmaskRequest):
                 saved = self._mask_set  # forget the request: the next one is judged afresh
                 try:
-                    return self._on_unmask_request(m)
+                    return [self._reveal(m.m, m.online).encode(self._sk)]
                 except ProtocolError:
                     return []
                 finally:
@@ -84,7 +85,7 @@ class CuriousPS:
         Um = tuple(j for j in s.online[m] if j != i)
         if len(Um) < p.t:
             return None
-        req = msg.UnmaskRequest(s.T, m, SERVER_ID, Um, s._sign_list(m, Um)).encode()
+        req = msg.UnmaskRequest(s.T, m, SERVER_ID, Um).encode(s._sk)
         shares = []
         for j in Um:
             for data in self._send[j].handle(req):
@@ -105,19 +106,20 @@ class CuriousPS:
         keys = {j: s._adverts[j].mask_keys[m - 1] for j in mask_set}
         for i in candidates:
             rest = uploads[i].copy()
-            streams = [(self_key(g, s.T, m, i, s._recover(i, ShareKind.SELF_SEED)), -1)]
+            streams = [(self_key(g, s.T, m, i, s._recover(i, ShareKind.SELF_SEED), s._h), -1)]
             x_i = self._ask_dropped(i)
             for j in mask_set:
                 if j == i:
                     continue
                 if x_i is not None:
-                    streams.append((pair_key(s.T, m, i, j, x_i, keys[j]), -pair_sign(i, j)))
+                    streams.append((pair_key(s.T, m, i, j, x_i, keys[j], s._h), -pair_sign(i, j)))
                 elif j in self.colluders:
                     x_j = self.colluders[j]._keys.mask[m - 1].secret
-                    streams.append((pair_key(s.T, m, j, i, x_j, keys[i]), -pair_sign(i, j)))
+                    streams.append((pair_key(s.T, m, j, i, x_j, keys[i], s._h), -pair_sign(i, j)))
             accumulate_streams(rest, streams)
             row = rest.reshape(-1, p.row_words)[position]
-            if np.array_equal(row[p.d:], token):
+            off = p.d + credential.pad_bytes(p.d * row.itemsize) // row.itemsize
+            if np.array_equal(row[off : off + token.size], token):
                 return i
         return candidates[sample_distinct(len(candidates), 1, OS_RANDOM)[0]]
 

@@ -29,6 +29,7 @@ from reshuffle.games.framework import Estimate, coin, estimate
 from reshuffle.protocol.masking import mask_in_place, pair_key, pair_sign, self_key
 
 T, M, L, N = 1, 1, 8, 4
+H = bytes(32)  # the transcript hash h_M of the one invocation played (PROTOCOL.md §8.1)
 V = [np.zeros(L, np.uint32), np.arange(1, L + 1, dtype=np.uint32)]  # A's chosen v_0, v_1
 
 
@@ -52,7 +53,7 @@ def remove_known_masks(view: View) -> int:
     rest = view.y.copy()
     streams = []
     if view.b0 is not None:
-        streams.append((self_key(g, T, M, 0, view.b0), -1))
+        streams.append((self_key(g, T, M, 0, view.b0, H), -1))
     if view.leaked_seed is not None:
         streams.append((view.leaked_seed, -1))
     x0 = view.x0
@@ -60,11 +61,11 @@ def remove_known_masks(view: View) -> int:
         if j == 0:
             continue
         if x0 is not None:
-            streams.append((pair_key(T, M, 0, j, x0, X_j), -pair_sign(0, j)))
+            streams.append((pair_key(T, M, 0, j, x0, X_j, H), -pair_sign(0, j)))
         elif j in view.colluders:
-            streams.append((pair_key(T, M, j, 0, view.colluders[j], view.X[0]), -pair_sign(0, j)))
+            streams.append((pair_key(T, M, j, 0, view.colluders[j], view.X[0], H), -pair_sign(0, j)))
         elif j == 1 and view.x1 is not None:
-            streams.append((pair_key(T, M, 1, 0, view.x1, view.X[0]), -pair_sign(0, j)))
+            streams.append((pair_key(T, M, 1, 0, view.x1, view.X[0], H), -pair_sign(0, j)))
     accumulate_streams(rest, streams)
     return int(np.array_equal(rest, V[1]))
 
@@ -91,8 +92,8 @@ def prg_trial(group, adversary, leak: bool) -> bool:
     xs, X = _keys(group)
     b0 = group.random_scalar()
     y = V[b].copy()
-    mask_in_place(y, group, T, M, 0, b0, xs[0], X)
-    seed = self_key(group, T, M, 0, b0) if leak else None
+    mask_in_place(y, group, T, M, 0, b0, xs[0], X, H)
+    seed = self_key(group, T, M, 0, b0, H) if leak else None
     return adversary(View(group, y, X, _colluders(xs), x0=xs[0], leaked_seed=seed)) == b
 
 
@@ -105,7 +106,7 @@ def prg_reduction_trial(group, adversary, leak: bool) -> bool:
     b = coin()
     xs, X = _keys(group)
     y = V[b] + z
-    accumulate_streams(y, [(pair_key(T, M, 0, j, xs[0], X[j]), pair_sign(0, j)) for j in X if j != 0])
+    accumulate_streams(y, [(pair_key(T, M, 0, j, xs[0], X[j], H), pair_sign(0, j)) for j in X if j != 0])
     view = View(group, y, X, _colluders(xs), x0=xs[0], leaked_seed=s if leak else None)
     guess_real = int(adversary(view) == b)
     return guess_real == real
@@ -117,7 +118,7 @@ def ddh_view_trial(group, adversary) -> bool:
     xs, X = _keys(group)
     b0 = group.random_scalar()
     y = V[b].copy()
-    mask_in_place(y, group, T, M, 0, b0, xs[0], X)
+    mask_in_place(y, group, T, M, 0, b0, xs[0], X, H)
     return adversary(View(group, y, X, _colluders(xs), b0=b0)) == b
 
 
@@ -132,10 +133,10 @@ def ddh_reduction_trial(group, adversary) -> bool:
     X[0], X[1] = g**a, g**c
     b0 = group.random_scalar()
     y = V[b].copy()
-    streams = [(self_key(group, T, M, 0, b0), 1),
-               (derive_key(Z.to_bytes(), label("mask/pair", T, M, 0, 1)), pair_sign(0, 1))]
+    streams = [(self_key(group, T, M, 0, b0, H), 1),
+               (derive_key(Z.to_bytes(), label("mask/pair", T, M, 0, 1) + H), pair_sign(0, 1))]
     # colluders' pair masks: B knows x_j, so DH(x_0, X_j) = X_0^{x_j}
-    streams += [(pair_key(T, M, j, 0, xs[j], X[0]), pair_sign(0, j)) for j in range(2, N)]
+    streams += [(pair_key(T, M, j, 0, xs[j], X[0], H), pair_sign(0, j)) for j in range(2, N)]
     accumulate_streams(y, streams)
     guess_real = int(adversary(View(group, y, X, _colluders(xs), b0=b0)) == b)
     return guess_real == real

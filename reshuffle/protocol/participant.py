@@ -377,16 +377,20 @@ class Participant:
         keys = {j: self._roster[j].key for j in m.online}
         check_certificate(self.T, m.m, m.online, self._h[m.m], m.signatures, keys, p.t)
         self._tx.absorb("certified", Writer().u32(m.m).u32_list(m.online).bytes())
-        Um, prev = set(m.online), set(self._mask_set)
+        self.phase = PPhase.DONE if m.m == p.upload_m else PPhase.AWAIT_MASK
+        return [self._reveal(m.m, m.online)]
+
+    def _reveal(self, m: int, online: tuple[int, ...]) -> msg.UnmaskResponse:
+        """Shares for a certified U_m: self seeds of its members, DH secrets of the dropped."""
+        Um, prev = set(online), set(self._mask_set)
         plan = {j: ShareKind.SELF_SEED for j in Um}
         plan.update({j: ShareKind.DH_SECRET for j in prev - Um})
         # One kind per owner (plan is a dict), one answer per invocation (the state moves on).
-        self._revealed[m.m] = plan
+        self._revealed[m] = plan
         out = [
-            (owner, kind, self._held[(owner, m.m, kind)])
+            (owner, kind, self._held[(owner, m, kind)])
             for owner, kind in sorted(plan.items())
-            if (owner, m.m, kind) in self._held
+            if (owner, m, kind) in self._held
         ]
         self._mask_set = sorted(Um)
-        self.phase = PPhase.DONE if m.m == p.upload_m else PPhase.AWAIT_MASK
-        return [msg.UnmaskResponse(self.T, m.m, self.pid, tuple(out))]
+        return msg.UnmaskResponse(self.T, m, self.pid, tuple(out))
