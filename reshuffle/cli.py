@@ -232,6 +232,29 @@ def cmd_games(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+def cmd_redteam(args: argparse.Namespace) -> int:
+    from reshuffle.adversaries.redteam import run_redteam
+
+    rows = run_redteam(rounds=args.rounds, N=args.N, names=args.only or None)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+    else:
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        t = Table(title=f"reshuffle redteam (N={args.N}, {args.rounds} rounds each)")
+        for col in ("behaviour", "role", "rounds", "honest delivered", "culprit named", "honest named",
+                    "detected by", "extra s", "result"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(escape(r.behaviour), r.role, str(r.rounds), f"{r.delivered}/{r.expected}",
+                      f"{r.culprit_right}/{r.rounds}", str(r.wrong), escape(r.detected_by), f"{r.extra_s:+.3f}",
+                      "holds" if r.holds else "FAILS")
+        Console(width=220).print(t)
+    return 0 if all(r.holds for r in rows) else 1
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (the usage stays behind ``--help``)."""
 
@@ -269,6 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--N", type=int, nargs="+", default=[10, 50, 100], help="round: participants")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
     bench.set_defaults(func=cmd_bench)
+
+    red = sub.add_parser("redteam", help="play every registered protocol adversary against the round")
+    red.add_argument("--rounds", type=_positive(int), default=2, help="rounds per behaviour (seeds 1..R)")
+    red.add_argument("--N", type=_positive(int), default=8, help="participants per round (>= 4)")
+    red.add_argument("--only", nargs="+", metavar="NAME", help="only these behaviours")
+    red.add_argument("--json", action="store_true", help="print a JSON list of rows")
+    red.set_defaults(func=cmd_redteam)
 
     games = sub.add_parser("games", help="run the security games (docs/security/)")
     games.add_argument("--quick", action="store_true", help="fewer trials (about 10 s)")

@@ -1,0 +1,33 @@
+"""The red team's small form: every registered protocol adversary, every row must hold."""
+
+import json
+
+import pytest
+
+from reshuffle.adversaries import adversary_names, make_adversary
+from reshuffle.adversaries.redteam import run_redteam
+from reshuffle.cli import main
+from reshuffle.errors import ConfigError
+
+
+def test_every_registered_behaviour_holds():
+    rows = run_redteam(rounds=1, N=6)
+    assert {r.behaviour for r in rows} == set(adversary_names())
+    bad = [r for r in rows if not r.holds]
+    assert not bad, bad
+    assert all(r.wrong == 0 for r in rows)  # no honest participant is ever named
+
+
+def test_registry_rejects_unknown_and_bad_options():
+    with pytest.raises(ConfigError, match="unknown adversary"):
+        make_adversary("no-such-thing")
+    with pytest.raises(ConfigError, match="pids"):
+        make_adversary("multi-slot", pids=())
+    with pytest.raises(ConfigError, match="rounds"):
+        run_redteam(rounds=0)
+
+
+def test_cli_json_and_exit_code(capsys):
+    assert main(["redteam", "--rounds", "1", "--N", "6", "--only", "replay", "tagged-ot", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["behaviour"] for r in rows] == ["replay", "tagged-ot"] and all(r["holds"] for r in rows)
