@@ -28,7 +28,7 @@ def samples():
         msg.Advertise(1, 0, 2, H, E, (E,) * P.M, (E,) * P.M),
         msg.AdvertiseList(1, 0, 0xFFFFFFFF, (b"a", b"bc")),
         msg.ShareBundle(1, 0, 2, ((0, b"x" * 40), (1, b"y" * 40))),
-        msg.ShareDelivery(1, 0, 0xFFFFFFFF, (0, 1, 3), b"table", ((0, b"c" * 30),)),
+        msg.ShareDelivery(1, 0, 0xFFFFFFFF, (0, 1, 3), b"table", H, ((0, b"c" * 30),)),
         msg.OTRequestMsg(1, 0, 3, b"req", E),
         msg.OTResponseMsg(1, 0, 0xFFFFFFFF, b"resp", b"p" * 64, E, b"q" * 64),
         msg.MaskRequest(1, 2, 0xFFFFFFFF, tuple(range(P.n))),
@@ -37,6 +37,11 @@ def samples():
         msg.Consent(1, 2, 3, bytes(range(64))),
         msg.CertificateMsg(1, 2, 0xFFFFFFFF, (0, 2, 3), ((0, bytes(64)), (3, b"s" * 64))),
         msg.UnmaskResponse(1, 2, 1, ((0, ShareKind.SELF_SEED, Share(2, 5)), (3, ShareKind.DH_SECRET, Share(2, 9)))),
+        msg.BlameRequest(1, 5, 0xFFFFFFFF, H, (3, 7), ((b"v1",),) * P.R_max, (((0, 5),),) * P.R_max,
+                         (((1, 9),),) * P.R_max),
+        msg.Opening(1, 5, 2, ((3, ((0, H), (1, H))), (7, ((0, H),)))),
+        msg.Dispute(1, 5, 0xFFFFFFFF, 4, b"signed opening"),
+        msg.DisputeAnswer(1, 5, 2, 4, E, b"p" * 64),
         msg.Refusal(1, 2, 1, "Refused", "no"),
     ]
 

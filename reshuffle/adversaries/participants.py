@@ -128,3 +128,72 @@ class MultiSlot(ParticipantBehaviour):
         v.holds = v.holds and mine <= len(self.pids)
         v.detail = f"attacker rows delivered: {mine}"
         return v
+
+
+def _blame_verdict(b: ParticipantBehaviour, result, honest, detected_by: str, must_name: bool) -> Verdict:
+    """Tampering destroys rows but is never delivered; the culprit is named when it hit a decoy row."""
+    wrong = sorted(set(result.blamed) & set(honest))
+    named = set(b.pids) <= set(result.blamed)
+    out = result.output
+    delivered_tampered = any(pos in out.valid_positions for pos in getattr(result, "_tampered_positions", ()))
+    got, want = _delivered(result, honest)
+    ok = not wrong and not delivered_tampered and (named or not must_name)
+    return Verdict(ok, got, want, named, wrong, detected_by,
+                   f"named: {sorted(result.blamed)}; suspects: {out.suspects}; rows rejected: {out.rejected_rows}")
+
+
+@register_adversary("jam")
+class Jam(ParticipantBehaviour):
+    """Uploads a correctly masked model list of random words: every row, decoys included, is destroyed.
+
+    v1 delivered 0 of 7 honest models and named nobody. Now the decoy rows are
+    nonzero, the blame step opens them and the jammer's own signed upload and
+    opening name it; the round delivers what passes (nothing) and the next round
+    runs without it.
+    """
+
+    stopped_by = "§8.6 decoy audit and openings"
+
+    class participant_class(Participant):
+        def _model_list(self):
+            lw, rows = super()._model_list()
+            lw[:] = np.frombuffer(self._rng.bytes(lw.nbytes), dtype=lw.dtype)
+            return lw, rows
+
+    def holds(self, result, honest) -> Verdict:
+        return _blame_verdict(self, result, honest, self.stopped_by, must_name=True)
+
+
+@register_adversary("tamper-one-row")
+class TamperOneRow(ParticipantBehaviour):
+    """Adds noise into one row it does not own (v1 delivered the noise as that row's model).
+
+    The row's tag (a PRF under a key inside the row) fails, so the row is dropped,
+    never delivered; when the row was a decoy the blame step names the tamperer
+    (probability d/(|S|+d) per row hit).
+    """
+
+    stopped_by = "§8.3 row tag; §8.6 decoys"
+
+    class participant_class(Participant):
+        def _model_list(self):
+            lw, rows = super()._model_list()
+            p = self.params
+            grid = lw.reshape(rows, p.row_words)
+            others = [r for r in range(rows) if r != self.view.position]
+            if others:
+                from reshuffle.crypto.ot import uniform_below
+
+                victim = others[uniform_below(len(others), self._rng)]
+                grid[victim, : p.d] += np.frombuffer(self._rng.bytes(4 * p.d), dtype=grid.dtype)[: p.d]
+                self.behaviour.hit = victim
+            return lw, rows
+
+    def holds(self, result, honest) -> Verdict:
+        v = _blame_verdict(self, result, honest, self.stopped_by, must_name=False)
+        hit = getattr(self, "hit", None)
+        v.holds = v.holds and hit not in result.output.valid_positions
+        if hit in result.output.decoy_positions:
+            v.holds = v.holds and v.culprits_right
+        v.detail += f"; row hit: {hit} ({'decoy' if hit in result.output.decoy_positions else 'participant'})"
+        return v

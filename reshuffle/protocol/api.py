@@ -138,13 +138,13 @@ def shuffle(
     ``raise_on_failure=False`` it returns a result with no models and ``failure``
     set instead (the red team reads the participants' views of a failed round).
 
-    ``params`` override RoundParams defaults: ``n, k, t, c, R_max, b, f, clip, group, payload``.
+    ``params`` override RoundParams defaults: ``n, k, t, c, R_max, decoys, b, f, clip, group, payload``.
     ``adversaries`` are deviating participants or PS (:mod:`reshuffle.adversaries`).
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
     seeded, never numpy's); without it everything comes from OS randomness.
     """
     ups = _check_updates(updates, params.get("payload", "fixed"))
-    unknown = set(params) - {"n", "k", "t", "c", "R_max", "b", "f", "clip", "group", "payload"}
+    unknown = set(params) - {"n", "k", "t", "c", "R_max", "decoys", "b", "f", "clip", "group", "payload"}
     if unknown:
         raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
     p = RoundParams.default(len(ups), ups[0].size, **params)

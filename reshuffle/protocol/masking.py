@@ -1,12 +1,16 @@
-"""MaskedSum arithmetic (PROTOCOL.md §4): masks, their removal, domain strings.
+"""MaskedSum arithmetic (PROTOCOL.md §4, §8.1, §8.6): masks, their removal, domain strings.
 
 Participant ``i`` uploads ``v_i + r_{i,m}`` with
-``r_{i,m} = PRG(b_{i,m}) + sum_{j != i} s(i,j) PRG(DH(x_{i,m}, X_{j,m}))``,
-``s(i,j) = +1 if i < j else -1``, over the mask set ``U_{m-1}``. The PS removes
-the self masks of ``U_m`` and the dangling pairwise masks of the dropped
-``U_{m-1} \\ U_m``. Every stream has its own domain ``(T, m, i)`` or
-``(T, m, min(i,j), max(i,j))`` followed by the transcript hash ``h_m``
-(PROTOCOL.md §8.1): parties with different views derive unrelated keys.
+``r_{i,m} = PRG(b_{i,m}) + sum_{j != i} s(i,j) PRG(K_{ij,m})``, ``K_{ij,m} =
+DH(x_{i,m}, X_{j,m})``, ``s(i,j) = +1 if i < j else -1``, over the mask set
+``U_{m-1}``. The PS removes the self masks of ``U_m`` and the dangling pairwise
+masks of the dropped ``U_{m-1} \\ U_m``.
+
+Every stream is keyed per row ρ of the vector (one row for a count vector, one
+per position for the model list): ``HKDF(seed, label(T, m, i[, j], ρ) ‖ h_m)``.
+The transcript hash h_m makes parties with different views derive unrelated
+keys (§8.1); the row index lets a participant open its keys of one decoy row
+without saying anything about any other row (§8.6).
 """
 
 from __future__ import annotations
@@ -21,17 +25,33 @@ from reshuffle.crypto.group import Element, Group
 from reshuffle.crypto.prg import accumulate_streams, derive_key
 
 
-def self_key(group: Group, T: int, m: int, i: int, b: int, h: bytes) -> bytes:
-    return derive_key(group.scalar_to_bytes(b), label("mask/self", T, m, i) + h)
+def self_key(group: Group, T: int, m: int, i: int, b: int, h: bytes, row: int = 0) -> bytes:
+    return derive_key(group.scalar_to_bytes(b), label("mask/self", T, m, i, row) + h)
 
 
-def pair_key(T: int, m: int, i: int, j: int, x_i: int, X_j: Element, h: bytes) -> bytes:
+def pair_secret(x_i: int, X_j: Element) -> bytes:
+    """``K_ij``: the DH secret of a pair for one invocation (computed once, keyed per row)."""
+    return dh_shared(x_i, X_j)
+
+
+def pair_row_key(K: bytes, T: int, m: int, i: int, j: int, h: bytes, row: int = 0) -> bytes:
+    """``k_{ij,ρ} = PRF(K_ij, T, m, ρ)`` bound to h_m; symmetric in (i, j)."""
     lo, hi = min(i, j), max(i, j)
-    return derive_key(dh_shared(x_i, X_j), label("mask/pair", T, m, lo, hi) + h)
+    return derive_key(K, label("mask/pair", T, m, lo, hi, row) + h)
+
+
+def pair_key(T: int, m: int, i: int, j: int, x_i: int, X_j: Element, h: bytes, row: int = 0) -> bytes:
+    return pair_row_key(pair_secret(x_i, X_j), T, m, i, j, h, row)
 
 
 def pair_sign(i: int, j: int) -> int:
     return 1 if i < j else -1
+
+
+def _rows_view(v: np.ndarray, rows: int) -> np.ndarray:
+    if rows < 1 or v.size % rows:
+        raise ValueError(f"a vector of {v.size} words does not split into {rows} rows")
+    return v.reshape(rows, -1)
 
 
 def mask_in_place(
@@ -44,11 +64,14 @@ def mask_in_place(
     x: int,
     peers: Mapping[int, Element],
     h: bytes,
+    rows: int = 1,
 ) -> None:
     """``v += r_{i,m}``; ``peers`` maps each other j in the mask set to ``X_{j,m}``; ``h`` is h_m."""
-    streams = [(self_key(group, T, m, i, b, h), 1)]
-    streams += [(pair_key(T, m, i, j, x, X_j, h), pair_sign(i, j)) for j, X_j in peers.items() if j != i]
-    accumulate_streams(v, streams)
+    K = {j: pair_secret(x, X_j) for j, X_j in peers.items() if j != i}
+    for row, part in enumerate(_rows_view(v, rows)):
+        streams = [(self_key(group, T, m, i, b, h, row), 1)]
+        streams += [(pair_row_key(K_j, T, m, i, j, h, row), pair_sign(i, j)) for j, K_j in K.items()]
+        accumulate_streams(part, streams)
 
 
 def unmask_in_place(
@@ -61,6 +84,7 @@ def unmask_in_place(
     dropped_secrets: Mapping[int, int],
     mask_keys: Mapping[int, Element],
     h: bytes,
+    rows: int = 1,
 ) -> None:
     """Turn ``sum_{i in U_m} y_i`` into ``sum_{i in U_m} v_i`` in place.
 
@@ -68,9 +92,21 @@ def unmask_in_place(
     the dropped j; ``mask_keys[k] = X_{k,m}`` for the online k.
     """
     online = list(online)
-    streams = [(self_key(group, T, m, i, self_seeds[i], h), -1) for i in online]
-    for j, x_j in dropped_secrets.items():
-        for k in online:
-            # y_k carries s(k, j) * PRG_{kj}; remove it.
-            streams.append((pair_key(T, m, j, k, x_j, mask_keys[k], h), -pair_sign(k, j)))
-    accumulate_streams(acc, streams)
+    K = {(j, k): pair_secret(x_j, mask_keys[k]) for j, x_j in dropped_secrets.items() for k in online}
+    for row, part in enumerate(_rows_view(acc, rows)):
+        streams = [(self_key(group, T, m, i, self_seeds[i], h, row), -1) for i in online]
+        # y_k carries s(k, j) * PRG(k_{kj,row}) for each dropped j; remove it.
+        streams += [(pair_row_key(K_jk, T, m, j, k, h, row), -pair_sign(k, j)) for (j, k), K_jk in K.items()]
+        accumulate_streams(part, streams)
+
+
+def row_mask(
+    group: Group, T: int, m: int, i: int, b: int, pair_keys: Mapping[int, bytes], h: bytes, row: int, length: int,
+    dtype: np.dtype,
+) -> np.ndarray:
+    """``r_{i,m}`` restricted to one row, from b_i and i's per-row pairwise keys ``{j: k_{ij,row}}`` (§8.6)."""
+    out = np.zeros(length, dtype=dtype)
+    streams = [(self_key(group, T, m, i, b, h, row), 1)]
+    streams += [(k, pair_sign(i, j)) for j, k in pair_keys.items()]
+    accumulate_streams(out, streams)
+    return out

@@ -49,6 +49,10 @@ class MsgType(enum.IntEnum):
     REFUSAL = 12
     CONSENT = 13
     CERTIFICATE = 14
+    BLAME_REQUEST = 15
+    OPENING = 16
+    DISPUTE = 17
+    DISPUTE_ANSWER = 18
 
 
 class ShareKind(enum.IntEnum):
@@ -315,15 +319,21 @@ class ShareBundle(Message):
 @_register
 @dataclass(frozen=True)
 class ShareDelivery(Message):
-    """PS → P_j: U_0 and the OT table (the same for everyone, in h), and the ciphertexts addressed to P_j."""
+    """PS → P_j: U_0, the OT table and the decoy commitment (the same for everyone, in h),
+    and the ciphertexts addressed to P_j."""
 
     TYPE: ClassVar[MsgType] = MsgType.SHARE_DELIVERY
     online: tuple[int, ...]
     ot_table: bytes
+    decoy_commit: bytes
     ciphertexts: tuple[tuple[int, bytes], ...]
 
+    def common(self) -> bytes:
+        """The part every participant must see identically (absorbed into h)."""
+        return Writer().u32_list(self.online).var(self.ot_table).fixed(self.decoy_commit, HASH_BYTES).bytes()
+
     def _body(self, w: Writer) -> None:
-        w.u32_list(self.online).var(self.ot_table).u32(len(self.ciphertexts))
+        w.raw(self.common()).u32(len(self.ciphertexts))
         for snd, ct in self.ciphertexts:
             w.u32(snd).var(ct)
 
@@ -331,11 +341,12 @@ class ShareDelivery(Message):
     def _parse(cls, p, hdr, ctx):
         online = _ids(p, "U_0", ctx)
         table = p.var("ot_table", 1 << 26)
+        commit = p.fixed(HASH_BYTES, "decoy_commit")
         cnt = p.u32("count")
         if cnt > ctx.max_n:
             raise DecodeError(f"{cnt} ciphertexts for at most {ctx.max_n} participants")
         cts = tuple((p.u32("sender"), p.var("ciphertext", 1 << 16)) for _ in range(cnt))
-        return cls(*hdr, online, table, cts)
+        return cls(*hdr, online, table, commit, cts)
 
 
 # --------------------------------------------------------------------------- #
@@ -397,13 +408,22 @@ class MaskRequest(Message):
         return cls(*hdr, tuple(p.u32_list("counts", limit)))
 
 
-def row_digest(words: bytes | memoryview, rows: int) -> bytes:
-    """H(y) over per-row hashes: SHA-256 of the rows' SHA-256 digests (one pass over y)."""
+def row_hashes(words: bytes | memoryview, rows: int) -> list[bytes]:
+    """SHA-256 of each row of a masked vector."""
     mv = memoryview(words).cast("B")
     if rows < 1 or len(mv) % rows:
         raise DecodeError(f"masked vector of {len(mv)} bytes does not split into {rows} rows")
     size = len(mv) // rows
-    return hashlib.sha256(b"".join(hashlib.sha256(mv[r * size : (r + 1) * size]).digest() for r in range(rows))).digest()
+    return [hashlib.sha256(mv[r * size : (r + 1) * size]).digest() for r in range(rows)]
+
+
+def digest_of_row_hashes(hashes) -> bytes:
+    return hashlib.sha256(b"".join(hashes)).digest()
+
+
+def row_digest(words: bytes | memoryview, rows: int) -> bytes:
+    """H(y) over per-row hashes: SHA-256 of the rows' SHA-256 digests (one pass over y)."""
+    return digest_of_row_hashes(row_hashes(words, rows))
 
 
 @_register
@@ -424,7 +444,9 @@ class MaskedInput(Message):
         w.fixed(self.h, HASH_BYTES).u32(self.rows).var(self.words)
 
     def statement(self, body: bytes) -> bytes:
-        return self.header() + self.h + row_digest(self.words, self.rows)
+        hashes = row_hashes(self.words, self.rows)
+        object.__setattr__(self, "_row_hashes", hashes)  # kept: evidence about one row needs them all
+        return self.header() + self.h + digest_of_row_hashes(hashes)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -545,6 +567,137 @@ class Refusal(Message):
             return cls(*hdr, p.var("error", 64).decode(), p.var("reason", 4096).decode())
         except UnicodeDecodeError:
             raise DecodeError("refusal text is not UTF-8") from None
+
+
+# --------------------------------------------------------------------------- #
+# §8.6: blame for rows
+def _scalar_map(p: Parser, g: Group, field: str, ctx: Context) -> tuple[tuple[int, int], ...]:
+    cnt = p.u32(field + ".count")
+    if cnt > ctx.max_n:
+        raise DecodeError(f"{field}: {cnt} entries for at most {ctx.max_n} participants")
+    out = tuple((p.u32(field + ".id"), g.scalar_from_bytes(p.fixed(g.scalar_size, field), field)) for _ in range(cnt))
+    if len({i for i, _ in out}) != cnt:
+        raise DecodeError(f"{field}: repeated participant id")
+    return out
+
+
+def _write_scalar_map(w: Writer, items, size: int = 32) -> None:
+    w.u32(len(items))
+    for i, s in items:
+        w.u32(i).fixed(s.to_bytes(size, "big"), size)
+
+
+@_register
+@dataclass(frozen=True)
+class BlameRequest(Message):
+    """PS → U_m: the opened decoy seed, what each participant needs to audit every reservation
+    iteration (members' signed masked count vectors, their self seeds, the dropped members' x),
+    and the decoy positions whose per-row keys it asks for."""
+
+    TYPE: ClassVar[MsgType] = MsgType.BLAME_REQUEST
+    decoy_seed: bytes
+    positions: tuple[int, ...]
+    vectors: tuple[tuple[bytes, ...], ...]  # per iteration r = 1..R_max: relayed signed MASKED_INPUTs
+    seeds: tuple[tuple[tuple[int, int], ...], ...]  # per iteration: (i, b_{i,r}) for i in U_r
+    dropped: tuple[tuple[tuple[int, int], ...], ...]  # per iteration: (j, x_{j,r}) for the dropped
+
+    def _body(self, w: Writer) -> None:
+        w.fixed(self.decoy_seed, 32).u32_list(self.positions).u32(len(self.vectors))
+        for vecs, seeds, dropped in zip(self.vectors, self.seeds, self.dropped):
+            w.u32(len(vecs))
+            for v in vecs:
+                w.var(v)
+            _write_scalar_map(w, seeds)
+            _write_scalar_map(w, dropped)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        g = ctx.need_group()
+        seed = p.fixed(32, "decoy_seed")
+        positions = tuple(p.u32_list("positions", 1 << 16))
+        R = p.u32("iterations")
+        if ctx.params is not None and R != ctx.params.R_max:
+            raise DecodeError(f"blame request audits {R} iterations, the round has {ctx.params.R_max}")
+        vectors, seeds, dropped = [], [], []
+        for _ in range(min(R, 64)):
+            cnt = p.u32("vectors.count")
+            if cnt > ctx.max_n:
+                raise DecodeError(f"{cnt} vectors for at most {ctx.max_n} participants")
+            vectors.append(tuple(p.var("vector", 1 << 24) for _ in range(cnt)))
+            seeds.append(_scalar_map(p, g, "self seed", ctx))
+            dropped.append(_scalar_map(p, g, "dropped secret", ctx))
+        return cls(*hdr, seed, positions, tuple(vectors), tuple(seeds), tuple(dropped))
+
+
+KEY_BYTES = 32
+
+
+@_register
+@dataclass(frozen=True)
+class Opening(Message):
+    """P_i → PS (signed): its per-row pairwise keys ``k_{ij,ρ}`` at each decoy row ρ (§8.6 step 2)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.OPENING
+    rows: tuple[tuple[int, tuple[tuple[int, bytes], ...]], ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32(len(self.rows))
+        for pos, keys in self.rows:
+            w.u32(pos).u32(len(keys))
+            for j, k in keys:
+                w.u32(j).fixed(k, KEY_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        cnt = p.u32("rows.count")
+        if cnt > 64:
+            raise DecodeError(f"opening of {cnt} rows; at most 64 decoys")
+        rows = []
+        for _ in range(cnt):
+            pos, nk = p.u32("position"), p.u32("keys.count")
+            if nk > ctx.max_n:
+                raise DecodeError(f"{nk} keys for at most {ctx.max_n} participants")
+            keys = tuple((p.u32("partner"), p.fixed(KEY_BYTES, "key")) for _ in range(nk))
+            if len({j for j, _ in keys}) != nk:
+                raise DecodeError("opening repeats a partner")
+            rows.append((pos, keys))
+        return cls(*hdr, tuple(rows))
+
+
+@_register
+@dataclass(frozen=True)
+class Dispute(Message):
+    """PS → P_i: its partner's signed opening that conflicts with P_i's own for one pair (§8.6 step 3)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DISPUTE
+    partner: int
+    partner_opening: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.u32(self.partner).var(self.partner_opening)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, p.u32("partner"), p.var("partner_opening", 1 << 20))
+
+
+@_register
+@dataclass(frozen=True)
+class DisputeAnswer(Message):
+    """P_i → PS: ``K_ij`` of the disputed pair with a DLEQ proof against X_i and X_j."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DISPUTE_ANSWER
+    partner: int
+    secret: Element
+    proof: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.u32(self.partner).raw(self.secret.to_bytes()).var(self.proof)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        partner = p.u32("partner")
+        return cls(*hdr, partner, _elem(p, ctx.need_group(), "K_ij"), p.var("proof", 256))
 
 
 # --------------------------------------------------------------------------- #

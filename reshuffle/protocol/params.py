@@ -30,7 +30,8 @@ class RoundParams:
 
     ``N`` participants in the roster, ``n`` reservation slots, ``k`` OT choices,
     threshold ``t``, ``c`` participants that may collude with the PS (PROTOCOL.md
-    §8.1: ``t > (N + c)/2``), ``R_max`` reservation iterations, model length ``d``, ring
+    §8.1: ``t > (N + c)/2``), ``decoys`` virtual participants of the
+    reservation (§8.5), ``R_max`` reservation iterations, model length ``d``, ring
     width ``b`` with ``f`` fractional bits and range ``±clip``. ``payload`` is
     ``"fixed"`` (float models, fixed-point codec) or ``"words"`` (the model already
     is ``d`` ring words, delivered bit-exact).
@@ -43,6 +44,7 @@ class RoundParams:
     t: int
     c: int = 0
     R_max: int = 4
+    decoys: int = 2
     b: int = 32
     f: int = 24
     clip: float = 64.0
@@ -78,6 +80,8 @@ class RoundParams:
                 f"threshold t={self.t} must satisfy (N + c)/2 < t <= N (N={self.N}, c={self.c}): "
                 "two certified views must share an honest signer"
             )
+        if not isinstance(self.decoys, int) or isinstance(self.decoys, bool) or not 0 <= self.decoys <= 64:
+            raise ConfigError(f"decoys must be an int in [0, 64], got {self.decoys!r}")
         if self.R_max > 64:
             raise ConfigError(f"R_max={self.R_max} is more than 64 iterations")
         if self.group not in GROUPS:
@@ -129,7 +133,7 @@ class RoundParams:
     # --- wire ---------------------------------------------------------------
     def encode(self) -> bytes:
         w = Writer().u32(self.N).u32(self.d).u32(self.n).u32(self.k).u32(self.t).u32(self.c)
-        w.u8(self.R_max).u8(self.b).u8(self.f)
+        w.u8(self.R_max).u8(self.decoys).u8(self.b).u8(self.f)
         w.var(repr(float(self.clip)).encode()).var(self.group.encode()).var(self.payload.encode())
         return w.bytes()
 
@@ -137,7 +141,7 @@ class RoundParams:
     def decode(cls, data: bytes) -> "RoundParams":
         p = Parser(data, "round parameters")
         N, d, n, k, t, c = (p.u32(x) for x in ("N", "d", "n", "k", "t", "c"))
-        R_max, b, f = p.u8("R_max"), p.u8("b"), p.u8("f")
+        R_max, decoys, b, f = p.u8("R_max"), p.u8("decoys"), p.u8("b"), p.u8("f")
         try:
             clip = float(p.var("clip", 32).decode("ascii"))
             group = p.var("group", 32).decode("ascii")
@@ -146,6 +150,6 @@ class RoundParams:
             raise DecodeError(f"round parameters: {exc}") from None
         p.finish()
         try:
-            return cls(N, d, n, k, t, c, R_max, b, f, clip, group, payload).validated()
+            return cls(N, d, n, k, t, c, R_max, decoys, b, f, clip, group, payload).validated()
         except ConfigError as exc:
             raise DecodeError(f"round parameters rejected: {exc}") from None

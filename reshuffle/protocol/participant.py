@@ -41,7 +41,9 @@ from reshuffle.errors import (
 )
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol import credential
-from reshuffle.protocol.masking import mask_in_place
+from reshuffle.protocol.blame import audit_iteration, dispute_context
+from reshuffle.protocol.decoys import check_opening, decoy_positions, replay
+from reshuffle.protocol.masking import mask_in_place, pair_row_key, pair_secret
 from reshuffle.protocol.messages import Context, MsgType, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PARTICIPANT_TABLE, PPhase, expected_names
@@ -127,6 +129,7 @@ class Participant:
         self._m = 0  # current MaskedSum invocation
         self._h: dict[int, bytes] = {}  # m -> h_m
         self._consented: dict[int, tuple[int, ...]] = {}  # m -> the one U_m signed
+        self._mask_sets: dict[int, list[int]] = {}  # m -> U_{m-1}, the mask set of invocation m
         self._revealed = self.view.revealed  # m -> owner -> kind revealed
 
     # ------------------------------------------------------------------ #
@@ -151,7 +154,7 @@ class Participant:
             self.view.errors.append(exc)
             prev_phase = self.phase
             self.phase = PPhase.ABORTED
-            if prev_phase in (PPhase.DONE, PPhase.ABORTED):
+            if prev_phase in (PPhase.DONE, PPhase.OPENED, PPhase.ABORTED):
                 return []
             return [msg.Refusal(self.T, self._m, self.pid, type(exc).__name__, str(exc)).encode(self._sk)]
 
@@ -253,7 +256,8 @@ class Participant:
         table = OTTable.decode(self._ctx.group, m.ot_table, p.n)
         if table.T != self.T:
             raise UnexpectedMessage(f"OT table for round {table.T}")
-        self._tx.absorb("setup", Writer().u32_list(m.online).var(m.ot_table).bytes())
+        self._tx.absorb("setup", m.common())
+        self._decoy_commit = m.decoy_commit
         self._held: dict[tuple[int, int, ShareKind], Share] = {}
         self._parse_shares(self.pid, self._own_shares_payload)
         got = dict(m.ciphertexts)
@@ -321,9 +325,10 @@ class Participant:
         else:
             v, rows = self._model_list()
         g = self._ctx.group
+        self._mask_sets[m.m] = list(self._mask_set)
         peers = {j: self._adverts[j].mask_keys[m.m - 1] for j in self._mask_set}
         mask_in_place(v, g, self.T, m.m, self.pid, self._keys.seeds[m.m - 1],
-                      self._keys.mask[m.m - 1].secret, peers, h)
+                      self._keys.mask[m.m - 1].secret, peers, h, rows)
         self.view.uploaded.add(m.m)
         self.phase = PPhase.AWAIT_LIST
         return [msg.MaskedInput(self.T, m.m, self.pid, h, rows, v.tobytes())]
@@ -394,3 +399,49 @@ class Participant:
         ]
         self._mask_set = sorted(Um)
         return msg.UnmaskResponse(self.T, m, self.pid, tuple(out))
+
+    # §8.6 steps 1–2: audit every reservation iteration, then open the decoy rows' keys (never its own row).
+    def _on_blame_request(self, m: msg.BlameRequest) -> list[msg.Message]:
+        p, g = self.params, self._ctx.group
+        if m.m != p.upload_m:
+            raise UnexpectedMessage(f"blame request for invocation {m.m}, the upload is {p.upload_m}")
+        check_opening(self.T, m.decoy_seed, self._decoy_commit)
+        picks, slots = replay(m.decoy_seed, self.T, p.n, p.k, p.decoys, self._counts)
+        keys = {j: c.key for j, c in self._roster.items()}
+        for r in range(1, p.R_max + 1):
+            vectors = [msg.decode(v, self._ctx) for v in m.vectors[r - 1]]
+            audit_iteration(
+                g, self.T, r, self._h[r], list(self._consented[r]), self._mask_sets[r], vectors,
+                dict(m.seeds[r - 1]), dict(m.dropped[r - 1]), self._adverts, keys, self._counts[r - 1], picks[r - 1],
+            )
+        positions = decoy_positions(self._counts, slots)
+        if list(m.positions) != positions or self.view.position in positions:
+            raise Refused(f"asked to open positions {list(m.positions)}, the decoys hold {positions}")
+        up = p.upload_m
+        x = self._keys.mask[up - 1].secret
+        K = {j: pair_secret(x, self._adverts[j].mask_keys[up - 1]) for j in self._mask_sets[up] if j != self.pid}
+        rows = tuple(
+            (pos, tuple((j, pair_row_key(K_j, self.T, up, self.pid, j, self._h[up], pos)) for j, K_j in sorted(K.items())))
+            for pos in positions
+        )
+        self._opening = msg.Opening(self.T, up, self.pid, rows)
+        self.phase = PPhase.OPENED
+        return [self._opening]
+
+    # §8.6 step 3: reveal K_ij, proved, only against the partner's signed conflicting opening.
+    def _on_dispute(self, m: msg.Dispute) -> list[msg.Message]:
+        g, up = self._ctx.group, self.params.upload_m
+        theirs = msg.decode(m.partner_opening, self._ctx)
+        if not isinstance(theirs, msg.Opening) or theirs.sender != m.partner or theirs.T != self.T:
+            raise Refused("dispute does not carry the partner's opening")
+        msg.verify(theirs, self._roster[m.partner].key)
+        mine = {pos: dict(keys) for pos, keys in self._opening.rows}
+        if all(dict(keys).get(self.pid) == mine.get(pos, {}).get(m.partner) for pos, keys in theirs.rows):
+            raise Refused(f"the opening of {m.partner} does not conflict with this participant's")
+        x = self._keys.mask[up - 1].secret
+        X_p = self._adverts[m.partner].mask_keys[up - 1]
+        K = X_p**x
+        proof = voprf.prove_dleq(x, g.generator(), self._keys.mask[up - 1].public, [X_p], [K], self._rng,
+                                 dispute_context(self.T, self.pid, m.partner))
+        self.phase = PPhase.DONE_BLAME
+        return [msg.DisputeAnswer(self.T, up, self.pid, m.partner, K, proof.encode(g))]

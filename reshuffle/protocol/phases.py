@@ -21,6 +21,8 @@ def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
         return "ot"
     if mtype in (MsgType.MASK_REQUEST, MsgType.MASKED_INPUT):
         return "upload" if m == upload_m else "reserve"
+    if mtype in (MsgType.BLAME_REQUEST, MsgType.OPENING, MsgType.DISPUTE, MsgType.DISPUTE_ANSWER):
+        return "unmask"  # the blame step follows the upload's unmasking
     if mtype in (MsgType.UNMASK_REQUEST, MsgType.CONSENT, MsgType.CERTIFICATE, MsgType.UNMASK_RESPONSE):
         return "unmask" if m == upload_m else "reserve"
     return "other"
@@ -36,7 +38,9 @@ class PPhase(enum.Enum):
     AWAIT_MASK = "await MASK_REQUEST (§4.3)"
     AWAIT_LIST = "await UNMASK_REQUEST with U_m (§8.1)"
     AWAIT_CERT = "await CERTIFICATE of U_m (§8.1, then §4.4)"
-    DONE = "done"
+    DONE = "done (may be asked to open decoy rows, §8.6)"
+    OPENED = "opened (may be shown a dispute, §8.6)"
+    DONE_BLAME = "answered a dispute"
     ABORTED = "aborted"
 
 
@@ -49,7 +53,9 @@ PARTICIPANT_TABLE: dict[PPhase, dict[MsgType, str]] = {
     PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request"},
     PPhase.AWAIT_LIST: {MsgType.UNMASK_REQUEST: "_on_unmask_request"},
     PPhase.AWAIT_CERT: {MsgType.CERTIFICATE: "_on_certificate"},
-    PPhase.DONE: {},
+    PPhase.DONE: {MsgType.BLAME_REQUEST: "_on_blame_request"},
+    PPhase.OPENED: {MsgType.DISPUTE: "_on_dispute"},
+    PPhase.DONE_BLAME: {},
     PPhase.ABORTED: {},
 }
 
@@ -64,6 +70,8 @@ class SPhase(enum.Enum):
     MASKED = "collect MASKED_INPUT (§4.3)"
     CONSENT = "collect CONSENT on U_m (§8.1)"
     UNMASK = "collect UNMASK_RESPONSE (§4.4)"
+    BLAME = "collect OPENING of decoy rows (§8.6)"
+    DISPUTE = "collect DISPUTE_ANSWER (§8.6)"
     DONE = "done"
 
 
@@ -75,6 +83,8 @@ SERVER_TABLE: dict[SPhase, dict[MsgType, str]] = {
     SPhase.MASKED: {MsgType.MASKED_INPUT: "_on_masked_input"},
     SPhase.CONSENT: {MsgType.CONSENT: "_on_consent"},
     SPhase.UNMASK: {MsgType.UNMASK_RESPONSE: "_on_unmask_response"},
+    SPhase.BLAME: {MsgType.OPENING: "_on_opening"},
+    SPhase.DISPUTE: {MsgType.DISPUTE_ANSWER: "_on_dispute_answer"},
     SPhase.DONE: {},
 }
 

@@ -39,6 +39,8 @@ from reshuffle.errors import (
 )
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol.blame import BlameCollector, Evidence
+from reshuffle.protocol.decoys import Decoys, commitment, decoy_positions
 from reshuffle.protocol.masking import unmask_in_place
 from reshuffle.protocol.participant import ot_proof_context
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, Transcript
@@ -78,6 +80,10 @@ class RoundOutput:
     rejected_rows: dict[int, str] = field(default_factory=dict)
     # participant id -> reason with its evidence (protocol v2, §8.6); never an honest party.
     blamed: dict[int, str] = field(default_factory=dict)
+    evidence: dict[int, "Evidence"] = field(default_factory=dict)
+    # members that could not answer the blame step while a decoy row stayed unexplained: never named
+    suspects: list[int] = field(default_factory=list)
+    decoy_positions: list[int] = field(default_factory=list)
 
     @property
     def discarded_positions(self) -> list[int]:
@@ -202,6 +208,8 @@ class Server:
             SPhase.MASKED: self._close_masked,
             SPhase.CONSENT: self._close_consent,
             SPhase.UNMASK: self._close_unmask,
+            SPhase.BLAME: self._close_blame,
+            SPhase.DISPUTE: self._close_dispute,
         }.get(self.phase)
         if closer is None:
             raise ConfigError(f"close_phase() in state '{self.phase.value}'")
@@ -259,11 +267,18 @@ class Server:
         p = self.params
         self._ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
         table = self._ot.table.encode()
-        self._tx.absorb("setup", Writer().u32_list(U0).var(table).bytes())
+        # §8.5: decoys from a seed committed to before anyone picks.
+        self._decoy_seed = self._rng.bytes(32)
+        self._decoys = Decoys(self._decoy_seed, self.T, p.n, p.k, p.decoys)
+        commit = commitment(self.T, self._decoy_seed)
+        self._tx.absorb("setup", msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), table, commit, ()).common())
+        self._vectors: dict[int, dict[int, bytes]] = {}  # m -> sender -> signed count vector (for the audit)
+        self._seeds: dict[int, dict[int, int]] = {}
+        self._dropped_x: dict[int, dict[int, int]] = {}
         out = []
         for j in U0:
             cts = tuple((s, self._bundles[s][j]) for s in U0 if s != j)
-            out.append((j, msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), table, cts).encode(self._sk)))
+            out.append((j, msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), table, commit, cts).encode(self._sk)))
         self._ot_answers: dict[int, msg.OTResponseMsg] = {}
         self.phase = SPhase.OT
         return out
@@ -306,6 +321,11 @@ class Server:
         live = self._need(mask_set, f"invocation {m}")
         self._acc = np.zeros(self._vector_len(m), dtype=np.dtype(f"<u{p.vector_bits(m) // 8}"))
         self._uploaded: set[int] = set()
+        if m <= p.R_max:
+            self._decoy_picks = self._decoys.picks()
+        else:
+            self._decoy_pos = decoy_positions(self.counts, self._decoys.slots)
+            self._blame = BlameCollector(self, self._decoy_pos)
         self._h = self._tx.absorb("counts", Writer().u32(m).u32_list(counts).bytes())
         self.phase = SPhase.MASKED
         return self._broadcast(live, msg.MaskRequest(self.T, m, SERVER_ID, counts))
@@ -321,8 +341,14 @@ class Server:
                 f"expected {self._acc.nbytes} in {self._rows(self.m)}"
             )
         self._check_view(sender, mi)
-        # Streamed into the running sum: the PS never holds N vectors at once.
-        np.add(self._acc, np.frombuffer(mi.words, dtype=self._acc.dtype), out=self._acc)
+        # Streamed into the running sum: the PS never holds N vectors at once; it keeps what
+        # blame may need: count vectors (short) and each upload's decoy rows with its signature.
+        words = np.frombuffer(mi.words, dtype=self._acc.dtype)
+        np.add(self._acc, words, out=self._acc)
+        if self.m <= self.params.R_max:
+            self._vectors.setdefault(self.m, {})[sender] = msg.relay_bytes(mi)
+        else:
+            self._blame.keep_upload(sender, mi, words.reshape(self._rows(self.m), -1))
         self._uploaded.add(sender)
 
     def _check_view(self, sender: int, mi: msg.MaskedInput) -> None:
@@ -415,26 +441,68 @@ class Server:
         seeds = {i: self._recover(i, ShareKind.SELF_SEED) for i in Um}
         secrets = {j: self._recover(j, ShareKind.DH_SECRET) for j in self._dropped}
         keys = {k: self._adverts[k].mask_keys[m - 1] for k in Um}
-        unmask_in_place(self._acc, self.group, self.T, m, Um, seeds, secrets, keys, self._h)
+        unmask_in_place(self._acc, self.group, self.T, m, Um, seeds, secrets, keys, self._h, self._rows(m))
+        self._seeds[m], self._dropped_x[m] = seeds, secrets
         if m <= p.R_max:
+            self._acc += self._decoy_picks
             counts = tuple(int(c) for c in self._acc)
             self.counts.append(counts)
+            self._decoys.observe(counts)
             return self._open_invocation(m + 1, Um, counts)
+        self._check_rows()
+        if not self._blame.needed(self._acc.reshape(self._rows(m), -1), self._failed):
+            self._finish()
+            return []
+        # §8.6: open the decoys; every live member audits and opens its keys of the decoy rows.
+        req = msg.BlameRequest(
+            self.T, m, SERVER_ID, self._decoy_seed, tuple(self._decoy_pos),
+            tuple(tuple(v for _, v in sorted(self._vectors.get(r, {}).items())) for r in range(1, p.R_max + 1)),
+            tuple(tuple(sorted(self._seeds[r].items())) for r in range(1, p.R_max + 1)),
+            tuple(tuple(sorted(self._dropped_x[r].items())) for r in range(1, p.R_max + 1)),
+        )
+        self.phase = SPhase.BLAME
+        return self._broadcast(self._live(Um), req)
+
+    def _on_opening(self, sender: int, op: msg.Opening) -> None:
+        self._blame.on_opening(sender, op)
+
+    def _close_blame(self) -> Outbox:
+        out = self._blame.disputes()
+        if out:
+            self.phase = SPhase.DISPUTE
+            return [(i, d.encode(self._sk)) for i, d in out]
+        return self._close_dispute()
+
+    def _on_dispute_answer(self, sender: int, a: msg.DisputeAnswer) -> None:
+        self._blame.on_dispute_answer(sender, a)
+
+    def _close_dispute(self) -> Outbox:
         self._finish()
         return []
 
-    # §5 steps 5–6 with §8.3: deliver the rows whose token, credential and tag pass.
-    def _finish(self) -> None:
+    # §5 steps 5–6 with §8.3: the rows whose token, credential and tag pass.
+    def _check_rows(self) -> None:
         p = self.params
         S = settled_slots(self.counts)
         lw = self._acc.reshape(len(S), p.row_words)
         d_bytes = p.d * lw.dtype.itemsize
-        valid, failed = credential.check_rows(
+        self._valid, failed = credential.check_rows(
             lw, d_bytes, [self._ot.tokens[slot] for slot in S], self.T, self._gamma, self.group
         )
-        models = [p.codec.decode(lw[pos, : p.d].copy()) for pos in valid]
+        # An all-zero row is what a settled owner that dropped (or a decoy) leaves: empty, not tampered.
+        self._failed = {c.position: ("empty" if not lw[c.position].any() else c.reason) for c in failed}
+
+    def _finish(self) -> None:
+        p = self.params
+        lw = self._acc.reshape(-1, p.row_words)
+        models = [p.codec.decode(lw[pos, : p.d].copy()) for pos in self._valid]
+        blame = self._blame.result() if self.phase in (SPhase.BLAME, SPhase.DISPUTE) else None
         self.output = RoundOutput(
-            models, valid, len(S), list(self.counts), dict(self.online), self.errors,
-            rejected_rows={c.position: c.reason for c in failed},
+            models, self._valid, lw.shape[0], list(self.counts), dict(self.online), self.errors,
+            rejected_rows=dict(self._failed),
+            blamed={i: str(e) for i, e in blame.evidence.items()} if blame else {},
+            evidence=dict(blame.evidence) if blame else {},
+            suspects=blame.suspects if blame else [],
+            decoy_positions=list(self._decoy_pos),
         )
         self.phase = SPhase.DONE
