@@ -197,3 +197,29 @@ class TamperOneRow(ParticipantBehaviour):
             v.holds = v.holds and v.culprits_right
         v.detail += f"; row hit: {hit} ({'decoy' if hit in result.output.decoy_positions else 'participant'})"
         return v
+
+
+@register_adversary("false-opening")
+class FalseOpening(Jam):
+    """Jams, and in the blame step opens a wrong key for one partner (to muddy the evidence).
+
+    The partner is shown its signed conflicting opening, reveals K_ij with a DLEQ
+    proof, and the false opener is named for it (or for its nonzero decoy row).
+    """
+
+    stopped_by = "§8.6 disputes: K_ij revealed with a DLEQ proof"
+
+    class participant_class(Jam.participant_class):
+        def _on_blame_request(self, m):
+            (op,) = super()._on_blame_request(m)
+            rows = []
+            for pos, keys in op.rows:
+                keys = list(keys)
+                j, k = keys[0]
+                keys[0] = (j, bytes(b ^ 0xFF for b in k))
+                rows.append((pos, tuple(keys)))
+            self._opening = msg.Opening(op.T, op.m, op.sender, tuple(rows))
+            return [self._opening]
+
+    def holds(self, result, honest) -> Verdict:
+        return _blame_verdict(self, result, honest, self.stopped_by, must_name=True)

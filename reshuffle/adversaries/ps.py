@@ -211,3 +211,73 @@ class BothShares(_PSAttack):
 
 
 __all__ = ["BelowThreshold", "MsgType", "exposed"]
+
+
+@register_adversary("false-decoy-claim")
+class FalseDecoyClaim(_PSAttack):
+    """Starts the blame step on a clean round and claims the target's row is a decoy, to open it."""
+
+    stopped_by = "§8.6 audit: positions must be the decoys the opened seed gives; never one's own row"
+
+    class server_class(Server):
+        def _close_unmask(self):
+            if self.m == self.params.upload_m:
+                self._force_blame = True
+            return super()._close_unmask()
+
+        def _check_rows(self):
+            super()._check_rows()
+            if getattr(self, "_force_blame", False):
+                self._failed.setdefault(-1, "forced")
+                # the target's row, claimed as a decoy
+                S = __import__("reshuffle.protocol.reservation", fromlist=["settled_slots"]).settled_slots(self.counts)
+                self._decoy_pos = sorted(set(self._decoy_pos) | set(range(len(S))))
+                self._blame.positions = self._decoy_pos
+
+    def holds(self, result, honest) -> Verdict:
+        v = self.verdict(result, honest, self.stopped_by)
+        refused = [i for i in honest if any(type(e).__name__ == "Refused" for e in result.views[i].errors)]
+        v.holds = v.holds and len(refused) == len([i for i in honest if result.params.upload_m in result.views[i].uploaded])
+        v.detail += f"; refused to open: {refused}"
+        return v
+
+
+@register_adversary("forged-dispute")
+class ForgedDispute(_PSAttack):
+    """Forces a blame step and shows the target a forged 'conflicting opening' to extract K_ij."""
+
+    stopped_by = "§8.6: K_ij only against the partner's validly signed, conflicting opening"
+
+    class server_class(Server):
+        def _close_unmask(self):
+            if self.m == self.params.upload_m:
+                self._force = True
+            return super()._close_unmask()
+
+        def _check_rows(self):
+            super()._check_rows()
+            if getattr(self, "_force", False):
+                self._failed.setdefault(-1, "forced")
+
+        def _close_blame(self):
+            t = self.behaviour.target
+            ops = self._blame.openings
+            if t not in ops:
+                return super()._close_blame()
+            partner = next(j for j in sorted(ops) if j != t)
+            forged = msg.Opening(self.T, self.m, partner, tuple(
+                (pos, tuple((j, bytes(32)) for j, _ in keys)) for pos, keys in ops[partner][0].rows))
+            # Unsigned by the partner (signed by the PS instead), and a copy of the real one: neither may work.
+            fake = forged.encode(self._sk)
+            real = ops[partner][1]
+            self.phase = SPhase.DISPUTE
+            self._blame._disputed.add((min(t, partner), max(t, partner)))
+            return [(t, msg.Dispute(self.T, self.m, SERVER_ID, partner, fake).encode(self._sk)),
+                    (t, msg.Dispute(self.T, self.m, SERVER_ID, partner, real).encode(self._sk))]
+
+    def holds(self, result, honest) -> Verdict:
+        v = self.verdict(result, honest, self.stopped_by)
+        errs = [type(e).__name__ for e in result.views[self.target].errors]
+        v.holds = v.holds and any(e in ("InvalidSignature", "Refused") for e in errs)
+        v.detail += f"; target errors: {errs}"
+        return v

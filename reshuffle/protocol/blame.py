@@ -257,11 +257,12 @@ class BlameCollector:
         m = s.params.upload_m
         seeds = s._seeds[m]
         evidence: dict[int, Evidence] = {}
-        explained = {pos: np.zeros_like(next(iter(self.uploads.values()))[0][pos]) for pos in self.positions} \
-            if self.uploads else {}
+        explained = {pos: np.zeros(s.params.row_words, dtype=s._acc.dtype) for pos in self.positions}
         for i, (op, op_bytes) in sorted(self.openings.items()):
             rows, hashes, sig, h, hdr = self.uploads[i]
             for pos in self.positions:
+                if pos not in rows:
+                    continue
                 plain = plaintext_at(g, s.T, m, h, i, seeds[i], rows[pos], self._claims(i, pos), pos)
                 explained[pos] += plain
                 if plain.any() and i not in evidence:
