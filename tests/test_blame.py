@@ -81,15 +81,17 @@ def test_tamper_hitting_a_decoy_row_is_named_and_a_participant_row_is_only_dropp
 
 
 def test_false_opening_starts_a_dispute_that_names_the_liar():
-    # A jammer that also lies about one pairwise key: the dispute (K_ij with a DLEQ proof) or its
-    # nonzero decoy row names it; the partner it lied about is never named.
+    # A jammer that also lies about one pairwise key: its partner, shown the signed conflicting
+    # opening, reveals K_ij with a DLEQ proof, which names the liar; the partner is never named.
     ups = make_updates(N, d=12, seed=4)
     r = reshuffle.shuffle(ups, seed=4, adversaries=[make_adversary("false-opening")])
     assert set(r.blamed) == {1}
     ev = r.output.evidence[1]
-    assert ev.kind in (KIND_NONZERO, KIND_FALSE_OPENING)
-    out = verify_evidence(ev, keys_of(ups, r.params, 4), r.params)  # raises if it does not hold
-    assert (out is not None and out.any()) if ev.kind == KIND_NONZERO else out is None
+    assert ev.kind == KIND_FALSE_OPENING and ev.partner != 1
+    keys = keys_of(ups, r.params, 4)
+    assert verify_evidence(ev, keys, r.params) is None  # raises if it does not hold
+    with pytest.raises(ProtocolError):
+        verify_evidence(dataclasses.replace(ev, proof=bytes(64)), keys, r.params)
 
 
 @pytest.mark.parametrize("name", ["false-decoy-claim", "forged-dispute"])

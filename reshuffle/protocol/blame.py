@@ -258,6 +258,17 @@ class BlameCollector:
         seeds = s._seeds[m]
         evidence: dict[int, Evidence] = {}
         explained = {pos: np.zeros(s.params.row_words, dtype=s._acc.dtype) for pos in self.positions}
+        for (i, j), (K, proof) in sorted(self.proved.items()):
+            for pos in self.positions:
+                h = self.uploads[i][3]
+                true = pair_row_key(K.to_bytes(), s.T, m, i, j, h, pos)
+                for liar, partner in ((i, j), (j, i)):
+                    if self._claims(liar, pos).get(partner) != true and liar not in evidence:
+                        evidence[liar] = Evidence(
+                            KIND_FALSE_OPENING, liar, pos, msg.relay_bytes(s._adverts[liar]),
+                            self.openings[liar][1], upload_h=h, partner=partner,
+                            partner_advert=msg.relay_bytes(s._adverts[partner]), secret=K.to_bytes(), proof=proof,
+                        )
         for i, (op, op_bytes) in sorted(self.openings.items()):
             rows, hashes, sig, h, hdr = self.uploads[i]
             for pos in self.positions:
@@ -270,17 +281,6 @@ class BlameCollector:
                         KIND_NONZERO, i, pos, msg.relay_bytes(s._adverts[i]), op_bytes, hdr, h, hashes,
                         rows[pos].tobytes(), sig, seeds[i],
                     )
-        for (i, j), (K, proof) in sorted(self.proved.items()):
-            for pos in self.positions:
-                h = self.uploads[i][3]
-                true = pair_row_key(K.to_bytes(), s.T, m, i, j, h, pos)
-                for liar, partner in ((i, j), (j, i)):
-                    if self._claims(liar, pos).get(partner) != true and liar not in evidence:
-                        evidence[liar] = Evidence(
-                            KIND_FALSE_OPENING, liar, pos, msg.relay_bytes(s._adverts[liar]),
-                            self.openings[liar][1], upload_h=h, partner=partner,
-                            partner_advert=msg.relay_bytes(s._adverts[partner]), secret=K.to_bytes(), proof=proof,
-                        )
         lw = s._acc.reshape(-1, s.params.row_words)
         unexplained = any(not np.array_equal(explained.get(pos), lw[pos]) for pos in self.positions)
         silent = sorted(set(s.online[m]) - set(self.openings))
