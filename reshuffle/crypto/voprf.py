@@ -200,9 +200,18 @@ def compute_composites_fast(
     return M, M**k
 
 
+def challenge_transcript(B: Element, M: Element, Z: Element, t2: Element, t3: Element) -> bytes:
+    """The input of the proof's challenge HashToScalar (RFC 9497 §2.2.1)."""
+    return b"".join(_lp(e.to_bytes()) for e in (B, M, Z, t2, t3)) + b"Challenge"
+
+
+def finalize_transcript(data: bytes, element: Element) -> bytes:
+    """The input of the output Hash in Finalize/Evaluate (RFC 9497 §3.3.1)."""
+    return _lp(bytes(data)) + _lp(element.to_bytes()) + b"Finalize"
+
+
 def _challenge(suite: Suite, B: Element, M: Element, Z: Element, t2: Element, t3: Element) -> int:
-    transcript = b"".join(_lp(e.to_bytes()) for e in (B, M, Z, t2, t3)) + b"Challenge"
-    return suite.hash_to_scalar(transcript)
+    return suite.hash_to_scalar(challenge_transcript(B, M, Z, t2, t3))
 
 
 def generate_proof(
@@ -338,7 +347,7 @@ def blind_evaluate(
 
 
 def _finalize_hash(suite: Suite, data: bytes, element: Element) -> bytes:
-    return suite.hash(_lp(bytes(data)) + _lp(element.to_bytes()) + b"Finalize")
+    return suite.hash(finalize_transcript(data, element))
 
 
 def finalize(
@@ -372,7 +381,8 @@ def evaluate(suite: Suite, sk: int, data: bytes) -> bytes:
 
 
 __all__ = [
-    "MODE_OPRF", "MODE_VOPRF", "Proof", "Suite", "blind", "blind_evaluate", "compute_composites",
-    "compute_composites_fast", "derive_key_pair", "dleq_suite", "evaluate", "finalize",
-    "generate_proof", "hash_to_scalar", "prove_dleq", "verify_dleq", "verify_proof",
+    "MODE_OPRF", "MODE_VOPRF", "Proof", "Suite", "blind", "blind_evaluate", "challenge_transcript",
+    "compute_composites", "compute_composites_fast", "derive_key_pair", "dleq_suite", "evaluate",
+    "finalize", "finalize_transcript", "generate_proof", "hash_to_scalar", "prove_dleq",
+    "verify_dleq", "verify_proof",
 ]
