@@ -24,7 +24,8 @@ def test_every_game_meets_its_expected_relation(results):
     assert not failed, failed
     names = " ".join(r.game for r in results)
     for needle in ("ddh", "ot receiver", "ot sender", "B^A vs CT-CDH", "shamir", "B^A vs PRG", "B^A vs DDH",
-                   "source anonymity"):
+                   "source anonymity", "channel IND-CPA", "B_DDH^A + B_AEAD^A", "row credential",
+                   "B^A vs one-more DH", "dleq soundness", "dleq special soundness"):
         assert needle in names
 
 

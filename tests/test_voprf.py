@@ -226,6 +226,10 @@ def test_identity_elements_rejected(g):
         v.verify_dleq(A, ident, [Cs[0]], [ident], v.Proof(0, 0), CTX)
     with pytest.raises(InvalidElement):
         v.blind_evaluate(v.Suite(g), 5, [ident])
+    # an OPRF-mode client (no proof) must not hash the identity as a PRF output
+    b, B = v.blind(v.Suite(g, v.MODE_OPRF), b"x")
+    with pytest.raises(InvalidElement, match="evaluated element 0"):
+        v.finalize(v.Suite(g, v.MODE_OPRF), [b"x"], [b], [ident])
     with pytest.raises(InvalidElement):
         g.element_from_bytes(bytes(32))
 

@@ -363,6 +363,9 @@ def finalize(
     n = len(inputs)
     if not (len(blinds) == len(evaluated) == n) or n == 0:
         raise ConfigError(f"Finalize: {n} inputs, {len(blinds)} blinds, {len(evaluated)} evaluations")
+    for i, e in enumerate(evaluated):
+        if not isinstance(e, Element) or e.group is not suite.group or e.is_identity:
+            raise InvalidElement(f"evaluated element {i} is not a non-identity element of {suite.group.name}")
     if suite.mode == MODE_VOPRF:
         if blinded is None or pk is None or proof is None:
             raise ConfigError("VOPRF Finalize needs the blinded elements, pkS and the proof")
