@@ -181,3 +181,22 @@ def test_property_one_wrong_share_among_S_caught(t, S, bad, delta, seed):
     with pytest.raises(InvalidShare):
         fv.verify_batch(1, ys, coms, rho)
     assert fv.find_bad_shares(1, ys, coms) == [bad]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=4 + 2 * 2 * 32))
+def test_fuzz_commitment_decoder_raises_only_protocol_errors(data):
+    g = get_group("ristretto255")
+    try:
+        coms = fv.decode_commitments(g, data, 2, 2)
+    except (DecodeError, InvalidElement):
+        return
+    assert fv.encode_commitments(coms) == data
+
+
+@settings(max_examples=10, deadline=None)
+@given(S=st.integers(1, 4), t=st.integers(1, 4), seed=st.integers(0, 2**32))
+def test_property_commitment_codec_round_trip(S, t, seed):
+    _, coms = fv.deal([TOY.random_scalar(SeededRandom(seed + s)) for s in range(S)], t,
+                      range(1, t + 1), SeededRandom(seed), TOY)
+    assert fv.decode_commitments(TOY, fv.encode_commitments(coms), S, t) == coms

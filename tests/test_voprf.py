@@ -297,3 +297,14 @@ def test_runs_on_a_toy_group():
     b, B = v.blind(suite, b"in")
     ev, proof = v.blind_evaluate(suite, sk, [B])
     assert v.finalize(suite, [b"in"], [b], ev, [B], pk, proof) == [v.evaluate(suite, sk, b"in")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=80))
+def test_fuzz_proof_decoder_raises_only_protocol_errors(data):
+    g = get_group("ristretto255")
+    try:
+        p = v.Proof.decode(g, data)
+    except (DecodeError, InvalidScalar):
+        return
+    assert len(data) == 64 and p.encode(g) == data

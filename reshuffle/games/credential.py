@@ -139,6 +139,10 @@ def _parse_finalize(data: bytes) -> tuple[bytes, bytes] | None:
     return data[2:2 + n], rest[2:2 + m]
 
 
+class _Abort(Exception):
+    """The proof simulation cannot program the challenge oracle."""
+
+
 class Reduction:
     """B^A: a one-more-DH solver (q help queries) from a credential forger A."""
 
@@ -156,11 +160,15 @@ class Reduction:
             c, s = secrets.randbelow(group.order), secrets.randbelow(group.order)
             t2, t3 = g**s * C**c, M**s * Z**c
             if not suite.program_challenge(voprf.challenge_transcript(C, M, Z, t2, t3), c):
-                raise ConfigError("challenge already queried: simulation aborts (probability ~1/q)")
+                raise _Abort  # A queried that transcript already: probability ≤ Q_H/q
             return tuple(evaluated), voprf.Proof(c, s)
 
+        try:
+            forged = self.A(suite, C, issue, self.q)
+        except _Abort:
+            return []  # B gives up: it loses this run of the one-more-DH game
         pairs = []
-        for x, y in self.A(suite, C, issue, self.q):
+        for x, y in forged:
             for inp, N, out in suite.finalize_queries:
                 if inp == x and out == y and x in suite.h2g:
                     try:
