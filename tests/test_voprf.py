@@ -308,3 +308,21 @@ def test_fuzz_proof_decoder_raises_only_protocol_errors(data):
     except (DecodeError, InvalidScalar):
         return
     assert len(data) == 64 and p.encode(g) == data
+
+
+def test_voprf_and_dleq_on_every_backend(group):
+    # Prepare: the §8.6 statement K_ij = X_j^{x_i} against X_i, and one VOPRF round
+    x_i, x_j = group.random_scalar(), group.random_scalar()
+    X_i, X_j = group.base_mul(x_i), group.base_mul(x_j)
+    K = X_j**x_i
+    suite = v.Suite(group)
+    sk, pk = v.derive_key_pair(suite, bytes(group.scalar_size), b"k")
+    b, B = v.blind(suite, b"in")
+    # Execute
+    proof = v.Proof.decode(group, v.prove_dleq(x_i, group.generator(), X_i, [X_j], [K], None, CTX).encode(group))
+    ev, vproof = v.blind_evaluate(suite, sk, [B])
+    # Assert
+    v.verify_dleq(group.generator(), X_i, [X_j], [K], proof, CTX)
+    with pytest.raises(InvalidProof):  # a true statement, but the proof was made for another
+        v.verify_dleq(group.generator(), X_j, [X_i], [K], proof, CTX)
+    assert v.finalize(suite, [b"in"], [b], ev, [B], pk, vproof) == [v.evaluate(suite, sk, b"in")]
