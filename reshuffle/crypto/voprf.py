@@ -31,6 +31,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Sequence
 
+from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group, expand_message_xmd, get_group
 from reshuffle.crypto.rand import RandomSource
 from reshuffle.errors import ConfigError, InvalidElement, InvalidProof, InvalidScalar
@@ -118,7 +119,7 @@ def dleq_suite(A: Element, context: bytes) -> Suite:
     if not isinstance(context, (bytes, bytearray)) or not context:
         raise ConfigError("a DLEQ proof needs a non-empty context (domain separation)")
     binder = hashlib.sha512(
-        b"reshuffle/v1/dleq" + _lp(A.group.name.encode()) + _lp(A.to_bytes()) + _lp(bytes(context))
+        label("voprf/dleq-context") + _lp(A.group.name.encode()) + _lp(A.to_bytes()) + _lp(bytes(context))
     ).digest()[:32]
     return Suite(A.group, MODE_VOPRF, b"ReShuffle-DLEQ-V1-" + binder)
 
