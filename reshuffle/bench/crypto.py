@@ -6,8 +6,9 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from reshuffle.bench.common import best_of
+from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.domain import label
-from reshuffle.crypto.group import available_groups, get_group
+from reshuffle.crypto.group import Ristretto255, available_groups, get_group
 from reshuffle.crypto.ot import OTReceiver, OTSender
 from reshuffle.crypto.prg import PRG, derive_key
 from reshuffle.crypto.rand import SeededRandom
@@ -123,6 +124,87 @@ def bench_shamir(N: int, t: int, repeat: int) -> dict:
     return {"t": t, "split_s": t_split, "reconstruct_s": t_rec, "reconstruct_cached_s": t_rec_cached}
 
 
+class _CountingRistretto(Ristretto255):
+    """A private Ristretto255 instance that counts exponentiations (never the shared one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exps = 0
+
+    def _exp(self, a: bytes, s: int) -> bytes:
+        self.exps += 1
+        return super()._exp(a, s)
+
+
+def _timed(g: _CountingRistretto, fn, repeat: int) -> tuple[float, int]:
+    """(best wall time, exponentiations of one call)."""
+    g.exps = 0
+    fn()
+    exps = g.exps
+    return best_of(fn, repeat), exps
+
+
+def bench_voprf(k: int, repeat: int) -> dict:
+    """§8.2 proved OT answers (batch of k), §8.3 credential (batch of 1), §8.6 one DH key."""
+    g = _CountingRistretto()
+    suite = voprf.Suite(g)
+    beta, B = voprf.derive_key_pair(suite, bytes(32), b"bench beta")
+    As = [g.hash_to_group(b"bench", bytes([j])) for j in range(k)]
+    out: dict = {"k": k}
+
+    def answer():
+        return voprf.blind_evaluate(suite, beta, As, B)
+
+    out["batch_evaluate_prove_s"], out["batch_evaluate_prove_exps"] = _timed(g, answer, repeat)
+    Ds, proof = answer()
+    out["batch_verify_s"], out["batch_verify_exps"] = _timed(
+        g, lambda: voprf.verify_proof(suite, g.generator(), B, As, Ds, proof), repeat)
+
+    gamma, C = voprf.derive_key_pair(suite, bytes(32), b"bench gamma")
+    r, blinded = voprf.blind(suite, b"T=1|r=0123456789abcdef")
+    out["credential_blind_s"], _ = _timed(g, lambda: voprf.blind(suite, b"T=1|r=0123456789abcdef"), repeat)
+    out["credential_evaluate_prove_s"], out["credential_evaluate_prove_exps"] = _timed(
+        g, lambda: voprf.blind_evaluate(suite, gamma, [blinded], C), repeat)
+    ev, cproof = voprf.blind_evaluate(suite, gamma, [blinded], C)
+    out["credential_finalize_verify_s"], out["credential_finalize_verify_exps"] = _timed(
+        g, lambda: voprf.finalize(suite, [b"T=1|r=0123456789abcdef"], [r], ev, [blinded], C, cproof), repeat)
+    out["credential_check_s"], out["credential_check_exps"] = _timed(
+        g, lambda: voprf.evaluate(suite, gamma, b"T=1|r=0123456789abcdef"), repeat)
+
+    x_i, x_j = g.random_scalar(), g.random_scalar()
+    X_i, X_j = g.base_mul(x_i), g.base_mul(x_j)
+    K = X_j**x_i
+    ctx = label("bench/dh-key", 1, 0, 1)
+    out["dh_key_prove_s"], out["dh_key_prove_exps"] = _timed(
+        g, lambda: voprf.prove_dleq(x_i, g.generator(), X_i, [X_j], [K], None, ctx), repeat)
+    dproof = voprf.prove_dleq(x_i, g.generator(), X_i, [X_j], [K], None, ctx)
+    out["dh_key_verify_s"], out["dh_key_verify_exps"] = _timed(
+        g, lambda: voprf.verify_dleq(g.generator(), X_i, [X_j], [K], dproof, ctx), repeat)
+    return out
+
+
+def bench_feldman(S: int, t: int, repeat: int) -> dict:
+    """§8.4, per dealer: Ĉ from S × t commitments, then one recipient's batched check."""
+    g = _CountingRistretto()
+    xs = range(1, 2 * t)
+    secrets = [g.random_scalar() for _ in range(S)]
+    shares, coms = feldman.deal(secrets, t, xs, None, g)
+    ctx = label("bench/feldman", 1, 1)
+    out: dict = {"S": S, "t": t}
+    out["deal_s"], out["deal_exps"] = _timed(g, lambda: feldman.deal(secrets, t, xs, None, g), 1)
+    out["weights_s"], _ = _timed(g, lambda: feldman.weights(coms, 0, ctx), repeat)
+    rho = feldman.weights(coms, 0, ctx)
+    out["combine_s"], out["combine_exps"] = _timed(g, lambda: feldman.combine(coms, rho), repeat)
+    c_hat = feldman.combine(coms, rho)
+    x = t  # a typical participant index
+    out["verify_batch_s"], out["verify_batch_exps"] = _timed(
+        g, lambda: feldman.verify_batch(x, shares[x], c_hat, rho), repeat)
+    out["verify_each_share_s"], out["verify_each_share_exps"] = _timed(
+        g, lambda: [feldman.verify_share(x, y, row) for y, row in zip(shares[x], coms)], repeat)
+    out["ratio_each_to_batch"] = out["verify_each_share_s"] / out["verify_batch_s"]
+    return out
+
+
 def run(quick: bool = False) -> dict:
     n_words = 1 << (18 if quick else 22)
     rep = 3 if quick else 7
@@ -133,4 +215,6 @@ def run(quick: bool = False) -> dict:
         "shamir": {
             str(N): bench_shamir(N, N // 2 + 1, 2 if quick else 3) for N in (100, 1000)
         },
+        "voprf": bench_voprf(8, 3 if quick else 7),
+        "feldman": bench_feldman(10, 13, 3 if quick else 7),
     }

@@ -31,6 +31,7 @@ import hmac
 from dataclasses import dataclass
 from typing import Sequence
 
+from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group, expand_message_xmd, get_group
 from reshuffle.crypto.rand import RandomSource
 from reshuffle.errors import ConfigError, InvalidElement, InvalidProof, InvalidScalar
@@ -118,7 +119,7 @@ def dleq_suite(A: Element, context: bytes) -> Suite:
     if not isinstance(context, (bytes, bytearray)) or not context:
         raise ConfigError("a DLEQ proof needs a non-empty context (domain separation)")
     binder = hashlib.sha512(
-        b"reshuffle/v1/dleq" + _lp(A.group.name.encode()) + _lp(A.to_bytes()) + _lp(bytes(context))
+        label("voprf/dleq-context") + _lp(A.group.name.encode()) + _lp(A.to_bytes()) + _lp(bytes(context))
     ).digest()[:32]
     return Suite(A.group, MODE_VOPRF, b"ReShuffle-DLEQ-V1-" + binder)
 
@@ -200,9 +201,18 @@ def compute_composites_fast(
     return M, M**k
 
 
+def challenge_transcript(B: Element, M: Element, Z: Element, t2: Element, t3: Element) -> bytes:
+    """The input of the proof's challenge HashToScalar (RFC 9497 §2.2.1)."""
+    return b"".join(_lp(e.to_bytes()) for e in (B, M, Z, t2, t3)) + b"Challenge"
+
+
+def finalize_transcript(data: bytes, element: Element) -> bytes:
+    """The input of the output Hash in Finalize/Evaluate (RFC 9497 §3.3.1)."""
+    return _lp(bytes(data)) + _lp(element.to_bytes()) + b"Finalize"
+
+
 def _challenge(suite: Suite, B: Element, M: Element, Z: Element, t2: Element, t3: Element) -> int:
-    transcript = b"".join(_lp(e.to_bytes()) for e in (B, M, Z, t2, t3)) + b"Challenge"
-    return suite.hash_to_scalar(transcript)
+    return suite.hash_to_scalar(challenge_transcript(B, M, Z, t2, t3))
 
 
 def generate_proof(
@@ -338,7 +348,7 @@ def blind_evaluate(
 
 
 def _finalize_hash(suite: Suite, data: bytes, element: Element) -> bytes:
-    return suite.hash(_lp(bytes(data)) + _lp(element.to_bytes()) + b"Finalize")
+    return suite.hash(finalize_transcript(data, element))
 
 
 def finalize(
@@ -354,6 +364,9 @@ def finalize(
     n = len(inputs)
     if not (len(blinds) == len(evaluated) == n) or n == 0:
         raise ConfigError(f"Finalize: {n} inputs, {len(blinds)} blinds, {len(evaluated)} evaluations")
+    for i, e in enumerate(evaluated):
+        if not isinstance(e, Element) or e.group is not suite.group or e.is_identity:
+            raise InvalidElement(f"evaluated element {i} is not a non-identity element of {suite.group.name}")
     if suite.mode == MODE_VOPRF:
         if blinded is None or pk is None or proof is None:
             raise ConfigError("VOPRF Finalize needs the blinded elements, pkS and the proof")
@@ -372,7 +385,8 @@ def evaluate(suite: Suite, sk: int, data: bytes) -> bytes:
 
 
 __all__ = [
-    "MODE_OPRF", "MODE_VOPRF", "Proof", "Suite", "blind", "blind_evaluate", "compute_composites",
-    "compute_composites_fast", "derive_key_pair", "dleq_suite", "evaluate", "finalize",
-    "generate_proof", "hash_to_scalar", "prove_dleq", "verify_dleq", "verify_proof",
+    "MODE_OPRF", "MODE_VOPRF", "Proof", "Suite", "blind", "blind_evaluate", "challenge_transcript",
+    "compute_composites", "compute_composites_fast", "derive_key_pair", "dleq_suite", "evaluate",
+    "finalize", "finalize_transcript", "generate_proof", "hash_to_scalar", "prove_dleq",
+    "verify_dleq", "verify_proof",
 ]

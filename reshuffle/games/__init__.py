@@ -36,6 +36,20 @@ def _exact(game, assumption, value: Fraction, expected_value: Fraction, text: st
     return Result(game, assumption, float(value), 0.0, text, value == expected_value)
 
 
+def _hybrid(game, assumption, a: Estimate, b_ddh: Estimate, b_aead: Estimate) -> Result:
+    """Adv(A) ≈ 2·Adv(B_DDH) + Adv(B_AEAD): the hybrid identity, within all three bounds."""
+    value = 2 * b_ddh.advantage + b_aead.advantage
+    slack = a.bound + 2 * b_ddh.bound + b_aead.bound
+    text = (f"≈ Adv(A) = {a.advantage:.3f} (B_DDH {b_ddh.advantage:.3f}, "
+            f"B_AEAD {b_aead.advantage:.3f})")
+    return Result(game, assumption, value, slack, text, abs(value - a.advantage) <= slack)
+
+
+def _always(game, assumption, e: Estimate, text: str) -> Result:
+    """An event that must happen in every trial (e.g. extraction of a witness)."""
+    return Result(game, assumption, e.advantage, 0.0, text, e.wins == e.trials)
+
+
 def run_games(quick: bool = False) -> list[Result]:
     from reshuffle.games.anonymity import anonymity_game
     from reshuffle.games.basic import ddh_game, ot_request_distance, shamir_view_distance
@@ -84,10 +98,51 @@ def run_games(quick: bool = False) -> list[Result]:
     out.append(_detected("masked sum (b_i known): A [weak: 17-bit group]", "DDH + PRG", a, 0.5))
     out.append(_transfer("masked sum: B^A vs DDH [weak: 17-bit]", "DDH + PRG", a, b, 0.5))
 
+    out += _v2_games(toy, tiny, n_fast, n_mask)
+
     e = anonymity_game(6, 1, 4, n_round)
     out.append(_secure("source anonymity, real round [N=6, c=1, h=5]", "all of the above", e, "abs(adv) ≤ bound (adv over 1/h)"))
     e = anonymity_game(6, 1, 4, n_round, broken=True)
     out.append(_detected("source anonymity [weak: answers both share kinds]", "all of the above", e, 0.8))
+    return out
+
+
+def _v2_games(toy, tiny, n_fast: int, n_mask: int) -> list[Result]:
+    """Channel confidentiality, row-credential unforgeability, DLEQ soundness."""
+    from reshuffle.games.channel import FixedNonces, channel_games, sanity_adversary
+    from reshuffle.games.credential import credential_games, credential_trial, sanity_forger
+    from reshuffle.games.dleq import dleq_games
+    from reshuffle.games.framework import estimate
+
+    out: list[Result] = []
+    cpa = "DDH + AEAD IND-CPA"
+    a, b1, b2 = channel_games(toy, sanity_adversary, n_fast)
+    out.append(_secure("channel IND-CPA: A vs channel [toy 41-bit, AES-GCM]", cpa, a))
+    out.append(_hybrid("channel: 2·B_DDH^A + B_AEAD^A [toy 41-bit]", cpa, a, b1, b2))
+    a, b1, b2 = channel_games(tiny, sanity_adversary, n_fast)
+    out.append(_detected("channel IND-CPA: A [weak: 17-bit group]", cpa, a, 0.5))
+    out.append(_hybrid("channel: 2·B_DDH^A + B_AEAD^A [weak: 17-bit]", cpa, a, b1, b2))
+    a, b1, b2 = channel_games(toy, sanity_adversary, n_fast, FixedNonces)
+    out.append(_detected("channel IND-CPA: A [weak: fixed nonce]", cpa, a, 0.5))
+    out.append(_hybrid("channel: 2·B_DDH^A + B_AEAD^A [weak: fixed nonce]", cpa, a, b1, b2))
+
+    omdh = "one-more DH, ROM"
+    a, b = credential_games(toy, sanity_forger, n_mask)
+    out.append(_secure("row credential: A vs VOPRF issuer [toy 41-bit, q=3]", omdh, a))
+    out.append(_transfer("row credential: B^A vs one-more DH [toy 41-bit]", omdh, a, b, 1))
+    a, b = credential_games(tiny, sanity_forger, n_mask)
+    out.append(_detected("row credential: A [weak: 17-bit group]", omdh, a, 1.0))
+    out.append(_transfer("row credential: B^A vs one-more DH [weak: 17-bit]", omdh, a, b, 1))
+    e = estimate(lambda: credential_trial(toy, sanity_forger, keyless=True), n_mask, 0.0)
+    out.append(_detected("row credential: A [weak: keyless, γ = 1]", omdh, e, 1.0))
+
+    stat = "none (statistical, ROM)"
+    forge, ext = dleq_games(toy, n_fast)
+    out.append(_secure("dleq soundness: forger vs verify_dleq [toy 41-bit]", stat, forge))
+    out.append(_always("dleq special soundness: witness from two challenges [toy 41-bit]", stat, ext,
+                       "= 1 (extracted in every trial)"))
+    forge, _ = dleq_games(toy, n_fast, weak=True)
+    out.append(_detected("dleq soundness: forger [weak: challenge omits B, Z]", stat, forge, 1.0))
     return out
 
 
