@@ -9,7 +9,15 @@ are measured in the same run, against floors computed on the same sizes:
   length) divided by its masking time (``mask_in_place``, DH included);
 - ``ps_floor_ratio``: (numpy sum of the N uploaded vectors + raw keystream for
   the N self masks it regenerates) divided by the PS's measured
-  aggregate-and-unmask time (receiving the uploads plus closing the unmask phase).
+  aggregate-and-unmask time (receiving the uploads plus closing the unmask phase);
+- ``round_floor_ratio``: both floors together divided by the round's critical
+  path (PS time plus the slowest participant, summed over phases).
+
+``mechanisms`` times each protocol-v2 mechanism on its own at the round's sizes
+(PROTOCOL.md §8): signing and verifying one upload (per-row hashes + Ed25519),
+the OT answer proof, the credential, the row checks, one certificate check, and
+the decoy rows' share of the upload; ``blame_extra_s`` is the extra in-process
+time of a round whose jammer starts the blame step.
 """
 
 from __future__ import annotations
@@ -24,7 +32,13 @@ from reshuffle.bench.common import best_of
 from reshuffle.crypto.channel import DHKeyPair
 from reshuffle.crypto.group import get_group
 from reshuffle.crypto.rand import SeededRandom
+from reshuffle.crypto import voprf
+from reshuffle.crypto.ot import OTReceiver, OTSender
+from reshuffle.crypto.signatures import SigningKey
+from reshuffle.protocol import credential
+from reshuffle.protocol import messages as msg
 from reshuffle.protocol.masking import mask_in_place
+from reshuffle.protocol.transcript import CONSENT_CONTEXT, check_certificate
 
 LENET5_D = 61_706
 
@@ -42,13 +56,55 @@ def _keystream_time(n_words: int, streams: int, repeat: int) -> float:
     return best_of(run, repeat)
 
 
-def _mask_time(N: int, L: int, repeat: int) -> float:
+def _mask_time(N: int, L: int, rows: int, repeat: int) -> float:
     g = get_group()
     rng = SeededRandom(7)
     peers = {j: DHKeyPair.generate(g, rng).public for j in range(1, N)}
     x, b = g.random_scalar(rng), g.random_scalar(rng)
     v = np.zeros(L, dtype=np.uint32)
-    return best_of(lambda: mask_in_place(v, g, 1, 4, 0, b, x, peers), repeat)
+    return best_of(lambda: mask_in_place(v, g, 1, 5, 0, b, x, peers, bytes(32), rows), repeat)
+
+
+def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
+    """Each v2 mechanism timed alone at this round's sizes (§8.1–8.6)."""
+    p, g = r.params, get_group()
+    rng = SeededRandom(11)
+    sk = SigningKey.from_seed(bytes(32))
+    words = np.frombuffer(rng.bytes(4 * rows * p.row_words), dtype=np.uint32)
+    mi = msg.MaskedInput(1, p.upload_m, 0, bytes(32), rows, words.tobytes())
+    enc = mi.encode(sk)
+    ctx = msg.Context(g, p)
+    sender = OTSender(g, 1, p.n, p.k, rng)
+    recv = OTReceiver(g, 1, p.n, k=p.k, rng=rng)
+    req = recv.request()
+    ans = sender.answer(0, req)
+    proof = sender.prove(req, ans, b"bench", rng)
+    suite = credential.suite(g)
+    gamma = g.random_scalar(rng)
+    C = g.base_mul(gamma)
+    blind, blinded = voprf.blind(suite, b"bench", rng)
+    (ev,), cproof = voprf.blind_evaluate(suite, gamma, [blinded], C, rng)
+    lw = np.zeros((rows, p.row_words), dtype=np.uint32)
+    tokens = [rng.bytes(16) for _ in range(rows)]
+    members = list(range(N))
+    keys = {i: SigningKey.from_seed(bytes([i + 1]) * 32) for i in members}
+    stmt = msg.consent_statement(1, p.upload_m, members, bytes(32))
+    sigs = [(i, keys[i].sign(CONSENT_CONTEXT, stmt)) for i in members[: p.t]]
+    vks = {i: k.verify_key for i, k in keys.items()}
+    return {
+        "sign_upload_s": best_of(lambda: mi.encode(sk), repeat),
+        "verify_upload_s": best_of(lambda: msg.verify(msg.decode(enc, ctx), sk.verify_key), repeat),
+        "ot_proof_s": best_of(lambda: sender.prove(req, ans, b"bench", rng), repeat),
+        "ot_proof_verify_s": best_of(
+            lambda: voprf.verify_dleq(g.generator(), sender.table.B, req.blinded, ans.answers, proof, b"bench"), repeat),
+        "credential_eval_s": best_of(lambda: voprf.blind_evaluate(suite, gamma, [blinded], C, rng), repeat),
+        "credential_finalize_s": best_of(
+            lambda: voprf.finalize(suite, [b"bench"], [blind], [ev], [blinded], C, cproof), repeat),
+        "row_checks_s": best_of(lambda: credential.check_rows(lw, p.d * 4, tokens, 1, gamma, g), repeat),
+        "certificate_check_s": best_of(
+            lambda: check_certificate(1, p.upload_m, members, bytes(32), sigs, vks, p.t), repeat),
+        "decoy_upload_fraction": p.decoys / max(rows - p.decoys, 1),
+    }
 
 
 def bench_N(N: int, d: int, repeat: int) -> dict:
@@ -59,8 +115,9 @@ def bench_N(N: int, d: int, repeat: int) -> dict:
     r = reshuffle.shuffle(ups, seed=N)
     wall = time.perf_counter() - t0
     assert len(r.models) == N, "benchmark round lost participants"
-    L = N * r.params.row_words  # model-list length in words (one row per participant)
-    mask_s = _mask_time(N, L, repeat)
+    rows = r.output.n_positions  # one row per settled participant plus the decoys'
+    L = rows * r.params.row_words
+    mask_s = _mask_time(N, L, rows, repeat)
     floor_mask_s = _keystream_time(L, N, repeat)  # self mask + (N - 1) pairwise streams
     # PS floor: sum of N distinct uploaded-size vectors + N self-mask keystreams.
     acc = np.zeros(L, dtype=np.uint32)
@@ -77,9 +134,20 @@ def bench_N(N: int, d: int, repeat: int) -> dict:
     }
     sent = sum(v["participant_bytes_sent"] for v in r.stats.values())
     recv = sum(v["participant_bytes_received"] for v in r.stats.values())
+    critical = sum(v["ps_s"] + v["participant_max_s"] for v in r.stats.values())
+    from reshuffle.adversaries import make_adversary
+
+    t0 = time.perf_counter()
+    jammed = reshuffle.shuffle(ups, seed=N, adversaries=[make_adversary("jam")])
+    blame_extra = time.perf_counter() - t0 - wall
     return {
         "d": d,
         "wall_s": wall,
+        "critical_path_s": critical,
+        "round_floor_ratio": (floor_mask_s + floor_ps_s) / critical,
+        "mechanisms": _mechanisms(r, N, rows, repeat),
+        "blame_extra_s": blame_extra,
+        "blame_named": sorted(jammed.blamed),
         "phases": phases,
         "participant_bytes": sent + recv,
         "participant_bytes_sent": sent,
