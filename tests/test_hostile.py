@@ -289,9 +289,14 @@ def test_writing_without_token_only_destroys_that_position(monkeypatch):
     ups = make_updates(N, d=7, seed=5)
     r = reshuffle.shuffle(ups, seed=6)
     victim_pos = made[2].victim
-    assert r.output.discarded_positions == [victim_pos]
-    victim = next(i for i, p in made.items() if p.view.position == victim_pos)
-    assert r.online == [i for i in range(N) if i != victim]
+    decoys = r.output.decoy_positions
+    assert r.output.discarded_positions == sorted({victim_pos, *decoys})
+    if victim_pos in decoys:
+        # It wrote into a decoy row: the blame step names it; every participant's model is delivered.
+        assert set(r.blamed) == {2} and r.online == list(range(N))
+    else:
+        victim = next(i for i, p in made.items() if p.view.position == victim_pos)
+        assert r.online == [i for i in range(N) if i != victim] and r.blamed == {}
     assert multiset(r.models) == expected_models(ups, r.online)
     # The thief's fake model is nowhere in the output.
     assert not any(np.allclose(m, 9.0) for m in r.models)

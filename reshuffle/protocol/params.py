@@ -53,9 +53,13 @@ class RoundParams:
 
     @classmethod
     def default(cls, N: int, d: int, **overrides) -> "RoundParams":
-        """PROTOCOL.md defaults: n = 4·N, k = min(8, n), c = ⌊N/5⌋, t = ⌊(N + c)/2⌋ + 1, R_max = 4."""
+        """Defaults: decoys d = 2 (1 below N = 10), n = 4·(N + d), k = min(8, n), c = ⌊N/5⌋,
+        t = ⌊(N + c)/2⌋ + 1, R_max = 4 (PROTOCOL.md §5, §8.1, §8.5)."""
         _pos_int("N", N)
-        n = overrides.pop("n", None) or 4 * N
+        decoys = overrides.pop("decoys", None)
+        decoys = (2 if N >= 10 else 1) if decoys is None else decoys
+        overrides["decoys"] = decoys
+        n = overrides.pop("n", None) or 4 * (N + decoys)
         k = overrides.pop("k", None) or min(8, n)
         c = overrides.pop("c", None)
         c = N // 5 if c is None else c
