@@ -32,8 +32,9 @@ _MAX_R = 64  # RoundParams bounds R_max
 
 
 def max_inbox(R_max: int) -> int:
-    """PS messages of one round: RoundStart, adverts, delivery, OT answer, then 3 per invocation."""
-    return 4 + 3 * (R_max + 1)
+    """PS messages of one round: RoundStart, adverts, delivery, OT answer, 3 per invocation, then
+    at most a blame request and a dispute."""
+    return 4 + 3 * (R_max + 1) + 2
 
 
 _MAX_INBOX = max_inbox(_MAX_R)  # before RoundStart is known; more is a corrupt state
