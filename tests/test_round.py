@@ -138,3 +138,23 @@ def test_words_payload_is_bit_exact():
     assert sorted(m.tobytes() for m in res.models) == sorted(u.tobytes() for u in ups)
     with pytest.raises(EncodingError):
         reshuffle.shuffle([u.astype(np.float32) for u in ups], payload="words", seed=3)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_model_is_refused_at_the_client_before_masking(bad):
+    from reshuffle.crypto.signatures import CertificateAuthority, SigningKey
+    from reshuffle.protocol.participant import Participant
+
+    ca, sk = CertificateAuthority.generate(), SigningKey.generate()
+    model = np.ones(5, np.float32)
+    model[3] = bad
+    with pytest.raises(EncodingError, match="NaN/Inf"):
+        Participant(0, 1, model, sk, ca.issue(0, sk.verify_key), ca, bytes(32))
+
+
+def test_clipped_coordinates_are_reported():
+    ups = make_updates(4, d=6, seed=1)
+    ups[2] = ups[2].copy()
+    ups[2][:2] = 100.0  # beyond clip = 64
+    r = reshuffle.shuffle(ups, seed=2)
+    assert r.clipped == 2 and r.views[2].clipped == 2
