@@ -25,13 +25,16 @@ H = bytes(range(32))
 def samples():
     return [
         msg.RoundStart(1, 0, 0xFFFFFFFF, P, H, CERT, tuple((i, CERT) for i in range(4)), E),
-        msg.Advertise(1, 0, 2, H, E, (E,) * P.M, (E,) * P.M),
+        msg.Advertise(1, 0, 2, H, E, ((E,) * P.t,) * (2 * P.M), (E,) * P.t),
         msg.AdvertiseList(1, 0, 0xFFFFFFFF, (b"a", b"bc")),
         msg.ShareBundle(1, 0, 2, ((0, b"x" * 40), (1, b"y" * 40))),
         msg.ShareDelivery(1, 0, 0xFFFFFFFF, (0, 1, 3), b"table", H, ((0, b"c" * 30),)),
-        msg.OTRequestMsg(1, 0, 3, b"req", E),
-        msg.OTResponseMsg(1, 0, 0xFFFFFFFF, b"resp", b"p" * 64, E, b"q" * 64),
+        msg.OTRequestMsg(1, 0, 3, b"req", E, (0, 2)),
+        msg.OTResponseMsg(1, 0, 0xFFFFFFFF, b"resp", b"p" * 64, E, b"q" * 64, ((2, b"answer"),)),
+        msg.Complaints(1, 0, 0xFFFFFFFF, (0, 3)),
+        msg.ComplaintAnswer(1, 0, 2, ((0, tuple(range(2 * P.M))), (3, tuple(range(5, 5 + 2 * P.M))))),
         msg.MaskRequest(1, 2, 0xFFFFFFFF, tuple(range(P.n))),
+        msg.MaskRequest(1, 1, 0xFFFFFFFF, (), (1, 3)),
         msg.MaskedInput(1, 2, 1, H, 2, bytes(range(40))),
         msg.UnmaskRequest(1, 2, 0xFFFFFFFF, (0, 2, 3)),
         msg.Consent(1, 2, 3, bytes(range(64))),
@@ -91,8 +94,8 @@ def test_roundtrip_and_every_truncation(m):
 def test_bounds_against_params():
     with pytest.raises(DecodeError, match="counts"):
         msg.decode(msg.MaskRequest(1, 2, 0, tuple(range(P.n + 1))).encode(), CTX)
-    with pytest.raises(DecodeError, match="masking keys"):
-        msg.decode(msg.Advertise(1, 0, 2, H, E, (E,), (E,)).encode(), CTX)
+    with pytest.raises(DecodeError, match="commits to"):
+        msg.decode(msg.Advertise(1, 0, 2, H, E, ((E,) * P.t,) * 2, (E,) * P.t).encode(), CTX)
     with pytest.raises(DecodeError, match="sorted"):
         msg.decode(msg.UnmaskRequest(1, 2, 0, (3, 1)).encode(), CTX)
     with pytest.raises(DecodeError, match="repeated"):

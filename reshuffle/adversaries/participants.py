@@ -223,3 +223,68 @@ class FalseOpening(Jam):
 
     def holds(self, result, honest) -> Verdict:
         return _blame_verdict(self, result, honest, self.stopped_by, must_name=True)
+
+
+@register_adversary("bad-share")
+class BadShare(ParticipantBehaviour):
+    """Deals one recipient an inconsistent share and, asked in public, publishes the same bad share.
+
+    v1: when only t members answered, its secret could not be reconstructed and the
+    round aborted (0 of 7). Now the recipient's batched Feldman check fails, it
+    complains, the dealer's signed answer fails its own commitments: it is named and
+    excluded before anyone masks anything, and the round runs without it.
+    """
+
+    stopped_by = "§8.4 batched Feldman check, public complaint answer"
+
+    def __init__(self, pids=(1,), victim: int = 0) -> None:
+        super().__init__(pids)
+        self.victim = victim
+
+    class participant_class(Participant):
+        def _on_advertise_list(self, m):
+            (bundle,) = super()._on_advertise_list(m)
+            from reshuffle.crypto.channel import Channel
+            from reshuffle.protocol.participant import SETUP_PHASE_AD
+            from reshuffle.wire import Writer
+
+            v, g = self.behaviour.victim, self._ctx.group
+            if v not in self._dealt or v == self.pid:
+                return [bundle]
+            self._dealt[v][0] = (self._dealt[v][0] + 1) % g.order
+            w = Writer()
+            for y in self._dealt[v]:
+                w.fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)
+            ct = Channel(self._keys.enc, self._adverts[v].enc_key, self.pid, v, self.T, self._rng).seal(
+                SETUP_PHASE_AD, w.bytes())
+            cts = tuple((j, ct if j == v else c) for j, c in bundle.ciphertexts)
+            return [msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts)]
+
+    def holds(self, result, honest) -> Verdict:
+        v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
+        v.culprits_right = set(self.pids) <= set(result.blamed)
+        v.holds = v.holds and v.culprits_right
+        v.detail = f"named: {sorted(result.blamed)}"
+        return v
+
+
+@register_adversary("false-complaint")
+class FalseComplaint(ParticipantBehaviour):
+    """Complains about every other dealer although its shares were fine.
+
+    Every accused dealer publishes the complainer's shares (which the complainer
+    had anyway); nobody is named, since a complaint cannot be proved false, and the
+    round completes with every honest model.
+    """
+
+    stopped_by = "§8.4 public answers (a false complaint costs the dealers one message)"
+
+    class participant_class(Participant):
+        def _seal(self, m):
+            if m.TYPE == MsgType.OT_REQUEST:
+                others = tuple(j for j in self._mask_set if j != self.pid)
+                m = msg.OTRequestMsg(m.T, m.m, m.sender, m.request, m.cred_request, others)
+            return super()._seal(m)
+
+    def holds(self, result, honest) -> Verdict:
+        return verdict_all_honest_delivered(self, result, honest, self.stopped_by)

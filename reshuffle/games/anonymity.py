@@ -105,19 +105,19 @@ class CuriousPS:
         mask_set = s.online[m - 1] if m - 1 in s.online else s.online[m]
         keys = {j: s._adverts[j].mask_keys[m - 1] for j in mask_set}
         for i in candidates:
-            rest = uploads[i].copy()
-            streams = [(self_key(g, s.T, m, i, s._recover(i, ShareKind.SELF_SEED), s._h), -1)]
+            # Only the challenge row matters: strip i's self mask and every pairwise mask it can key.
+            row = uploads[i].reshape(-1, p.row_words)[position].copy()
+            streams = [(self_key(g, s.T, m, i, s._recover(i, ShareKind.SELF_SEED), s._h, position), -1)]
             x_i = self._ask_dropped(i)
             for j in mask_set:
                 if j == i:
                     continue
                 if x_i is not None:
-                    streams.append((pair_key(s.T, m, i, j, x_i, keys[j], s._h), -pair_sign(i, j)))
+                    streams.append((pair_key(s.T, m, i, j, x_i, keys[j], s._h, position), -pair_sign(i, j)))
                 elif j in self.colluders:
                     x_j = self.colluders[j]._keys.mask[m - 1].secret
-                    streams.append((pair_key(s.T, m, j, i, x_j, keys[i], s._h), -pair_sign(i, j)))
-            accumulate_streams(rest, streams)
-            row = rest.reshape(-1, p.row_words)[position]
+                    streams.append((pair_key(s.T, m, j, i, x_j, keys[i], s._h, position), -pair_sign(i, j)))
+            accumulate_streams(row, streams)
             off = p.d + credential.pad_bytes(p.d * row.itemsize) // row.itemsize
             if np.array_equal(row[off : off + token.size], token):
                 return i

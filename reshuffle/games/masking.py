@@ -26,7 +26,7 @@ import numpy as np
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.prg import accumulate_streams, derive_key
 from reshuffle.games.framework import Estimate, coin, estimate
-from reshuffle.protocol.masking import mask_in_place, pair_key, pair_sign, self_key
+from reshuffle.protocol.masking import mask_in_place, pair_key, pair_row_key, pair_sign, self_key
 
 T, M, L, N = 1, 1, 8, 4
 H = bytes(32)  # the transcript hash h_M of the one invocation played (PROTOCOL.md §8.1)
@@ -134,7 +134,7 @@ def ddh_reduction_trial(group, adversary) -> bool:
     b0 = group.random_scalar()
     y = V[b].copy()
     streams = [(self_key(group, T, M, 0, b0, H), 1),
-               (derive_key(Z.to_bytes(), label("mask/pair", T, M, 0, 1) + H), pair_sign(0, 1))]
+               (pair_row_key(Z.to_bytes(), T, M, 0, 1, H), pair_sign(0, 1))]
     # colluders' pair masks: B knows x_j, so DH(x_0, X_j) = X_0^{x_j}
     streams += [(pair_key(T, M, j, 0, xs[j], X[0], H), pair_sign(0, j)) for j in range(2, N)]
     accumulate_streams(y, streams)

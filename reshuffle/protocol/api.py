@@ -158,7 +158,9 @@ def shuffle(
         if raise_on_failure:
             raise
         failure = str(exc)
-        out = RoundOutput([], [], 0, list(server.counts), dict(server.online), list(server.errors))
+        named = server.culprits
+        out = RoundOutput([], [], 0, list(server.counts), dict(server.online), list(server.errors),
+                          blamed={i: str(e) for i, e in named.items()}, evidence=named)
     stats = runner.stats.as_dict(N)
     pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}
     positions = {

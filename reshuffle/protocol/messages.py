@@ -53,6 +53,8 @@ class MsgType(enum.IntEnum):
     OPENING = 16
     DISPUTE = 17
     DISPUTE_ANSWER = 18
+    COMPLAINTS = 19
+    COMPLAINT_ANSWER = 20
 
 
 class ShareKind(enum.IntEnum):
@@ -245,17 +247,36 @@ class RoundStart(Message):
 @_register
 @dataclass(frozen=True)
 class Advertise(Message):
-    """P_i → PS (relayed to all, signed): channel key, masking keys X_{i,m} and self-mask commitments g^{b_{i,m}}."""
+    """P_i → PS (relayed to all, signed): channel key, Feldman commitments of its 2M secrets, and Ĉ.
+
+    Secrets in order b_{i,1}, x_{i,1}, b_{i,2}, x_{i,2}, ...; row s holds
+    ``C_{s,0..t-1}``, so ``C_{s,0}`` is g^{b_{i,m}} or X_{i,m} (§8.4). ``combined``
+    is Ĉ under the Fiat–Shamir weights, which the PS checks once per dealer.
+    """
 
     TYPE: ClassVar[MsgType] = MsgType.ADVERTISE
     global_hash: bytes
     enc_key: Element
-    mask_keys: tuple[Element, ...]
-    seed_commits: tuple[Element, ...]
+    commitments: tuple[tuple[Element, ...], ...]
+    combined: tuple[Element, ...]
+
+    @property
+    def seed_commits(self) -> tuple[Element, ...]:
+        return tuple(row[0] for row in self.commitments[0::2])
+
+    @property
+    def mask_keys(self) -> tuple[Element, ...]:
+        return tuple(row[0] for row in self.commitments[1::2])
 
     def _body(self, w: Writer) -> None:
-        w.fixed(self.global_hash, HASH_BYTES).raw(self.enc_key.to_bytes()).u8(len(self.mask_keys))
-        for e in self.mask_keys + self.seed_commits:
+        t = len(self.combined)
+        w.fixed(self.global_hash, HASH_BYTES).raw(self.enc_key.to_bytes()).u8(len(self.commitments) // 2).u16(t)
+        for row in self.commitments:
+            if len(row) != t:
+                raise ValueError("every commitment row has t elements")
+            for e in row:
+                w.raw(e.to_bytes())
+        for e in self.combined:
             w.raw(e.to_bytes())
 
     @classmethod
@@ -263,12 +284,15 @@ class Advertise(Message):
         g = ctx.need_group()
         gh = p.fixed(HASH_BYTES, "global_hash")
         enc = _elem(p, g, "enc_key")
-        M = p.u8("M")
-        if ctx.params is not None and M != ctx.params.M:
-            raise DecodeError(f"advertisement has {M} masking keys, expected {ctx.params.M}")
-        mk = tuple(_elem(p, g, f"mask_key[{i}]") for i in range(M))
-        sc = tuple(_elem(p, g, f"seed_commit[{i}]") for i in range(M))
-        return cls(*hdr, gh, enc, mk, sc)
+        M, t = p.u8("M"), p.u16("t")
+        if ctx.params is not None and (M, t) != (ctx.params.M, ctx.params.t):
+            raise DecodeError(f"advertisement commits to {M} invocations at degree {t}, "
+                              f"expected {ctx.params.M} and t={ctx.params.t}")
+        if t < 1 or t > ctx.max_n:
+            raise DecodeError(f"advertisement threshold {t} out of range")
+        com = tuple(tuple(_elem(p, g, f"C[{s}][{k}]") for k in range(t)) for s in range(2 * M))
+        comb = tuple(_elem(p, g, f"combined[{k}]") for k in range(t))
+        return cls(*hdr, gh, enc, com, comb)
 
 
 @_register
@@ -354,19 +378,22 @@ class ShareDelivery(Message):
 @_register
 @dataclass(frozen=True)
 class OTRequestMsg(Message):
-    """P_i → PS: blinded OT choices A_1..A_k and the blinded credential input H_2(T, r)^ρ."""
+    """P_i → PS: blinded OT choices A_1..A_k, the blinded credential input, and the dealers whose
+    shares failed its batched Feldman check (complaints, §8.4)."""
 
     TYPE: ClassVar[MsgType] = MsgType.OT_REQUEST
     request: bytes
     cred_request: Element
+    complaints: tuple[int, ...] = ()
 
     def _body(self, w: Writer) -> None:
-        w.var(self.request).raw(self.cred_request.to_bytes())
+        w.var(self.request).raw(self.cred_request.to_bytes()).u32_list(self.complaints)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
         req = p.var("request", 1 << 16)
-        return cls(*hdr, req, _elem(p, ctx.need_group(), "cred_request"))
+        cred = _elem(p, ctx.need_group(), "cred_request")
+        return cls(*hdr, req, cred, _ids(p, "complaints", ctx))
 
 
 @_register
@@ -379,14 +406,71 @@ class OTResponseMsg(Message):
     ot_proof: bytes
     cred_eval: Element
     cred_proof: bytes
+    resolved: tuple[tuple[int, bytes], ...] = ()  # (dealer, its signed COMPLAINT_ANSWER) for our complaints
 
     def _body(self, w: Writer) -> None:
         w.var(self.response).var(self.ot_proof).raw(self.cred_eval.to_bytes()).var(self.cred_proof)
+        w.u32(len(self.resolved))
+        for dealer, answer in self.resolved:
+            w.u32(dealer).var(answer)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
         resp, proof = p.var("response", 1 << 16), p.var("ot_proof", 256)
-        return cls(*hdr, resp, proof, _elem(p, ctx.need_group(), "cred_eval"), p.var("cred_proof", 256))
+        cred, cproof = _elem(p, ctx.need_group(), "cred_eval"), p.var("cred_proof", 256)
+        cnt = p.u32("resolved.count")
+        if cnt > ctx.max_n:
+            raise DecodeError(f"{cnt} resolved complaints for at most {ctx.max_n} participants")
+        resolved = tuple((p.u32("dealer"), p.var("answer", 1 << 24)) for _ in range(cnt))
+        return cls(*hdr, resp, proof, cred, cproof, resolved)
+
+
+@_register
+@dataclass(frozen=True)
+class Complaints(Message):
+    """PS → dealer: the participants that complained about its shares (§8.4)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.COMPLAINTS
+    complainers: tuple[int, ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32_list(self.complainers)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, _ids(p, "complainers", ctx))
+
+
+@_register
+@dataclass(frozen=True)
+class ComplaintAnswer(Message):
+    """Dealer → PS (signed, public): the disputed shares in the clear, per complainer."""
+
+    TYPE: ClassVar[MsgType] = MsgType.COMPLAINT_ANSWER
+    shares: tuple[tuple[int, tuple[int, ...]], ...]  # (complainer j, its S share values)
+
+    def _body(self, w: Writer) -> None:
+        w.u32(len(self.shares))
+        for j, ys in self.shares:
+            w.u32(j).u16(len(ys))
+            for y in ys:
+                w.fixed(y.to_bytes(32, "big"), 32)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        g = ctx.need_group()
+        cnt = p.u32("count")
+        if cnt > ctx.max_n:
+            raise DecodeError(f"{cnt} answers for at most {ctx.max_n} participants")
+        out = []
+        for _ in range(cnt):
+            j, S = p.u32("complainer"), p.u16("S")
+            if ctx.params is not None and S != 2 * ctx.params.M:
+                raise DecodeError(f"answer holds {S} shares, expected {2 * ctx.params.M}")
+            out.append((j, tuple(g.scalar_from_bytes(p.fixed(g.scalar_size, "share"), "share") for _ in range(S))))
+        if len({j for j, _ in out}) != cnt:
+            raise DecodeError("answer repeats a complainer")
+        return cls(*hdr, tuple(out))
 
 
 # --------------------------------------------------------------------------- #
@@ -394,18 +478,20 @@ class OTResponseMsg(Message):
 @_register
 @dataclass(frozen=True)
 class MaskRequest(Message):
-    """PS → U_{m-1}: upload for invocation m; carries the counts of invocation m-1."""
+    """PS → U_{m-1}: upload for invocation m; carries the counts of invocation m-1 and, for m = 1,
+    the dealers excluded from U_0 by the complaint step (§8.4)."""
 
     TYPE: ClassVar[MsgType] = MsgType.MASK_REQUEST
     counts: tuple[int, ...]
+    excluded: tuple[int, ...] = ()
 
     def _body(self, w: Writer) -> None:
-        w.u32_list(self.counts)
+        w.u32_list(self.counts).u32_list(self.excluded)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
         limit = ctx.params.n if ctx.params else 1 << 20
-        return cls(*hdr, tuple(p.u32_list("counts", limit)))
+        return cls(*hdr, tuple(p.u32_list("counts", limit)), _ids(p, "excluded", ctx))
 
 
 def row_hashes(words: bytes | memoryview, rows: int) -> list[bytes]:

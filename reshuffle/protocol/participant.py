@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reshuffle.crypto import voprf
+from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.channel import Channel, DHKeyPair
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.ot import OTReceiver, OTResponse, OTTable
@@ -42,6 +42,7 @@ from reshuffle.errors import (
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol import credential
 from reshuffle.protocol.blame import audit_iteration, dispute_context
+from reshuffle.protocol.complaints import check_shares, weights_context
 from reshuffle.protocol.decoys import check_opening, decoy_positions, replay
 from reshuffle.protocol.masking import mask_in_place, pair_row_key, pair_secret
 from reshuffle.protocol.messages import Context, MsgType, ShareKind
@@ -189,10 +190,14 @@ class Participant:
             [DHKeyPair.generate(g, self._rng) for _ in range(p.M)],
             [g.random_scalar(self._rng) for _ in range(p.M)],
         )
+        # §8.4: one degree t-1 polynomial per secret (b_1, x_1, b_2, x_2, ...), committed before any share.
+        secrets = [v for m_ in range(p.M) for v in (self._keys.seeds[m_], self._keys.mask[m_].secret)]
+        self._polys = [[sec] + [g.random_scalar(self._rng) for _ in range(p.t - 1)] for sec in secrets]
+        commitments = tuple(tuple(g.base_mul(a) for a in poly) for poly in self._polys)
+        rho = feldman.weights(commitments, self.pid, weights_context(self.T))
         adv = msg.Advertise(
-            self.T, 0, self.pid, self._hash, self._keys.enc.public,
-            tuple(kp.public for kp in self._keys.mask),
-            tuple(g.base_mul(b) for b in self._keys.seeds),
+            self.T, 0, self.pid, self._hash, self._keys.enc.public, commitments,
+            tuple(feldman.combine(commitments, rho)),
         )
         self._my_advert = adv
         self.phase = PPhase.AWAIT_ADVERTS
@@ -221,11 +226,14 @@ class Participant:
         shamir = Shamir(g.order, p.t)
         peers = sorted(adverts)
         xs = [j + 1 for j in peers]
-        per_peer: dict[int, Writer] = {j: Writer() for j in peers}
-        for idx in range(p.M):
-            for secret in (self._keys.seeds[idx], self._keys.mask[idx].secret):
-                for j, share in zip(peers, shamir.split(secret, xs, self._rng)):
-                    per_peer[j].fixed(share.y.to_bytes(g.scalar_size, "big"), g.scalar_size)
+        self._dealt: dict[int, list[int]] = {j: [] for j in peers}
+        for poly in self._polys:
+            for j, share in zip(peers, shamir.shares_from_coefficients(poly, xs)):
+                self._dealt[j].append(share.y)
+        per_peer = {j: Writer() for j in peers}
+        for j, ys in self._dealt.items():
+            for y in ys:
+                per_peer[j].fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)
         self._own_shares_payload = per_peer[self.pid].bytes()
         cts = []
         for j in peers:
@@ -236,16 +244,17 @@ class Participant:
         self.phase = PPhase.AWAIT_SHARES
         return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts))]
 
-    def _parse_shares(self, owner: int, payload: bytes) -> None:
+    def _parse_shares(self, owner: int, payload: bytes) -> list[int]:
         g, p = self._ctx.group, self.params
         parser = Parser(payload, f"shares from {owner}")
-        for idx in range(p.M):
-            for kind in (ShareKind.SELF_SEED, ShareKind.DH_SECRET):
-                y = int.from_bytes(parser.fixed(g.scalar_size, "share"), "big")
-                if y >= g.order:
-                    raise DecodeError(f"share from {owner} not reduced")
-                self._held[(owner, idx + 1, kind)] = Share(self.pid + 1, y)
+        ys = [g.scalar_from_bytes(parser.fixed(g.scalar_size, "share"), f"share from {owner}") for _ in range(2 * p.M)]
         parser.finish()
+        return ys
+
+    def _hold(self, owner: int, ys: list[int]) -> None:
+        for idx in range(self.params.M):
+            self._held[(owner, idx + 1, ShareKind.SELF_SEED)] = Share(self.pid + 1, ys[2 * idx])
+            self._held[(owner, idx + 1, ShareKind.DH_SECRET)] = Share(self.pid + 1, ys[2 * idx + 1])
 
     # §5 steps 1–2: shares addressed to us, U_0, OT table; request tokens and the credential (§8.3).
     def _on_share_delivery(self, m: msg.ShareDelivery) -> list[msg.Message]:
@@ -259,18 +268,21 @@ class Participant:
         self._tx.absorb("setup", m.common())
         self._decoy_commit = m.decoy_commit
         self._held: dict[tuple[int, int, ShareKind], Share] = {}
-        self._parse_shares(self.pid, self._own_shares_payload)
+        self._hold(self.pid, self._parse_shares(self.pid, self._own_shares_payload))
         got = dict(m.ciphertexts)
+        complaints = []
         for s in sorted(U0 - {self.pid}):
-            if s not in got:
-                self.view.errors.append(DecodeError(f"no shares delivered from {s}"))
-                continue
-            ch = Channel(self._keys.enc, self._adverts[s].enc_key, self.pid, s, self.T)
+            # §8.4: all shares of one dealer checked in one batch; any failure is a complaint.
             try:
-                self._parse_shares(s, ch.open(SETUP_PHASE_AD, got[s]))
+                if s not in got:
+                    raise DecodeError(f"no shares delivered from {s}")
+                ch = Channel(self._keys.enc, self._adverts[s].enc_key, self.pid, s, self.T)
+                ys = self._parse_shares(s, ch.open(SETUP_PHASE_AD, got[s]))
+                check_shares(self._adverts[s], self.pid + 1, ys)
+                self._hold(s, ys)
             except ProtocolError as exc:
-                # P_s sent us garbage: we simply hold none of its shares.
                 self.view.errors.append(exc)
+                complaints.append(s)
         self._mask_set = sorted(U0)
         self._ot_table = table
         self._ot = OTReceiver(self._ctx.group, self.T, p.n, k=p.k, rng=self._rng)
@@ -281,7 +293,15 @@ class Participant:
             suite, credential.cred_input(self.T, self._cred_r), self._rng
         )
         self.phase = PPhase.AWAIT_OT
-        return [msg.OTRequestMsg(self.T, 0, self.pid, self._ot_request.encode(), self._cred_blinded)]
+        return [msg.OTRequestMsg(self.T, 0, self.pid, self._ot_request.encode(), self._cred_blinded,
+                                 tuple(complaints))]
+
+    # §8.4: a dealer answers complaints by publishing the disputed shares, signed.
+    def _on_complaints(self, m: msg.Complaints) -> list[msg.Message]:
+        bad = (set(m.complainers) - set(self._dealt)) | ({self.pid} & set(m.complainers))
+        if bad:
+            raise Refused(f"complaints from {sorted(bad)}, who hold no shares dealt by this participant")
+        return [msg.ComplaintAnswer(self.T, 0, self.pid, tuple((j, tuple(self._dealt[j])) for j in m.complainers))]
 
     # §8.2–8.3: both proofs are checked before the first reservation vector.
     def _on_ot_response(self, m: msg.OTResponseMsg) -> list[msg.Message]:
@@ -299,6 +319,20 @@ class Participant:
             [self._cred_blinded], self._cred_key, voprf.Proof.decode(g, m.cred_proof),
         )
         self._credential = credential.Credential(self._cred_r, y)
+        for dealer, raw in m.resolved:
+            # The dealer's own signed, public answer to our complaint; checked like a delivery.
+            ans = msg.decode(raw, self._ctx)
+            if not isinstance(ans, msg.ComplaintAnswer) or ans.sender != dealer or dealer not in self._adverts:
+                raise Refused(f"resolved complaint about {dealer} is not that dealer's answer")
+            msg.verify(ans, self._roster[dealer].key)
+            ys = dict(ans.shares).get(self.pid)
+            try:
+                if ys is None:
+                    raise DecodeError(f"the answer of {dealer} holds no shares for us")
+                check_shares(self._adverts[dealer], self.pid + 1, ys)
+                self._hold(dealer, list(ys))
+            except ProtocolError as exc:
+                self.view.errors.append(exc)
         self._tokens = self._ot.recover(self._ot_table, resp)
         self._reservation = Reservation(self._tokens, self._rng)
         self._counts: list[tuple[int, ...]] = []
@@ -314,7 +348,13 @@ class Participant:
             raise DecodeError(f"invocation {m.m} carries {len(m.counts)} counts")
         if m.m > p.upload_m:
             raise UnexpectedMessage(f"invocation {m.m} beyond the upload ({p.upload_m})")
-        h = self._tx.absorb("counts", Writer().u32(m.m).u32_list(m.counts).bytes())
+        if m.excluded and (m.m != 1 or not set(m.excluded) <= set(self._mask_set) or self.pid in m.excluded):
+            raise Refused(f"invocation {m.m} excludes {list(m.excluded)} from the mask set")
+        if m.m == 1:
+            self._mask_set = sorted(set(self._mask_set) - set(m.excluded))
+            if len(self._mask_set) < p.t:
+                raise Refused(f"U_0 after the complaint step has {len(self._mask_set)} members, t={p.t}")
+        h = self._tx.absorb("counts", Writer().u32(m.m).u32_list(m.counts).u32_list(m.excluded).bytes())
         self._h[m.m] = h
         if m.counts:
             self._counts.append(m.counts)

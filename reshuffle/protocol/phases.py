@@ -17,7 +17,8 @@ PHASES = ("setup", "ot", "reserve", "upload", "unmask")
 def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
     if mtype in (MsgType.ROUND_START, MsgType.ADVERTISE, MsgType.ADVERTISE_LIST, MsgType.SHARE_BUNDLE):
         return "setup"
-    if mtype in (MsgType.SHARE_DELIVERY, MsgType.OT_REQUEST, MsgType.OT_RESPONSE):
+    if mtype in (MsgType.SHARE_DELIVERY, MsgType.OT_REQUEST, MsgType.OT_RESPONSE, MsgType.COMPLAINTS,
+                 MsgType.COMPLAINT_ANSWER):
         return "ot"
     if mtype in (MsgType.MASK_REQUEST, MsgType.MASKED_INPUT):
         return "upload" if m == upload_m else "reserve"
@@ -49,7 +50,7 @@ PARTICIPANT_TABLE: dict[PPhase, dict[MsgType, str]] = {
     PPhase.AWAIT_START: {MsgType.ROUND_START: "_on_round_start"},
     PPhase.AWAIT_ADVERTS: {MsgType.ADVERTISE_LIST: "_on_advertise_list"},
     PPhase.AWAIT_SHARES: {MsgType.SHARE_DELIVERY: "_on_share_delivery"},
-    PPhase.AWAIT_OT: {MsgType.OT_RESPONSE: "_on_ot_response"},
+    PPhase.AWAIT_OT: {MsgType.OT_RESPONSE: "_on_ot_response", MsgType.COMPLAINTS: "_on_complaints"},
     PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request"},
     PPhase.AWAIT_LIST: {MsgType.UNMASK_REQUEST: "_on_unmask_request"},
     PPhase.AWAIT_CERT: {MsgType.CERTIFICATE: "_on_certificate"},
@@ -67,6 +68,7 @@ class SPhase(enum.Enum):
     ADVERTS = "collect ADVERTISE (§5.1)"
     BUNDLES = "collect SHARE_BUNDLE (§5.1)"
     OT = "collect OT_REQUEST (§5.2)"
+    COMPLAINTS = "collect COMPLAINT_ANSWER (§8.4)"
     MASKED = "collect MASKED_INPUT (§4.3)"
     CONSENT = "collect CONSENT on U_m (§8.1)"
     UNMASK = "collect UNMASK_RESPONSE (§4.4)"
@@ -80,6 +82,7 @@ SERVER_TABLE: dict[SPhase, dict[MsgType, str]] = {
     SPhase.ADVERTS: {MsgType.ADVERTISE: "_on_advertise"},
     SPhase.BUNDLES: {MsgType.SHARE_BUNDLE: "_on_share_bundle"},
     SPhase.OT: {MsgType.OT_REQUEST: "_on_ot_request"},
+    SPhase.COMPLAINTS: {MsgType.COMPLAINT_ANSWER: "_on_complaint_answer"},
     SPhase.MASKED: {MsgType.MASKED_INPUT: "_on_masked_input"},
     SPhase.CONSENT: {MsgType.CONSENT: "_on_consent"},
     SPhase.UNMASK: {MsgType.UNMASK_RESPONSE: "_on_unmask_response"},

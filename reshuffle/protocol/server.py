@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reshuffle.crypto import voprf
+from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.ot import OTRequest, OTSender, sample_distinct
 from reshuffle.crypto.rand import RandomSource, as_source
 from reshuffle.crypto.shamir import Shamir, Share
@@ -40,6 +40,7 @@ from reshuffle.errors import (
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.blame import BlameCollector, Evidence
+from reshuffle.protocol import complaints as cpl
 from reshuffle.protocol.decoys import Decoys, commitment, decoy_positions
 from reshuffle.protocol.masking import unmask_in_place
 from reshuffle.protocol.participant import ot_proof_context
@@ -51,7 +52,6 @@ from reshuffle.protocol.reservation import settled_slots
 from reshuffle.wire import Writer
 
 Outbox = list[tuple[int, bytes]]
-RECOVERY_ATTEMPTS = 32
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,7 @@ class Server:
         self.output: RoundOutput | None = None
         self._adverts: dict[int, msg.Advertise] = {}
         self._tx = Transcript(T)
+        self._share_evidence: dict[int, cpl.ShareEvidence] = {}  # §8.4 culprits
         self._h = b""
         # §8.3: the credential key γ, independent of every OT key β.
         self._gamma = self.group.random_scalar(self._rng)
@@ -205,6 +206,7 @@ class Server:
             SPhase.ADVERTS: self._close_adverts,
             SPhase.BUNDLES: self._close_bundles,
             SPhase.OT: self._close_ot,
+            SPhase.COMPLAINTS: self._close_complaints,
             SPhase.MASKED: self._close_masked,
             SPhase.CONSENT: self._close_consent,
             SPhase.UNMASK: self._close_unmask,
@@ -238,6 +240,11 @@ class Server:
             raise AlreadyAnswered(f"second advertisement from {sender}")
         if a.global_hash != self._hash:
             raise Refused(f"advertisement of {sender} signs another global model")
+        try:
+            cpl.check_advert(a)  # once per dealer: recipients then check their shares against Ĉ
+        except InvalidShare:
+            self._name(sender, cpl.ShareEvidence(cpl.KIND_BAD_COMMITMENT, sender, msg.relay_bytes(a)))
+            raise
         self._adverts[sender] = a
 
     def _close_adverts(self) -> Outbox:
@@ -280,15 +287,29 @@ class Server:
             cts = tuple((s, self._bundles[s][j]) for s in U0 if s != j)
             out.append((j, msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), table, commit, cts).encode(self._sk)))
         self._ot_answers: dict[int, msg.OTResponseMsg] = {}
+        self._complaints: dict[int, set[int]] = {}  # dealer -> complainers
         self.phase = SPhase.OT
         return out
+
+    @property
+    def culprits(self) -> dict:
+        """Participants named so far with their evidence (§8.4; the blame step adds at the end)."""
+        return dict(self._share_evidence)
+
+    def _name(self, pid: int, ev) -> None:
+        """Record a culprit with its evidence (first evidence stands)."""
+        self._share_evidence.setdefault(pid, ev)
 
     # §5 step 2, §8.2–8.3: slot tokens with a proof, and one credential per participant.
     def _on_ot_request(self, sender: int, m: msg.OTRequestMsg) -> None:
         if sender not in self.online[0]:
             raise UnexpectedMessage(f"OT request from {sender}, who is not in U_0")
+        if not set(m.complaints) <= set(self.online[0]) - {sender}:
+            raise Refused(f"complaints of {sender} name {list(m.complaints)}, not all other members of U_0")
         req = OTRequest.decode(self.group, m.request, self.params.k)
         answer = self._ot.answer(sender, req)
+        for dealer in m.complaints:
+            self._complaints.setdefault(dealer, set()).add(sender)
         g = self.group
         proof = self._ot.prove(req, answer, ot_proof_context(self.T), self._rng)
         (cred_eval,), cred_proof = voprf.blind_evaluate(
@@ -299,10 +320,47 @@ class Server:
         )
 
     def _close_ot(self) -> Outbox:
-        out = [
-            (i, a.encode(self._sk)) for i, a in sorted(self._ot_answers.items()) if i not in self.excluded
-        ]
-        return out + self._open_invocation(1, self.online[0], ())
+        self._answers: dict[int, bytes] = {}
+        self._setup_excluded: set[int] = set()
+        accused = {d: c for d, c in self._complaints.items() if d not in self.excluded and c - self.excluded}
+        if not accused:
+            return self._answer_ot()
+        # §8.4: every accused dealer must publish the disputed shares before anyone masks anything.
+        self.phase = SPhase.COMPLAINTS
+        return [(d, msg.Complaints(self.T, 0, SERVER_ID, tuple(sorted(c))).encode(self._sk))
+                for d, c in sorted(accused.items())]
+
+    def _on_complaint_answer(self, sender: int, a: msg.ComplaintAnswer) -> None:
+        want = self._complaints.get(sender, set())
+        if not want or sender in self._answers:
+            raise AlreadyAnswered(f"complaint answer from {sender}, who was not asked (again)")
+        got = dict(a.shares)
+        if set(got) != want:
+            raise Refused(f"answer of {sender} covers {sorted(got)}, complaints came from {sorted(want)}")
+        for j, ys in sorted(got.items()):
+            try:
+                cpl.check_shares(self._adverts[sender], j + 1, ys)
+            except InvalidShare:
+                self._name(sender, cpl.ShareEvidence(cpl.KIND_BAD_ANSWER, sender, msg.relay_bytes(self._adverts[sender]),
+                                                      msg.relay_bytes(a), subject=j))
+                raise
+        self._answers[sender] = msg.relay_bytes(a)
+
+    def _close_complaints(self) -> Outbox:
+        # A dealer that answered badly is named (and excluded by receive()); one that is silent is a dropout.
+        self._setup_excluded = {d for d in self._complaints if d not in self._answers}
+        return self._answer_ot()
+
+    def _answer_ot(self) -> Outbox:
+        out = []
+        for i, a in sorted(self._ot_answers.items()):
+            if i in self.excluded or i in self._setup_excluded:
+                continue
+            resolved = tuple((d, self._answers[d]) for d in sorted(self._answers) if i in self._complaints[d])
+            a = msg.OTResponseMsg(a.T, a.m, a.sender, a.response, a.ot_proof, a.cred_eval, a.cred_proof, resolved)
+            out.append((i, a.encode(self._sk)))
+        self._setup_excluded |= {d for d in self.online[0] if d in self.excluded}
+        return out + self._open_invocation(1, sorted(set(self.online[0]) - self._setup_excluded), ())
 
     # §4: one MaskedSum invocation
     def _rows(self, m: int) -> int:
@@ -326,9 +384,10 @@ class Server:
         else:
             self._decoy_pos = decoy_positions(self.counts, self._decoys.slots)
             self._blame = BlameCollector(self, self._decoy_pos)
-        self._h = self._tx.absorb("counts", Writer().u32(m).u32_list(counts).bytes())
+        excluded = tuple(sorted(self._setup_excluded & set(self.online[0]))) if m == 1 else ()
+        self._h = self._tx.absorb("counts", Writer().u32(m).u32_list(counts).u32_list(excluded).bytes())
         self.phase = SPhase.MASKED
-        return self._broadcast(live, msg.MaskRequest(self.T, m, SERVER_ID, counts))
+        return self._broadcast(live, msg.MaskRequest(self.T, m, SERVER_ID, counts, excluded))
 
     def _on_masked_input(self, sender: int, mi: msg.MaskedInput) -> None:
         if sender not in self._mask_set:
@@ -388,6 +447,7 @@ class Server:
         self._tx.absorb("certified", Writer().u32(self.m).u32_list(self.online[self.m]).bytes())
         self._shares: dict[tuple[int, ShareKind], dict[int, Share]] = {}
         self._answered: set[int] = set()
+        self._responses: dict[int, msg.UnmaskResponse] = {}
         self.phase = SPhase.UNMASK
 
     def _on_unmask_response(self, sender: int, r: msg.UnmaskResponse) -> None:
@@ -407,33 +467,36 @@ class Server:
                 raise InvalidShare(f"two shares for participant {owner}")
             seen.add(owner)
         self._answered.add(sender)
+        self._responses[sender] = r
         for owner, kind, share in r.shares:
             self._shares.setdefault((owner, kind), {})[sender] = share
 
     def _recover(self, owner: int, kind: ShareKind) -> int:
-        """Reconstruct and check against the advertised ``g^secret`` (§4 step 5)."""
+        """Reconstruct and check against g^b or X (§4 step 5); on a mismatch, check each share
+        against the owner's Feldman commitments and name whoever revealed a bad one (§8.4)."""
         p, g = self.params, self.group
         adv = self._adverts[owner]
-        commit = (adv.seed_commits if kind is ShareKind.SELF_SEED else adv.mask_keys)[self.m - 1]
-        # Shares validated on receipt stay usable even if their sender was excluded
-        # later; a wrong value is caught by the commitment check below.
-        held = [s for _, s in sorted(self._shares.get((owner, kind), {}).items())]
+        row = adv.commitments[cpl.secret_index(self.m, kind)]
+        held = sorted(self._shares.get((owner, kind), {}).items())
         what = f"{kind.name} of participant {owner} (invocation {self.m})"
-        if len(held) < p.t:
-            raise BelowThreshold(f"{what}: {len(held)} shares, threshold t={p.t}")
         shamir = Shamir(g.order, p.t)
-        retries = RECOVERY_ATTEMPTS if len(held) > p.t else 0
-        for attempt in range(1 + retries):
-            # First the first t shares; on a commitment mismatch, random t-subsets.
-            subset = held[: p.t] if attempt == 0 else [held[i] for i in sample_distinct(len(held), p.t, self._rng)]
-            secret = shamir.reconstruct(subset, check=False)
-            if g.base_mul(secret) == commit:
-                if attempt:
-                    self.errors.append(
-                        ErrorRecord(self.phase_name, owner, InvalidShare(f"{what}: some shares were wrong"))
-                    )
+        if len(held) >= p.t:
+            secret = shamir.reconstruct([sh for _, sh in held[: p.t]], check=False)
+            if g.base_mul(secret) == row[0]:
                 return secret
-        raise BelowThreshold(f"{what}: no t consistent shares match the commitment")
+        good = []
+        for revealer, sh in held:
+            try:
+                feldman.verify_share(sh.x, sh.y, row)
+                good.append(sh)
+            except InvalidShare as exc:
+                self.errors.append(ErrorRecord(self.phase_name, revealer, InvalidShare(f"{what}: {exc}")))
+                self._name(revealer, cpl.ShareEvidence(
+                    cpl.KIND_BAD_REVEAL, revealer, msg.relay_bytes(adv), msg.relay_bytes(self._responses[revealer]),
+                    subject=owner, m=self.m, share_kind=int(kind)))
+        if len(good) < p.t:
+            raise BelowThreshold(f"{what}: {len(good)} valid shares, threshold t={p.t}")
+        return shamir.reconstruct(good[: p.t], check=False)
 
     def _close_unmask(self) -> Outbox:
         p, m = self.params, self.m
@@ -500,8 +563,8 @@ class Server:
         self.output = RoundOutput(
             models, self._valid, lw.shape[0], list(self.counts), dict(self.online), self.errors,
             rejected_rows=dict(self._failed),
-            blamed={i: str(e) for i, e in blame.evidence.items()} if blame else {},
-            evidence=dict(blame.evidence) if blame else {},
+            blamed={i: str(e) for i, e in {**self._share_evidence, **(blame.evidence if blame else {})}.items()},
+            evidence={**self._share_evidence, **(blame.evidence if blame else {})},
             suspects=blame.suspects if blame else [],
             decoy_positions=list(self._decoy_pos),
         )

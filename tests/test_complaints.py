@@ -1,0 +1,124 @@
+"""Verifiable shares (PROTOCOL.md §8.4): batched Feldman checks, public complaints, named dealers."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import reshuffle
+from reshuffle.adversaries import make_adversary
+from reshuffle.adversaries.participants import BadShare
+from reshuffle.errors import ProtocolError
+from reshuffle.protocol import complaints as cpl
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.api import build_round
+from reshuffle.protocol.messages import MsgType
+from reshuffle.protocol.participant import Participant
+from reshuffle.adversaries.base import ParticipantBehaviour
+from tests.protocol_helpers import expected_models, make_updates, multiset
+
+N = 8  # c = 1, t = 5
+
+
+def keys_of(ups, params, seed):
+    server, _ = build_round(ups, params, seed=seed)
+    return {i: c.key for i, c in server._roster.items()}
+
+
+def test_bad_dealer_is_named_and_the_round_survives_with_only_t_answering():
+    # v1: one inconsistent share aborted the round whenever only t members answered.
+    ups = make_updates(N, d=6, seed=1)
+    drops = {"unmask": [5, 6]}  # 8 - 1 (excluded dealer) - 2 = 5 = t answer at the upload's unmask
+    r = reshuffle.shuffle(ups, seed=1, adversaries=[BadShare(pids=(1,), victim=0)], dropouts=drops)
+    assert set(r.blamed) == {1}
+    ev = r.output.evidence[1]
+    assert ev.kind == cpl.KIND_BAD_ANSWER and ev.subject == 0
+    keys = keys_of(ups, r.params, 1)
+    cpl.verify_share_evidence(ev, keys, r.params)  # a third party checks it from the roster keys
+    with pytest.raises(ProtocolError):
+        cpl.verify_share_evidence(dataclasses.replace(ev, subject=2), keys, r.params)
+    assert r.online == [0, 2, 3, 4, 5, 6, 7]
+    assert multiset(r.models) == expected_models(ups, r.online)
+
+
+class HonestAfterAll(ParticipantBehaviour):
+    """Deals a bad share to P0 but answers the complaint with the right one."""
+
+    class participant_class(BadShare.participant_class):
+        def _on_complaints(self, m):
+            g = self._ctx.group
+            self._dealt[0][0] = (self._dealt[0][0] - 1) % g.order
+            return super()._on_complaints(m)
+
+
+def test_a_good_public_answer_replaces_the_share_and_names_nobody():
+    ups = make_updates(N, d=6, seed=2)
+    b = HonestAfterAll(pids=(1,))
+    b.victim = 0
+    r = reshuffle.shuffle(ups, seed=2, adversaries=[b])
+    assert r.blamed == {}
+    assert r.online == list(range(N)) and multiset(r.models) == expected_models(ups, range(N))
+    assert r.views[0].errors and "Feldman" in str(r.views[0].errors[0])  # P0 complained
+
+
+class SilentDealer(ParticipantBehaviour):
+    class participant_class(BadShare.participant_class):
+        def _on_complaints(self, m):
+            return []
+
+
+def test_a_silent_accused_dealer_is_excluded_not_named():
+    ups = make_updates(N, d=6, seed=3)
+    b = SilentDealer(pids=(1,))
+    b.victim = 0
+    r = reshuffle.shuffle(ups, seed=3, adversaries=[b])
+    assert r.blamed == {}
+    assert 1 not in r.online and multiset(r.models) == expected_models(ups, r.online)
+    assert r.online == [i for i in range(N) if i != 1]
+
+
+def test_false_complaints_name_nobody_and_cost_nothing_else():
+    ups = make_updates(N, d=6, seed=4)
+    r = reshuffle.shuffle(ups, seed=4, adversaries=[make_adversary("false-complaint")])
+    assert r.blamed == {} and r.online == list(range(N))
+    assert multiset(r.models) == expected_models(ups, range(N))
+
+
+class WrongCombined(ParticipantBehaviour):
+    """Advertises a Ĉ that is not the weighted combination of its commitments."""
+
+    class participant_class(Participant):
+        def _seal(self, m):
+            if m.TYPE == MsgType.ADVERTISE:
+                comb = (m.combined[0] * m.combined[0],) + m.combined[1:]
+                m = msg.Advertise(m.T, m.m, m.sender, m.global_hash, m.enc_key, m.commitments, comb)
+            return super()._seal(m)
+
+
+def test_inconsistent_combined_commitment_names_the_dealer_at_once():
+    ups = make_updates(N, d=6, seed=5)
+    r = reshuffle.shuffle(ups, seed=5, adversaries=[WrongCombined(pids=(3,))])
+    assert set(r.blamed) == {3} and r.output.evidence[3].kind == cpl.KIND_BAD_COMMITMENT
+    cpl.verify_share_evidence(r.output.evidence[3], keys_of(ups, r.params, 5), r.params)
+    assert r.online == [i for i in range(N) if i != 3]
+
+
+class LyingRevealer(ParticipantBehaviour):
+    """Reveals a wrong value for one share at the upload's unmasking."""
+
+    class participant_class(Participant):
+        def _reveal(self, m, online):
+            resp = super()._reveal(m, online)
+            if m != self.params.upload_m:
+                return resp
+            owner, kind, share = resp.shares[0]
+            bad = type(share)(share.x, (share.y + 1) % self._ctx.group.order)
+            return msg.UnmaskResponse(resp.T, resp.m, resp.sender, ((owner, kind, bad),) + resp.shares[1:])
+
+
+def test_lying_revealer_is_named_by_the_owner_commitments_and_the_round_completes():
+    ups = make_updates(N, d=6, seed=6)
+    r = reshuffle.shuffle(ups, seed=6, adversaries=[LyingRevealer(pids=(2,))])
+    assert set(r.blamed) == {2} and r.output.evidence[2].kind == cpl.KIND_BAD_REVEAL
+    cpl.verify_share_evidence(r.output.evidence[2], keys_of(ups, r.params, 6), r.params)
+    assert r.online == list(range(N)) and multiset(r.models) == expected_models(ups, range(N))
