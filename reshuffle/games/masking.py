@@ -23,8 +23,7 @@ import secrets
 
 import numpy as np
 
-from reshuffle.crypto.domain import label
-from reshuffle.crypto.prg import accumulate_streams, derive_key
+from reshuffle.crypto.prg import accumulate_streams
 from reshuffle.games.framework import Estimate, coin, estimate
 from reshuffle.protocol.masking import mask_in_place, pair_key, pair_row_key, pair_sign, self_key
 
