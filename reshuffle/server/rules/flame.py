@@ -26,7 +26,7 @@ def majority_cluster(D: np.ndarray) -> np.ndarray:
     n = D.shape[0]
     if n == 1:
         return np.array([0])
-    labels = HDBSCAN(min_cluster_size=n // 2 + 1, min_samples=1, metric="precomputed",
+    labels = HDBSCAN(min_cluster_size=n // 2 + 1, min_samples=1, metric="precomputed", copy=True,
                      allow_single_cluster=True).fit_predict(D)
     found = labels[labels >= 0]
     if found.size == 0:
