@@ -36,7 +36,8 @@ class CosineFilter(Rule):
         self.threshold = float(threshold)
         self.norm_bound = check_positive(norm_bound, "norm_bound")
 
-    def select(self, updates: np.ndarray) -> list[int]:
+    def select(self, updates: np.ndarray, *, round: int = 0) -> list[int]:
+        check_round(round)
         U = check_updates(updates)
         cos = cosine_to(U, np.median(U, axis=0))
         norms = np.linalg.norm(U, axis=1)

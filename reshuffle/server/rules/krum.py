@@ -47,7 +47,8 @@ class Krum(Rule):
     def __init__(self, f: int) -> None:
         self.f = check_f(f)
 
-    def select(self, updates: np.ndarray) -> list[int]:
+    def select(self, updates: np.ndarray, *, round: int = 0) -> list[int]:
+        check_round(round)
         U = check_updates(updates)
         return [int(np.argmin(krum_scores(U, self.f)))]
 
@@ -75,7 +76,8 @@ class MultiKrum(Rule):
             raise ConfigError(f"MultiKrum m must be a positive int or None, got {m!r}")
         self.m = m
 
-    def select(self, updates: np.ndarray) -> list[int]:
+    def select(self, updates: np.ndarray, *, round: int = 0) -> list[int]:
+        check_round(round)
         U = check_updates(updates)
         n = U.shape[0]
         m = n - self.f if self.m is None else self.m
@@ -92,7 +94,8 @@ class Bulyan(Rule):
     1. Selection: θ = n − 2f times, pick the Krum winner of the rows not yet
        picked (scores over the remaining n' rows with max(n' − f − 2, 1)
        neighbours: the last picks run on fewer than 2f + 3 rows, where Krum's own
-       count would reach 0). S is the set of picked rows.
+       count would reach 0; ties go to the row with the smaller total squared
+       distance to the remaining rows). S is the set of picked rows.
     2. Aggregation: with β = θ − 2f, for each coordinate k, the mean of the β
        values of S closest to the coordinate median of S:
 
@@ -106,9 +109,9 @@ class Bulyan(Rule):
 
     >>> import numpy as np
     >>> U = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [100.0]])
-    >>> d = Bulyan(f=1).decide(U)  # θ = 5 picked, β = 3 kept around the median 2
+    >>> d = Bulyan(f=1).decide(U)  # θ = 5 picked, β = 3 kept around their median 3
     >>> d.accepted, d.aggregate.tolist()
-    ((0, 1, 2, 3, 4), [2.0])
+    ((1, 2, 3, 4, 5), [3.0])
     """
 
     f_param = "f"
@@ -132,7 +135,10 @@ class Bulyan(Rule):
             m = max(len(rest) - f - 2, 1)
             sub = D[np.ix_(rest, rest)]
             scores = np.partition(sub, m - 1, axis=1)[:, :m].sum(axis=1) if len(rest) > 1 else np.zeros(1)
-            win = int(rest[np.argmin(scores)])
+            # Mutual nearest neighbours tie when m = 1: break ties by the total distance to
+            # the remaining rows, so the pick does not depend on the row order.
+            total = np.where(np.isinf(sub), 0.0, sub).sum(axis=1)
+            win = int(rest[np.lexsort((total, scores))[0]])
             picked.append(win)
             left[win] = False
         S = np.array(sorted(picked))
