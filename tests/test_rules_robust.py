@@ -187,3 +187,16 @@ def test_every_builtin_rule_returns_a_consistent_decision():
             assert all(d.weights[i] > 0 for i in d.accepted), name
     with pytest.raises(ConfigError, match="round must be a non-negative int"):
         make_rule("dnc", 1, seed=0).decide(U, round=-1)
+
+
+def test_signguard_mean_shift_partitions_like_sklearn():
+    from sklearn.cluster import MeanShift, estimate_bandwidth
+
+    from reshuffle.server.rules.signguard import bandwidth, mean_shift_labels
+
+    rng = np.random.default_rng(4)
+    for F in [np.vstack([rng.random((7, 3)) * 0.1, rng.random((3, 3)) * 0.1 + 0.5]), rng.random((9, 3))]:
+        h = bandwidth(F)
+        assert h == pytest.approx(estimate_bandwidth(F, quantile=0.5), rel=1e-12)
+        ours, theirs = mean_shift_labels(F, h), MeanShift(bandwidth=h).fit_predict(F)
+        assert np.array_equal(ours[:, None] == ours[None, :], theirs[:, None] == theirs[None, :])

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from sklearn.cluster import MeanShift, estimate_bandwidth
 
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
-    Decision, Rule, check_positive, check_round, check_seed, check_updates, clip_factors, round_rng,
+    Decision, Rule, check_positive, check_round, check_seed, check_updates, clip_factors, pairwise_sq_distances,
+    round_rng,
 )
 from reshuffle.server.rules.registry import register_rule
 
@@ -20,18 +20,51 @@ def sign_statistics(X: np.ndarray) -> np.ndarray:
     return np.stack([(s > 0).mean(axis=1), (s == 0).mean(axis=1), (s < 0).mean(axis=1)], axis=1)
 
 
-def largest_meanshift_cluster(F: np.ndarray) -> np.ndarray:
-    """Rows of the largest Mean-Shift cluster of the features F (ties: the lowest label); all rows if F has no spread.
+def bandwidth(F: np.ndarray) -> float:
+    """Mean over rows of the distance to the row's ⌊n/2⌋-th nearest row (itself counted first).
 
-    The bandwidth is the mean distance of a row to its ⌊n/2⌋-th nearest row: a
-    majority's spread sets it, so a tight minority cannot shrink it enough to
+    A majority's spread sets it, so a tight minority cannot shrink it enough to
     split the majority.
     """
     n = F.shape[0]
-    bw = estimate_bandwidth(F, quantile=0.5) if n > 1 else 0.0
-    if not bw > 0:
+    k = max(n // 2, 1)
+    D = np.sqrt(np.maximum(pairwise_sq_distances(F), 0.0))
+    return float(np.sort(D, axis=1)[:, k - 1].mean())
+
+
+def mean_shift_labels(F: np.ndarray, h: float, max_iter: int = 300) -> np.ndarray:
+    """Flat-kernel Mean-Shift (Comaniciu & Meer, 2002), seeded at every row, all seeds at once.
+
+    Each seed moves to the mean of the rows within distance h until it moves by
+    less than 10⁻³·h; converged seeds are ranked by how many rows lie within h,
+    and a seed within h of a better-ranked kept one is merged into it. Rows take
+    the label of the nearest kept centre (labels ordered by rank).
+    """
+    C = F.copy()
+    for _ in range(max_iter):  # all n seeds move together; n is the number of clients
+        near = np.linalg.norm(C[:, None, :] - F[None, :, :], axis=2) <= h
+        new = (near @ F) / near.sum(axis=1, keepdims=True)
+        moved = np.linalg.norm(new - C, axis=1)
+        C = new
+        if (moved < 1e-3 * h).all():
+            break
+    count = (np.linalg.norm(C[:, None, :] - F[None, :, :], axis=2) <= h).sum(axis=1)
+    order = np.argsort(-count, kind="stable")
+    kept: list[int] = []
+    for i in order:  # at most n seeds
+        if all(np.linalg.norm(C[i] - C[j]) > h for j in kept):
+            kept.append(int(i))
+    centres = C[kept]
+    return np.argmin(np.linalg.norm(F[:, None, :] - centres[None, :, :], axis=2), axis=1)
+
+
+def largest_meanshift_cluster(F: np.ndarray) -> np.ndarray:
+    """Rows of the largest Mean-Shift cluster of the features F (ties: the better-ranked); all rows if F has no spread."""
+    n = F.shape[0]
+    h = bandwidth(F) if n > 1 else 0.0
+    if not h > 0:
         return np.arange(n)
-    labels = MeanShift(bandwidth=bw).fit_predict(F)
+    labels = mean_shift_labels(F, h)
     return np.flatnonzero(labels == int(np.argmax(np.bincount(labels))))
 
 
@@ -43,8 +76,9 @@ class SignGuard(Rule):
        (``lower`` = L, ``upper`` = R).
     2. Sign filter: on a random share ``fraction`` of the coordinates (drawn from
        the rule's (seed, round) stream), each row's features are the shares of
-       its positive, zero and negative entries; Mean-Shift (bandwidth estimated
-       from the features) clusters them and :math:`S_2` is the largest cluster.
+       its positive, zero and negative entries; Mean-Shift (flat kernel, bandwidth
+       from the features, :func:`mean_shift_labels`) clusters them and
+       :math:`S_2` is the largest cluster.
     3. Accepted: :math:`A = S_1 \cap S_2`; each accepted row is clipped to the
        median norm and the aggregate is their mean:
        :math:`\mathrm{agg} = \frac{1}{|A|}\sum_{i \in A} u_i \min(1, \mathrm{med}_j \lVert u_j \rVert / \lVert u_i \rVert)`.
