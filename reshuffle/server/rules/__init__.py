@@ -18,9 +18,9 @@ then ``reshuffle simulate --plugin mymodule --rule shortest-half`` or
 from reshuffle.server.rules.base import (
     Decision, Rule, check_updates, clip_factors, cosine_to, pairwise_sq_distances, round_rng,
 )
-from reshuffle.server.rules.compose import AllOf, Mixed, Pipeline, PreAggregator
+from reshuffle.server.rules.compose import AllOf, Chain, Mixed, Pipeline, PreAggregator, with_f
 from reshuffle.server.rules.registry import (
-    JOIN, check_pre_names, check_rule_name, make_pre, make_rule, pre_names, register_pre, register_rule, rule_names,
+    JOIN, THEN, check_pre_names, check_rule_name, make_pre, make_rule, pre_names, register_pre, register_rule, rule_names,
 )
 from reshuffle.server.rules.coordinate import FedAvg, Median, TrimmedMean
 from reshuffle.server.rules.krum import Bulyan, Krum, MultiKrum, krum_scores
@@ -38,9 +38,9 @@ RULES = tuple(rule_names())
 PRES = tuple(pre_names())
 
 __all__ = [
-    "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Clip", "CosineFilter", "Decision", "DnC", "FLAME", "FLTrust",
+    "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Chain", "Clip", "CosineFilter", "Decision", "DnC", "FLAME", "FLTrust",
     "FedAvg", "GeometricMedian", "JOIN", "Krum", "Median", "Mixed", "MultiKrum", "NNM", "PRES", "Pipeline",
-    "PreAggregator", "RULES", "Rule", "SignGuard", "TrimmedMean", "check_pre_names", "check_rule_name",
+    "PreAggregator", "RULES", "Rule", "SignGuard", "THEN", "TrimmedMean", "check_pre_names", "check_rule_name",
     "check_updates", "clip_factors", "cosine_to", "krum_scores", "make_pre", "make_rule", "pairwise_sq_distances",
-    "pre_names", "register_pre", "register_rule", "round_rng", "rule_names",
+    "pre_names", "register_pre", "register_rule", "round_rng", "rule_names", "with_f",
 ]

@@ -18,13 +18,14 @@ when none of the buckets/mixtures it speaks through is accepted.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 import numpy as np
 
 from reshuffle.errors import ConfigError
-from reshuffle.server.rules.base import Decision, Rule, check_round, check_updates
+from reshuffle.server.rules.base import Decision, Rule, check_f, check_round, check_updates
 
 
 @dataclass(frozen=True)
@@ -156,3 +157,68 @@ class AllOf(Rule):
         weights = np.min(np.stack([d.weights for d in decisions]), axis=0)
         agg = (weights[accepted] @ U[accepted]) / len(accepted) if accepted else np.zeros(U.shape[1])
         return Decision(agg, tuple(accepted), weights)
+
+
+def with_f(rule: Rule, f: int) -> Rule:
+    """A copy of ``rule`` that assumes f attackers (``rule`` itself when it takes no f)."""
+    if rule.f_param is None or not hasattr(rule, rule.f_param):
+        return rule
+    out = copy.copy(rule)
+    setattr(out, rule.f_param, check_f(f, rule.f_param))
+    return out
+
+
+class Chain(Rule):
+    r"""Filters in sequence: each stage sees only the rows every earlier stage accepted.
+
+    With rows :math:`R_0 = \{1, \dots, n\}` and budget :math:`f_0 = f`, stage k
+    decides on the rows :math:`R_{k-1}` assuming :math:`f_{k-1}` attackers and
+    accepts :math:`A_k`; then
+
+    .. math:: R_k = A_k, \qquad f_k = \max(0,\ f_{k-1} - |R_{k-1} \setminus A_k|):
+
+    rows an earlier stage removed are counted against the attackers the later
+    stages still expect (a stage's f is its ``f_param``; stages without one run
+    as configured). Accepted: the last stage's accepted rows; weights: the
+    last stage's for the rows that reached it, 0 for rows removed on the way;
+    the aggregate is the last stage's. On the CLI, ``--rule signguard:multi-krum``.
+
+    Unlike :class:`AllOf`, a rule that cannot tell honest rows from attackers
+    (Multi-Krum always drops f rows) no longer drops honest rows once an
+    earlier stage has removed the attackers.
+
+    >>> import numpy as np
+    >>> from reshuffle.server.rules import MultiKrum, CosineFilter
+    >>> U = np.array([[1.0, 1.0], [1.0, 0.9], [0.9, 1.0], [1.1, 1.0], [1.0, 1.1], [-1.0, -1.0]])
+    >>> Chain([CosineFilter(), MultiKrum(f=1)], f=1).select(U)  # the budget is spent on row 5
+    [0, 1, 2, 3, 4]
+    """
+
+    name = "chain"
+
+    def __init__(self, rules: Sequence[Rule], f: int) -> None:
+        rules = list(rules)
+        if len(rules) < 2 or not all(isinstance(r, Rule) for r in rules):
+            raise ConfigError(f"Chain needs at least two Rules, got {rules!r}")
+        self.rules = rules
+        self.f = check_f(f)
+        self.detects = any(r.detects for r in rules)
+
+    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+        check_round(round)
+        U = check_updates(updates)
+        n = U.shape[0]
+        rows = np.arange(n)
+        budget = self.f
+        weights = np.zeros(n)
+        agg = np.zeros(U.shape[1])
+        for rule in self.rules:
+            if rows.size == 0:
+                break
+            d = with_f(rule, budget).decide(U[rows], round=round)
+            weights = np.zeros(n)
+            weights[rows] = d.weights
+            agg = d.aggregate
+            budget = max(0, budget - (rows.size - len(d.accepted)))
+            rows = rows[list(d.accepted)]
+        return Decision(agg if rows.size else np.zeros(U.shape[1]), tuple(rows.tolist()), weights)

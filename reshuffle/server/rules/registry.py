@@ -16,7 +16,7 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import Rule
-from reshuffle.server.rules.compose import AllOf, Pipeline, PreAggregator
+from reshuffle.server.rules.compose import AllOf, Chain, Pipeline, PreAggregator
 
 _RULES: dict[str, type[Rule]] = {}
 _PRES: dict[str, type[PreAggregator]] = {}
@@ -24,11 +24,13 @@ C = TypeVar("C", bound=type)
 
 #: Joins rule names into an intersection: ``signguard+flame`` accepts what both accept.
 JOIN = "+"
+#: Chains rules: ``signguard:multi-krum`` runs Multi-Krum on what SignGuard accepted.
+THEN = ":"
 
 
 def _registrar(table: dict, kind: str, base: type, name: str) -> Callable[[C], C]:
-    if not isinstance(name, str) or not name or JOIN in name or name != name.strip():
-        raise ConfigError(f"a {kind} name must be a non-empty string without {JOIN!r} or spaces, got {name!r}")
+    if not isinstance(name, str) or not name or JOIN in name or THEN in name or len(name.split()) != 1:
+        raise ConfigError(f"a {kind} name must be a non-empty string without {JOIN!r}, {THEN!r} or spaces, got {name!r}")
 
     def deco(cls: C) -> C:
         if not (isinstance(cls, type) and issubclass(cls, base)):
@@ -60,12 +62,24 @@ def pre_names() -> list[str]:
     return sorted(_PRES)
 
 
-def check_rule_name(name: str) -> None:
-    """Raise ConfigError unless ``name`` is a registered rule or a ``+``-join of them."""
-    parts = name.split(JOIN) if isinstance(name, str) else [name]
+def _parse(name: str) -> list[list[str]]:
+    """``a+b:c`` → [[a, b], [c]]: stages joined by ``:``, each an intersection of ``+``-joined rules."""
+    if not isinstance(name, str):
+        raise ConfigError(f"a rule name must be a string, got {name!r}")
+    stages = [stage.split(JOIN) for stage in name.split(THEN)]
+    parts = [p for stage in stages for p in stage]
     for part in parts:
         if part not in _RULES:
-            raise ConfigError(f"unknown rule {part!r}; choose one of {', '.join(rule_names())} (or join them with {JOIN!r})")
+            raise ConfigError(f"unknown rule {part!r}; choose one of {', '.join(rule_names())} "
+                              f"(intersect with {JOIN!r}, chain with {THEN!r})")
+    if len(set(parts)) != len(parts):
+        raise ConfigError(f"rule {name!r} names a component twice")
+    return stages
+
+
+def check_rule_name(name: str) -> None:
+    """Raise ConfigError unless ``name`` is a registered rule, or rules joined with ``+`` and ``:``."""
+    _parse(name)
 
 
 def check_pre_names(names) -> None:
@@ -110,24 +124,24 @@ def make_rule(
 
     ``reference`` is FLTrust's server update g₀ (required for ``fltrust`` only);
     ``seed`` seeds randomized rules and pre-aggregators (None: OS randomness).
-    ``name`` may join rules with ``+`` (:class:`AllOf`); then ``options`` holds
-    one table per component name. ``pre`` lists pre-aggregators applied in order
-    in front of the rule (:class:`Pipeline`), ``pre_options`` one table each.
+    ``name`` may intersect rules with ``+`` (:class:`AllOf`) and chain stages
+    with ``:`` (:class:`Chain`, ``+`` binds tighter); then ``options`` holds one
+    table per component name. ``pre`` lists pre-aggregators applied in order in
+    front of the rule (:class:`Pipeline`), ``pre_options`` one table each.
     """
-    check_rule_name(name)
+    stages = _parse(name)
     pre = list(pre)
     check_pre_names(pre)
-    parts = name.split(JOIN)
+    parts = [p for stage in stages for p in stage]
     if len(parts) == 1:
         rule = _build(_RULES[name], f, reference, seed, options)
     else:
-        if len(set(parts)) != len(parts):
-            raise ConfigError(f"rule {name!r} names a component twice")
-        unknown = set(options) - set(parts)
-        if unknown or not all(isinstance(v, dict) for v in options.values()):
+        if set(options) - set(parts) or not all(isinstance(v, dict) for v in options.values()):
             raise ConfigError(f"options of the joined rule {name!r} must be one table per component ({', '.join(parts)}); "
                               f"got keys {sorted(options)}")
-        rule = AllOf([_build(_RULES[p], f, reference, seed, options.get(p, {})) for p in parts])
+        built = [[_build(_RULES[p], f, reference, seed, options.get(p, {})) for p in stage] for stage in stages]
+        steps = [s[0] if len(s) == 1 else AllOf(s) for s in built]
+        rule = steps[0] if len(steps) == 1 else Chain(steps, f)
     if not pre:
         return rule
     pre_options = dict(pre_options or {})
