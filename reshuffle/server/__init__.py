@@ -2,13 +2,13 @@
 
 from reshuffle.server.rules import (
     PRES, RULES, AllOf, Bucketing, Bulyan, CenteredClipping, Chain, Clip, CosineFilter, Decision, DnC, FedAvg, FLAME, FLTrust,
-    GeometricMedian, Krum, Median, MultiKrum, NNM, Pipeline, PreAggregator, Rule, SignGuard, TrimmedMean,
+    GeometricMedian, Krum, Median, MultiKrum, NNM, Pipeline, PreAggregator, Rule, SignGuard, SignOutliers, TrimmedMean,
     check_pre_names, check_rule_name, make_pre, make_rule, pre_names, register_pre, register_rule, rule_names,
 )
 
 __all__ = [
     "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Chain", "Clip", "CosineFilter", "Decision", "DnC", "FLAME", "FLTrust",
     "FedAvg", "GeometricMedian", "Krum", "Median", "MultiKrum", "NNM", "PRES", "Pipeline", "PreAggregator", "RULES",
-    "Rule", "SignGuard", "TrimmedMean", "check_pre_names", "check_rule_name", "make_pre", "make_rule", "pre_names",
+    "Rule", "SignGuard", "SignOutliers", "TrimmedMean", "check_pre_names", "check_rule_name", "make_pre", "make_rule", "pre_names",
     "register_pre", "register_rule", "rule_names",
 ]

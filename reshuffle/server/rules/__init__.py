@@ -29,7 +29,7 @@ from reshuffle.server.rules.clipping import CenteredClipping
 from reshuffle.server.rules.geomed import GeometricMedian
 from reshuffle.server.rules.dnc import DnC
 from reshuffle.server.rules.flame import FLAME
-from reshuffle.server.rules.signguard import SignGuard
+from reshuffle.server.rules.signguard import SignGuard, SignOutliers
 from reshuffle.server.rules.pre import NNM, Bucketing, Clip
 
 #: The built-in rule names (plugins add to :func:`rule_names`, not to this tuple).
@@ -40,7 +40,7 @@ PRES = tuple(pre_names())
 __all__ = [
     "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Chain", "Clip", "CosineFilter", "Decision", "DnC", "FLAME", "FLTrust",
     "FedAvg", "GeometricMedian", "JOIN", "Krum", "Median", "Mixed", "MultiKrum", "NNM", "PRES", "Pipeline",
-    "PreAggregator", "RULES", "Rule", "SignGuard", "THEN", "TrimmedMean", "check_pre_names", "check_rule_name",
+    "PreAggregator", "RULES", "Rule", "SignGuard", "SignOutliers", "THEN", "TrimmedMean", "check_pre_names", "check_rule_name",
     "check_updates", "clip_factors", "cosine_to", "krum_scores", "make_pre", "make_rule", "pairwise_sq_distances",
     "pre_names", "register_pre", "register_rule", "round_rng", "rule_names", "with_f",
 ]

@@ -1,4 +1,4 @@
-"""SignGuard (Xu, Huang, Lai & Yang, ICDCS 2022): norm filter, sign-statistics clustering, norm clipping."""
+"""SignGuard (Xu, Huang, Lai & Yang, ICDCS 2022), and a sign-statistics outlier test of ours."""
 
 from __future__ import annotations
 
@@ -125,3 +125,45 @@ class SignGuard(Rule):
         weights[accepted] = k[accepted]
         agg = (k[accepted] @ U[accepted]) / accepted.size if accepted.size else np.zeros(d)
         return Decision(agg, tuple(accepted.tolist()), weights)
+
+
+@register_rule("signstat")
+class SignOutliers(Rule):
+    r"""Sign-statistics outliers (ours): SignGuard's features with a robust distance test instead of clustering.
+
+    On a random share ``fraction`` of the coordinates (from the rule's (seed,
+    round) stream), :math:`F_i` = the shares of positive, zero and negative
+    entries of row i, as in :class:`SignGuard`. With :math:`m` the
+    coordinate-wise median of the :math:`F_i` and :math:`r_i = \lVert F_i - m \rVert`,
+
+    .. math:: A = \{ i : r_i \le \kappa \cdot \mathrm{median}_j\, r_j \},
+
+    and the aggregate is the mean of the accepted rows. Mean-Shift's largest
+    cluster splits a majority whose features spread more than a tight minority's
+    (then honest rows are flagged); a median test has no such failure, and
+    leaves length to other rules (it looks at signs only).
+
+    >>> import numpy as np
+    >>> U = np.array([[1.0, 1.0, -1.0, 1.0], [1.0, -1.0, 1.0, 1.0], [1.0, 1.0, 1.0, -1.0],
+    ...               [-1.0, 1.0, 1.0, 1.0], [-1.0, -1.0, -1.0, 1.0]])
+    >>> SignOutliers(fraction=1.0, seed=0).select(U)   # shares of + : ¾, ¾, ¾, ¾, ¼
+    [0, 1, 2, 3]
+    """
+
+    randomized = True
+
+    def __init__(self, kappa: float = 3.0, fraction: float = 0.1, seed: int | None = None) -> None:
+        self.kappa = check_positive(kappa, "signstat kappa")
+        self.fraction = check_positive(fraction, "signstat coordinate fraction")
+        if self.fraction > 1:
+            raise ConfigError(f"signstat coordinate fraction must lie in (0, 1], got {fraction!r}")
+        self.seed = check_seed(seed)
+
+    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+        rng = round_rng(self.seed, check_round(round), self.name)
+        U = check_updates(updates)
+        d = U.shape[1]
+        cols = np.sort(rng.choice(d, size=max(1, math.ceil(self.fraction * d)), replace=False))
+        F = sign_statistics(U[:, cols])
+        r = np.linalg.norm(F - np.median(F, axis=0), axis=1)
+        return Decision.mean_of(U, np.flatnonzero(r <= self.kappa * float(np.median(r))))
