@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from reshuffle.errors import ConfigError
 from reshuffle.server import (
-    NNM, AllOf, Bucketing, Clip, CosineFilter, FedAvg, Median, MultiKrum, Pipeline, Rule, TrimmedMean, make_pre,
-    make_rule, pre_names, register_rule, rule_names,
+    NNM, AllOf, Bucketing, Chain, Clip, CosineFilter, FedAvg, Median, MultiKrum, Pipeline, Rule, TrimmedMean,
+    make_pre, make_rule, pre_names, register_rule, rule_names,
 )
+from reshuffle.server.rules import with_f
 from reshuffle.server.rules import registry
 from reshuffle.server.rules.pre import bucket_means
 from reshuffle.sim.config import SimConfig, from_mapping
@@ -193,3 +194,32 @@ def test_config_accepts_pre_lists_and_checks_names():
         from_mapping({"pre": [1]})
     with pytest.raises(ConfigError, match="unknown rule 'bogus'"):
         from_mapping({"rule": "flame+bogus"})
+
+
+def test_chain_spends_the_attacker_budget_on_earlier_removals():
+    # Prepare: five honest rows and one flipped row; f = 1.
+    U = np.array([[1.0, 1.0], [1.0, 0.9], [0.9, 1.0], [1.1, 1.0], [1.0, 1.1], [-1.0, -1.0]])
+    first = CosineFilter()
+    # Execute
+    chained = Chain([first, MultiKrum(f=1)], f=1).decide(U)
+    # Assert: after the filter removes row 5, Multi-Krum runs with f = 0 and keeps all five,
+    # where Multi-Krum with the full budget f = 1 would drop one more, honest, row.
+    assert chained.accepted == (0, 1, 2, 3, 4) and chained.rejected == [5]
+    assert np.allclose(chained.aggregate, U[:5].mean(axis=0))
+    assert len(MultiKrum(f=1).select(U[:5])) == 4
+
+
+def test_chain_with_nothing_left_returns_zero():
+    d = Chain([AcceptRows([]), FedAvg()], f=1).decide(np.ones((3, 2)))
+    assert d.accepted == () and d.aggregate.tolist() == [0.0, 0.0] and d.rejected == [0, 1, 2]
+
+
+def test_with_f_copies_and_names_are_parsed():
+    mk = MultiKrum(f=3)
+    assert with_f(mk, 1).f == 1 and mk.f == 3
+    assert with_f(CosineFilter(), 5).threshold == 0.1
+    rule = make_rule("signstat+geomed:multi-krum", 2, seed=1)
+    assert isinstance(rule, Chain) and rule.f == 2
+    assert isinstance(rule.rules[0], AllOf) and isinstance(rule.rules[1], MultiKrum)
+    with pytest.raises(ConfigError, match="names a component twice"):
+        make_rule("krum:krum", 0)

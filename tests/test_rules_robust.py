@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from reshuffle.errors import ConfigError
 from reshuffle.server import (
-    Bulyan, CenteredClipping, Decision, DnC, FLAME, GeometricMedian, SignGuard, make_rule,
+    Bulyan, CenteredClipping, Decision, DnC, FLAME, GeometricMedian, SignGuard, SignOutliers, make_rule,
 )
 from reshuffle.server.rules.dnc import dnc_outlier_scores
 from reshuffle.server.rules.flame import cosine_distances
@@ -200,3 +200,20 @@ def test_signguard_mean_shift_partitions_like_sklearn():
         assert h == pytest.approx(estimate_bandwidth(F, quantile=0.5), rel=1e-12)
         ours, theirs = mean_shift_labels(F, h), MeanShift(bandwidth=h).fit_predict(F)
         assert np.array_equal(ours[:, None] == ours[None, :], theirs[:, None] == theirs[None, :])
+
+
+def test_signstat_hand_computed_and_reproducible():
+    # Prepare: shares of + are ¾ for rows 0-3 and ¼ for row 4 (all coordinates drawn).
+    U = np.array([[1.0, 1.0, -1.0, 1.0], [1.0, -1.0, 1.0, 1.0], [1.0, 1.0, 1.0, -1.0],
+                  [-1.0, 1.0, 1.0, 1.0], [-1.0, -1.0, -1.0, 1.0]])
+    # Execute / Assert: the feature median is (¾, 0, ¼), so r = 0 for rows 0-3 and row 4 is out.
+    assert SignOutliers(fraction=1.0, seed=0).decide(U).flagged == [4]
+    # With one coordinate drawn per round, which row is caught depends on (seed, round).
+    V = np.ones((10, 10)) + 0.01 * np.arange(10)[:, None]
+    V[np.arange(10), np.arange(10)] = -1.0
+    rule = SignOutliers(fraction=0.1, seed=2)
+    assert rule.select(V, round=4) == SignOutliers(fraction=0.1, seed=2).select(V, round=4)
+    flagged = {tuple(rule.decide(V, round=t).flagged) for t in range(1, 21)}
+    assert len(flagged) > 1 and all(len(f) == 1 for f in flagged)
+    with pytest.raises(ConfigError, match="fraction must lie in"):
+        SignOutliers(fraction=2.0)
