@@ -20,7 +20,8 @@ from reshuffle.server.rules.base import (
 )
 from reshuffle.server.rules.compose import AllOf, Chain, Mixed, Pipeline, PreAggregator, with_f
 from reshuffle.server.rules.registry import (
-    JOIN, THEN, check_pre_names, check_rule_name, make_pre, make_rule, pre_names, register_pre, register_rule, rule_names,
+    JOIN, THEN, check_pre_names, check_rule_name, make_pre, make_rule, pre_names, register_pre, register_rule,
+    rule_names,
 )
 from reshuffle.server.rules.coordinate import FedAvg, Median, TrimmedMean
 from reshuffle.server.rules.krum import Bulyan, Krum, MultiKrum, krum_scores
@@ -38,9 +39,10 @@ RULES = tuple(rule_names())
 PRES = tuple(pre_names())
 
 __all__ = [
-    "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Chain", "Clip", "CosineFilter", "Decision", "DnC", "FLAME", "FLTrust",
-    "FedAvg", "GeometricMedian", "JOIN", "Krum", "Median", "Mixed", "MultiKrum", "NNM", "PRES", "Pipeline",
-    "PreAggregator", "RULES", "Rule", "SignGuard", "SignOutliers", "THEN", "TrimmedMean", "check_pre_names", "check_rule_name",
-    "check_updates", "clip_factors", "cosine_to", "krum_scores", "make_pre", "make_rule", "pairwise_sq_distances",
-    "pre_names", "register_pre", "register_rule", "round_rng", "rule_names", "with_f",
+    "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Chain", "check_pre_names", "check_rule_name",
+    "check_updates", "Clip", "clip_factors", "cosine_to", "CosineFilter", "Decision", "DnC", "FedAvg", "FLAME",
+    "FLTrust", "GeometricMedian", "JOIN", "Krum", "krum_scores", "make_pre", "make_rule", "Median", "Mixed",
+    "MultiKrum", "NNM", "pairwise_sq_distances", "Pipeline", "pre_names", "PreAggregator", "PRES",
+    "register_pre", "register_rule", "round_rng", "Rule", "rule_names", "RULES", "SignGuard", "SignOutliers",
+    "THEN", "TrimmedMean", "with_f",
 ]
