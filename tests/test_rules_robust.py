@@ -235,3 +235,15 @@ def test_probe_rates_count_flagged_rows_per_round():
     # Assert: Multi-Krum (m = n − 2) drops both far rows in round 1; in round 2 the far row and
     # one honest row, since the honest-looking attacker scores best: TPR (1 + ½)/2, FPR (0 + ⅛)/2.
     assert tpr == pytest.approx(0.75) and fpr == pytest.approx(1 / 16)
+
+
+def test_probe_synthetic_rounds_have_every_attack():
+    from reshuffle.server.probe import SYNTHETIC_ATTACKS, synthetic
+
+    rounds = synthetic(rounds=2, clients=6, m=2, d=40, seed=3)
+    assert len(rounds) == 2 and rounds[0].honest.shape == (4, 40)
+    assert set(rounds[0].malicious) == set(SYNTHETIC_ATTACKS)
+    assert all(v.shape == (2, 40) for v in rounds[1].malicious.values())
+    assert np.array_equal(rounds[0].honest, synthetic(rounds=1, clients=6, m=2, d=40, seed=3)[0].honest)
+    with pytest.raises(ConfigError, match="0 < m < clients/2"):
+        synthetic(m=5, clients=10)

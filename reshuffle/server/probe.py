@@ -7,7 +7,8 @@ BadNets-style backdoor (the attackers train on data where a share of the
 samples carry a 2×2 trigger in the bottom-right corner and the target label 0).
 Every rule sees the same rows. It is a probe, not the evaluation: the global
 model follows the clean trajectory, so attacks cannot compound over rounds;
-``experiments/`` runs the full federations.
+``experiments/`` runs the full federations. ``--synthetic`` replaces training by
+Gaussian rows (:func:`synthetic`), a harsher and faster case.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from reshuffle.errors import ConfigError
 from reshuffle.server.rules import Rule, make_rule
 
 ATTACKS = ("sign-flip", "alie", "ipm", "badnets")
+SYNTHETIC_ATTACKS = ("sign-flip", "alie", "ipm", "gaussian", "scaling", "min-max")
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,29 @@ def collect(rounds: int = 6, clients: int = 10, m: int = 2, seed: int = 0, lr: f
     return out
 
 
+def synthetic(rounds: int = 10, clients: int = 10, m: int = 2, d: int = 3000, seed: int = 0) -> list[ProbeRound]:
+    """Harsher synthetic rounds: honest rows μ + N(0, I) with μ ~ N(0, ¼ I) drawn afresh per round.
+
+    The per-coordinate noise is twice the signal, and the Gaussian attack's
+    N(0, I) rows have the honest rows' scale. There is no BadNets here: a
+    backdoor needs training.
+    """
+    if not 0 < m < clients / 2:
+        raise ConfigError(f"the probe needs 0 < m < clients/2, got m={m} with clients={clients}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(rounds):
+        mu = 0.5 * rng.normal(size=d)
+        honest = mu + rng.normal(size=(clients - m, d))
+        own = mu + rng.normal(size=(m, d))
+        mal = {}
+        for name in SYNTHETIC_ATTACKS:
+            attack = make_attack(name)
+            mal[name] = attack(honest if attack.omniscient else own, m, rng)
+        out.append(ProbeRound(honest, mal))
+    return out
+
+
 def rates(rule: Rule, rounds: list[ProbeRound], attack: str) -> tuple[float, float]:
     """Mean TPR and FPR of ``rule`` over the rounds; malicious rows come last in U."""
     tprs, fprs = [], []
@@ -90,14 +115,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pre", nargs="*", default=[], help="pre-aggregators in front of every rule")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--synthetic", action="store_true", help="Gaussian synthetic rows instead of training (no BadNets)")
     args = p.parse_args(argv)
-    rounds = collect(rounds=args.rounds, seed=args.seed)
-    m = next(iter(rounds[0].malicious.values())).shape[0]
-    print(f"| rule (f={m}) | " + " | ".join(f"{a} TPR / FPR" for a in ATTACKS) + " |")
-    print("|---" * (len(ATTACKS) + 1) + "|")
+    rounds = synthetic(rounds=args.rounds, seed=args.seed) if args.synthetic else collect(rounds=args.rounds, seed=args.seed)
+    attacks = list(rounds[0].malicious)
+    m = rounds[0].malicious[attacks[0]].shape[0]
+    print(f"| rule (f={m}) | " + " | ".join(f"{a} TPR / FPR" for a in attacks) + " |")
+    print("|---" * (len(attacks) + 1) + "|")
     for name in args.rules:
         rule = make_rule(name, m, seed=args.seed, pre=args.pre)
-        cells = [rates(rule, rounds, a) for a in ATTACKS]
+        cells = [rates(rule, rounds, a) for a in attacks]
         print(f"| {name} | " + " | ".join(f"{t:.2f} / {f:.2f}" for t, f in cells) + " |")
     return 0
 
