@@ -124,7 +124,8 @@ _SIM_OPTIONS = [
     ("--alpha", _positive(float), "Dirichlet concentration (with --partition dirichlet)"),
     ("--attack", str, "label-flip, sign-flip, gaussian, scaling, alie, ipm, min-max, min-sum, none"),
     ("--malicious", _fraction, "fraction of malicious clients"),
-    ("--rule", str, "fedavg, krum, multi-krum, cosine, fltrust, median, trimmed-mean"),
+    ("--rule", str, "fedavg, krum, multi-krum, bulyan, cosine, fltrust, median, trimmed-mean, cclip, geomed, dnc, "
+                    "flame, signguard; join with + to intersect (signguard+flame)"),
     ("--f", _non_negative_int, "attackers the rule assumes (default: the simulated number)"),
     ("--dropout", _fraction, "fraction of clients that drop out each round (at a random phase)"),
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
@@ -145,6 +146,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     explicit = {k: v for k, v in explicit.items() if v is not None}
     if args.plugin:
         explicit["plugins"] = cfg.plugins + args.plugin
+    if args.pre:
+        explicit["pre"] = [p for arg in args.pre for p in arg.split(",") if p]
     out = args.out or cfg.out or str(default_out_dir())
     explicit["out"] = out
     cfg = from_mapping(explicit, cfg, source="command line")
@@ -293,7 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
         sim.add_argument(flag, type=kind, default=None, help=text)
     sim.add_argument("--config", help="TOML file with the same keys (command-line options win)")
     sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>)")
-    sim.add_argument("--plugin", action="append", default=[], help="import this module first (registers attacks)")
+    sim.add_argument("--plugin", action="append", default=[],
+                     help="import this module first (it registers attacks, rules or pre-aggregators)")
+    sim.add_argument("--pre", action="append", default=[],
+                     help="pre-aggregator in front of the rule: nnm, bucketing, clip (repeat or comma-separate)")
     sim.add_argument("--threads", type=_positive(int), help="torch threads")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.set_defaults(func=cmd_simulate)
