@@ -51,6 +51,7 @@ class LoopbackGrid(Grid):
         self._run = Run.create_empty(run_id)
         self._replies: dict[str, Message] = {}
         self.sent: list[Message] = []  # every message pushed, for the tests' eyes only
+        self.errors: list[tuple[Message, str]] = []  # (message, reason) of every error reply
 
     def set_run(self, run: Run) -> None:
         self._run = run
@@ -78,6 +79,7 @@ class LoopbackGrid(Grid):
                 reply = self.app(m, self.contexts[node])
             except Exception as exc:  # the ClientApp runtime turns an exception into an error reply
                 reply = Message(Error(code=0, reason=f"{type(exc).__name__}: {exc}"), reply_to=m)
+                self.errors.append((m, reply.error.reason))
             self._replies[m.metadata.message_id] = reply
         return ids
 
@@ -133,3 +135,23 @@ def processes():
     finally:
         for p in started:
             kill_group(p)
+
+
+def toy_client_app(make_reply: Callable[[Message, Context], RecordDict], mods=None):
+    """A ClientApp with ``reshuffle_mod`` (unless ``mods`` says otherwise) whose train handler is ``make_reply``."""
+    from flwr.app import MetricRecord
+    from flwr.clientapp import ClientApp
+
+    from reshuffle.flower.mod import reshuffle_mod
+
+    app = ClientApp(mods=[reshuffle_mod] if mods is None else mods)
+
+    @app.train()
+    def train(msg: Message, ctx: Context) -> Message:
+        return Message(make_reply(msg, ctx), reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, ctx: Context) -> Message:
+        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 1, "node": ctx.node_id})}), reply_to=msg)
+
+    return app

@@ -60,6 +60,8 @@ class RoundReport:
     errors: list[str] = field(default_factory=list)
     failed: str = ""
     seconds: float = 0.0
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # "train", then the core's phase names
+    protocol_bytes: int = 0  # core messages both ways
 
 
 def _copy_with(msg: Message, content: RecordDict, ttl: float) -> Message:
@@ -108,7 +110,7 @@ class _Round:
     # --- phase bookkeeping ----------------------------------------------------
     def _open(self, pending: dict[str, int], phase_deadline: float) -> None:
         self.pending, self.answers = dict(pending), {}
-        self.phase_deadline = phase_deadline
+        self.phase_deadline, self.phase_t0 = phase_deadline, time.monotonic()
 
     def _pull(self) -> None:
         if not self.pending:
@@ -128,6 +130,8 @@ class _Round:
             if missing:
                 self.report.dropouts[self.phase] = self.report.dropouts.get(self.phase, 0) + missing
             self.pending = {}
+            sec = self.report.phase_seconds
+            sec[self.phase] = sec.get(self.phase, 0.0) + time.monotonic() - self.phase_t0
             try:
                 self._close()
             except (BelowThreshold, ConfigError) as exc:
@@ -157,6 +161,7 @@ class _Round:
                 except ProtocolError:
                     data = []  # malformed: as if the node had not answered
                 for item in data:
+                    self.report.protocol_bytes += len(item)
                     self.server.receive(self.pid_of[node], item)
             outbox = self.server.close_phase()
         if self.server.done:
@@ -165,6 +170,7 @@ class _Round:
         per_node: dict[int, list[bytes]] = {}
         for pid, data in outbox:
             per_node.setdefault(self.node_of[pid], []).append(data)
+            self.report.protocol_bytes += len(data)
         self.phase = self.server.phase_name
         msgs = {node: _copy_with(self.train_out_by_node[node], RecordDict({RECORD: ConfigRecord(
             {"stage": STAGE_PROTOCOL, "T": self.T, "data": items})}), max(1.0, self.deadline - time.time()))
