@@ -32,3 +32,7 @@ def digits():
     from reshuffle.clients import load_dataset
 
     return load_dataset("digits")
+
+
+# A Flower app folder for `flwr run` (it imports the example), not a test module.
+collect_ignore = ["flower_probe_app"]

@@ -202,6 +202,7 @@ class _Round:
         self.report.roster = len(roster)
         if len(roster) < 2:
             raise BelowThreshold(f"{len(roster)} node(s) answered the train message with a valid claim")
+        log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
         p = RoundParams.default(len(roster), self.d, payload="words", **g.round_params)
         self.server = Server(p, self.T, roster, g._sk, g._cert, g._ca, self.hash)
         return self.server.start()
