@@ -99,6 +99,7 @@ class _Round:
             c[RECORD] = stage
             out.append(_copy_with(m, c, max(1.0, deadline - time.time())))
         self.train_out = out
+        self.phase_t0 = time.monotonic()
         ids = list(owner._grid.push_messages(out))
         self.ids = [i for i in ids if i]
         self.by_id = {i: m for i, m in zip(ids, out) if i}
@@ -110,7 +111,7 @@ class _Round:
     # --- phase bookkeeping ----------------------------------------------------
     def _open(self, pending: dict[str, int], phase_deadline: float) -> None:
         self.pending, self.answers = dict(pending), {}
-        self.phase_deadline, self.phase_t0 = phase_deadline, time.monotonic()
+        self.phase_deadline = phase_deadline
 
     def _pull(self) -> None:
         if not self.pending:
@@ -126,16 +127,20 @@ class _Round:
             return True
         self._pull()
         while self.replies is None and (not self.pending or time.time() >= self.phase_deadline):
+            self.g._progress += 1
             missing = len(self.pending)
             if missing:
                 self.report.dropouts[self.phase] = self.report.dropouts.get(self.phase, 0) + missing
             self.pending = {}
             sec = self.report.phase_seconds
             sec[self.phase] = sec.get(self.phase, 0.0) + time.monotonic() - self.phase_t0
+            self.phase_t0 = time.monotonic()  # the next phase starts with its push
             try:
                 self._close()
             except (BelowThreshold, ConfigError) as exc:
                 self._fail(str(exc))
+            if self.replies is None:
+                self._pull()  # a fast transport may have answered already
         return self.replies is not None
 
     def _fail(self, why: str) -> None:
@@ -279,6 +284,7 @@ class ReshuffleGrid(Grid):
         self._T = 0
         self._active: dict[str, _Round] = {}
         self._keys: tuple | None = None
+        self._progress = 0  # phases closed so far: a pull that moved a round on is progress
 
     # --- delegation -------------------------------------------------------------
     def set_run(self, run) -> None:
@@ -361,13 +367,14 @@ class ReshuffleGrid(Grid):
         out: list[Message] = []
         pause = 0.01
         while pending:
+            before = self._progress
             got = list(self.pull_messages(list(pending)))
             out += got
             pending -= {r.metadata.reply_to_message_id for r in got}
             pending -= {i for i in train_ids if i not in self._active}  # its round has ended
             if not pending or time.time() >= end:
                 break
-            pause = 0.01 if got else min(pause * 1.5, self.poll_interval)
+            pause = 0.01 if got or self._progress != before else min(pause * 1.5, self.poll_interval)
             time.sleep(pause)
         for i in pending & train_ids:
             self._active.pop(i, None)
