@@ -37,16 +37,16 @@ def _positive(run_config: dict[str, Any], key: str, default: float) -> float:
 
 def settings(run_config: dict[str, Any]) -> FlowerSettings:
     """Split Flower's run config into SimConfig keys (names as in ``reshuffle simulate``) and ours."""
+    if str(run_config.get("attack", "none")) != "none" or float(run_config.get("malicious", 0.0) or 0.0):
+        raise ConfigError(
+            "on Flower, only a node's own node_config enables an attack (attack=\"sign-flip\"); "
+            "the run config, which the server side chooses, cannot: keep attack = \"none\" and malicious = 0"
+        )
     sim_values = {k: v for k, v in run_config.items() if k not in FLOWER_KEYS}
     sim_values.setdefault("clients", 2)  # replaced by the number of nodes that answer
     sim = from_mapping({k: v for k, v in sim_values.items() if v != ""}, source="run config")
     if sim.shuffle != "real":
         raise ConfigError("the Flower apps always run the real protocol; set shuffle = \"real\"")
-    if sim.attack != "none" or sim.malicious:
-        raise ConfigError(
-            "on Flower, only a node's own node_config enables an attack (attack=\"sign-flip\"); "
-            "the run config, which the server side chooses, cannot: keep attack = \"none\" and malicious = 0"
-        )
     phase = _positive(run_config, "phase-timeout", 60.0)
     train = _positive(run_config, "train-timeout", 600.0)
     return FlowerSettings(
