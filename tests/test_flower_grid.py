@@ -245,3 +245,18 @@ def test_a_node_with_key_files_refuses_simulation_keys(key_dir):
     grid = ReshuffleGrid(lg)  # a server asking for simulation keys
     assert list(grid.send_and_receive(train_messages(grid), timeout=30)) == []
     assert all("simulation keys" in reason for _, reason in lg.errors)
+
+
+def test_a_fresh_process_per_message_replays_the_session():
+    # A SuperNode starts a new ClientApp process per message: no live participant survives.
+    from reshuffle.flower import mod
+
+    def forgetful(msg, ctx, call_next):
+        mod._LIVE.clear()
+        return mod.reshuffle_mod(msg, ctx, call_next)
+
+    produced: list = []
+    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful]), 3)
+    replies = list(ReshuffleGrid(lg).send_and_receive(train_messages(lg), timeout=60))
+    assert sorted(records.encode_content(r.content) for r in replies) == sorted(b for _, b in produced)
+    assert not lg.errors

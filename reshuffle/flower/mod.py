@@ -18,18 +18,21 @@ pass through unchanged.
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from copy import copy
+from dataclasses import replace
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.app.message.message import make_message
 from flwr.clientapp.typing import ClientAppCallable
 
+from reshuffle.crypto.domain import label
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, ReShuffleError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_SIMULATION, claim, node_identity, node_mode
 from reshuffle.flower.reserved import RECORD, STAGE_PROTOCOL, STAGE_TRAIN, STATE
-from reshuffle.protocol import session
-from reshuffle.protocol.participant import global_model_hash
+from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.session import SessionState
 
 
@@ -52,6 +55,31 @@ def _train(msg: Message, ctx: Context, call_next: ClientAppCallable, rec: Config
                                                      "claim": proof})}), reply_to=msg)
 
 
+# Participants kept alive between messages when this process lives on (simulation,
+# in-process grids), keyed by a digest of the state they are in: the session's replay
+# is then skipped. A fresh process (a SuperNode's ClientApp) finds nothing and replays.
+_LIVE: OrderedDict[bytes, Participant] = OrderedDict()
+_LIVE_MAX = 256
+
+
+def _state_key(state: SessionState) -> bytes:
+    return hashlib.sha256(label("flower/live-session") + state.encode()).digest()
+
+
+def _advance(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes]]:
+    """``session.handle(state, data)``, reusing a live participant in exactly ``state`` if there is one."""
+    p = _LIVE.pop(_state_key(state), None)
+    if p is None:
+        p = state.participant()
+    # session.handle's contract: the participant after the inbox handles the message, which joins the inbox.
+    replies = p.handle(data)
+    new = replace(state, inbox=state.inbox + (bytes(data),))
+    _LIVE[_state_key(new)] = p
+    while len(_LIVE) > _LIVE_MAX:
+        _LIVE.popitem(last=False)
+    return new, replies
+
+
 def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
     T = reserved.uint(rec, "T")
     if STATE not in ctx.state:
@@ -62,7 +90,7 @@ def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
     replies: list[bytes] = []
     for data in reserved.data_list(rec):
         try:
-            state, out = session.handle(state, data)
+            state, out = _advance(state, data)
         except ReShuffleError:
             out = []
         replies.extend(out)
