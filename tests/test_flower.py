@@ -1,22 +1,18 @@
 """The project's own Flower apps: run config, attacks only by a node's own choice, and a real deployment.
 
-The deployment test starts a real SuperLink and SuperNodes (gRPC, loopback),
-with ``reshuffle ca`` key files named in each node's config, kills a node in the
-middle of a round's protocol, and reads ``metrics.json`` (``flwr run`` exits 0
-even when the ServerApp raised).
+The deployment test starts a real SuperLink and SuperNodes on loopback (Flower
+1.41's Fleet API), with ``reshuffle ca`` key files named in each node's config,
+kills a node in the middle of a round's protocol, and reads ``metrics.json``
+(``flwr run`` exits 0 even when the ServerApp raised).
 """
 
 from __future__ import annotations
-
-import json
-import subprocess
-import time
 
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
-from flower_helpers import BIN, LoopbackGrid, flwr_env, free_port, kill_group, processes
+from flower_helpers import DeploymentRun, LoopbackGrid
 from reshuffle.errors import ConfigError
 from reshuffle.flower.common import settings
 
@@ -90,52 +86,11 @@ def test_only_a_nodes_own_config_makes_it_attack_and_label_its_model():
     assert grid.rounds[-1].blamed == {}
 
 
-@pytest.fixture(scope="module")
-def ca_files(tmp_path_factory):
-    keys = tmp_path_factory.mktemp("keys")
-    for args in (["ca", "init", "--dir", str(keys)], ["ca", "issue", "--dir", str(keys), "--ids", "0-2", "--server"]):
-        subprocess.run([str(BIN / "reshuffle"), *args], check=True, capture_output=True, timeout=60)
-    return keys
-
-
-def _wait_for(path, text: str, proc, deadline: float) -> bool:
-    while time.monotonic() < deadline and proc.poll() is None:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def test_real_deployment_with_a_node_killed_mid_round(tmp_path, ca_files):
-    home = tmp_path / "flwr-home"
-    home.mkdir()
-    port = free_port()
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
-    )
-    env = flwr_env(home)
-    out, log = tmp_path / "out", tmp_path / "run.log"
-    with processes() as start:
-        link = start([str(BIN / "flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
-                      "--database", str(tmp_path / "link.db")], env, tmp_path / "superlink.log")
-        assert _wait_for(tmp_path / "superlink.log", "Application startup complete", link,
-                         time.monotonic() + 60), (tmp_path / "superlink.log").read_text()
-        nodes = [start([str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
-                        "--host", "127.0.0.1", "--port", str(free_port()),
-                        "--node-config", f'reshuffle-participant-id={i} reshuffle-key-dir="{ca_files}" '
-                                         'num-partitions=3'], env, tmp_path / f"supernode-{i}.log")
-                 for i in range(3)]
-        run = start([str(BIN / "flwr"), "run", ".", "deploy", "--stream", "--run-config",
-                     f'out-dir="{out}" key-dir="{ca_files}" rounds=1 model="logreg" rule="fedavg" phase-timeout=20.0'],
-                    env, log)
-        # Kill node 2 once the protocol has started (it is then in the roster).
-        killed = _wait_for(log, "round 1: roster of 3 participants", run, time.monotonic() + 400)
-        if killed:
-            kill_group(nodes[2])
-        run.wait(timeout=400)
-    text = log.read_text(errors="replace")
-    assert killed and (out / "metrics.json").is_file(), text[-3000:]
-    m = json.loads((out / "metrics.json").read_text())
+def test_real_deployment_with_a_node_killed_mid_round(request, tmp_path):
+    # The run may already be under way: conftest starts it with the session when this test is selected.
+    run = getattr(request.config, "reshuffle_deployment", None) or DeploymentRun(tmp_path).start()
+    killed, text, m = run.result()
+    assert killed and m is not None, text[-3000:]
     # both surviving models reached the PS after the kill
     rep = m["reshuffle"][0]
     assert [r["models_received"] for r in m["rounds"]] == [2], text[-3000:]

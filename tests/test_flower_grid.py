@@ -260,3 +260,13 @@ def test_a_fresh_process_per_message_replays_the_session():
     replies = list(ReshuffleGrid(lg).send_and_receive(train_messages(lg), timeout=60))
     assert sorted(records.encode_content(r.content) for r in replies) == sorted(b for _, b in produced)
     assert not lg.errors
+
+
+def test_grid_settings_are_validated():
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 2)
+    for bad in ({"phase_timeout": 0}, {"train_timeout": 0}, {"poll_interval": -1.0}, {"metrics_budget": 10},
+                {"R_max": 0}):
+        with pytest.raises(ConfigError):
+            ReshuffleGrid(lg, **bad)
+    with pytest.raises(ConfigError, match="wraps a flwr Grid"):
+        ReshuffleGrid(object())

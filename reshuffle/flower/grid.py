@@ -270,7 +270,9 @@ class ReshuffleGrid(Grid):
         if unknown:
             raise ConfigError(f"unknown round parameter(s) {sorted(unknown)}; allowed: {sorted(ROUND_PARAMS)}")
         for name, v in (("phase_timeout", phase_timeout), ("poll_interval", poll_interval),
-                        ("round_timeout", round_timeout), ("train_timeout", train_timeout or 1.0)):
+                        ("round_timeout", round_timeout), ("train_timeout", train_timeout)):
+            if name == "train_timeout" and v is None:
+                continue
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
                 raise ConfigError(f"{name} must be a positive number, got {v!r}")
         RoundParams.default(2, 1, payload="words", **round_params)  # reject bad overrides now
