@@ -145,7 +145,8 @@ def test_config_record_in_a_train_reply_is_refused_naming_the_key():
     grid = ReshuffleGrid(lg)
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     # Assert: that node is out of the round, with the key named; the others arrive
-    assert len(replies) == 3 and grid.rounds[-1].roster == 3
+    assert len(replies) == 3 and grid.rounds[-1].roster == 3 and grid.rounds[-1].dropouts == {"train": 1}
+    assert any("'fitres.status'" in e for e in grid.rounds[-1].errors)
     node0 = lg.node_ids[0]
     err = [r for m, r in lg.errors if m.metadata.dst_node_id == node0]
     assert err and "'fitres.status'" in err[0]

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 
-import numpy as np
 import pytest
 
 from flower_helpers import BIN, ROOT, LoopbackGrid, flwr_env

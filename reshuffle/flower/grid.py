@@ -118,7 +118,12 @@ class _Round:
             return
         for r in self.g._grid.pull_messages(list(self.pending)):
             node = self.pending.pop(r.metadata.reply_to_message_id, None)
-            if node is not None and not r.has_error():
+            if node is None:
+                continue
+            if r.has_error():  # a node that fails is a dropout of the round, like one that is silent
+                self.report.dropouts[self.phase] = self.report.dropouts.get(self.phase, 0) + 1
+                self.report.errors.append(f"[{self.phase}] node {node} failed: {r.error.reason}")
+            else:
                 self.answers[node] = r
 
     def step(self) -> bool:
@@ -146,7 +151,7 @@ class _Round:
     def _fail(self, why: str) -> None:
         self.report.failed = why
         if self.server is not None:
-            self.report.errors = [str(e) for e in self.server.errors]
+            self.report.errors += [str(e) for e in self.server.errors]
         self._finish([])
 
     def _finish(self, replies: list[Message]) -> None:
