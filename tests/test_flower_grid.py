@@ -271,3 +271,17 @@ def test_grid_settings_are_validated():
             ReshuffleGrid(lg, **bad)
     with pytest.raises(ConfigError, match="wraps a flwr Grid"):
         ReshuffleGrid(object())
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=40))
+def test_session_state_keeps_ring_words_bit_exact(values):
+    # The reply's words (any uint32, including NaN patterns as float32) survive the session's encoding.
+    from reshuffle.protocol.session import SessionState
+
+    me = simulation_participant(7, 0)
+    words = np.array(values, dtype="<u4")
+    st_ = SessionState.decode(SessionState.new(0, 1, words, me.key, me.cert, me.ca.verify_key, b"h" * 32).encode())
+    assert st_.words and np.frombuffer(st_.model, "<u4").tobytes() == words.tobytes()
+    model = st_.participant()._model
+    assert model.dtype == np.uint32 and model.tobytes() == words.tobytes()
