@@ -63,7 +63,12 @@ _LIVE_MAX = 256
 
 
 def _state_key(state: SessionState) -> bytes:
-    return hashlib.sha256(label("flower/live-session") + state.encode()).digest()
+    # The 32-byte seed is fresh for every session, so it stands for the model and keys;
+    # the inbox pins the position. Hashing the whole encoded state would rehash the model.
+    h = hashlib.sha256(label("flower/live-session", state.pid, state.T) + state.seed)
+    for m in state.inbox:
+        h.update(hashlib.sha256(m).digest())
+    return h.digest()
 
 
 def _advance(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes]]:
