@@ -64,10 +64,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from reshuffle.bench import crypto
 
         results = crypto.run(quick=args.quick)
+    elif args.what == "flower":
+        from reshuffle.bench import flower
+
+        results = flower.run(Ns=args.N or flower.DEFAULT_NS, d=args.d, quick=args.quick)
     else:
         from reshuffle.bench import round as round_bench
 
-        results = round_bench.run(Ns=args.N, d=args.d, quick=args.quick)
+        results = round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -266,10 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=cmd_ca)
 
     bench = sub.add_parser("bench", help="benchmarks (ratios measured in one run)")
-    bench.add_argument("what", choices=["crypto", "round"])
+    bench.add_argument("what", choices=["crypto", "round", "flower"])
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
-    bench.add_argument("--N", type=int, nargs="+", default=[10, 50, 100], help="round: participants")
+    bench.add_argument("--N", type=int, nargs="+", help="round, flower: participants (10 50 100; 10 20)")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
     bench.set_defaults(func=cmd_bench)
 
