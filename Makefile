@@ -22,9 +22,20 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/reshuffle bench crypto
 
+# `flwr run` starts a local SuperLink (its own process group) and leaves it running;
+# stop it afterwards unless it was already running before this target.
+# The [k] keeps the pattern from matching this recipe's own shell.
+LINK := flower-superlin[k] .*$(CURDIR)/flower/local-superlink/
 flower: $(STAMP)
+	@before=$$(pgrep -f -- "$(LINK)" || true); \
 	FLWR_HOME=$(CURDIR)/flower PATH=$(CURDIR)/$(BIN):$$PATH FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 \
-		$(BIN)/flwr run . --stream
+		$(BIN)/flwr run . --stream; status=$$?; \
+	if [ -n "$$before" ]; then \
+		echo "make flower: the local SuperLink (pid $$before) was already running; left running"; \
+	else \
+		for pid in $$(pgrep -f -- "$(LINK)"); do kill -TERM -- -$$pid 2>/dev/null || kill -TERM $$pid; \
+			echo "make flower: stopped the local SuperLink this run started (pid $$pid)"; done; \
+	fi; exit $$status
 
 games: $(STAMP)
 	$(BIN)/reshuffle games

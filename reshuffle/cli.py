@@ -64,10 +64,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from reshuffle.bench import crypto
 
         results = crypto.run(quick=args.quick)
+    elif args.what == "flower":
+        from reshuffle.bench import flower
+
+        results = flower.run(Ns=args.N or flower.DEFAULT_NS, d=args.d, quick=args.quick)
     else:
         from reshuffle.bench import round as round_bench
 
-        results = round_bench.run(Ns=args.N, d=args.d, quick=args.quick)
+        results = round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -124,7 +128,8 @@ _SIM_OPTIONS = [
     ("--alpha", _positive(float), "Dirichlet concentration (with --partition dirichlet)"),
     ("--attack", str, "label-flip, sign-flip, gaussian, scaling, alie, ipm, min-max, min-sum, none"),
     ("--malicious", _fraction, "fraction of malicious clients"),
-    ("--rule", str, "fedavg, krum, multi-krum, cosine, fltrust, median, trimmed-mean"),
+    ("--rule", str, "fedavg, krum, multi-krum, bulyan, cosine, fltrust, median, trimmed-mean, cclip, geomed, dnc, "
+                    "flame, signguard; join with + to intersect (signguard+flame)"),
     ("--f", _non_negative_int, "attackers the rule assumes (default: the simulated number)"),
     ("--dropout", _fraction, "fraction of clients that drop out each round (at a random phase)"),
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
@@ -145,6 +150,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     explicit = {k: v for k, v in explicit.items() if v is not None}
     if args.plugin:
         explicit["plugins"] = cfg.plugins + args.plugin
+    if args.pre:
+        explicit["pre"] = [p for arg in args.pre for p in arg.split(",") if p]
     out = args.out or cfg.out or str(default_out_dir())
     explicit["out"] = out
     cfg = from_mapping(explicit, cfg, source="command line")
@@ -286,10 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=cmd_ca)
 
     bench = sub.add_parser("bench", help="benchmarks (ratios measured in one run)")
-    bench.add_argument("what", choices=["crypto", "round"])
+    bench.add_argument("what", choices=["crypto", "round", "flower"])
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
-    bench.add_argument("--N", type=int, nargs="+", default=[10, 50, 100], help="round: participants")
+    bench.add_argument("--N", type=int, nargs="+", help="round, flower: participants (10 50 100; 10 20)")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
     bench.set_defaults(func=cmd_bench)
 
@@ -323,7 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
         sim.add_argument(flag, type=kind, default=None, help=text)
     sim.add_argument("--config", help="TOML file with the same keys (command-line options win)")
     sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>)")
-    sim.add_argument("--plugin", action="append", default=[], help="import this module first (registers attacks)")
+    sim.add_argument("--plugin", action="append", default=[],
+                     help="import this module first (it registers attacks, rules or pre-aggregators)")
+    sim.add_argument("--pre", action="append", default=[],
+                     help="pre-aggregator in front of the rule: nnm, bucketing, clip (repeat or comma-separate)")
     sim.add_argument("--threads", type=_positive(int), help="torch threads")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.set_defaults(func=cmd_simulate)

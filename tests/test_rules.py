@@ -110,7 +110,7 @@ def test_inputs_are_validated():
     with pytest.raises(ConfigError, match=r"rows \[1\] are not finite"):
         Median()(np.array([[0.0], [np.nan]]))
     with pytest.raises(ConfigError, match="unknown rule"):
-        make_rule("bulyan", 1)
+        make_rule("no-such-rule", 1)
     with pytest.raises(ConfigError, match="reference"):
         make_rule("fltrust", 1)
     assert isinstance(make_rule("multi-krum", 2), MultiKrum) and make_rule("multi-krum", 2).f == 2

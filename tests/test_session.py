@@ -91,7 +91,7 @@ def test_inbox_bound_scales_with_R_max():
     resumed = {i: Resumed(pp, bytes([i]) * 32) for i, pp in parts.items()}
     InProcessRunner(server, resumed).run()
     st_ = SessionState.decode(resumed[0].blob)
-    assert len(st_.inbox) == session.max_inbox(1) - 2  # no blame step in an honest round
+    assert len(st_.inbox) == session.max_inbox(1) - 3  # no complaints, no blame step in an honest round
     # Execute / Assert: one message more than a round with R_max = 1 can have is a corrupt state.
     from dataclasses import replace
 

@@ -127,7 +127,9 @@ def test_cli_writes_metrics_and_plots(tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--rule", "bulyan"], "unknown rule 'bulyan'"),
+    (["--rule", "no-such-rule"], "unknown rule 'no-such-rule'"),
+    (["--rule", "krum+nope"], "unknown rule 'nope'"),
+    (["--pre", "nnm,nope"], "unknown pre-aggregator 'nope'"),
     (["--attack", "lie"], "unknown attack 'lie'"),
     (["--dataset", "mnist", "--data-dir", "/nonexistent"], "does not exist"),
     (["--malicious", "1.5"], "must lie in [0, 1)"),

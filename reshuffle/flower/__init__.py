@@ -1,7 +1,11 @@
-"""Re-Shuffle on Flower: a ServerApp and a ClientApp that drive the same protocol core.
+"""Re-Shuffle on Flower: a drop-in for any Message-API app, and the project's own apps.
 
-The apps only move bytes: the ServerApp runs :class:`reshuffle.protocol.server.Server`
-and turns its outbox into Flower messages; the ClientApp keeps a
-:class:`reshuffle.protocol.session.SessionState` in its ``Context`` and answers
-with what the participant answers. See ``docs/flower.md``.
+``ReshuffleGrid`` (server side) wraps the Grid a ServerApp receives; ``reshuffle_mod``
+(client side) goes into ``ClientApp(mods=[...])``. Every train reply then reaches
+the strategy raw and bit-exact, unlinked from its sender. See ``docs/flower.md``.
 """
+
+from reshuffle.flower.grid import ReshuffleGrid, RoundReport
+from reshuffle.flower.mod import reshuffle_mod
+
+__all__ = ["ReshuffleGrid", "RoundReport", "reshuffle_mod"]

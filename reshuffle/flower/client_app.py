@@ -1,10 +1,11 @@
-"""The Flower ClientApp: local training, then every protocol message through a session.
+"""The project's Flower ClientApp: local training; :func:`~reshuffle.flower.mod.reshuffle_mod` does the rest.
 
-State between messages lives in the ``Context`` (:data:`common.STATE`): the
-encoded :class:`SessionState` of the current round. The participant's id and
-keys come from the node config: ``participant-id`` and ``key-dir`` (files made by
-``reshuffle ca issue``) in a deployment; in a simulation, ``partition-id`` and
-keys derived from the run config's ``sim-key-seed``.
+The train handler trains from the global model it receives and replies with the
+new model (one float32 array). Re-Shuffle is the mod's business. Simulated attacks
+and scoring are the node's own choice: only its ``node_config`` enables them
+(``attack="sign-flip"``, ``score=true``); a train message that asks for them is
+refused with an error naming the key, so a server cannot make an honest node
+poison or label its model.
 """
 
 from __future__ import annotations
@@ -12,19 +13,16 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from reshuffle.attacks import make_attack
-from reshuffle.crypto.signatures import CertificateAuthority, load_identity
-from reshuffle.errors import ConfigError, ReShuffleError
-from reshuffle.flower.common import RECORD, STATE, model_digest, settings, simulation_identity
-from reshuffle.protocol import session
-from reshuffle.protocol.participant import global_model_hash
-from reshuffle.protocol.session import SessionState
-from reshuffle.sim.config import SimConfig
+from reshuffle.errors import ConfigError
+from reshuffle.flower.common import ARRAYS, ATTACKER_METRIC, CONFIG, FORBIDDEN_CONFIG, METRICS, settings
+from reshuffle.flower.keys import NODE_PARTICIPANT_ID, SIM_PARTITION_ID
+from reshuffle.flower.mod import reshuffle_mod
 
-app = ClientApp()
+app = ClientApp(mods=[reshuffle_mod])
 
 
 @lru_cache(maxsize=4)
@@ -35,70 +33,50 @@ def _data(dataset: str, data_dir: str | None, n: int, kind: str, seed: int, alph
     return ds, partition(ds.y_train, n, kind, seed, alpha)
 
 
-def _identity(context: Context, sim_key_seed: str):
-    nc = context.node_config
-    if "key-dir" in nc and "participant-id" in nc:
-        pid = int(nc["participant-id"])
-        sk, cert = load_identity(str(nc["key-dir"]), pid)
-        return pid, sk, cert, CertificateAuthority.load(str(nc["key-dir"]), public_only=True).verify_key
-    if "partition-id" not in nc:
-        raise ConfigError("node config needs participant-id and key-dir (or partition-id in a simulation)")
-    pid = int(nc["partition-id"])
-    ca, sk = simulation_identity(sim_key_seed, pid)
-    return pid, sk, ca.issue(pid, sk.verify_key), ca.verify_key
+def _own_attack(node_config: dict) -> tuple[str, bool]:
+    """(attack, score) from this node's own config: the only place they may come from."""
+    attack = str(node_config.get("attack", "none"))
+    return attack, bool(node_config.get("score", False)) and attack != "none"
 
 
-def _partition_of(context: Context, pid: int, sim: SimConfig, n: int) -> tuple[np.ndarray, np.ndarray, object]:
-    ds, parts = _data(sim.dataset, sim.data_dir, n, sim.partition, sim.seed, sim.alpha)
-    idx = parts[pid % n]
-    return ds.x_train[idx], ds.y_train[idx], ds
+def _check_config(config: ConfigRecord) -> None:
+    for key in FORBIDDEN_CONFIG:
+        if key in config:
+            raise ConfigError(
+                f"train message sets {key!r}: only this node's own node_config may enable attacks or scoring"
+            )
 
 
-@app.train("local")
-def local(msg: Message, context: Context) -> Message:
-    """Train from W_g; keep W_i in a fresh session; answer with our id and certificate."""
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """Train from W_g on this node's partition; reply with W (and, if this node scores, its attacker flag)."""
     from reshuffle.clients import TrainConfig, build_model, local_train  # torch only where training happens
 
-    rec = msg.content[RECORD]
-    s = settings(dict(context.run_config))
-    sim = s.sim
-    T = int(rec["T"])
-    W_g = np.frombuffer(rec["global"], dtype="<f4").astype(np.float32)
-    pid, sk, cert, ca_key = _identity(context, s.sim_key_seed)
-    n = int(context.node_config.get("num-partitions", rec["num-nodes"]))
-    x, y, ds = _partition_of(context, pid, sim, n)
-    attack = str(rec.get("attack", "none"))
+    config = msg.content[CONFIG] if CONFIG in msg.content else ConfigRecord()
+    _check_config(config)
+    sim = settings(dict(context.run_config)).sim
+    nc = dict(context.node_config)
+    if SIM_PARTITION_ID not in nc and NODE_PARTICIPANT_ID not in nc:
+        raise ConfigError(f"node config needs {SIM_PARTITION_ID} or {NODE_PARTICIPANT_ID} to pick its data")
+    part = int(nc.get(SIM_PARTITION_ID, nc.get(NODE_PARTICIPANT_ID)))
+    n = int(nc.get("num-partitions", 1))
+    ds, parts = _data(sim.dataset, sim.data_dir, n, sim.partition, sim.seed, sim.alpha)
+    idx = parts[part % n]
+    x, y = ds.x_train[idx], ds.y_train[idx]
+    W_g = msg.content[ARRAYS].to_numpy_ndarrays()[0].astype(np.float32).ravel()
+    attack, score = _own_attack(nc)
+    a = make_attack(attack, **sim.attack_options)
+    if a.omniscient:
+        raise ConfigError(f"attack {attack!r} needs the honest updates: use reshuffle simulate")
     if attack != "none":
-        a = make_attack(attack, **sim.attack_options)
-        if a.omniscient:
-            raise ConfigError(f"attack {attack!r} needs honest updates: use reshuffle simulate")
         y = a.poison_labels(y, ds.num_classes)
+    seed = int(config.get("train-seed", 0)) + part
     model = build_model(sim.model, ds.input_shape, ds.num_classes, seed=sim.seed)
-    cfg = TrainConfig(sim.local_epochs, sim.batch_size, sim.lr, sim.optimizer)
-    W = local_train(model, W_g, x, y, cfg, seed=int(rec["train-seed"]) + pid)
+    W = local_train(model, W_g, x, y, TrainConfig(sim.local_epochs, sim.batch_size, sim.lr, sim.optimizer), seed=seed)
     if attack != "none":
-        U = a((W - W_g)[None, :].astype(np.float64), 1, np.random.default_rng(int(rec["train-seed"]) + pid))
+        U = a((W - W_g)[None, :].astype(np.float64), 1, np.random.default_rng(seed))
         W = (W_g + U[0]).astype(np.float32)
-    state = SessionState.new(pid, T, W, sk, cert, ca_key, global_model_hash(rec["global"]))
-    context.state[STATE] = ConfigRecord({"session": state.encode()})
-    reply = {"pid": pid, "cert": cert.encode()}
-    if attack != "none" and bool(rec.get("score", False)):
-        reply["digest"] = model_digest(W)  # simulation scoring: an attacker names its own model
-    return Message(RecordDict({RECORD: ConfigRecord(reply)}), reply_to=msg)
-
-
-@app.train("reshuffle")
-def protocol(msg: Message, context: Context) -> Message:
-    """Hand each protocol message to the session; answer with the participant's replies."""
-    if STATE not in context.state:
-        raise ConfigError("protocol message before local training: no session in this node's context")
-    state = SessionState.decode(context.state[STATE]["session"])
-    replies: list[bytes] = []
-    for data in msg.content[RECORD]["data"]:
-        try:
-            state, out = session.handle(state, data)
-        except ReShuffleError:
-            out = []
-        replies.extend(out)
-    context.state[STATE] = ConfigRecord({"session": state.encode()})
-    return Message(RecordDict({RECORD: ConfigRecord({"data": replies})}), reply_to=msg)
+    content = RecordDict({ARRAYS: ArrayRecord([W.astype(np.float32)])})
+    if score:
+        content[METRICS] = MetricRecord({ATTACKER_METRIC: 1})
+    return Message(content, reply_to=msg)

@@ -27,14 +27,15 @@ from reshuffle.errors import DecodeError
 from reshuffle.protocol.participant import Participant
 from reshuffle.wire import Parser, Writer
 
-_VERSION = 1
+_VERSION = 2
+_DTYPES = {0: "<f4", 1: "<u4"}  # model kind: float32 model, or ring words (payload "words")
 _MAX_R = 64  # RoundParams bounds R_max
 
 
 def max_inbox(R_max: int) -> int:
-    """PS messages of one round: RoundStart, adverts, delivery, OT answer, 3 per invocation, then
-    at most a blame request and a dispute."""
-    return 4 + 3 * (R_max + 1) + 2
+    """PS messages of one round: RoundStart, adverts, delivery, complaints to answer, OT answer,
+    3 per invocation, then at most a blame request and a dispute."""
+    return 5 + 3 * (R_max + 1) + 2
 
 
 _MAX_INBOX = max_inbox(_MAX_R)  # before RoundStart is known; more is a corrupt state
@@ -47,28 +48,31 @@ class SessionState:
 
     pid: int
     T: int
-    model: bytes  # float32 little-endian W_i^T
+    model: bytes  # W_i^T, little-endian float32 or (``words``) uint32 ring words
     signing_key: bytes  # PEM
     cert: bytes
     ca_key: bytes
     global_hash: bytes
     seed: bytes
     inbox: tuple[bytes, ...] = ()
+    words: bool = False
 
     @classmethod
     def new(
         cls, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
         ca_key: VerifyKey, global_hash: bytes, seed: bytes | None = None,
     ) -> "SessionState":
-        """A fresh round; ``seed`` defaults to 32 bytes of OS randomness."""
+        """A fresh round; ``seed`` defaults to 32 bytes of OS randomness; a uint32 model is ring words."""
         seed = secrets.token_bytes(32) if seed is None else seed
         if len(seed) != 32:
             raise DecodeError(f"session seed must be 32 bytes, got {len(seed)}")
-        w = np.ascontiguousarray(model, dtype="<f4")
-        return cls(pid, T, w.tobytes(), signing_key.to_pem(), cert.encode(), ca_key.to_bytes(), global_hash, seed)
+        words = np.asarray(model).dtype == np.uint32
+        w = np.ascontiguousarray(model, dtype=_DTYPES[int(words)])
+        return cls(pid, T, w.tobytes(), signing_key.to_pem(), cert.encode(), ca_key.to_bytes(), global_hash, seed,
+                   words=words)
 
     def encode(self) -> bytes:
-        w = Writer().u8(_VERSION).u32(self.pid).u64(self.T)
+        w = Writer().u8(_VERSION).u8(int(self.words)).u32(self.pid).u64(self.T)
         w.var(self.model).var(self.signing_key).var(self.cert).var(self.ca_key).var(self.global_hash)
         w.fixed(self.seed, 32).u32(len(self.inbox))
         for m in self.inbox:
@@ -80,6 +84,8 @@ class SessionState:
         p = Parser(data, "participant session")
         if (v := p.u8("version")) != _VERSION:
             raise DecodeError(f"participant session version {v}, expected {_VERSION}")
+        if (kind := p.u8("model kind")) not in _DTYPES:
+            raise DecodeError(f"participant session model kind {kind}, expected one of {sorted(_DTYPES)}")
         pid, T = p.u32("pid"), p.u64("T")
         fields = [p.var(name) for name in ("model", "signing_key", "cert", "ca_key", "global_hash")]
         seed = p.fixed(32, "seed")
@@ -90,13 +96,14 @@ class SessionState:
         p.finish()
         if len(fields[0]) % 4:
             raise DecodeError("session model is not a whole number of float32 values")
-        return cls(pid, T, *fields, seed, inbox)
+        return cls(pid, T, *fields, seed, inbox, words=bool(kind))
 
     def participant(self) -> Participant:
         """A participant in the state right after the inbox (replayed)."""
         ca = CertificateAuthority.verifier(VerifyKey.from_bytes(self.ca_key))
         p = Participant(
-            self.pid, self.T, np.frombuffer(self.model, dtype="<f4").astype(np.float32),
+            self.pid, self.T, np.frombuffer(self.model, dtype=_DTYPES[int(self.words)]).astype(
+                np.uint32 if self.words else np.float32),
             SigningKey.from_pem(self.signing_key), Certificate.decode(self.cert), ca, self.global_hash,
             SeededRandom(self.seed, _SEED_LABEL),
         )

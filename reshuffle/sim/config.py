@@ -12,7 +12,7 @@ from reshuffle.attacks import attack_names
 from reshuffle.clients import DATASETS, MODELS, OPTIMIZERS, PARTITIONS
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.params import GROUPS
-from reshuffle.server import RULES
+from reshuffle.server import check_pre_names, check_rule_name
 
 SHUFFLES = ("real", "ideal", "none")
 
@@ -22,6 +22,8 @@ class SimConfig:
     """Every setting of a run; ``metrics.json`` records it whole.
 
     ``f`` is the number of attackers the rule assumes (None: the simulated number);
+    ``rule`` may join rules with ``+`` (intersection); ``pre`` lists pre-aggregators
+    run in front of the rule, ``pre_options`` one table per pre-aggregator;
     ``malicious`` and ``dropout`` are fractions of ``clients``; ``root_samples`` is
     the size of FLTrust's server root dataset.
     """
@@ -40,6 +42,7 @@ class SimConfig:
     attack: str = "none"
     malicious: float = 0.0
     rule: str = "fedavg"
+    pre: list[str] = field(default_factory=list)
     f: int | None = None
     dropout: float = 0.0
     shuffle: str = "real"
@@ -49,6 +52,7 @@ class SimConfig:
     out: str | None = None
     attack_options: dict[str, Any] = field(default_factory=dict)
     rule_options: dict[str, Any] = field(default_factory=dict)
+    pre_options: dict[str, Any] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)
 
     @property
@@ -69,7 +73,8 @@ class SimConfig:
         _choice("model", self.model, MODELS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("partition", self.partition, PARTITIONS)
-        _choice("rule", self.rule, RULES)
+        check_rule_name(self.rule)
+        check_pre_names(self.pre)
         _choice("shuffle", self.shuffle, SHUFFLES)
         _choice("group", self.group, GROUPS)
         _choice("attack", self.attack, attack_names())
@@ -106,7 +111,7 @@ class SimConfig:
 
 
 def load_plugins(modules: list[str]) -> None:
-    """Import user modules that register attacks (``--plugin``)."""
+    """Import user modules that register attacks, rules or pre-aggregators (``--plugin``)."""
     for mod in modules:
         try:
             importlib.import_module(mod)
@@ -137,7 +142,11 @@ def _coerce(name: str, v: Any, source: str) -> Any:
     expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float}
     if name in expected and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
-    if name in ("attack_options", "rule_options") and not isinstance(v, dict):
+    if name == "pre" and isinstance(v, str):
+        v = [p for p in v.split(",") if p]
+    if name == "pre" and not (isinstance(v, list) and all(isinstance(p, str) for p in v)):
+        raise ConfigError(f"{source}: pre must be a list of pre-aggregator names")
+    if name in ("attack_options", "rule_options", "pre_options") and not isinstance(v, dict):
         raise ConfigError(f"{source}: {name} must be a table, got {type(v).__name__}")
     if name == "plugins" and not (isinstance(v, list) and all(isinstance(p, str) for p in v)):
         raise ConfigError(f"{source}: plugins must be a list of module names")

@@ -80,7 +80,8 @@ class Simulation:
         rng = np.random.default_rng(_seed(cfg.seed, 1))
         self.malicious = sorted(rng.choice(cfg.clients, size=cfg.n_malicious, replace=False).tolist())
         self.root = rng.choice(len(self.data.y_train), size=min(cfg.root_samples, len(self.data.y_train)), replace=False)
-        self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, **cfg.rule_options)
+        self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
+                                    pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
         self._round = 0
 
     @property
@@ -181,8 +182,8 @@ class Simulation:
         row_of = {old: new for new, old in enumerate(order)}
         positions = {i: row_of[r] for i, r in positions.items()}
         U = np.stack([got[j] for j in order]).astype(np.float64) - self.W_g
-        accepted = self.rule.select(U)
-        agg = self.rule(U)
+        decision = self.rule.decide(U, round=T)  # one call: randomized rules draw from (seed, T)
+        accepted, agg = list(decision.accepted), decision.aggregate
         self.W_g = (self.W_g + agg).astype(np.float32)
         seconds["detection"] = time.perf_counter() - t0
 

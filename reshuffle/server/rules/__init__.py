@@ -1,45 +1,48 @@
-"""Detection and aggregation rules on the PS's (n, d) array of unlinked updates."""
+"""Detection and aggregation rules on the PS's (n, d) array of unlinked updates.
 
-from __future__ import annotations
+Register your own rule in a few lines::
 
-from typing import Callable
+    import numpy as np
+    from reshuffle.server.rules import Rule, register_rule
 
-import numpy as np
+    @register_rule("shortest-half")
+    class ShortestHalf(Rule):
+        def select(self, U):
+            norms = np.linalg.norm(U, axis=1)
+            return sorted(np.argsort(norms)[: (len(U) + 1) // 2].tolist())
 
-from reshuffle.errors import ConfigError
-from reshuffle.server.rules.base import Rule, check_updates, cosine_to, pairwise_sq_distances
+then ``reshuffle simulate --plugin mymodule --rule shortest-half`` or
+``make_rule("shortest-half", f)``.
+"""
+
+from reshuffle.server.rules.base import (
+    Decision, Rule, check_updates, clip_factors, cosine_to, pairwise_sq_distances, round_rng,
+)
+from reshuffle.server.rules.compose import AllOf, Chain, Mixed, Pipeline, PreAggregator, with_f
+from reshuffle.server.rules.registry import (
+    JOIN, THEN, check_pre_names, check_rule_name, make_pre, make_rule, pre_names, register_pre, register_rule,
+    rule_names,
+)
 from reshuffle.server.rules.coordinate import FedAvg, Median, TrimmedMean
+from reshuffle.server.rules.krum import Bulyan, Krum, MultiKrum, krum_scores
 from reshuffle.server.rules.cosine import CosineFilter, FLTrust
-from reshuffle.server.rules.krum import Krum, MultiKrum, krum_scores
+from reshuffle.server.rules.clipping import CenteredClipping
+from reshuffle.server.rules.geomed import GeometricMedian
+from reshuffle.server.rules.dnc import DnC
+from reshuffle.server.rules.flame import FLAME
+from reshuffle.server.rules.signguard import SignGuard, SignOutliers
+from reshuffle.server.rules.pre import NNM, Bucketing, Clip
 
-RULES = ("fedavg", "krum", "multi-krum", "cosine", "fltrust", "median", "trimmed-mean")
-
-
-def make_rule(name: str, f: int, reference: Callable[[], np.ndarray] | None = None, **options) -> Rule:
-    """The rule called ``name`` (a CLI name), assuming ``f`` attackers.
-
-    ``reference`` is FLTrust's server update g₀ (required for ``fltrust`` only).
-    """
-    if name == "fedavg":
-        return FedAvg(**options)
-    if name == "krum":
-        return Krum(f, **options)
-    if name == "multi-krum":
-        return MultiKrum(f, **options)
-    if name == "cosine":
-        return CosineFilter(**options)
-    if name == "fltrust":
-        if reference is None:
-            raise ConfigError("the fltrust rule needs a reference update (the server's root dataset)")
-        return FLTrust(reference, **options)
-    if name == "median":
-        return Median(**options)
-    if name == "trimmed-mean":
-        return TrimmedMean(f, **options)
-    raise ConfigError(f"unknown rule {name!r}; choose one of {', '.join(RULES)}")
-
+#: The built-in rule names (plugins add to :func:`rule_names`, not to this tuple).
+RULES = tuple(rule_names())
+#: The built-in pre-aggregator names.
+PRES = tuple(pre_names())
 
 __all__ = [
-    "CosineFilter", "FLTrust", "FedAvg", "Krum", "Median", "MultiKrum", "RULES", "Rule", "TrimmedMean",
-    "check_updates", "cosine_to", "krum_scores", "make_rule", "pairwise_sq_distances",
+    "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Chain", "check_pre_names", "check_rule_name",
+    "check_updates", "Clip", "clip_factors", "cosine_to", "CosineFilter", "Decision", "DnC", "FedAvg", "FLAME",
+    "FLTrust", "GeometricMedian", "JOIN", "Krum", "krum_scores", "make_pre", "make_rule", "Median", "Mixed",
+    "MultiKrum", "NNM", "pairwise_sq_distances", "Pipeline", "pre_names", "PreAggregator", "PRES",
+    "register_pre", "register_rule", "round_rng", "Rule", "rule_names", "RULES", "SignGuard", "SignOutliers",
+    "THEN", "TrimmedMean", "with_f",
 ]

@@ -1,7 +1,10 @@
-"""What every detection/aggregation rule shares: input checks and the select → mean default."""
+"""What every detection/aggregation rule shares: input checks, the Decision, per-round randomness."""
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -26,6 +29,45 @@ def check_f(f: object, name: str = "f") -> int:
     return f
 
 
+def check_positive_int(v: object, name: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ConfigError(f"{name} must be a positive int, got {v!r}")
+    return v
+
+
+def check_positive(v: object, name: str) -> float:
+    """A finite number > 0 (ints accepted, bools not)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or not v > 0:
+        raise ConfigError(f"{name} must be a positive number, got {v!r}")
+    return float(v)
+
+
+def check_seed(seed: object) -> int:
+    """The rule's seed; None draws one from OS randomness (a deployment's PS keeps it to itself)."""
+    if seed is None:
+        return secrets.randbits(63)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative int or None, got {seed!r}")
+    return seed
+
+
+def check_round(round: object) -> int:
+    if not isinstance(round, int) or isinstance(round, bool) or round < 0:
+        raise ConfigError(f"round must be a non-negative int, got {round!r}")
+    return round
+
+
+def round_rng(seed: int, round: int, label: str) -> np.random.Generator:
+    """The generator of one rule in one round: a function of (seed, round, label) only.
+
+    ``label`` (the rule's name) separates the streams of rules that share a seed.
+    These draws (coordinate subsets, bucket permutations, FLAME's noise) are not
+    protocol secrets; they only need to be reproducible for a given (seed, round).
+    """
+    tag = int.from_bytes(hashlib.sha256(b"reshuffle/rule-rng/" + label.encode()).digest()[:8], "big")
+    return np.random.default_rng(np.random.SeedSequence([seed, round, tag]))
+
+
 def pairwise_sq_distances(U: np.ndarray) -> np.ndarray:
     """‖u_i − u_j‖² for all pairs, from one Gram matrix (float64, clipped at 0)."""
     sq = np.einsum("ij,ij->i", U, U)
@@ -42,30 +84,109 @@ def cosine_to(U: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
 
 
+def clip_factors(norms: np.ndarray, bound: float) -> np.ndarray:
+    """min(1, bound / ‖x‖) per row; 1 for a zero row."""
+    return np.minimum(1.0, np.divide(bound, norms, out=np.ones_like(norms), where=norms > 0))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a rule did with the n rows of one round.
+
+    ``aggregate``
+        the update added to W_g (float64, length d).
+    ``accepted``
+        sorted rows the rule passes unflagged; every other row counts as
+        detected when TPR/FPR are measured. Each rule documents what
+        "accepted" means for it (for a clipping rule: not clipped).
+    ``weights``
+        per row, in [0, 1], how much of the row survives in the aggregate:
+        1 untouched, 0 removed, in between down-weighted (clipped to that
+        fraction of its length, kept in that fraction of the coordinates, or
+        trust-scored). Filters never accept a row of weight 0; rules that
+        accept every row (``detects = False``) may.
+    """
+
+    aggregate: np.ndarray
+    accepted: tuple[int, ...]
+    weights: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = self.weights.shape[0] if self.weights.ndim == 1 else -1
+        if n < 1 or self.aggregate.ndim != 1:
+            raise ConfigError(f"a Decision needs 1-d weights and aggregate, got {self.weights.shape}, {self.aggregate.shape}")
+        if list(self.accepted) != sorted(set(self.accepted)) or any(not 0 <= i < n for i in self.accepted):
+            raise ConfigError(f"accepted rows {list(self.accepted)} are not sorted distinct indices below n={n}")
+        if not ((self.weights >= 0) & (self.weights <= 1)).all():
+            raise ConfigError("Decision weights must lie in [0, 1]")
+
+    @property
+    def n(self) -> int:
+        return int(self.weights.shape[0])
+
+    @property
+    def flagged(self) -> list[int]:
+        """Rows not accepted (rejected or down-weighted): what TPR/FPR count."""
+        ok = set(self.accepted)
+        return [i for i in range(self.n) if i not in ok]
+
+    @property
+    def rejected(self) -> list[int]:
+        """Rows with no influence on the aggregate."""
+        return np.flatnonzero(self.weights == 0).tolist()
+
+    @property
+    def down_weighted(self) -> list[int]:
+        """Rows that count, but less than in full."""
+        return np.flatnonzero((self.weights > 0) & (self.weights < 1)).tolist()
+
+    @classmethod
+    def mean_of(cls, U: np.ndarray, rows) -> "Decision":
+        """Accept ``rows`` as they are and average them (the zero update when there are none)."""
+        rows = sorted(int(i) for i in rows)
+        w = np.zeros(U.shape[0])
+        w[rows] = 1.0
+        agg = U[rows].mean(axis=0) if rows else np.zeros(U.shape[1])
+        return cls(agg, tuple(rows), w)
+
+
 class Rule:
     """A rule on the (n, d) array of unlinked updates U_i = W_i − W_g.
 
-    ``select(U)`` returns the accepted rows (sorted indices); ``__call__(U)``
-    returns the aggregate update (float64, length d). Rows are anonymous: a rule
-    sees no sender ids, only what the PS recovers. The default aggregate is the
-    unweighted mean of the accepted rows (the PS cannot weight by sample counts
-    without linking rows to clients).
+    Configure in ``__init__``, apply with ``decide(U, round=T)`` (a
+    :class:`Decision`); ``select(U)`` (accepted rows) and ``rule(U)`` (the
+    aggregate) are shorthands for it. Rows are anonymous: a rule sees no sender
+    ids, only what the PS recovers. The default aggregate is the unweighted mean
+    of the accepted rows (the PS cannot weight by sample counts without linking
+    rows to clients).
+
+    A subclass implements either ``select(U)`` alone (a filter whose aggregate
+    is the mean of the accepted rows) or ``decide``. Rules that draw random
+    numbers (``randomized = True``) take a ``seed`` in ``__init__`` and draw from
+    :func:`round_rng` (seed, round), so one round's decision is reproducible.
     """
 
     name: ClassVar[str] = "rule"
-    #: True when ``select`` may reject rows (detection); False for rules that
-    #: bound influence coordinate-wise and accept every row.
+    #: True when the rule may reject or down-weight rows (detection); False for
+    #: rules that bound influence coordinate-wise and accept every row.
     detects: ClassVar[bool] = True
+    #: True when ``decide`` draws random numbers (then ``__init__`` takes ``seed``).
+    randomized: ClassVar[bool] = False
+    #: The ``__init__`` parameter that receives the run's f (None: it takes none).
+    f_param: ClassVar[str | None] = None
 
-    def select(self, updates: np.ndarray) -> list[int]:
-        raise NotImplementedError
-
-    def __call__(self, updates: np.ndarray) -> np.ndarray:
+    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+        if type(self).select is Rule.select:
+            raise NotImplementedError(f"{type(self).__name__} must implement decide() or select()")
+        check_round(round)
         U = check_updates(updates)
-        rows = self.select(U)
-        if not rows:
-            return np.zeros(U.shape[1])
-        return U[rows].mean(axis=0)
+        return Decision.mean_of(U, self.select(U))
+
+    def select(self, updates: np.ndarray, *, round: int = 0) -> list[int]:
+        return list(self.decide(updates, round=round).accepted)
+
+    def __call__(self, updates: np.ndarray, *, round: int = 0) -> np.ndarray:
+        return self.decide(updates, round=round).aggregate
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

@@ -1,13 +1,29 @@
-"""Baselines that accept every row: FedAvg, coordinate-wise median and trimmed mean."""
+"""Baselines that accept every row: FedAvg, coordinate-wise median and trimmed mean.
+
+These rules flag no row (``detects = False``: TPR = FPR = 0 by construction).
+Their ``weights`` say how much of each row reaches the aggregate: the fraction
+of coordinates in which the row's value is kept (trimmed mean) or is a middle
+value (median).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from reshuffle.errors import ConfigError
-from reshuffle.server.rules.base import Rule, check_f, check_updates
+from reshuffle.server.rules.base import Decision, Rule, check_f, check_round, check_updates
+from reshuffle.server.rules.registry import register_rule
 
 
+def coordinate_ranks(U: np.ndarray) -> np.ndarray:
+    """rank[i, k] = position of U[i, k] in column k sorted ascending (ties by row index)."""
+    order = np.argsort(U, axis=0, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(U.shape[0])[:, None], axis=0)
+    return ranks
+
+
+@register_rule("fedavg")
 class FedAvg(Rule):
     """Unweighted mean of all rows (McMahan et al., 2017), no detection.
 
@@ -16,14 +32,16 @@ class FedAvg(Rule):
     [2.0, 3.0]
     """
 
-    name = "fedavg"
     detects = False
 
-    def select(self, updates: np.ndarray) -> list[int]:
-        return list(range(check_updates(updates).shape[0]))
+    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+        check_round(round)
+        U = check_updates(updates)
+        return Decision.mean_of(U, range(U.shape[0]))
 
 
-class Median(FedAvg):
+@register_rule("median")
+class Median(Rule):
     """Coordinate-wise median (Yin et al., ICML 2018); every row is accepted.
 
     >>> import numpy as np
@@ -31,31 +49,42 @@ class Median(FedAvg):
     [2.0, 1.0]
     """
 
-    name = "median"
+    detects = False
 
-    def __call__(self, updates: np.ndarray) -> np.ndarray:
-        return np.median(check_updates(updates), axis=0)
+    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+        check_round(round)
+        U = check_updates(updates)
+        n = U.shape[0]
+        ranks = coordinate_ranks(U)
+        middle = (ranks == (n - 1) // 2) | (ranks == n // 2)
+        return Decision(np.median(U, axis=0), tuple(range(n)), middle.mean(axis=1))
 
 
-class TrimmedMean(FedAvg):
-    r"""Coordinate-wise β-trimmed mean (Yin et al., 2018) with β = ``trim`` rows per side.
+@register_rule("trimmed-mean")
+class TrimmedMean(Rule):
+    r"""Coordinate-wise β-trimmed mean (Yin et al., ICML 2018) with β = ``trim`` rows per side.
 
     For each coordinate, the ``trim`` largest and ``trim`` smallest values are
-    dropped and the rest averaged; needs n > 2·trim.
+    dropped and the rest averaged; needs n > 2·trim. ``trim`` defaults to the run's f.
 
     >>> import numpy as np
     >>> TrimmedMean(trim=1)(np.array([[0.0], [1.0], [2.0], [100.0]])).tolist()
     [1.5]
     """
 
-    name = "trimmed-mean"
+    detects = False
+    f_param = "trim"
 
     def __init__(self, trim: int) -> None:
         self.trim = check_f(trim, "trim")
 
-    def __call__(self, updates: np.ndarray) -> np.ndarray:
+    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+        check_round(round)
         U = check_updates(updates)
         n = U.shape[0]
         if n <= 2 * self.trim:
             raise ConfigError(f"trimmed mean needs n > 2·trim updates; got n={n} with trim={self.trim}")
-        return np.sort(U, axis=0)[self.trim : n - self.trim].mean(axis=0)
+        ranks = coordinate_ranks(U)
+        kept = (ranks >= self.trim) & (ranks < n - self.trim)
+        agg = np.sort(U, axis=0)[self.trim : n - self.trim].mean(axis=0)
+        return Decision(agg, tuple(range(n)), kept.mean(axis=1))

@@ -7,9 +7,11 @@ from typing import Callable
 import numpy as np
 
 from reshuffle.errors import ConfigError
-from reshuffle.server.rules.base import Rule, check_updates, cosine_to
+from reshuffle.server.rules.base import Decision, Rule, check_positive, check_round, check_updates, cosine_to
+from reshuffle.server.rules.registry import register_rule
 
 
+@register_rule("cosine")
 class CosineFilter(Rule):
     r"""Accept rows that point like the coordinate-wise median and are not too long.
 
@@ -28,17 +30,14 @@ class CosineFilter(Rule):
     [0, 1, 2]
     """
 
-    name = "cosine"
-
     def __init__(self, threshold: float = 0.1, norm_bound: float = 3.0) -> None:
         if not -1.0 <= threshold < 1.0:
             raise ConfigError(f"cosine threshold must lie in [-1, 1), got {threshold!r}")
-        if not norm_bound > 0:
-            raise ConfigError(f"norm_bound must be positive, got {norm_bound!r}")
         self.threshold = float(threshold)
-        self.norm_bound = float(norm_bound)
+        self.norm_bound = check_positive(norm_bound, "norm_bound")
 
-    def select(self, updates: np.ndarray) -> list[int]:
+    def select(self, updates: np.ndarray, *, round: int = 0) -> list[int]:
+        check_round(round)
         U = check_updates(updates)
         cos = cosine_to(U, np.median(U, axis=0))
         norms = np.linalg.norm(U, axis=1)
@@ -46,6 +45,7 @@ class CosineFilter(Rule):
         return np.flatnonzero(ok).tolist()
 
 
+@register_rule("fltrust")
 class FLTrust(Rule):
     r"""FLTrust (Cao et al., NDSS 2021): trust scores against a server-side update g₀.
 
@@ -65,8 +65,6 @@ class FLTrust(Rule):
     ([0], [1.0, 0.0])
     """
 
-    name = "fltrust"
-
     def __init__(self, reference: Callable[[], np.ndarray]) -> None:
         if not callable(reference):
             raise ConfigError("FLTrust needs a callable returning the server's reference update g0")
@@ -77,17 +75,15 @@ class FLTrust(Rule):
         g0 = np.asarray(self.reference(), dtype=np.float64)
         if g0.shape != (U.shape[1],):
             raise ConfigError(f"FLTrust reference has shape {g0.shape}; updates have d={U.shape[1]}")
-        return np.maximum(cosine_to(U, g0), 0.0), g0
+        return np.clip(cosine_to(U, g0), 0.0, 1.0), g0
 
-    def select(self, updates: np.ndarray) -> list[int]:
-        ts, _ = self._scores(check_updates(updates))
-        return np.flatnonzero(ts > 0).tolist()
-
-    def __call__(self, updates: np.ndarray) -> np.ndarray:
+    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+        check_round(round)
         U = check_updates(updates)
         ts, g0 = self._scores(U)
+        accepted = tuple(np.flatnonzero(ts > 0).tolist())
         if ts.sum() == 0:
-            return np.zeros(U.shape[1])
+            return Decision(np.zeros(U.shape[1]), accepted, ts)
         norms = np.linalg.norm(U, axis=1)
         scale = np.divide(np.linalg.norm(g0), norms, out=np.zeros_like(norms), where=norms > 0)
-        return (ts * scale) @ U / ts.sum()
+        return Decision((ts * scale) @ U / ts.sum(), accepted, ts)

@@ -1,0 +1,1 @@
+"""dropin: a Flower / PyTorch app with Re-Shuffle as a drop-in."""

@@ -1,0 +1,124 @@
+"""``reshuffle bench flower``: one training round of the same Flower app, three ways, in one run.
+
+- **plain**: Flower's Message-API ``FedAvg``; the strategy gets N linked models.
+- **reshuffle**: the same strategy through :class:`~reshuffle.flower.grid.ReshuffleGrid`
+  and ``reshuffle_mod``; the strategy gets N raw models, unlinked from their senders.
+- **secagg+**: Flower's legacy ``SecAggPlusWorkflow`` with ``secaggplus_mod``; the
+  strategy gets only the sum. ``num_shares = N`` and ``reconstruction_threshold =
+  ⌊N/2⌋ + 1``, the trust assumption of Re-Shuffle's t.
+
+Every node's train step is the same: the global model plus fresh noise (no
+training, so that the ratios compare only what the three ways add). All three run
+over :class:`~reshuffle.flower.loopback.LoopbackGrid`, which calls each node's
+ClientApp in this process: the times are the whole round's CPU work (server and
+all N clients), without network or process start-up. Ratios come from one run.
+"""
+
+from __future__ import annotations
+
+import time
+from logging import WARNING
+
+import numpy as np
+
+DEFAULT_NS = (10, 20)
+DEFAULT_D = 61_706  # LeNet-5 on 28x28 inputs, as in ``reshuffle bench round``
+
+
+def _noise(d: int) -> np.ndarray:
+    return np.random.default_rng().normal(scale=0.01, size=d).astype(np.float32)
+
+
+def _message_app(with_mod: bool):
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+
+    from reshuffle.flower.mod import reshuffle_mod
+
+    app = ClientApp(mods=[reshuffle_mod] if with_mod else [])
+
+    @app.train()
+    def train(msg, ctx):
+        w = msg.content["arrays"].to_numpy_ndarrays()[0]
+        content = RecordDict({"arrays": ArrayRecord([w + _noise(w.size)]), "metrics": MetricRecord({"num-examples": 1})})
+        return Message(content, reply_to=msg)
+
+    return app
+
+
+def _legacy_app():
+    from flwr.client import ClientApp as LegacyClientApp
+    from flwr.client import NumPyClient
+    from flwr.client.mod import secaggplus_mod
+
+    class Client(NumPyClient):
+        def fit(self, parameters, config):
+            return [parameters[0] + _noise(parameters[0].size)], 1, {}
+
+    return LegacyClientApp(client_fn=lambda context: Client().to_client(), mods=[secaggplus_mod])
+
+
+def _message_round(N: int, d: int, reshuffle: bool) -> float:
+    from flwr.app import ArrayRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    from reshuffle.flower.grid import ReshuffleGrid
+    from reshuffle.flower.loopback import LoopbackGrid
+
+    grid = LoopbackGrid(_message_app(reshuffle), N)
+    g = ReshuffleGrid(grid) if reshuffle else grid
+    t0 = time.perf_counter()
+    res = FedAvg(fraction_evaluate=0.0, min_available_nodes=N).start(
+        grid=g, initial_arrays=ArrayRecord([np.zeros(d, np.float32)]), num_rounds=1)
+    dt = time.perf_counter() - t0
+    if res.arrays is None or (reshuffle and g.rounds[-1].replies != N):
+        raise RuntimeError("the round did not deliver every model")
+    return dt
+
+
+def _secagg_round(N: int, d: int) -> float:
+    from flwr.common import Context, RecordDict, ndarrays_to_parameters
+    from flwr.server import LegacyContext, ServerConfig
+    from flwr.server.strategy import FedAvg as LegacyFedAvg
+    from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+
+    from reshuffle.flower.loopback import LoopbackGrid
+
+    grid = LoopbackGrid(_legacy_app(), N)
+    strategy = LegacyFedAvg(fraction_evaluate=0.0, min_available_clients=N, min_fit_clients=N,
+                            initial_parameters=ndarrays_to_parameters([np.zeros(d, np.float32)]))
+    ctx = LegacyContext(context=Context(run_id=grid.run.run_id, node_id=1, node_config={}, state=RecordDict(),
+                                        run_config={}), config=ServerConfig(num_rounds=1), strategy=strategy)
+    timed: dict[str, float] = {}
+    secagg = SecAggPlusWorkflow(num_shares=N, reconstruction_threshold=N // 2 + 1)
+
+    def fit(grid_, context_) -> None:  # only the training round is timed
+        t0 = time.perf_counter()
+        secagg(grid_, context_)
+        timed["fit"] = time.perf_counter() - t0
+
+    DefaultWorkflow(fit_workflow=fit)(grid, ctx)
+    if "fit" not in timed:
+        raise RuntimeError("the SecAgg+ round did not run")
+    return timed["fit"]
+
+
+def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
+    """Seconds per round and ratios, per N."""
+    from flwr.supercore.logger import FLOWER_LOGGER
+
+    FLOWER_LOGGER.setLevel(WARNING)  # Flower logs every message at INFO
+    if quick:
+        Ns, d = tuple(n for n in Ns if n <= 10) or (min(Ns),), min(d, 5_000)
+    out: dict = {"d": d}
+    for N in Ns:
+        plain = _message_round(N, d, reshuffle=False)
+        ours = _message_round(N, d, reshuffle=True)
+        secagg = _secagg_round(N, d)
+        out[f"N={N}"] = {
+            "plain_s": plain, "reshuffle_s": ours, "secaggplus_s": secagg,
+            "reshuffle/secaggplus": ours / secagg, "reshuffle/plain": ours / plain,
+            "secaggplus/plain": secagg / plain,
+            "models_to_strategy": {"plain": N, "reshuffle": N, "secaggplus": "1 sum"},
+        }
+    return out

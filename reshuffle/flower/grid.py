@@ -1,0 +1,388 @@
+"""``ReshuffleGrid``: any Flower strategy gets every client's raw train reply, unlinked from its sender.
+
+It wraps the Grid a ServerApp receives and delegates everything to it, except
+train messages (``train`` or ``train.<action>``): for those it runs one
+Re-Shuffle round (:mod:`reshuffle.protocol.server`) over the wrapped Grid.
+
+1. *Train*: each train message goes out with the reserved record
+   (:mod:`reshuffle.flower.reserved`): round ``T``, reply length ``d`` words and
+   the key mode. The node's :func:`~reshuffle.flower.mod.reshuffle_mod` runs the
+   app's handler, keeps its reply, and answers only with a claim of its
+   participant id, signed with that participant's key (:mod:`reshuffle.flower.keys`).
+2. *Protocol*: the core's messages, phase by phase, as messages of the same type;
+   a node that does not answer a phase in ``phase_timeout`` is a dropout.
+3. *Replies*: each recovered model is decoded back into a RecordDict
+   (:mod:`reshuffle.flower.records`, bit-exact) and becomes
+   ``Message(content, reply_to=m)`` for a message ``m`` of a surviving node,
+   under a uniformly random bijection: no reply's metadata says who produced it.
+
+The core is driven only through ``start`` / ``receive`` / ``close_phase`` /
+``done`` / ``output``, so nothing here depends on its number of phases.
+Polling is adaptive (``poll_interval``): Flower's own ``send_and_receive``
+sleeps 3 s between pulls, which would cost 3 s per phase.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+from typing import Iterable
+
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from reshuffle.crypto.ot import sample_distinct
+from reshuffle.crypto.rand import OS_RANDOM
+from reshuffle.crypto.signatures import Certificate
+from reshuffle.errors import BelowThreshold, ConfigError, ProtocolError
+from reshuffle.flower import records, reserved
+from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
+from reshuffle.flower.reserved import RECORD, STAGE_PROTOCOL, STAGE_TRAIN
+from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.participant import global_model_hash
+from reshuffle.protocol.server import Server
+
+ROUND_PARAMS = {"n", "k", "t", "R_max", "group"}
+
+
+@dataclass
+class RoundReport:
+    """What one train round did; never any reply content."""
+
+    T: int
+    sent: int
+    roster: int = 0
+    replies: int = 0
+    dropouts: dict[str, int] = field(default_factory=dict)  # phase -> nodes that did not answer it
+    blamed: dict[int, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    failed: str = ""
+    seconds: float = 0.0
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # "train", then the core's phase names
+    protocol_bytes: int = 0  # core messages both ways
+
+
+def _copy_with(msg: Message, content: RecordDict, ttl: float) -> Message:
+    return Message(content, dst_node_id=msg.metadata.dst_node_id, message_type=msg.metadata.message_type,
+                   group_id=msg.metadata.group_id, ttl=ttl)
+
+
+class _Round:
+    """One train round as a non-blocking state machine; :meth:`step` moves it on."""
+
+    def __init__(self, owner: "ReshuffleGrid", train: list[Message], T: int, deadline: float) -> None:
+        self.g, self.T, self.deadline = owner, T, deadline
+        self.t0 = time.monotonic()
+        nodes = [m.metadata.dst_node_id for m in train]
+        if len(set(nodes)) != len(nodes):
+            raise ConfigError("a train round sends at most one message per node")
+        contents = {m.content.object_id for m in train}
+        if len(contents) != 1:
+            # Different content per node would let the PS tell replies apart by their lineage.
+            raise ConfigError("every train message of a round must carry the same content")
+        content = train[0].content
+        if RECORD in content:
+            raise ConfigError(f"record key {RECORD!r} is reserved for Re-Shuffle")
+        self.hash = global_model_hash(content.object_id.encode())
+        self.d = records.reply_words(content, owner.metrics_budget)
+        self.report = RoundReport(T, len(train))
+        self.replies: list[Message] | None = None
+        self.run_id = owner.run.run_id
+        # Phase 0: the strategy's content plus the reserved record.
+        stage = ConfigRecord({"stage": STAGE_TRAIN, "T": T, "words": self.d,
+                              "keys": MODE_FILES if owner.key_dir else MODE_SIMULATION})
+        out = []
+        for m in train:
+            c = RecordDict(dict(content.items()))
+            c[RECORD] = stage
+            out.append(_copy_with(m, c, max(1.0, deadline - time.time())))
+        self.train_out = out
+        self.phase_t0 = time.monotonic()
+        ids = list(owner._grid.push_messages(out))
+        self.ids = [i for i in ids if i]
+        self.by_id = {i: m for i, m in zip(ids, out) if i}
+        self.phase = "train"
+        self._open({i: m.metadata.dst_node_id for i, m in self.by_id.items()},
+                   min(deadline, time.time() + owner.train_timeout))
+        self.server: Server | None = None
+
+    # --- phase bookkeeping ----------------------------------------------------
+    def _open(self, pending: dict[str, int], phase_deadline: float) -> None:
+        self.pending, self.answers = dict(pending), {}
+        self.phase_deadline = phase_deadline
+
+    def _pull(self) -> None:
+        if not self.pending:
+            return
+        for r in self.g._grid.pull_messages(list(self.pending)):
+            node = self.pending.pop(r.metadata.reply_to_message_id, None)
+            if node is None:
+                continue
+            if r.has_error():  # a node that fails is a dropout of the round, like one that is silent
+                self.report.dropouts[self.phase] = self.report.dropouts.get(self.phase, 0) + 1
+                self.report.errors.append(f"[{self.phase}] node {node} failed: {r.error.reason}")
+            else:
+                self.answers[node] = r
+
+    def step(self) -> bool:
+        """Pull what arrived; close the phase when all answered or its deadline passed. True when done."""
+        if self.replies is not None:
+            return True
+        self._pull()
+        while self.replies is None and (not self.pending or time.time() >= self.phase_deadline):
+            self.g._progress += 1
+            missing = len(self.pending)
+            if missing:
+                self.report.dropouts[self.phase] = self.report.dropouts.get(self.phase, 0) + missing
+            self.pending = {}
+            sec = self.report.phase_seconds
+            sec[self.phase] = sec.get(self.phase, 0.0) + time.monotonic() - self.phase_t0
+            self.phase_t0 = time.monotonic()  # the next phase starts with its push
+            try:
+                self._close()
+            except (BelowThreshold, ConfigError) as exc:
+                self._fail(str(exc))
+            if self.replies is None:
+                self._pull()  # a fast transport may have answered already
+        return self.replies is not None
+
+    def _fail(self, why: str) -> None:
+        self.report.failed = why
+        if self.server is not None:
+            self.report.errors += [str(e) for e in self.server.errors]
+        self._finish([])
+
+    def _finish(self, replies: list[Message]) -> None:
+        self.replies = replies
+        self.report.replies = len(replies)
+        self.report.seconds = time.monotonic() - self.t0
+        self.g._record(self.report)
+
+    # --- phases ---------------------------------------------------------------
+    def _close(self) -> None:
+        if self.server is None:
+            outbox = self._start_protocol()
+        else:
+            for node, r in sorted(self.answers.items()):
+                try:
+                    data = reserved.data_list(reserved.record_of(r.content))
+                except ProtocolError:
+                    data = []  # malformed: as if the node had not answered
+                for item in data:
+                    self.report.protocol_bytes += len(item)
+                    self.server.receive(self.pid_of[node], item)
+            outbox = self.server.close_phase()
+        if self.server.done:
+            self._deliver()
+            return
+        per_node: dict[int, list[bytes]] = {}
+        for pid, data in outbox:
+            per_node.setdefault(self.node_of[pid], []).append(data)
+            self.report.protocol_bytes += len(data)
+        self.phase = self.server.phase_name
+        msgs = {node: _copy_with(self.train_out_by_node[node], RecordDict({RECORD: ConfigRecord(
+            {"stage": STAGE_PROTOCOL, "T": self.T, "data": items})}), max(1.0, self.deadline - time.time()))
+            for node, items in sorted(per_node.items())}
+        ids = list(self.g._grid.push_messages(list(msgs.values())))
+        pending = {i: node for i, node in zip(ids, msgs) if i}
+        self._open(pending, min(self.deadline, time.time() + self.g.phase_timeout))
+
+    def _start_protocol(self) -> list[tuple[int, bytes]]:
+        g = self.g
+        roster: dict[int, Certificate] = {}
+        self.node_of: dict[int, int] = {}
+        for node, r in sorted(self.answers.items()):
+            try:
+                rec = reserved.record_of(r.content)
+                pid = reserved.uint(rec, "pid", 1 << 32)
+                cert = Certificate.decode(reserved.field(rec, "cert", bytes))  # type: ignore[arg-type]
+                verify_claim(g._ca, pid, cert, reserved.field(rec, "claim", bytes),  # type: ignore[arg-type]
+                             self.run_id, self.T, node)
+            except ProtocolError as exc:
+                self.report.errors.append(f"[train] node {node}: {type(exc).__name__}: {exc}")
+                continue
+            if pid in roster:
+                self.report.errors.append(f"[train] node {node}: participant {pid} already claimed")
+                continue
+            roster[pid], self.node_of[pid] = cert, node
+        self.pid_of = {node: pid for pid, node in self.node_of.items()}
+        self.train_out_by_node = {m.metadata.dst_node_id: m for m in self.train_out}
+        self.report.roster = len(roster)
+        if len(roster) < 2:
+            raise BelowThreshold(f"{len(roster)} node(s) answered the train message with a valid claim")
+        log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
+        p = RoundParams.default(len(roster), self.d, payload="words", **g.round_params)
+        self.server = Server(p, self.T, roster, g._sk, g._cert, g._ca, self.hash)
+        return self.server.start()
+
+    def _deliver(self) -> None:
+        out = self.server.output
+        self.report.blamed = dict(out.blamed)
+        self.report.errors += [str(e) for e in out.errors]
+        contents = []
+        for words in out.models:
+            try:
+                contents.append(records.from_words(words))
+            except ProtocolError as exc:  # an anonymous row that does not decode is dropped
+                self.report.errors.append(f"[deliver] a recovered reply does not decode: {exc}")
+        final = out.online[max(out.online)] if out.online else ()
+        survivors = [self.train_out_by_node[self.node_of[pid]] for pid in final]
+        if len(contents) > len(survivors):
+            self.report.errors.append(f"[deliver] {len(contents)} replies for {len(survivors)} survivors")
+            contents = contents[: len(survivors)]
+        # A uniformly random injection of the replies into the survivors' messages.
+        perm = sample_distinct(len(survivors), len(survivors), OS_RANDOM) if survivors else []
+        self._finish([Message(c, reply_to=survivors[j]) for c, j in zip(contents, perm)])
+
+
+class ReshuffleGrid(Grid):
+    """A Grid whose train replies arrive as Re-Shuffle delivers them: raw, bit-exact and unlinked.
+
+    Parameters
+    ----------
+    grid : the Grid the ServerApp was given (deployment or simulation).
+    key_dir : directory of ``reshuffle ca`` files (the PS's ``server.key``/``.cert`` and
+        ``ca.pub``); ``None`` for simulation keys derived from the run id.
+    phase_timeout : seconds a protocol phase waits for its answers.
+    train_timeout : seconds the train phase (local training) waits; default half the round's timeout.
+    metrics_budget : bytes each reply may use beyond the sent arrays' size (MetricRecords, record names).
+    poll_interval : longest pause between two pulls (pauses start at 10 ms and grow).
+    round_timeout : the round's timeout for :meth:`push_messages` (``send_and_receive`` takes its own).
+    **round_params : RoundParams overrides ``n``, ``k``, ``t``, ``R_max``, ``group``.
+
+    Attributes
+    ----------
+    rounds : a :class:`RoundReport` per train round: dropouts per phase, ``blamed``, errors.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        *,
+        key_dir: str | None = None,
+        phase_timeout: float = 60.0,
+        train_timeout: float | None = None,
+        metrics_budget: int = records.DEFAULT_METRICS_BUDGET,
+        poll_interval: float = 0.2,
+        round_timeout: float = 3600.0,
+        **round_params,
+    ) -> None:
+        if not isinstance(grid, Grid):
+            raise ConfigError(f"ReshuffleGrid wraps a flwr Grid, got {type(grid).__name__}")
+        unknown = set(round_params) - ROUND_PARAMS
+        if unknown:
+            raise ConfigError(f"unknown round parameter(s) {sorted(unknown)}; allowed: {sorted(ROUND_PARAMS)}")
+        for name, v in (("phase_timeout", phase_timeout), ("poll_interval", poll_interval),
+                        ("round_timeout", round_timeout), ("train_timeout", train_timeout)):
+            if name == "train_timeout" and v is None:
+                continue
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+                raise ConfigError(f"{name} must be a positive number, got {v!r}")
+        RoundParams.default(2, 1, payload="words", **round_params)  # reject bad overrides now
+        records.reply_words(RecordDict(), metrics_budget)
+        self._grid = grid
+        self.key_dir = key_dir
+        self.phase_timeout, self.poll_interval = float(phase_timeout), float(poll_interval)
+        self._train_timeout, self.round_timeout = train_timeout, float(round_timeout)
+        self.metrics_budget, self.round_params = metrics_budget, dict(round_params)
+        self.rounds: list[RoundReport] = []
+        self._T = 0
+        self._active: dict[str, _Round] = {}
+        self._keys: tuple | None = None
+        self._progress = 0  # phases closed so far: a pull that moved a round on is progress
+
+    # --- delegation -------------------------------------------------------------
+    def set_run(self, run) -> None:
+        self._grid.set_run(run)
+
+    @property
+    def run(self):
+        return self._grid.run
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> Message:
+        return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self._grid.get_node_ids()
+
+    def get_nodes(self):
+        return self._grid.get_nodes()
+
+    # --- keys and reports -----------------------------------------------------------
+    @property
+    def train_timeout(self) -> float:
+        return self._train_timeout if self._train_timeout is not None else self._round_budget / 2
+
+    def _load_keys(self) -> None:
+        if self._keys is None:
+            self._keys = server_identity(self.key_dir, self.run.run_id)
+        self._sk, self._cert, self._ca = self._keys
+
+    def _record(self, report: RoundReport) -> None:
+        self.rounds.append(report)
+        drop = ", ".join(f"{k}: {v}" for k, v in report.dropouts.items()) or "none"
+        log(INFO, "[reshuffle] round %d: %d sent, %d in roster, %d replies, dropouts %s, blamed %s (%.1f s)",
+            report.T, report.sent, report.roster, report.replies, drop, report.blamed or "none", report.seconds)
+        if report.failed:
+            log(WARNING, "[reshuffle] round %d failed: %s", report.T, report.failed)
+        for e in report.errors:
+            log(WARNING, "[reshuffle] round %d: %s", report.T, e)
+
+    # --- messages -----------------------------------------------------------------
+    def _push(self, messages: Iterable[Message], timeout: float) -> list[str]:
+        msgs = list(messages)
+        train = [m for m in msgs if reserved.is_train(m.metadata.message_type)]
+        other = [m for m in msgs if not reserved.is_train(m.metadata.message_type)]
+        ids = [i for i in self._grid.push_messages(other) if i] if other else []
+        if train:
+            self._load_keys()
+            self._T += 1
+            self._round_budget = timeout
+            rnd = _Round(self, train, self._T, time.time() + timeout)
+            for i in rnd.ids:
+                self._active[i] = rnd
+            ids += rnd.ids
+        return ids
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Push messages; train messages start a Re-Shuffle round, which :meth:`pull_messages` moves on."""
+        return self._push(messages, self.round_timeout)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        """Replies to ``message_ids``; a train round's replies all arrive together when it ends."""
+        ids = list(message_ids)
+        mine = [i for i in ids if i in self._active]
+        other = [i for i in ids if i not in self._active]
+        out = list(self._grid.pull_messages(other)) if other else []
+        for rnd in {id(self._active[i]): self._active[i] for i in mine}.values():
+            if rnd.step():
+                wanted = set(mine)
+                out += [r for r in rnd.replies if r.metadata.reply_to_message_id in wanted]
+                for i in rnd.ids:
+                    if i in wanted:
+                        self._active.pop(i, None)
+        return out
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        """Push, then pull until every message is answered or ``timeout`` (the whole round) has passed."""
+        budget = self.round_timeout if timeout is None else float(timeout)
+        pending = set(self._push(messages, budget))
+        train_ids = {i for i in pending if i in self._active}
+        end = time.time() + budget
+        out: list[Message] = []
+        pause = 0.01
+        while pending:
+            before = self._progress
+            got = list(self.pull_messages(list(pending)))
+            out += got
+            pending -= {r.metadata.reply_to_message_id for r in got}
+            pending -= {i for i in train_ids if i not in self._active}  # its round has ended
+            if not pending or time.time() >= end:
+                break
+            pause = 0.01 if got or self._progress != before else min(pause * 1.5, self.poll_interval)
+            time.sleep(pause)
+        for i in pending & train_ids:
+            self._active.pop(i, None)
+        return out

@@ -1,0 +1,151 @@
+"""Rules and pre-aggregators by name: ``register_rule``, ``register_pre``, ``make_rule``.
+
+A rule module registers its classes with a decorator; ``--plugin module`` (or
+``plugins = [...]`` in TOML) imports a user module that does the same, so a new
+rule needs no edit anywhere else. ``make_rule`` passes each class only what its
+``__init__`` asks for: the run's f (under the name in ``f_param``), ``seed``
+(randomized rules), ``reference`` (FLTrust's g₀), plus the user's options.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+
+from reshuffle.errors import ConfigError
+from reshuffle.server.rules.base import Rule
+from reshuffle.server.rules.compose import AllOf, Chain, Pipeline, PreAggregator
+
+_RULES: dict[str, type[Rule]] = {}
+_PRES: dict[str, type[PreAggregator]] = {}
+C = TypeVar("C", bound=type)
+
+#: Joins rule names into an intersection: ``signguard+flame`` accepts what both accept.
+JOIN = "+"
+#: Chains rules: ``signguard:multi-krum`` runs Multi-Krum on what SignGuard accepted.
+THEN = ":"
+
+
+def _registrar(table: dict, kind: str, base: type, name: str) -> Callable[[C], C]:
+    if not isinstance(name, str) or not name or JOIN in name or THEN in name or len(name.split()) != 1:
+        raise ConfigError(f"a {kind} name must be a non-empty string without {JOIN!r}, {THEN!r} or spaces, got {name!r}")
+
+    def deco(cls: C) -> C:
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise ConfigError(f"register_{kind}({name!r}) decorates a {base.__name__} subclass, got {cls!r}")
+        if name in table:
+            raise ConfigError(f"a {kind} named {name!r} is already registered ({table[name].__name__})")
+        cls.name = name
+        table[name] = cls
+        return cls
+
+    return deco
+
+
+def register_rule(name: str) -> Callable[[C], C]:
+    """Class decorator: make a :class:`Rule` subclass selectable as ``--rule name``."""
+    return _registrar(_RULES, "rule", Rule, name)
+
+
+def register_pre(name: str) -> Callable[[C], C]:
+    """Class decorator: make a :class:`PreAggregator` subclass selectable as ``--pre name``."""
+    return _registrar(_PRES, "pre", PreAggregator, name)
+
+
+def rule_names() -> list[str]:
+    return sorted(_RULES)
+
+
+def pre_names() -> list[str]:
+    return sorted(_PRES)
+
+
+def _parse(name: str) -> list[list[str]]:
+    """``a+b:c`` → [[a, b], [c]]: stages joined by ``:``, each an intersection of ``+``-joined rules."""
+    if not isinstance(name, str):
+        raise ConfigError(f"a rule name must be a string, got {name!r}")
+    stages = [stage.split(JOIN) for stage in name.split(THEN)]
+    parts = [p for stage in stages for p in stage]
+    for part in parts:
+        if part not in _RULES:
+            raise ConfigError(f"unknown rule {part!r}; choose one of {', '.join(rule_names())} "
+                              f"(intersect with {JOIN!r}, chain with {THEN!r})")
+    if len(set(parts)) != len(parts):
+        raise ConfigError(f"rule {name!r} names a component twice")
+    return stages
+
+
+def check_rule_name(name: str) -> None:
+    """Raise ConfigError unless ``name`` is a registered rule, or rules joined with ``+`` and ``:``."""
+    _parse(name)
+
+
+def check_pre_names(names) -> None:
+    for p in names:
+        if p not in _PRES:
+            raise ConfigError(f"unknown pre-aggregator {p!r}; choose one of {', '.join(pre_names())}")
+
+
+def _build(cls: type, f: int, reference, seed: int | None, options: dict[str, Any]):
+    params = inspect.signature(cls.__init__).parameters
+    kwargs = dict(options)
+    if cls.f_param is not None and cls.f_param in params:
+        kwargs.setdefault(cls.f_param, f)
+    if "seed" in params:
+        kwargs.setdefault("seed", seed)
+    if "reference" in params and "reference" not in kwargs:
+        if reference is None:
+            raise ConfigError(f"the {cls.name} rule needs a reference update (the server's root dataset)")
+        kwargs["reference"] = reference
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"{cls.name}: {exc}") from None
+
+
+def make_pre(name: str, f: int, seed: int | None = None, **options) -> PreAggregator:
+    """The pre-aggregator registered as ``name``, configured with ``options``."""
+    check_pre_names([name])
+    return _build(_PRES[name], f, None, seed, options)
+
+
+def make_rule(
+    name: str,
+    f: int,
+    reference: Callable[[], np.ndarray] | None = None,
+    seed: int | None = None,
+    pre=(),
+    pre_options: dict[str, dict[str, Any]] | None = None,
+    **options,
+) -> Rule:
+    """The rule called ``name`` (a CLI name), assuming ``f`` attackers.
+
+    ``reference`` is FLTrust's server update g₀ (required for ``fltrust`` only);
+    ``seed`` seeds randomized rules and pre-aggregators (None: OS randomness).
+    ``name`` may intersect rules with ``+`` (:class:`AllOf`) and chain stages
+    with ``:`` (:class:`Chain`, ``+`` binds tighter); then ``options`` holds one
+    table per component name. ``pre`` lists pre-aggregators applied in order in
+    front of the rule (:class:`Pipeline`), ``pre_options`` one table each.
+    """
+    stages = _parse(name)
+    pre = list(pre)
+    check_pre_names(pre)
+    parts = [p for stage in stages for p in stage]
+    if len(parts) == 1:
+        rule = _build(_RULES[name], f, reference, seed, options)
+    else:
+        if set(options) - set(parts) or not all(isinstance(v, dict) for v in options.values()):
+            raise ConfigError(f"options of the joined rule {name!r} must be one table per component ({', '.join(parts)}); "
+                              f"got keys {sorted(options)}")
+        built = [[_build(_RULES[p], f, reference, seed, options.get(p, {})) for p in stage] for stage in stages]
+        steps = [s[0] if len(s) == 1 else AllOf(s) for s in built]
+        rule = steps[0] if len(steps) == 1 else Chain(steps, f)
+    if not pre:
+        return rule
+    pre_options = dict(pre_options or {})
+    stray = set(pre_options) - set(pre)
+    if stray or not all(isinstance(v, dict) for v in pre_options.values()):
+        raise ConfigError(f"pre_options must be one table per pre-aggregator in use ({', '.join(pre)}); got keys {sorted(pre_options)}")
+    return Pipeline([make_pre(p, f, seed, **pre_options.get(p, {})) for p in pre], rule)

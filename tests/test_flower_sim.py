@@ -1,0 +1,113 @@
+"""Flower's local simulation (`flwr run`, Ray backend): the drop-in example and the project's own app.
+
+Both runs share one local SuperLink (``flwr run`` starts it once per FLWR_HOME and
+reuses it); the module fixture stops it. ``flwr run`` exits 0 even when the
+ServerApp raised, so every test reads the results, not only the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from flower_helpers import BIN, ROOT, LoopbackGrid, flwr_env
+
+EXAMPLE = ROOT / "examples" / "flower-dropin"
+NODES, ROUNDS = 5, 3
+
+
+def _kill_superlinks_of(home) -> None:
+    """`flwr run` leaves its local SuperLink running; its command line names FLWR_HOME."""
+    out = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True)
+    for pid in out.stdout.split():
+        try:
+            os.killpg(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture(scope="module")
+def local_federation(tmp_path_factory):
+    home = tmp_path_factory.mktemp("flwr-home")
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
+        f"options.num-supernodes = {NODES}\noptions.backend.client-resources.num-cpus = 1\n"
+    )
+    env = flwr_env(home)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(EXAMPLE), env.get("PYTHONPATH", "")])
+    yield env
+    _kill_superlinks_of(home)
+
+
+def _flwr_run(app, env, run_config: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(BIN / "flwr"), "run", str(app), "--stream", "--run-config", run_config],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def _plain_accuracy(monkeypatch, tmp_path) -> dict:
+    """The example without its two Re-Shuffle lines, in process: the baseline."""
+    from flwr.app import Context, RecordDict
+    from flwr.clientapp import ClientApp
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    from dropin import client_app, server_app
+
+    plain = ClientApp()
+    plain.train()(client_app.train)
+    plain.evaluate()(client_app.evaluate)
+    monkeypatch.setattr(server_app, "ReshuffleGrid", lambda grid: grid)
+    monkeypatch.chdir(tmp_path)
+    cfg = {"num-server-rounds": ROUNDS, "fraction-train": 1.0, "local-epochs": 1, "lr": 0.1,
+           "strategy": "multikrum", "num-malicious-nodes": 1}
+    grid = LoopbackGrid(plain, NODES)
+    for c in grid.contexts.values():
+        c.run_config = cfg
+    server_app.main(grid, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
+    return json.loads((tmp_path / "results.json").read_text())["accuracy"]
+
+
+def test_dropin_example_in_local_simulation(local_federation, tmp_path, monkeypatch):
+    # Execute: the example (with probes) in Flower's local simulation
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    r = _flwr_run(ROOT / "tests" / "flower_probe_app", local_federation, f'probe-dir="{probe}"')
+    assert (probe / "results.json").is_file(), r.stdout[-3000:]
+    # Assert: every reply the nodes' handlers produced reached MultiKrum bit-exact, from a random node
+    identity_rounds = 0
+    for rnd in range(1, ROUNDS + 1):
+        server = json.loads((probe / f"server-{rnd}.json").read_text())
+        produced = {(c := json.loads(p.read_text()))["digest"]: c["node"] for p in probe.glob(f"client-{rnd}-*.json")}
+        assert server["roster"] == NODES and len(produced) == NODES
+        assert sorted(x["digest"] for x in server["replies"]) == sorted(produced)
+        identity_rounds += all(produced[x["digest"]] == x["node"] for x in server["replies"])
+        # Our grid polls adaptively: protocol phases do not cost Flower's 3 s pull interval each.
+        phases = {k: v for k, v in server["phase_seconds"].items() if k != "train"}
+        assert phases and sum(phases.values()) / len(phases) < 3.0, phases
+    assert identity_rounds < ROUNDS  # (1/120)^3 for a uniformly random bijection
+    # Assert: the same learning as the plain app
+    ours = json.loads((probe / "results.json").read_text())["accuracy"]
+    plain = _plain_accuracy(monkeypatch, tmp_path)
+    assert ours[str(ROUNDS)]["accuracy"] > 0.7
+    assert abs(ours[str(ROUNDS)]["accuracy"] - plain[str(ROUNDS)]["accuracy"]) < 0.05
+
+
+def test_project_app_in_local_simulation(local_federation, tmp_path):
+    # `make flower`, on a smaller federation
+    out = tmp_path / "out"
+    _flwr_run(".", local_federation, f'out-dir="{out}" rounds=2 phase-timeout=30.0')
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["config"]["driver"] == "flower" and m["config"]["clients"] == NODES
+    assert [x["models_received"] for x in m["rounds"]] == [NODES, NODES]
+    assert m["final_accuracy"] > m["initial_accuracy"] + 0.3
+    assert [x["blamed"] for x in m["reshuffle"]] == [{}, {}]
+    assert [x["roster"] for x in m["reshuffle"]] == [NODES, NODES]
+    assert {"train", "setup"} <= set(m["rounds"][0]["seconds"])
