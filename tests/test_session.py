@@ -96,5 +96,5 @@ def test_inbox_bound_scales_with_R_max():
     from dataclasses import replace
 
     with pytest.raises(DecodeError, match="R_max=1"):
-        replace(st_, inbox=st_.inbox + st_.inbox[-1:] * 3).participant()
+        replace(st_, inbox=st_.inbox + st_.inbox[-1:] * 4).participant()
     assert session.max_inbox(4) > session.max_inbox(1)
