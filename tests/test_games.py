@@ -1,8 +1,7 @@
 """Security games: quick variants assert the expected relations; weak instances are caught."""
 
+import dataclasses
 import json
-import subprocess
-import sys
 from fractions import Fraction
 
 import pytest
@@ -66,9 +65,16 @@ def test_ddh_harness_separates_groups():
     assert ddh_game(ToyGroup.schnorr(41, full=True), 1000).above(0.1)
 
 
-def test_cli_json():
-    r = subprocess.run([sys.executable, "-m", "reshuffle.cli", "games", "--quick", "--json"],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    rows = json.loads(r.stdout)
-    assert rows and all(set(x) == {"game", "assumption", "advantage", "bound", "expected", "passed"} for x in rows)
+def test_cli_json(results, monkeypatch, capsys):
+    # The CLI's output and exit code over the module's run (the games themselves are played once).
+    import reshuffle.games
+    from reshuffle.cli import main
+
+    monkeypatch.setattr(reshuffle.games, "run_games", lambda quick: results)
+    assert main(["games", "--quick", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == len(results)
+    assert all(set(x) == {"game", "assumption", "advantage", "bound", "expected", "passed"} for x in rows)
+    failing = [dataclasses.replace(results[0], passed=False)] + list(results[1:])
+    monkeypatch.setattr(reshuffle.games, "run_games", lambda quick: failing)
+    assert main(["games", "--quick"]) == 1

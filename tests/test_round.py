@@ -55,7 +55,7 @@ def test_ideal_shuffle_permutes():
 @pytest.mark.slow
 def test_position_of_participant_is_uniform():
     # Chi-square goodness of fit of participant 0's position over independent rounds.
-    N, runs = 4, 240
+    N, runs = 4, 160
     ups = make_updates(N, d=2, seed=0)
     counts = np.zeros(N)
     for s in range(runs):
