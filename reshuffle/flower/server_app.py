@@ -90,15 +90,16 @@ def main(grid: Grid, context: Context) -> None:
         U = np.stack([models[j] for j in order]).astype(np.float64) - W_g
         is_mal = [flags[j] for j in order]
         f = sim.f if sim.f is not None else sum(is_mal)
-        rule = make_rule(sim.rule, f, **sim.rule_options)
+        rule = make_rule(sim.rule, f, seed=sim.seed, pre=sim.pre, pre_options=sim.pre_options, **sim.rule_options)
         try:
-            accepted = set(rule.select(U))
+            decision = rule.decide(U, round=T)  # randomized rules draw from (seed, T), as in simulate
+            accepted = set(decision.accepted)
         except ConfigError as exc:  # e.g. dropouts left fewer models than the rule needs
             print(f"[reshuffle] round {T}: {len(models)} models, rule not applicable ({exc}); W_g kept", flush=True)
             acc = float(np.mean(predict(model, W_g, ds.x_test) == ds.y_test))
             records.append(RoundRecord(T, acc, None, None, None, seconds, {}, len(models), 0))
             continue
-        W_g = (W_g + rule(U)).astype(np.float32)
+        W_g = (W_g + decision.aggregate).astype(np.float32)
         seconds["detection"] = time.perf_counter() - t0
         acc = float(np.mean(predict(model, W_g, ds.x_test) == ds.y_test))
         mal = [i for i, b in enumerate(is_mal) if b]
