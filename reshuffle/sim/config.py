@@ -15,6 +15,7 @@ from reshuffle.protocol.params import GROUPS
 from reshuffle.server import RULES
 
 SHUFFLES = ("real", "ideal", "none")
+TRAININGS = ("auto", "batched", "sequential")
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,9 @@ class SimConfig:
 
     ``f`` is the number of attackers the rule assumes (None: the simulated number);
     ``malicious`` and ``dropout`` are fractions of ``clients``; ``root_samples`` is
-    the size of FLTrust's server root dataset.
+    the size of FLTrust's server root dataset. ``training`` is ``batched`` (all
+    clients in one vmapped computation), ``sequential``, or ``auto`` (batched
+    when it is faster: models without convolutions, with SGD).
     """
 
     dataset: str = "digits"
@@ -43,6 +46,7 @@ class SimConfig:
     f: int | None = None
     dropout: float = 0.0
     shuffle: str = "real"
+    training: str = "auto"
     group: str = "ristretto255"
     seed: int = 0
     root_samples: int = 100
@@ -71,6 +75,7 @@ class SimConfig:
         _choice("partition", self.partition, PARTITIONS)
         _choice("rule", self.rule, RULES)
         _choice("shuffle", self.shuffle, SHUFFLES)
+        _choice("training", self.training, TRAININGS)
         _choice("group", self.group, GROUPS)
         _choice("attack", self.attack, attack_names())
         for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples"):
