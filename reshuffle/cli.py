@@ -64,6 +64,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from reshuffle.bench import crypto
 
         results = crypto.run(quick=args.quick)
+    elif args.what == "simulate":
+        from reshuffle.bench import simulate as sim_bench
+
+        results = sim_bench.run(args.dataset, args.model, args.clients, args.data_dir,
+                                samples=256 if args.quick else None, threads=args.threads)
     else:
         from reshuffle.bench import round as round_bench
 
@@ -232,11 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=cmd_ca)
 
     bench = sub.add_parser("bench", help="benchmarks (ratios measured in one run)")
-    bench.add_argument("what", choices=["crypto", "round"])
+    bench.add_argument("what", choices=["crypto", "round", "simulate"])
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     bench.add_argument("--N", type=int, nargs="+", default=[10, 50, 100], help="round: participants")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
+    bench.add_argument("--dataset", default="mnist", help="simulate: digits, mnist, fashion-mnist")
+    bench.add_argument("--data-dir", help="simulate: folder with the idx files")
+    bench.add_argument("--model", default="lenet5", help="simulate: logreg, mlp, lenet5")
+    bench.add_argument("--clients", type=_positive(int), default=20, help="simulate: clients trained")
+    bench.add_argument("--threads", type=_positive(int), default=1, help="simulate: torch threads")
     bench.set_defaults(func=cmd_bench)
 
     games = sub.add_parser("games", help="run the security games (docs/security/)")
