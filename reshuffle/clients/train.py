@@ -136,7 +136,7 @@ class BatchedTrainer:
         vmap turns a convolution over stacked clients into a grouped convolution,
         which on CPU runs slower than the clients' convolutions one by one (LeNet-5
         on MNIST: 0.45× measured); dense layers become batched matrix products,
-        which are faster (MLP: 2.7×). See ``reshuffle bench simulate``.
+        which are faster (MLP: 1.6–2.7× measured). See ``reshuffle bench simulate``.
         """
         return not any(isinstance(mod, nn.modules.conv._ConvNd) for mod in model.modules())
 
