@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "experiments" / "configs"
-EXPERIMENTS = ("grid", "detection", "overhead", "rawness")
+EXPERIMENTS = ("grid", "detection", "overhead", "rawness-real", "rawness")
 sys.path.insert(0, str(ROOT / "experiments"))
 PROTOCOL_PHASES = ("setup", "ot", "reserve", "upload", "unmask")
 # Targets of issue 4, checked here rather than in tests (they need the full runs).
@@ -154,16 +154,25 @@ def summarise_grid(exp: dict, got: dict[str, dict]) -> tuple[list[str], list[str
 
 
 def summarise_rawness(exp: dict, got: dict, ref: dict) -> list[str]:
-    lines = ["| run | rounds compared | max abs accuracy difference | identical curves |", "|---|---|---|---|"]
+    """Plaintext runs (``got``) against real ones (``ref``): equal curves, and the cause of every lost model."""
+    lines = ["| run | rounds | rounds before the first lost model | accuracy identical there | "
+             "whole curve identical | models lost in the real run (causes) |", "|---|---|---|---|---|---|"]
     for name, m in sorted(got.items()):
         other = ref.get(name)
         if other is None:
-            lines.append(f"| {name} | 0 | – | reference run missing |")
+            lines.append(f"| {name} | 0 | – | – | – | real run missing |")
             continue
         a = [r["accuracy"] for r in m["rounds"]]
         b = [r["accuracy"] for r in other["rounds"]]
-        diff = max(abs(x - y) for x, y in zip(a, b))
-        lines.append(f"| {name} | {len(a)} | {diff:.4f} | {'yes' if a == b else 'no'} |")
+        lost = [r.get("lost", {}) for r in other["rounds"]]
+        first = next((i for i, x in enumerate(lost) if x), len(lost))
+        causes: dict[str, int] = {}
+        for x in lost:
+            for why in x.values():
+                causes[why] = causes.get(why, 0) + 1
+        why = ", ".join(f"{n} × {c}" for c, n in sorted(causes.items())) or "none"
+        lines.append(f"| {name} | {len(a)} | {first} | {'yes' if a[:first] == b[:first] else 'NO'} | "
+                     f"{'yes' if a == b else 'no'} | {sum(causes.values())} ({why}) |")
     return lines
 
 

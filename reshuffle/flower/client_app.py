@@ -72,7 +72,8 @@ def local(msg: Message, context: Context) -> Message:
         a = make_attack(attack, **sim.attack_options)
         if a.omniscient:
             raise ConfigError(f"attack {attack!r} needs honest updates: use reshuffle simulate")
-        y = a.poison_labels(y, ds.num_classes)
+        a.prepare(n, ds.x_train)
+        x, y = a.poison_data(x, y, pid, n, ds.num_classes, np.random.default_rng(int(rec["train-seed"]) + pid))
     model = build_model(sim.model, ds.input_shape, ds.num_classes, seed=sim.seed)
     cfg = TrainConfig(sim.local_epochs, sim.batch_size, sim.lr, sim.optimizer)
     W = local_train(model, W_g, x, y, cfg, seed=int(rec["train-seed"]) + pid)

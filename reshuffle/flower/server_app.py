@@ -165,7 +165,9 @@ def main(grid: Grid, context: Context) -> None:
             hon_rows = [i for i, b in enumerate(is_mal) if not b]
             tpr = sum(i not in accepted for i in mal_rows) / len(mal_rows) if mal_rows else None
             fpr = sum(i not in accepted for i in hon_rows) / len(hon_rows) if hon_rows else None
-        success = attack.success(pred, ds.y_test, ds.num_classes) if malicious else None
+        if malicious:
+            attack.prepare(len(nodes), ds.x_train)
+        success = attack.success(lambda x: predict(model, W_g, x), ds.x_test, ds.y_test, ds.num_classes) if malicious else None
         rec = RoundRecord(T, acc, success, tpr, fpr, seconds, nbytes, len(models), len(accepted))
         records.append(rec)
         print(f"[reshuffle] round {T}: accuracy {acc:.4f}, models {len(models)}/{len(nodes)}, "
