@@ -82,8 +82,8 @@ def load_grid(path: Path, attacks: list[str] | None = None, rules: list[str] | N
         bad = [x for x in got if x not in known and "+" not in x and ":" not in x]
         if bad:
             raise SystemExit(f"unknown {kind}(s) {bad}; registered: {', '.join(known)}")
-    if "none" not in pick_a:  # the clean baseline every comparison needs
-        pick_a = ["none", *pick_a]
+    # the clean baseline every comparison needs, first
+    pick_a = ["none", *(a for a in pick_a if a != "none")]
     return Grid(spec.get("name", path.stem), dict(spec.get("base", {})),
                 {k: all_sets[k] for k in pick_sets}, list(pick_a), list(pick_r))
 
