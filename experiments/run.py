@@ -1,13 +1,20 @@
-"""Reproduce the paper-style evaluation: detection effect, rawness, overhead.
+"""Reproduce the evaluation: the attack × rule grid, rawness, overhead.
 
-    .venv/bin/python experiments/run.py                       # all three, into results/
-    .venv/bin/python experiments/run.py --exp detection --workers 2
-    .venv/bin/python experiments/run.py --config experiments/configs/quick.toml --out /tmp/q
+    python experiments/run.py                                  # the complete grid into experiments/evaluation/
+    python experiments/run.py --rowsets mnist-iid --rules fedavg krum multi-krum --attacks sign-flip alie
+    python experiments/run.py --summary-only                   # rebuild tables, plots, reading from the cells
+    python experiments/run.py --exp overhead rawness --out results
 
-Each run writes ``<out>/<experiment>/<run>/metrics.json`` (the same file as
-``reshuffle simulate``); finished runs are skipped, so an interrupted
-evaluation resumes. ``<out>/summary.md`` holds the tables and the target checks,
-next to the plots.
+The grid (``experiments/configs/grid.toml``, code in ``experiments/grid.py``)
+crosses every registered attack with every registered rule on each row set and
+stores one finished cell per file; finished cells are skipped, so an interrupted
+evaluation resumes. ``summary.md`` next to the cells holds the tables, the goal
+checks, the generated reading and the plots, and names every missing cell.
+``--data-root DIR`` points at a folder holding ``mnist/`` and ``fashion-mnist/``
+(otherwise the datasets' default location applies).
+
+The other experiments (``detection``, ``overhead``, ``rawness``) write
+``<out>/<experiment>/<run>/metrics.json`` and ``<out>/summary.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "experiments" / "configs"
-EXPERIMENTS = ("detection", "overhead", "rawness")
+EXPERIMENTS = ("grid", "detection", "overhead", "rawness-real", "rawness")
+sys.path.insert(0, str(ROOT / "experiments"))
 PROTOCOL_PHASES = ("setup", "ot", "reserve", "upload", "unmask")
 # Targets of issue 4, checked here rather than in tests (they need the full runs).
 TARGET_ACC_POINTS = 1.5
@@ -32,13 +40,15 @@ ACC_ATTACKS = ("sign-flip", "gaussian", "scaling", "label-flip")
 DET_ATTACKS = ("sign-flip", "gaussian", "scaling")
 
 
-def load_experiment(path: Path) -> dict:
+def load_experiment(path: Path, data_root: Path | None = None) -> dict:
     import tomllib
 
     spec = tomllib.loads(path.read_text())
     base = dict(spec.get("base", {}))
     if base.get("data_dir"):
         base["data_dir"] = str((ROOT / base["data_dir"]).resolve())
+    elif data_root is not None and base.get("dataset") in ("mnist", "fashion-mnist"):
+        base["data_dir"] = str(data_root / base["dataset"])
     grid = spec.get("grid", {})
     keys = sorted(grid)
     runs = []
@@ -144,16 +154,25 @@ def summarise_grid(exp: dict, got: dict[str, dict]) -> tuple[list[str], list[str
 
 
 def summarise_rawness(exp: dict, got: dict, ref: dict) -> list[str]:
-    lines = ["| run | rounds compared | max abs accuracy difference | identical curves |", "|---|---|---|---|"]
+    """Plaintext runs (``got``) against real ones (``ref``): equal curves, and the cause of every lost model."""
+    lines = ["| run | rounds | rounds before the first lost model | accuracy identical there | "
+             "whole curve identical | models lost in the real run (causes) |", "|---|---|---|---|---|---|"]
     for name, m in sorted(got.items()):
         other = ref.get(name)
         if other is None:
-            lines.append(f"| {name} | 0 | – | reference run missing |")
+            lines.append(f"| {name} | 0 | – | – | – | real run missing |")
             continue
         a = [r["accuracy"] for r in m["rounds"]]
         b = [r["accuracy"] for r in other["rounds"]]
-        diff = max(abs(x - y) for x, y in zip(a, b))
-        lines.append(f"| {name} | {len(a)} | {diff:.4f} | {'yes' if a == b else 'no'} |")
+        lost = [r.get("lost", {}) for r in other["rounds"]]
+        first = next((i for i, x in enumerate(lost) if x), len(lost))
+        causes: dict[str, int] = {}
+        for x in lost:
+            for why in x.values():
+                causes[why] = causes.get(why, 0) + 1
+        why = ", ".join(f"{n} × {c}" for c, n in sorted(causes.items())) or "none"
+        lines.append(f"| {name} | {len(a)} | {first} | {'yes' if a[:first] == b[:first] else 'NO'} | "
+                     f"{'yes' if a == b else 'no'} | {sum(causes.values())} ({why}) |")
     return lines
 
 
@@ -253,22 +272,45 @@ def write_summary(experiments: list[dict], out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--exp", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS), help="experiments to run")
-    p.add_argument("--config", nargs="+", type=Path, help="experiment TOML files (instead of --exp)")
-    p.add_argument("--out", type=Path, default=ROOT / "results", help="results folder")
-    p.add_argument("--workers", type=int, default=max(1, min(2, os.cpu_count() or 1)))
-    p.add_argument("--only", nargs="+", metavar="KEY=VALUE", help="run only grid points with these values")
-    p.add_argument("--summary-only", action="store_true", help="only rebuild summary.md from finished runs")
+    p.add_argument("--exp", nargs="+", choices=EXPERIMENTS, default=["grid"], help="experiments to run")
+    p.add_argument("--config", nargs="+", type=Path, help="experiment TOML files (instead of --exp; not the grid)")
+    p.add_argument("--grid", type=Path, default=CONFIGS / "grid.toml", help="the grid's TOML file")
+    p.add_argument("--rowsets", nargs="+", help="grid: only these row sets")
+    p.add_argument("--attacks", nargs="+", help="grid: only these attacks (default: every registered one)")
+    p.add_argument("--rules", nargs="+", help="grid: only these rules (default: every registered one)")
+    p.add_argument("--data-root", type=Path, help="folder holding mnist/ and fashion-mnist/")
+    p.add_argument("--out", type=Path, help="results folder (grid: experiments/evaluation; others: results)")
+    p.add_argument("--workers", type=int, default=1, help="parallel runs, one core each")
+    p.add_argument("--only", nargs="+", metavar="KEY=VALUE", help="other experiments: only grid points with these values")
+    p.add_argument("--summary-only", action="store_true", help="only rebuild the summaries from finished runs")
+    p.add_argument("--quiet", action="store_true", help="one line per finished cell instead of a progress bar")
     args = p.parse_args(argv)
-    paths = args.config or [CONFIGS / f"{e}.toml" for e in args.exp]
+    if args.workers < 1:
+        p.error("--workers must be at least 1")
+    if "grid" in args.exp and not args.config:
+        from grid import load_grid, run_grid, write_summary as grid_summary
+
+        if not args.grid.is_file():
+            p.error(f"grid config {args.grid} not found")
+        chosen = load_grid(args.grid, args.attacks, args.rules, args.rowsets)
+        out = args.out or ROOT / "experiments" / "evaluation"
+        if not args.summary_only:
+            run_grid(chosen, out, args.workers, args.data_root, quiet=args.quiet)
+        # The summary always covers the whole grid, so cells not run are listed as missing.
+        print(grid_summary(load_grid(args.grid), out))
+    others = [e for e in args.exp if e != "grid"]
+    if not (args.config or others):
+        return 0
+    paths = args.config or [CONFIGS / f"{e}.toml" for e in others]
     for path in paths:
         if not path.is_file():
             p.error(f"experiment config {path} not found")
-    experiments = [load_experiment(path) for path in paths]
-    args.out.mkdir(parents=True, exist_ok=True)
+    experiments = [load_experiment(path, args.data_root) for path in paths]
+    out = args.out or ROOT / "results"
+    out.mkdir(parents=True, exist_ok=True)
     if not args.summary_only:
-        run_all(experiments, args.out, args.workers, args.only)
-    print(write_summary(experiments, args.out))
+        run_all(experiments, out, args.workers, args.only)
+    print(write_summary(experiments, out))
     return 0
 
 

@@ -68,6 +68,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from reshuffle.bench import flower
 
         results = flower.run(Ns=args.N or flower.DEFAULT_NS, d=args.d, quick=args.quick)
+    elif args.what == "simulate":
+        from reshuffle.bench import simulate as sim_bench
+
+        results = sim_bench.run(args.dataset, args.model, args.clients, args.data_dir,
+                                samples=256 if args.quick else None, threads=args.threads)
     else:
         from reshuffle.bench import round as round_bench
 
@@ -126,13 +131,15 @@ _SIM_OPTIONS = [
     ("--optimizer", str, "sgd or adam"),
     ("--partition", str, "iid or dirichlet"),
     ("--alpha", _positive(float), "Dirichlet concentration (with --partition dirichlet)"),
-    ("--attack", str, "label-flip, sign-flip, gaussian, scaling, alie, ipm, min-max, min-sum, none"),
+    ("--attack", str, "none, label-flip, sign-flip, gaussian, scaling, alie, ipm, min-max, min-sum, fang-krum, "
+                      "fang-trmean, mimic, badnets, dba, model-replacement"),
     ("--malicious", _fraction, "fraction of malicious clients"),
     ("--rule", str, "fedavg, krum, multi-krum, bulyan, cosine, fltrust, median, trimmed-mean, cclip, geomed, dnc, "
                     "flame, signguard; join with + to intersect (signguard+flame)"),
     ("--f", _non_negative_int, "attackers the rule assumes (default: the simulated number)"),
     ("--dropout", _fraction, "fraction of clients that drop out each round (at a random phase)"),
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
+    ("--training", str, "auto, batched (all clients in one vmapped computation) or sequential"),
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
     ("--seed", _non_negative_int, "seed of data split, initial model, training order, attacks"),
     ("--root-samples", _positive(int), "size of FLTrust's server root dataset"),
@@ -293,11 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=cmd_ca)
 
     bench = sub.add_parser("bench", help="benchmarks (ratios measured in one run)")
-    bench.add_argument("what", choices=["crypto", "round", "flower"])
+    bench.add_argument("what", choices=["crypto", "round", "flower", "simulate"])
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     bench.add_argument("--N", type=int, nargs="+", help="round, flower: participants (10 50 100; 10 20)")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
+    bench.add_argument("--dataset", default="mnist", help="simulate: digits, mnist, fashion-mnist")
+    bench.add_argument("--data-dir", help="simulate: folder with the idx files")
+    bench.add_argument("--model", default="lenet5", help="simulate: logreg, mlp, lenet5")
+    bench.add_argument("--clients", type=_positive(int), default=20, help="simulate: clients trained")
+    bench.add_argument("--threads", type=_positive(int), default=1, help="simulate: torch threads")
     bench.set_defaults(func=cmd_bench)
 
     red = sub.add_parser("redteam", help="play every registered protocol adversary against the round")

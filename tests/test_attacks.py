@@ -55,7 +55,7 @@ def test_label_flip_and_its_success_metric():
     a = make_attack("label-flip")
     y = np.arange(10)
     assert a.poison_labels(y, 10).tolist() == list(range(9, -1, -1))
-    assert a.success(9 - y, y, 10) == 1.0 and a.success(y, y, 10) == 0.0
+    assert a.success(lambda x: 9 - y, None, y, 10) == 1.0 and a.success(lambda x: y, None, y, 10) == 0.0
 
 
 @given(st.integers(3, 12), st.integers(1, 4), st.integers(0, 2**31))

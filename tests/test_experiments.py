@@ -1,4 +1,4 @@
-"""The evaluation script on its quick config: runs, resumes, and writes the summary with target checks."""
+"""The evaluation script: the resumable grid with its summary, and the older experiments on their quick config."""
 
 import json
 import subprocess
@@ -6,11 +6,45 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RUN = [sys.executable, str(ROOT / "experiments" / "run.py")]
+
+
+def test_grid_runs_resumes_and_lists_missing_cells(tmp_path):
+    # Prepare: a filtered part of the quick grid
+    cmd = RUN + ["--grid", str(ROOT / "experiments" / "configs" / "grid-quick.toml"), "--out", str(tmp_path),
+                 "--rowsets", "digits-iid", "--attacks", "sign-flip", "badnets", "--rules", "fedavg", "multi-krum",
+                 "--quiet"]
+    # Execute
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    # Assert: one file per cell (the clean baseline added), compact, with per-round metrics
+    assert r.returncode == 0, r.stderr
+    cells = sorted(p.name for p in (tmp_path / "digits-iid").glob("*.json"))
+    assert cells == sorted(f"{a}__{r}.json" for a in ("none", "sign-flip", "badnets") for r in ("fedavg", "multi-krum"))
+    cell = json.loads((tmp_path / "digits-iid" / "badnets__fedavg.json").read_text())
+    assert cell["config"]["attack"] == "badnets" and len(cell["accuracy"]) == 2
+    assert cell["attack_success"][-1] > 0.5 and cell["final_accuracy"] == cell["accuracy"][-1]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "from the finished cells: 6 of 16." in summary
+    assert "| attack | fedavg | multi-krum |" in summary and "| sign-flip | 0.00 / 0.00 | 1.00 / 0.00 |" in summary
+    # cells not run are named, never silently left out
+    assert "Missing cells (2): alie × fedavg; alie × multi-krum" in summary
+    assert "sign-flip detected with TPR ≥ 0.95 at FPR ≤ 0.05 by the default rule multi-krum" in summary
+    assert "Cost:" in summary and (tmp_path / "digits-iid_acc.png").is_file()
+    # Execute again: finished cells are skipped
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert "6 of 6 cells finished, 0 to run" in again.stdout
+
+
+def test_grid_rejects_unknown_names(tmp_path):
+    cmd = RUN + ["--grid", str(ROOT / "experiments" / "configs" / "grid-quick.toml"), "--out", str(tmp_path)]
+    r = subprocess.run(cmd + ["--rules", "no-such-rule"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "unknown rule(s) ['no-such-rule']" in r.stderr
+    r = subprocess.run(cmd + ["--rowsets", "cifar"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "unknown row set(s) ['cifar']" in r.stderr
 
 
 def test_quick_experiment_summary(tmp_path):
-    cmd = [sys.executable, str(ROOT / "experiments" / "run.py"), "--config",
-           str(ROOT / "experiments" / "configs" / "quick.toml"), "--out", str(tmp_path), "--workers", "1"]
+    cmd = RUN + ["--config", str(ROOT / "experiments" / "configs" / "quick.toml"), "--out", str(tmp_path)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     summary = (tmp_path / "summary.md").read_text()

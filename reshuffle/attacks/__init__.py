@@ -15,10 +15,14 @@ via ``--plugin mymodule``) or ``make_attack("zero")``.
 """
 
 from reshuffle.attacks.base import Attack, attack_names, check_observed, make_attack, register_attack
+from reshuffle.attacks.backdoor import DBA, Backdoor, BadNets, ModelReplacement
+from reshuffle.attacks.fang import FangKrum, FangTrimmedMean
+from reshuffle.attacks.mimic import Mimic
 from reshuffle.attacks.omniscient import ALIE, IPM, MinMax, MinSum
 from reshuffle.attacks.simple import GaussianNoise, LabelFlip, NoAttack, Scaling, SignFlip
 
 __all__ = [
-    "ALIE", "Attack", "GaussianNoise", "IPM", "LabelFlip", "MinMax", "MinSum", "NoAttack", "Scaling",
-    "SignFlip", "attack_names", "check_observed", "make_attack", "register_attack",
+    "ALIE", "Attack", "Backdoor", "BadNets", "DBA", "FangKrum", "FangTrimmedMean", "GaussianNoise", "IPM",
+    "LabelFlip", "MinMax", "MinSum", "Mimic", "ModelReplacement", "NoAttack", "Scaling", "SignFlip",
+    "attack_names", "check_observed", "make_attack", "register_attack",
 ]

@@ -11,6 +11,15 @@ malicious update vectors out. ``observed`` is what the attackers can see:
   a real deployment they model colluders who know the honest distribution.
 
 Updates are U = W_i − W_g; the simulator uploads W_g + attack output.
+
+Three hooks besides ``__call__`` (all optional):
+
+* :meth:`Attack.prepare` is called once before round 1 with the federation's
+  size and training inputs (model replacement needs n, triggers the pixel range);
+* :meth:`Attack.poison_data` changes a malicious client's local data once, before
+  training (label flipping, backdoor triggers); honest data is never passed in;
+* :meth:`Attack.success` scores the attack on the current global model, given as
+  a ``predict`` callable, so backdoors can evaluate triggered inputs.
 """
 
 from __future__ import annotations
@@ -30,12 +39,30 @@ class Attack:
     #: False when the attack ignores the attackers' own training (saves the simulator the work).
     uses_own_training: ClassVar[bool] = True
 
+    def prepare(self, n_clients: int, x_train: np.ndarray) -> None:
+        """Called once before round 1: ``n_clients`` in the federation, the training inputs."""
+
     def poison_labels(self, y: np.ndarray, num_classes: int) -> np.ndarray:
         """Labels a malicious client trains on (data poisoning); unchanged by default."""
         return y
 
-    def success(self, predictions: np.ndarray, labels: np.ndarray, num_classes: int) -> float | None:
-        """The attack's own success metric on the test set, or None when it has none."""
+    def poison_data(
+        self, x: np.ndarray, y: np.ndarray, rank: int, m: int, num_classes: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The local data of malicious client ``rank`` (0 ≤ rank < m) after poisoning.
+
+        The default keeps the inputs and applies :meth:`poison_labels`. Returns new
+        arrays; ``x`` and ``y`` are left untouched.
+        """
+        return x, self.poison_labels(y, num_classes)
+
+    def success(
+        self, predict: Callable[[np.ndarray], np.ndarray], x_test: np.ndarray, y_test: np.ndarray, num_classes: int
+    ) -> float | None:
+        """The attack's own success metric on the test set, or None when it has none.
+
+        ``predict`` maps inputs to the current global model's predicted labels.
+        """
         return None
 
     def __call__(self, observed: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:

@@ -32,8 +32,8 @@ class LabelFlip(NoAttack):
     def poison_labels(self, y: np.ndarray, num_classes: int) -> np.ndarray:
         return (num_classes - 1 - y).astype(y.dtype)
 
-    def success(self, predictions: np.ndarray, labels: np.ndarray, num_classes: int) -> float:
-        return float(np.mean(predictions == num_classes - 1 - labels))
+    def success(self, predict, x_test: np.ndarray, y_test: np.ndarray, num_classes: int) -> float:
+        return float(np.mean(predict(x_test) == num_classes - 1 - y_test))
 
 
 @register_attack("sign-flip")
@@ -68,7 +68,10 @@ class GaussianNoise(Attack):
 
 @register_attack("scaling")
 class Scaling(Attack):
-    r"""Model replacement (Bagdasaryan et al., 2020): upload :math:`\lambda u`, λ = ``factor``.
+    r"""Boost one's own honest update: upload :math:`\lambda u`, λ = ``factor``.
+
+    The scaling step of model replacement without its backdoor; the full attack
+    is ``model-replacement`` (:mod:`reshuffle.attacks.backdoor`).
 
     >>> import numpy as np
     >>> Scaling(factor=10)(np.array([[0.5, -1.0]]), 1, None).tolist()

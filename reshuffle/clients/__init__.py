@@ -17,7 +17,8 @@ _WHERE = {
     "DataError": "data", "Dataset": "data", "load_dataset": "data", "parse_idx": "data", "read_idx": "data",
     "build_model": "models", "get_flat": "models", "set_flat": "models",
     "dirichlet": "partitions", "iid": "partitions", "partition": "partitions",
-    "TrainConfig": "train", "local_train": "train", "predict": "train",
+    "BatchedTrainer": "train", "TrainConfig": "train", "batch_schedule": "train", "local_train": "train",
+    "predict": "train",
 }
 
 

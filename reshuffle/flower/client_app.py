@@ -69,7 +69,8 @@ def train(msg: Message, context: Context) -> Message:
     if a.omniscient:
         raise ConfigError(f"attack {attack!r} needs the honest updates: use reshuffle simulate")
     if attack != "none":
-        y = a.poison_labels(y, ds.num_classes)
+        a.prepare(n, ds.x_train)
+        x, y = a.poison_data(x, y, part, n, ds.num_classes, np.random.default_rng(int(config.get("train-seed", 0)) + part))
     seed = int(config.get("train-seed", 0)) + part
     model = build_model(sim.model, ds.input_shape, ds.num_classes, seed=sim.seed)
     W = local_train(model, W_g, x, y, TrainConfig(sim.local_epochs, sim.batch_size, sim.lr, sim.optimizer), seed=seed)

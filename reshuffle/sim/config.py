@@ -15,6 +15,7 @@ from reshuffle.protocol.params import GROUPS
 from reshuffle.server import check_pre_names, check_rule_name
 
 SHUFFLES = ("real", "ideal", "none")
+TRAININGS = ("auto", "batched", "sequential")
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,9 @@ class SimConfig:
     ``rule`` may join rules with ``+`` (intersection); ``pre`` lists pre-aggregators
     run in front of the rule, ``pre_options`` one table per pre-aggregator;
     ``malicious`` and ``dropout`` are fractions of ``clients``; ``root_samples`` is
-    the size of FLTrust's server root dataset.
+    the size of FLTrust's server root dataset. ``training`` is ``batched`` (all
+    clients in one vmapped computation), ``sequential``, or ``auto`` (batched
+    when it is faster: models without convolutions, with SGD).
     """
 
     dataset: str = "digits"
@@ -46,6 +49,7 @@ class SimConfig:
     f: int | None = None
     dropout: float = 0.0
     shuffle: str = "real"
+    training: str = "auto"
     group: str = "ristretto255"
     seed: int = 0
     root_samples: int = 100
@@ -76,6 +80,7 @@ class SimConfig:
         check_rule_name(self.rule)
         check_pre_names(self.pre)
         _choice("shuffle", self.shuffle, SHUFFLES)
+        _choice("training", self.training, TRAININGS)
         _choice("group", self.group, GROUPS)
         _choice("attack", self.attack, attack_names())
         for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples"):

@@ -2,10 +2,16 @@
 
 Per round T (PROTOCOL.md §5):
 
-0. every client trains from W_g^T and forms its local model W_i^T; malicious
-   clients replace their update U_i = W_i − W_g with the attack's output;
+0. every client trains from W_g^T and forms its local model W_i^T (malicious
+   clients on their poisoned data; all clients at once when training is
+   batched); malicious clients replace their update U_i = W_i − W_g with the
+   attack's output;
 1–5. the models go through the shuffle (``real``: the protocol, in process;
-   ``ideal``: its ideal functionality; ``none``: plaintext, in client order);
+   ``ideal``: its ideal functionality; ``none``: plaintext, in client order).
+   Every mode carries Dec(Enc(W_i)), the protocol's fixed-point encoding, so a
+   real round that recovers every model gives bit-identical results to
+   ``none``; each model a round loses is listed in ``RoundRecord.lost`` with
+   its cause;
 6. the PS sorts the recovered models into a canonical order (by hash, so the
    result cannot depend on the shuffle's permutation), forms U = W − W_g, runs the
    rule and sets W_g^{T+1} = W_g^T + rule(U).
@@ -24,9 +30,12 @@ from typing import Callable
 import numpy as np
 
 from reshuffle.attacks import Attack, make_attack
-from reshuffle.clients import Dataset, TrainConfig, build_model, get_flat, load_dataset, local_train, partition, predict
+from reshuffle.clients import (
+    BatchedTrainer, Dataset, TrainConfig, build_model, get_flat, load_dataset, local_train, partition, predict,
+)
 from reshuffle.errors import ConfigError
-from reshuffle.protocol.api import ideal_round, shuffle
+from reshuffle.protocol.api import ShuffleResult, ideal_round, shuffle
+from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PHASES
 from reshuffle.server import Rule, make_rule
 from reshuffle.sim.config import SimConfig
@@ -45,6 +54,8 @@ class RoundRecord:
     models_received: int
     models_accepted: int
     dropped: list[int] = field(default_factory=list)
+    #: client → why its model is missing from this round ("dropout at <phase>", "no slot", "blamed: ...").
+    lost: dict[int, str] = field(default_factory=dict)
 
 
 def _seed(*parts: int) -> int:
@@ -59,6 +70,30 @@ def observed_updates(attack: Attack, own: np.ndarray, honest: np.ndarray) -> np.
     the attackers' own updates.
     """
     return honest if attack.omniscient else own
+
+
+def loss_causes(r: ShuffleResult, clients: int, dropouts: dict[str, list[int]]) -> dict[int, str]:
+    """Why each client's model is missing from a real round's output.
+
+    A client dropped at some phase (its model survives a drop at ``unmask``);
+    blamed by the protocol (with the PS's reason); with recorded participant
+    errors; otherwise it held no valid position at upload ("no slot": its
+    reservation did not settle within R_max, or the PS discarded its position).
+    """
+    dropped_at = {i: ph for ph, ids in dropouts.items() for i in ids}
+    out = {}
+    for i in range(clients):
+        if i in r.positions:
+            continue
+        if i in dropped_at:
+            out[i] = f"dropout at {dropped_at[i]}"
+        elif i in r.blamed:
+            out[i] = f"blamed: {r.blamed[i]}"
+        elif r.participant_errors.get(i):
+            out[i] = f"participant error: {r.participant_errors[i][0]}"
+        else:
+            out[i] = "no slot"
+    return out
 
 
 def canonical_order(models: list[np.ndarray]) -> list[int]:
@@ -77,12 +112,50 @@ class Simulation:
         self.W_g = get_flat(self.model)
         self.train_cfg = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer)
         self.attack = make_attack(cfg.attack, **cfg.attack_options)
+        self.attack.prepare(cfg.clients, self.data.x_train)
         rng = np.random.default_rng(_seed(cfg.seed, 1))
         self.malicious = sorted(rng.choice(cfg.clients, size=cfg.n_malicious, replace=False).tolist())
         self.root = rng.choice(len(self.data.y_train), size=min(cfg.root_samples, len(self.data.y_train)), replace=False)
         self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
+        self.codec = RoundParams.default(cfg.clients, self.W_g.size, group=cfg.group).codec
+        self.pool_x, self.pool_y, self.client_idx = self._client_data()
+        self.trainer = self._trainer()
         self._round = 0
+
+    def _client_data(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """One sample pool and each client's indices into it.
+
+        The pool is the training set followed by the malicious clients' poisoned
+        copies of their own data (poisoned once, before round 1); honest
+        clients index the training set itself.
+        """
+        xs, ys, idx = [self.data.x_train], [self.data.y_train], [p.copy() for p in self.parts]
+        if self.cfg.attack == "none" or not self.attack.uses_own_training:
+            return xs[0], ys[0], idx
+        at = len(self.data.y_train)
+        for rank, i in enumerate(self.malicious):
+            rng = np.random.default_rng(_seed(self.cfg.seed, 7, i))
+            x, y = self.attack.poison_data(self.data.x_train[idx[i]], self.data.y_train[idx[i]], rank,
+                                           len(self.malicious), self.data.num_classes, rng)
+            if len(x) != len(y) or x.shape[1:] != self.data.x_train.shape[1:]:
+                raise ConfigError(f"attack {self.cfg.attack!r} returned poisoned data of shapes {x.shape}, {y.shape}")
+            xs.append(x.astype(np.float32, copy=False))
+            ys.append(y.astype(np.int64, copy=False))
+            idx[i] = np.arange(at, at + len(y))
+            at += len(y)
+        return np.concatenate(xs), np.concatenate(ys), idx
+
+    def _trainer(self) -> BatchedTrainer | None:
+        mode = self.cfg.training
+        if mode == "auto":
+            ok = BatchedTrainer.supports(self.model, self.train_cfg) and BatchedTrainer.pays_off(self.model)
+            mode = "batched" if ok else "sequential"
+        if mode == "sequential":
+            return None
+        if not BatchedTrainer.supports(self.model, self.train_cfg):
+            raise ConfigError(f"training='batched' needs optimizer 'sgd' (got {self.cfg.optimizer!r})")
+        return BatchedTrainer(self.model, self.pool_x, self.pool_y, self.train_cfg)
 
     @property
     def attacked(self) -> bool:
@@ -94,21 +167,30 @@ class Simulation:
         return local_train(self.model, self.W_g, x, y, self.train_cfg, _seed(self.cfg.seed, self._round, 2)) - self.W_g
 
     def _train(self, T: int) -> tuple[list[np.ndarray], float, float]:
-        """Local models of all clients; (models, slowest client seconds, total seconds)."""
-        cfg, data = self.cfg, self.data
+        """Local models of all clients; (models, seconds per client, total seconds).
+
+        Seconds per client is the slowest client's time when training is
+        sequential, the batched computation's time divided by the clients in it
+        otherwise (an estimate of one client's time in a deployment).
+        """
         mal = set(self.malicious)
-        models, times = [], []
-        for i, idx in enumerate(self.parts):
+        skip = mal if self.attacked and not self.attack.uses_own_training else set()
+        who = [i for i in range(self.cfg.clients) if i not in skip]
+        seeds = [_seed(self.cfg.seed, T, 3, i) for i in who]
+        models = [self.W_g.copy() for _ in range(self.cfg.clients)]
+        t_all = time.perf_counter()
+        if self.trainer is not None:
+            for i, W in zip(who, self.trainer.train(self.W_g, [self.client_idx[i] for i in who], seeds)):
+                models[i] = W
+            total = time.perf_counter() - t_all
+            return models, total / max(len(who), 1), total
+        slowest = 0.0
+        for i, seed in zip(who, seeds):
             t0 = time.perf_counter()
-            if i in mal and not self.attack.uses_own_training:
-                models.append(self.W_g.copy())
-            else:
-                y = data.y_train[idx]
-                if i in mal:
-                    y = self.attack.poison_labels(y, data.num_classes)
-                models.append(local_train(self.model, self.W_g, data.x_train[idx], y, self.train_cfg, _seed(cfg.seed, T, 3, i)))
-            times.append(time.perf_counter() - t0)
-        return models, max(times), sum(times)
+            idx = self.client_idx[i]
+            models[i] = local_train(self.model, self.W_g, self.pool_x[idx], self.pool_y[idx], self.train_cfg, seed)
+            slowest = max(slowest, time.perf_counter() - t0)
+        return models, slowest, time.perf_counter() - t_all
 
     def _apply_attack(self, models: list[np.ndarray], T: int) -> None:
         if not self.attacked:
@@ -133,7 +215,7 @@ class Simulation:
         return out
 
     def _shuffle(self, models: list[np.ndarray], dropouts: dict[str, list[int]], T: int):
-        """(recovered models, client → row, seconds per phase, bytes)."""
+        """(recovered models, client → row, client → cause of loss, seconds per phase, bytes)."""
         cfg = self.cfg
         if cfg.shuffle == "real":
             # OS randomness: the protocol's secrets are never seeded in a simulation.
@@ -141,19 +223,22 @@ class Simulation:
             secs = {ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()}
             per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in r.stats.values())
             ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in r.stats.values())
-            return r.models, r.positions, secs, {"per_participant": per_p, "ps_total": ps}
+            lost = loss_causes(r, cfg.clients, dropouts)
+            return r.models, r.positions, lost, secs, {"per_participant": per_p, "ps_total": ps}
         # Before the unmask phase, a dropped participant's model is lost; at unmask it is recovered.
-        lost = {i for ph, ids in dropouts.items() if ph != "unmask" for i in ids}
+        lost = {i: f"dropout at {ph}" for ph, ids in dropouts.items() if ph != "unmask" for i in ids}
         alive = [i for i in range(cfg.clients) if i not in lost]
         t0 = time.perf_counter()
         if cfg.shuffle == "ideal":
-            got, pos = ideal_round([models[i] for i in alive], seed=_seed(cfg.seed, T, 6))
+            got, pos = ideal_round([models[i] for i in alive], seed=_seed(cfg.seed, T, 6),
+                                   b=self.codec.bits, f=self.codec.frac_bits, clip=self.codec.clip)
             positions = {alive[j]: row for j, row in pos.items()}
-            per_p = 4.0 * self.W_g.size
         else:
-            got, positions = [models[i] for i in alive], {i: row for row, i in enumerate(alive)}
-            per_p = 4.0 * self.W_g.size
-        return got, positions, {"shuffle": time.perf_counter() - t0}, {"per_participant": per_p, "ps_total": per_p * len(alive)}
+            # Plaintext, but through the same fixed-point encoding as the real round.
+            got, positions = [self.codec.roundtrip(models[i]) for i in alive], {i: row for row, i in enumerate(alive)}
+        per_p = 4.0 * self.W_g.size
+        secs = {"shuffle": time.perf_counter() - t0}
+        return got, positions, lost, secs, {"per_participant": per_p, "ps_total": per_p * len(alive)}
 
     def _detection(self, positions: dict[int, int], accepted: set[int]) -> tuple[float | None, float | None]:
         """TPR = rejected malicious / malicious received; FPR = rejected honest / honest received."""
@@ -171,10 +256,10 @@ class Simulation:
         self._round += 1
         T = self._round
         seconds: dict[str, float] = {}
-        models, seconds["training"], _ = self._train(T)
+        models, seconds["training"], seconds["training_total"] = self._train(T)
         self._apply_attack(models, T)
         dropouts = self._dropouts(T)
-        got, positions, phase_s, nbytes = self._shuffle(models, dropouts, T)
+        got, positions, lost, phase_s, nbytes = self._shuffle(models, dropouts, T)
         seconds.update(phase_s)
 
         t0 = time.perf_counter()
@@ -190,13 +275,16 @@ class Simulation:
         t0 = time.perf_counter()
         pred = predict(self.model, self.W_g, self.data.x_test)
         accuracy = float(np.mean(pred == self.data.y_test))
-        success = self.attack.success(pred, self.data.y_test, self.data.num_classes) if self.attacked else None
+        success = None
+        if self.attacked:
+            success = self.attack.success(lambda x: predict(self.model, self.W_g, x), self.data.x_test,
+                                          self.data.y_test, self.data.num_classes)
         seconds["evaluation"] = time.perf_counter() - t0
         tpr, fpr = self._detection(positions, set(accepted))
         return RoundRecord(
             round=T, accuracy=accuracy, attack_success=success, tpr=tpr, fpr=fpr, seconds=seconds, bytes=nbytes,
             models_received=len(got), models_accepted=len(accepted),
-            dropped=sorted(i for ids in dropouts.values() for i in ids),
+            dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost,
         )
 
     def run(self, on_round: Callable[[RoundRecord], None] | None = None) -> list[RoundRecord]:
