@@ -143,6 +143,7 @@ _SIM_OPTIONS = [
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
     ("--seed", _non_negative_int, "seed of data split, initial model, training order, attacks"),
     ("--root-samples", _positive(int), "size of FLTrust's server root dataset"),
+    ("--adversary", str, "protocol adversary played in every real round (names: reshuffle redteam --json)"),
 ]
 
 

@@ -237,9 +237,9 @@ class BadShare(ParticipantBehaviour):
 
     stopped_by = "§8.4 batched Feldman check, public complaint answer"
 
-    def __init__(self, pids=(1,), victim: int = 0) -> None:
+    def __init__(self, pids=(1,), victim: int | None = None) -> None:
         super().__init__(pids)
-        self.victim = victim
+        self.victim = victim  # None: the lowest other participant
 
     class participant_class(Participant):
         def _on_advertise_list(self, m):
@@ -248,7 +248,9 @@ class BadShare(ParticipantBehaviour):
             from reshuffle.protocol.participant import SETUP_PHASE_AD
             from reshuffle.wire import Writer
 
-            v, g = self.behaviour.victim, self._ctx.group
+            g = self._ctx.group
+            v = self.behaviour.victim
+            v = min(j for j in self._dealt if j != self.pid) if v is None else v
             if v not in self._dealt or v == self.pid:
                 return [bundle]
             self._dealt[v][0] = (self._dealt[v][0] + 1) % g.order

@@ -26,7 +26,10 @@ class SimConfig:
     ``rule`` may join rules with ``+`` (intersection); ``pre`` lists pre-aggregators
     run in front of the rule, ``pre_options`` one table per pre-aggregator;
     ``malicious`` and ``dropout`` are fractions of ``clients``; ``root_samples`` is
-    the size of FLTrust's server root dataset. ``training`` is ``batched`` (all
+    the size of FLTrust's server root dataset. ``adversary`` names a protocol
+    adversary of :mod:`reshuffle.adversaries` played in every real round (by the
+    first malicious client, or client 0, unless ``adversary_options`` says
+    otherwise); a participant it blames takes no part in later rounds. ``training`` is ``batched`` (all
     clients in one vmapped computation), ``sequential``, or ``auto`` (batched
     when it is faster: models without convolutions, with SGD).
     """
@@ -58,6 +61,8 @@ class SimConfig:
     rule_options: dict[str, Any] = field(default_factory=dict)
     pre_options: dict[str, Any] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)
+    adversary: str = "none"
+    adversary_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_malicious(self) -> int:
@@ -83,6 +88,11 @@ class SimConfig:
         _choice("training", self.training, TRAININGS)
         _choice("group", self.group, GROUPS)
         _choice("attack", self.attack, attack_names())
+        from reshuffle.adversaries import adversary_names
+
+        _choice("adversary", self.adversary, ["none", *adversary_names()])
+        if self.adversary != "none" and self.shuffle != "real":
+            raise ConfigError(f"adversary {self.adversary!r} deviates from the protocol: it needs shuffle='real'")
         for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -101,7 +111,9 @@ class SimConfig:
                 raise ConfigError(f"{name} must be a fraction in [0, 1), got {v!r}")
         if self.f is not None and (not isinstance(self.f, int) or self.f < 0):
             raise ConfigError(f"f must be a non-negative int, got {self.f!r}")
-        threshold = self.clients // 2 + 1
+        from reshuffle.protocol.params import RoundParams
+
+        threshold = RoundParams.default(self.clients, 1).t
         if self.clients - self.n_dropout < threshold:
             raise ConfigError(
                 f"dropout={self.dropout} drops {self.n_dropout} of {self.clients} clients per round; "

@@ -56,6 +56,8 @@ class RoundRecord:
     dropped: list[int] = field(default_factory=list)
     #: client → why its model is missing from this round ("dropout at <phase>", "no slot", "blamed: ...").
     lost: dict[int, str] = field(default_factory=dict)
+    #: client → what the protocol named it for in this round, with its evidence (never an honest client).
+    blamed: dict[int, str] = field(default_factory=dict)
 
 
 def _seed(*parts: int) -> int:
@@ -122,6 +124,20 @@ class Simulation:
         self.pool_x, self.pool_y, self.client_idx = self._client_data()
         self.trainer = self._trainer()
         self._round = 0
+        self.banned: dict[int, int] = {}  # client → round in which the protocol named it
+
+    def _adversaries(self) -> list:
+        if self.cfg.adversary == "none":
+            return []
+        from reshuffle.adversaries import make_adversary
+
+        opts = dict(self.cfg.adversary_options)
+        b = make_adversary(self.cfg.adversary, **opts)
+        if b.role == "participant" and "pids" not in opts:
+            b = make_adversary(self.cfg.adversary, pids=(self.malicious[0] if self.malicious else 0,), **opts)
+        if getattr(b, "pids", ()) and set(b.pids) & set(self.banned):
+            return []  # a named participant takes no part any more
+        return [b]
 
     def _client_data(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """One sample pool and each client's indices into it.
@@ -219,7 +235,9 @@ class Simulation:
         cfg = self.cfg
         if cfg.shuffle == "real":
             # OS randomness: the protocol's secrets are never seeded in a simulation.
-            r = shuffle(models, dropouts=dropouts, T=T, global_model=self.W_g.tobytes(), group=cfg.group)
+            r = shuffle(models, dropouts=dropouts, T=T, global_model=self.W_g.tobytes(), group=cfg.group,
+                        adversaries=self._adversaries(), raise_on_failure=False)
+            self._blamed = dict(r.blamed)
             secs = {ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()}
             per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in r.stats.values())
             ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in r.stats.values())
@@ -259,8 +277,24 @@ class Simulation:
         models, seconds["training"], seconds["training_total"] = self._train(T)
         self._apply_attack(models, T)
         dropouts = self._dropouts(T)
+        if self.banned:
+            # Named with evidence in an earlier round: it takes no part (as a setup dropout would).
+            dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(self.banned))
+        self._blamed: dict[int, str] = {}
         got, positions, lost, phase_s, nbytes = self._shuffle(models, dropouts, T)
         seconds.update(phase_s)
+        for i in self.banned:
+            lost[i] = f"banned: blamed in round {self.banned[i]}"
+        for i in self._blamed:
+            self.banned.setdefault(i, T)
+        if not got:
+            # Nothing delivered (e.g. a jammed round that named its jammer): W_g stays.
+            pred = predict(self.model, self.W_g, self.data.x_test)
+            return RoundRecord(
+                round=T, accuracy=float(np.mean(pred == self.data.y_test)), attack_success=None, tpr=None, fpr=None,
+                seconds=seconds, bytes=nbytes, models_received=0, models_accepted=0,
+                dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
+            )
 
         t0 = time.perf_counter()
         order = canonical_order(got)
@@ -284,7 +318,7 @@ class Simulation:
         return RoundRecord(
             round=T, accuracy=accuracy, attack_success=success, tpr=tpr, fpr=fpr, seconds=seconds, bytes=nbytes,
             models_received=len(got), models_accepted=len(accepted),
-            dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost,
+            dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
         )
 
     def run(self, on_round: Callable[[RoundRecord], None] | None = None) -> list[RoundRecord]:
