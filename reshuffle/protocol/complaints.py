@@ -4,11 +4,14 @@ A dealer commits to the polynomials of its 2M secrets in its signed
 advertisement, with Ĉ under Fiat–Shamir weights. A recipient checks all shares
 of one dealer at once against Ĉ (about t exponentiations) and complains about a
 dealer whose shares fail (or never arrived). The PS checks Ĉ against the
-commitments once per dealer. A complaint is answered by the dealer publishing
-the disputed shares, signed; a bad answer names the dealer, no answer excludes
-it, and both happen before the first masked vector, so no mask set ever holds a
-dealer whose shares cannot be trusted. At reveal time a share that fails the
-commitments names the member that revealed it.
+commitments only when it must: on a complaint's answer (checked against Ĉ) or
+when a reconstructed secret does not match its commitment. A complaint is
+answered by the dealer publishing the disputed shares, signed; a bad answer
+names the dealer, no answer excludes it, and both happen before the first
+masked vector. At reveal time a share that fails the commitments is dropped;
+its revealer is not named, because the weights are known to the dealer when it
+deals, so a dealer can make errors that cancel in the batch and an honest member
+may hold such a share.
 
 Every culprit comes with a :class:`ShareEvidence` that a third party checks with
 :func:`verify_share_evidence` from the roster's keys alone.
@@ -27,7 +30,6 @@ from reshuffle.protocol.messages import ShareKind
 
 KIND_BAD_COMMITMENT = "Ĉ inconsistent with its Feldman commitments"
 KIND_BAD_ANSWER = "published a share that fails its own Feldman commitments"
-KIND_BAD_REVEAL = "revealed a share that fails the owner's Feldman commitments"
 
 
 def weights_context(T: int) -> bytes:
@@ -57,15 +59,13 @@ def secret_index(m: int, kind: ShareKind) -> int:
 
 @dataclass(frozen=True)
 class ShareEvidence:
-    """A dealer's or a revealer's own signed statements that contradict the signed commitments."""
+    """A dealer's own signed statements that contradict its signed commitments."""
 
     kind: str
     pid: int
-    advert: bytes  # the dealer's (or, for a bad reveal, the owner's) signed ADVERTISE
-    message: bytes = b""  # the culprit's signed COMPLAINT_ANSWER or UNMASK_RESPONSE
-    subject: int = 0  # complainer (bad answer) or owner (bad reveal)
-    m: int = 0
-    share_kind: int = 0
+    advert: bytes  # the dealer's signed ADVERTISE
+    message: bytes = b""  # the dealer's signed COMPLAINT_ANSWER
+    subject: int = 0  # the complainer whose shares the answer fails
 
     def __str__(self) -> str:
         return self.kind
@@ -101,16 +101,4 @@ def verify_share_evidence(ev: ShareEvidence, keys: dict[int, VerifyKey], params)
         except InvalidShare:
             return
         raise Refused("evidence: the published shares pass the check")
-    if ev.kind == KIND_BAD_REVEAL:
-        if adv.sender != ev.subject or not isinstance(m, msg.UnmaskResponse):
-            raise Refused("evidence: not the owner's advertisement and the revealer's response")
-        kind = ShareKind(ev.share_kind)
-        share = next((sh for owner, k, sh in m.shares if owner == ev.subject and k is kind), None)
-        if share is None or m.m != ev.m or share.x != ev.pid + 1:
-            raise Refused("evidence: the response holds no such share")
-        try:
-            feldman.verify_share(share.x, share.y, adv.commitments[secret_index(ev.m, kind)])
-        except InvalidShare:
-            return
-        raise Refused("evidence: the revealed share matches the commitments")
     raise Refused(f"unknown evidence kind {ev.kind!r}")
