@@ -1,4 +1,4 @@
-"""Blame for rows (PROTOCOL.md §8.6): culprits named with checkable evidence, honest parties never."""
+"""Blame for rows (docs/protocol.md §9): culprits named with checkable evidence, honest parties never."""
 
 import dataclasses
 

@@ -1,4 +1,4 @@
-"""Verifiable shares (PROTOCOL.md §8.4): batched Feldman checks, public complaints, named dealers."""
+"""Verifiable shares (docs/protocol.md §6.4): batched Feldman checks, public complaints, named dealers."""
 
 import dataclasses
 

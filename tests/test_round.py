@@ -18,7 +18,7 @@ def test_rawness_exact_multiset(N):
     assert r.online == list(range(N))
     assert multiset(r.models) == expected_models(ups, range(N))
     assert r.errors == [] and r.participant_errors == {}
-    # One position per settled participant plus the decoys' (§8.5), which stay empty and are never delivered.
+    # One position per settled participant plus the decoys' (§8), which stay empty and are never delivered.
     assert r.output.n_positions == N + r.params.decoys
     assert r.output.discarded_positions == r.output.decoy_positions
     assert set(r.output.rejected_rows.values()) == {"empty"}

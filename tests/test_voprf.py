@@ -171,7 +171,7 @@ def test_dleq_rejects_reordered_and_replaced_outputs(g):
 
 def test_dleq_bound_to_context_and_base(g):
     k = 12345
-    A = g.hash_to_group(b"test", b"X_j")  # §8.6: K_ij = X_j^{x_i} against X_i = g^{x_i}
+    A = g.hash_to_group(b"test", b"X_j")  # §9: K_ij = X_j^{x_i} against X_i = g^{x_i}
     Cs, Ds = [A], [A**k]
     proof = v.prove_dleq(k, g.generator(), g.base_mul(k), Cs, Ds, None, CTX)
     v.verify_dleq(g.generator(), g.base_mul(k), Cs, Ds, proof, CTX)
@@ -311,7 +311,7 @@ def test_fuzz_proof_decoder_raises_only_protocol_errors(data):
 
 
 def test_voprf_and_dleq_on_every_backend(group):
-    # Prepare: the §8.6 statement K_ij = X_j^{x_i} against X_i, and one VOPRF round
+    # Prepare: the §9 statement K_ij = X_j^{x_i} against X_i, and one VOPRF round
     x_i, x_j = group.random_scalar(), group.random_scalar()
     X_i, X_j = group.base_mul(x_i), group.base_mul(x_j)
     K = X_j**x_i

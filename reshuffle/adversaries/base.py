@@ -44,7 +44,7 @@ class Behaviour:
 
     name: ClassVar[str] = "behaviour"
     role: ClassVar[str] = "participant"
-    #: the protocol check that is expected to stop it (PROTOCOL.md section)
+    #: the protocol check that is expected to stop it (docs/protocol.md section)
     stopped_by: ClassVar[str] = ""
     #: True when the PS deviates: then the round may fail, but no honest model may be exposed
     #: and the test is on the honest participants' views.

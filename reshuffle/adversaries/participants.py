@@ -1,4 +1,4 @@
-"""Deviating participants (PROTOCOL.md §6, §8.7): each is the honest state machine with one change."""
+"""Deviating participants (docs/security/threat-model.md, §9 and docs/security/threat-model.md): each is the honest state machine with one change."""
 
 from __future__ import annotations
 
@@ -93,12 +93,12 @@ class Replay(ParticipantBehaviour):
 class MultiSlot(ParticipantBehaviour):
     """Marks all k candidate slots in every reservation iteration and fills every position it gets.
 
-    v1 gave it 6 to 7 valid rows of 10. It holds one credential only (§8.3), so the
+    v1 gave it 6 to 7 valid rows of 10. It holds one credential only (§7.2), so the
     rows it fills share r and are all dropped; its k-hot count vectors break the
     reservation's sum check.
     """
 
-    stopped_by = "§8.3 one credential per participant; §8.5 sum check"
+    stopped_by = "§7.2 one credential per participant; §8 sum check"
 
     class participant_class(Participant):
         def _reservation_vector(self) -> np.ndarray:
@@ -152,7 +152,7 @@ class Jam(ParticipantBehaviour):
     runs without it.
     """
 
-    stopped_by = "§8.6 decoy audit and openings"
+    stopped_by = "§9 decoy audit and openings"
 
     class participant_class(Participant):
         def _model_list(self):
@@ -173,7 +173,7 @@ class TamperOneRow(ParticipantBehaviour):
     (probability d/(|S|+d) per row hit).
     """
 
-    stopped_by = "§8.3 row tag; §8.6 decoys"
+    stopped_by = "§7.2 row tag; §9 decoys"
 
     class participant_class(Participant):
         def _model_list(self):
@@ -207,7 +207,7 @@ class FalseOpening(Jam):
     proof, and the false opener is named for it (or for its nonzero decoy row).
     """
 
-    stopped_by = "§8.6 disputes: K_ij revealed with a DLEQ proof"
+    stopped_by = "§9 disputes: K_ij revealed with a DLEQ proof"
 
     class participant_class(Jam.participant_class):
         def _on_blame_request(self, m):
@@ -235,7 +235,7 @@ class BadShare(ParticipantBehaviour):
     excluded before anyone masks anything, and the round runs without it.
     """
 
-    stopped_by = "§8.4 batched Feldman check, public complaint answer"
+    stopped_by = "§6.4 batched Feldman check, public complaint answer"
 
     def __init__(self, pids=(1,), victim: int | None = None) -> None:
         super().__init__(pids)
@@ -279,7 +279,7 @@ class FalseComplaint(ParticipantBehaviour):
     round completes with every honest model.
     """
 
-    stopped_by = "§8.4 public answers (a false complaint costs the dealers one message)"
+    stopped_by = "§6.4 public answers (a false complaint costs the dealers one message)"
 
     class participant_class(Participant):
         def _seal(self, m):

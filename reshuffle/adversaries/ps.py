@@ -1,4 +1,4 @@
-"""A deviating PS (PROTOCOL.md §8.1–§8.2, §8.7).
+"""A deviating PS (docs/protocol.md §6.2–6.3, §7.1, §9 and docs/security/threat-model.md).
 
 What must hold against each: an honest participant either detects the deviation
 before it reveals anything that would link or unmask it, or the deviation makes
@@ -53,7 +53,7 @@ class _PSAttack(PSBehaviour):
 class EquivocateU(_PSAttack):
     """Shows half the participants U_m and the other half U_m without the target, to get both share kinds."""
 
-    stopped_by = "§8.1 certificate: t signatures on one (T, m, U_m, h_m)"
+    stopped_by = "§6.2–6.3 certificate: t signatures on one (T, m, U_m, h_m)"
 
     class server_class(Server):
         def _close_masked(self):
@@ -100,7 +100,7 @@ class ForkPosition(_PSAttack):
     so its model list has the usual length and the PS adds its vector like any other.
     """
 
-    stopped_by = "§8.1 h_m in every stream key (the fork makes the sums random)"
+    stopped_by = "§6.2–6.3 h_m in every stream key (the fork makes the sums random)"
 
     class server_class(Server):
         def _check_view(self, sender, mi):
@@ -130,7 +130,7 @@ class ForkPosition(_PSAttack):
 class TaggedOT(_PSAttack):
     """Answers the target's OT request under another beta, to recognise its tokens later."""
 
-    stopped_by = "§8.2 DLEQ proof of the OT answers against B"
+    stopped_by = "§7.1 DLEQ proof of the OT answers against B"
 
     class server_class(Server):
         def _on_ot_request(self, sender, m):
@@ -158,7 +158,7 @@ class TaggedOT(_PSAttack):
 class PerParticipantKey(_PSAttack):
     """Sends the target its own credential key C' (and so its own RoundStart), to recognise its row."""
 
-    stopped_by = "§8.1 C in RoundStart, hence in h (the fork makes the sums random)"
+    stopped_by = "§6.2–6.3 C in RoundStart, hence in h (the fork makes the sums random)"
 
     class server_class(Server):
         def _check_view(self, sender, mi):
@@ -217,7 +217,7 @@ __all__ = ["BelowThreshold", "MsgType", "exposed"]
 class FalseDecoyClaim(_PSAttack):
     """Starts the blame step on a clean round and claims the target's row is a decoy, to open it."""
 
-    stopped_by = "§8.6 audit: positions must be the decoys the opened seed gives; never one's own row"
+    stopped_by = "§9 audit: positions must be the decoys the opened seed gives; never one's own row"
 
     class server_class(Server):
         def _close_unmask(self):
@@ -246,7 +246,7 @@ class FalseDecoyClaim(_PSAttack):
 class ForgedDispute(_PSAttack):
     """Forces a blame step and shows the target a forged 'conflicting opening' to extract K_ij."""
 
-    stopped_by = "§8.6: K_ij only against the partner's validly signed, conflicting opening"
+    stopped_by = "§9: K_ij only against the partner's validly signed, conflicting opening"
 
     class server_class(Server):
         def _close_unmask(self):

@@ -145,7 +145,7 @@ def _timed(g: _CountingRistretto, fn, repeat: int) -> tuple[float, int]:
 
 
 def bench_voprf(k: int, repeat: int) -> dict:
-    """§8.2 proved OT answers (batch of k), §8.3 credential (batch of 1), §8.6 one DH key."""
+    """§7.1 proved OT answers (batch of k), §7.2 credential (batch of 1), §9 one DH key."""
     g = _CountingRistretto()
     suite = voprf.Suite(g)
     beta, B = voprf.derive_key_pair(suite, bytes(32), b"bench beta")
@@ -184,7 +184,7 @@ def bench_voprf(k: int, repeat: int) -> dict:
 
 
 def bench_feldman(S: int, t: int, repeat: int) -> dict:
-    """§8.4, per dealer: Ĉ from S × t commitments, then one recipient's batched check."""
+    """§6.4, per dealer: Ĉ from S × t commitments, then one recipient's batched check."""
     g = _CountingRistretto()
     xs = range(1, 2 * t)
     secrets = [g.random_scalar() for _ in range(S)]

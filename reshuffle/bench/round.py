@@ -14,7 +14,7 @@ are measured in the same run, against floors computed on the same sizes:
   path (PS time plus the slowest participant, summed over phases).
 
 ``mechanisms`` times each protocol-v2 mechanism on its own at the round's sizes
-(PROTOCOL.md §8): signing and verifying one upload (per-row hashes + Ed25519),
+(docs/protocol.md §8): signing and verifying one upload (per-row hashes + Ed25519),
 the OT answer proof, the credential, the row checks, one certificate check, and
 the decoy rows' share of the upload; ``blame_extra_s`` is the extra in-process
 time of a round whose jammer starts the blame step.
@@ -66,7 +66,7 @@ def _mask_time(N: int, L: int, rows: int, repeat: int) -> float:
 
 
 def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
-    """Each v2 mechanism timed alone at this round's sizes (§8.1–8.6)."""
+    """Each v2 mechanism timed alone at this round's sizes (§6.2–§9)."""
     p, g = r.params, get_group()
     rng = SeededRandom(11)
     sk = SigningKey.from_seed(bytes(32))

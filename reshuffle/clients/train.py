@@ -1,7 +1,7 @@
 """Local training and evaluation.
 
 ``local_train`` starts from the global model W_g and returns the local model
-W_i = W_g − α·Σ G (several SGD or Adam steps), as PROTOCOL.md §5 step 0 has the
+W_i = W_g − α·Σ G (several SGD or Adam steps), as docs/protocol.md §5 step 0 has the
 participant upload. The PS, which knows W_g, forms the update U_i = W_i − W_g
 itself before running a detection rule.
 """

@@ -1,4 +1,4 @@
-"""Cryptographic building blocks (PROTOCOL.md §3): narrow, validated primitives."""
+"""Cryptographic building blocks (docs/protocol.md §3): narrow, validated primitives."""
 
 from reshuffle.crypto.channel import Channel, DHKeyPair
 from reshuffle.crypto.encoding import Encoded, FixedPoint

@@ -1,4 +1,4 @@
-"""Feldman verifiable secret sharing over the group's scalar field (PROTOCOL.md §8.4).
+"""Feldman verifiable secret sharing over the group's scalar field (docs/protocol.md §6.4).
 
 A dealer shares S secrets at once (in the protocol b_{i,m} and x_{i,m} for
 m = 1..M, so S = 2M) with degree t − 1 polynomials ``f_s(x) = sum_k a_{s,k} x^k``,

@@ -1,6 +1,6 @@
 """Prime-order groups behind one interface.
 
-Notation is multiplicative as in PROTOCOL.md: ``a * b`` is the group operation,
+Notation is multiplicative as in docs/protocol.md: ``a * b`` is the group operation,
 ``a ** s`` exponentiation by a scalar, ``g`` the generator. Scalars are Python
 ints in ``[0, q)``. Backends:
 

@@ -1,4 +1,4 @@
-"""k-out-of-n oblivious transfer of slot tokens (Chu–Tzeng style), PROTOCOL.md §5 step 2.
+"""k-out-of-n oblivious transfer of slot tokens (Chu–Tzeng style), docs/protocol.md §5 step 2.
 
 The PS is the sender of n 128-bit tokens ``tau_1..tau_n``. With
 ``H1(T, l)`` a hash into the group and ``H`` a hash to 16 bytes:
@@ -166,7 +166,7 @@ class OTSender:
         return OTResponse(self.T, tuple(a**self._beta for a in request.blinded))
 
     def prove(self, request: OTRequest, response: OTResponse, context: bytes, rng: RandomSource | None = None) -> Proof:
-        """RFC 9497 batched DLEQ proof that every ``D_j = A_j^beta`` uses the beta of ``B`` (PROTOCOL.md §8.2)."""
+        """RFC 9497 batched DLEQ proof that every ``D_j = A_j^beta`` uses the beta of ``B`` (docs/protocol.md §7.1)."""
         g = self.group
         return prove_dleq(self._beta, g.generator(), self.table.B, request.blinded, response.answers, rng, context)
 

@@ -10,14 +10,14 @@ little-endian** here (the RFC's encoding; ``Group.scalar_to_bytes`` elsewhere in
 the project is big-endian). Other groups (the toy groups of the games) run the
 same code with identifier ``<group name>-SHA512``.
 
-PROTOCOL.md uses it three ways:
+docs/protocol.md uses it three ways:
 
-- §8.2: the OT answers ``D_j = A_j^beta`` are blind evaluations under beta;
+- §7.1: the OT answers ``D_j = A_j^beta`` are blind evaluations under beta;
   :func:`generate_proof` / :func:`verify_proof` with ``A = g, B = g^beta``;
-- §8.3: the row credential is a VOPRF evaluation under gamma
+- §7.2: the row credential is a VOPRF evaluation under gamma
   (:func:`blind`, :func:`blind_evaluate`, :func:`finalize`; :func:`evaluate`
   checks a presented credential without interaction);
-- §8.6 step 3 and any other DLEQ statement with arbitrary bases:
+- §9 step 3 and any other DLEQ statement with arbitrary bases:
   :func:`prove_dleq` / :func:`verify_dleq`, the same proof under a context
   string bound to the base ``A`` and a caller-chosen context.
 

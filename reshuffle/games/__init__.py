@@ -1,4 +1,4 @@
-"""Security statements of PROTOCOL.md §7 as executable games (see ``docs/security/``).
+"""Security statements of docs/security/README.md as executable games (see ``docs/security/``).
 
 ``run_games(quick)`` plays every game and returns one :class:`Result` per row
 of ``reshuffle games``. Each statement has a secure instance (the measured

@@ -13,7 +13,7 @@ compute: i's self mask (b_i is revealed for every survivor), and the pairwise
 masks shared with colluders. If the token field at the challenge position then
 equals that slot's token, it names i; otherwise it guesses. It also sends a
 second, signed unmask request claiming i dropped, hoping to get shares of x_i
-too. Honest participants answer once per invocation (§4 step 4) and refuse; the
+too. Honest participants answer once per invocation (docs/protocol.md §6.3) and refuse; the
 *broken* variant (:class:`AnswersTwice`) answers, and then every mask of y_i is
 known and the adversary always wins.
 """

@@ -1,4 +1,4 @@
-"""Channel confidentiality (PROTOCOL.md §3, §7): IND-CPA of DH + HKDF + AES-GCM.
+"""Channel confidentiality (docs/protocol.md §3, docs/security/README.md): IND-CPA of DH + HKDF + AES-GCM.
 
 The game: the challenger draws x_i, x_j, publishes X_i = g^{x_i}, X_j = g^{x_j}
 and builds the real :class:`~reshuffle.crypto.channel.Channel` from i to j in

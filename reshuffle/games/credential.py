@@ -1,4 +1,4 @@
-"""Row-credential unforgeability (PROTOCOL.md §8.3): q evaluations give at most q credentials.
+"""Row-credential unforgeability (docs/protocol.md §7.2): q evaluations give at most q credentials.
 
 The credential game: the challenger is the PS with key gamma, C = g^gamma, and
 the real RFC 9497 VOPRF code (:mod:`reshuffle.crypto.voprf`). The adversary A

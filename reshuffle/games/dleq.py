@@ -1,4 +1,4 @@
-"""DLEQ soundness (PROTOCOL.md §8.2, §8.3, §8.6): no accepting proof for a false statement.
+"""DLEQ soundness (docs/protocol.md §7.1, §7.2, §9): no accepting proof for a false statement.
 
 The proof (RFC 9497 §2.2, :func:`reshuffle.crypto.voprf.prove_dleq`) shows
 log_A B = log_{C_i} D_i for all i through the composites M = Σ d_i C_i,

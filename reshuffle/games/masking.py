@@ -1,4 +1,4 @@
-"""MaskedSum hiding (PROTOCOL.md §4): a masked vector y_i = v_b + r_i reveals nothing of b.
+"""MaskedSum hiding (docs/protocol.md §6): a masked vector y_i = v_b + r_i reveals nothing of b.
 
 Participant 0 is the target; participant 1 is another honest one; participants
 2.. collude with the PS (their x are known). Two views, two reductions:
@@ -28,7 +28,7 @@ from reshuffle.games.framework import Estimate, coin, estimate
 from reshuffle.protocol.masking import mask_in_place, pair_key, pair_row_key, pair_sign, self_key
 
 T, M, L, N = 1, 1, 8, 4
-H = bytes(32)  # the transcript hash h_M of the one invocation played (PROTOCOL.md §8.1)
+H = bytes(32)  # the transcript hash h_M of the one invocation played (docs/protocol.md §6.2–6.3)
 V = [np.zeros(L, np.uint32), np.arange(1, L + 1, dtype=np.uint32)]  # A's chosen v_0, v_1
 
 

@@ -1,4 +1,4 @@
-"""Blame for rows (PROTOCOL.md §8.6): audit, openings, disputes and checkable evidence.
+"""Blame for rows (docs/protocol.md §9): audit, openings, disputes and checkable evidence.
 
 After the upload is unmasked, a nonzero row that fails its token, credential or
 tag, or a nonzero decoy row, starts the blame step. Decoy rows are rows no

@@ -1,4 +1,4 @@
-"""Verifiable shares (PROTOCOL.md §8.4 / docs/protocol.md §10 of v2): Feldman checks, complaints, evidence.
+"""Verifiable shares (docs/protocol.md §6.4): Feldman checks, complaints, evidence.
 
 A dealer commits to the polynomials of its 2M secrets in its signed
 advertisement, with Ĉ under Fiat–Shamir weights. A recipient checks all shares

@@ -1,4 +1,4 @@
-"""One row per participant: the row credential and the row tag (PROTOCOL.md §8.3).
+"""One row per participant: the row credential and the row tag (docs/protocol.md §7.2).
 
 Each participant obtains exactly one anonymous credential per round: an RFC 9497
 VOPRF evaluation under the PS's key γ (C = g^γ is in RoundStart, hence in h) of

@@ -1,4 +1,4 @@
-"""Decoys: virtual participants of the reservation (PROTOCOL.md §8.5–§8.6).
+"""Decoys: virtual participants of the reservation (docs/protocol.md §8, §9).
 
 The PS commits, before the OT phase, to a 32-byte seed; decoy j draws k
 candidates and every later pick from ``SeededRandom(seed, label(T, j))`` and

@@ -1,4 +1,4 @@
-"""MaskedSum arithmetic (PROTOCOL.md §4, §8.1, §8.6): masks, their removal, domain strings.
+"""MaskedSum arithmetic (docs/protocol.md §6, §6.2–6.3, §9): masks, their removal, domain strings.
 
 Participant ``i`` uploads ``v_i + r_{i,m}`` with
 ``r_{i,m} = PRG(b_{i,m}) + sum_{j != i} s(i,j) PRG(K_{ij,m})``, ``K_{ij,m} =
@@ -9,8 +9,8 @@ masks of the dropped ``U_{m-1} \\ U_m``.
 Every stream is keyed per row ρ of the vector (one row for a count vector, one
 per position for the model list): ``HKDF(seed, label(T, m, i[, j], ρ) ‖ h_m)``.
 The transcript hash h_m makes parties with different views derive unrelated
-keys (§8.1); the row index lets a participant open its keys of one decoy row
-without saying anything about any other row (§8.6).
+keys (§6.2–6.3); the row index lets a participant open its keys of one decoy row
+without saying anything about any other row (§9).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def row_mask(
     group: Group, T: int, m: int, i: int, b: int, pair_keys: Mapping[int, bytes], h: bytes, row: int, length: int,
     dtype: np.dtype,
 ) -> np.ndarray:
-    """``r_{i,m}`` restricted to one row, from b_i and i's per-row pairwise keys ``{j: k_{ij,row}}`` (§8.6)."""
+    """``r_{i,m}`` restricted to one row, from b_i and i's per-row pairwise keys ``{j: k_{ij,row}}`` (§9)."""
     out = np.zeros(length, dtype=dtype)
     streams = [(self_key(group, T, m, i, b, h, row), 1)]
     streams += [(k, pair_sign(i, j)) for j, k in pair_keys.items()]

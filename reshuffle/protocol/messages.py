@@ -1,10 +1,10 @@
-"""Typed protocol messages with explicit byte encodings (PROTOCOL.md §4–5, §8.1).
+"""Typed protocol messages with explicit byte encodings (docs/protocol.md §6–5, §6.2–6.3).
 
 Every message is ``header | body | signature``. The header is ``version u8 |
 type u8 | T u64 | m u32 | sender u32`` (``m`` is the MaskedSum invocation, 0
 outside one; the PS sends as ``SERVER_ID``). The 64-byte Ed25519 signature of the
 sender covers the header and a digest of the body (:meth:`Message.statement`), so
-every message anyone may later be blamed for is signed by its sender (§8.1).
+every message anyone may later be blamed for is signed by its sender (§6.2–6.3).
 Masked vectors are digested row by row, so one row can later be shown to a third
 party with the other rows' hashes only.
 
@@ -250,7 +250,7 @@ class Advertise(Message):
     """P_i → PS (relayed to all, signed): channel key, Feldman commitments of its 2M secrets, and Ĉ.
 
     Secrets in order b_{i,1}, x_{i,1}, b_{i,2}, x_{i,2}, ...; row s holds
-    ``C_{s,0..t-1}``, so ``C_{s,0}`` is g^{b_{i,m}} or X_{i,m} (§8.4). ``combined``
+    ``C_{s,0..t-1}``, so ``C_{s,0}`` is g^{b_{i,m}} or X_{i,m} (§6.4). ``combined``
     is Ĉ under the Fiat–Shamir weights, which the PS checks once per dealer.
     """
 
@@ -374,12 +374,12 @@ class ShareDelivery(Message):
 
 
 # --------------------------------------------------------------------------- #
-# §5 step 2 and §8.2–8.3: slot tokens and the row credential
+# §5 step 2 and §7.1–7.2: slot tokens and the row credential
 @_register
 @dataclass(frozen=True)
 class OTRequestMsg(Message):
     """P_i → PS: blinded OT choices A_1..A_k, the blinded credential input, and the dealers whose
-    shares failed its batched Feldman check (complaints, §8.4)."""
+    shares failed its batched Feldman check (complaints, §6.4)."""
 
     TYPE: ClassVar[MsgType] = MsgType.OT_REQUEST
     request: bytes
@@ -428,7 +428,7 @@ class OTResponseMsg(Message):
 @_register
 @dataclass(frozen=True)
 class Complaints(Message):
-    """PS → dealer: the participants that complained about its shares (§8.4)."""
+    """PS → dealer: the participants that complained about its shares (§6.4)."""
 
     TYPE: ClassVar[MsgType] = MsgType.COMPLAINTS
     complainers: tuple[int, ...]
@@ -474,12 +474,12 @@ class ComplaintAnswer(Message):
 
 
 # --------------------------------------------------------------------------- #
-# §4 MaskedSum, used by §5 steps 3–4, with the consistency step of §8.1
+# §6 MaskedSum, used by §5 steps 3–4, with the consistency step of §6.2–6.3
 @_register
 @dataclass(frozen=True)
 class MaskRequest(Message):
     """PS → U_{m-1}: upload for invocation m; carries the counts of invocation m-1 and, for m = 1,
-    the dealers excluded from U_0 by the complaint step (§8.4)."""
+    the dealers excluded from U_0 by the complaint step (§6.4)."""
 
     TYPE: ClassVar[MsgType] = MsgType.MASK_REQUEST
     counts: tuple[int, ...]
@@ -517,7 +517,7 @@ def row_digest(words: bytes | memoryview, rows: int) -> bytes:
 class MaskedInput(Message):
     """P_i → PS: ``v_i + r_{i,m}`` as little-endian ring words, with the transcript hash h_m it used.
 
-    The signature covers ``(header, h_m, H(y))`` with H over per-row hashes (§8.1);
+    The signature covers ``(header, h_m, H(y))`` with H over per-row hashes (§6.2–6.3);
     ``rows`` is how many rows y has (1 for a count vector).
     """
 
@@ -547,7 +547,7 @@ class MaskedInput(Message):
 @_register
 @dataclass(frozen=True)
 class UnmaskRequest(Message):
-    """PS → U_m: the online list U_m of invocation m, to be signed by its members (§8.1)."""
+    """PS → U_m: the online list U_m of invocation m, to be signed by its members (§6.2–6.3)."""
 
     TYPE: ClassVar[MsgType] = MsgType.UNMASK_REQUEST
     online: tuple[int, ...]
@@ -656,7 +656,7 @@ class Refusal(Message):
 
 
 # --------------------------------------------------------------------------- #
-# §8.6: blame for rows
+# §9: blame for rows
 def _scalar_map(p: Parser, g: Group, field: str, ctx: Context) -> tuple[tuple[int, int], ...]:
     cnt = p.u32(field + ".count")
     if cnt > ctx.max_n:
@@ -721,7 +721,7 @@ KEY_BYTES = 32
 @_register
 @dataclass(frozen=True)
 class Opening(Message):
-    """P_i → PS (signed): its per-row pairwise keys ``k_{ij,ρ}`` at each decoy row ρ (§8.6 step 2)."""
+    """P_i → PS (signed): its per-row pairwise keys ``k_{ij,ρ}`` at each decoy row ρ (§9 step 2)."""
 
     TYPE: ClassVar[MsgType] = MsgType.OPENING
     rows: tuple[tuple[int, tuple[tuple[int, bytes], ...]], ...]
@@ -753,7 +753,7 @@ class Opening(Message):
 @_register
 @dataclass(frozen=True)
 class Dispute(Message):
-    """PS → P_i: its partner's signed opening that conflicts with P_i's own for one pair (§8.6 step 3)."""
+    """PS → P_i: its partner's signed opening that conflicts with P_i's own for one pair (§9 step 3)."""
 
     TYPE: ClassVar[MsgType] = MsgType.DISPUTE
     partner: int

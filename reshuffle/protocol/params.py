@@ -1,4 +1,4 @@
-"""Round parameters (PROTOCOL.md §2, §5 step 0), validated on their own and together."""
+"""Round parameters (docs/protocol.md §2, §5 step 0), validated on their own and together."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ class RoundParams:
     """Everything both sides must agree on for one round.
 
     ``N`` participants in the roster, ``n`` reservation slots, ``k`` OT choices,
-    threshold ``t``, ``c`` participants that may collude with the PS (PROTOCOL.md
-    §8.1: ``t > (N + c)/2``), ``decoys`` virtual participants of the
-    reservation (§8.5), ``R_max`` reservation iterations, model length ``d``, ring
+    threshold ``t``, ``c`` participants that may collude with the PS (docs/protocol.md
+    §6.2–6.3: ``t > (N + c)/2``), ``decoys`` virtual participants of the
+    reservation (§8), ``R_max`` reservation iterations, model length ``d``, ring
     width ``b`` with ``f`` fractional bits and range ``±clip``. ``payload`` is
     ``"fixed"`` (float models, fixed-point codec) or ``"words"`` (the model already
     is ``d`` ring words, delivered bit-exact).
@@ -54,7 +54,7 @@ class RoundParams:
     @classmethod
     def default(cls, N: int, d: int, **overrides) -> "RoundParams":
         """Defaults: decoys d = 2 (1 below N = 10), n = 4·(N + d), k = min(8, n), c = ⌊N/5⌋,
-        t = ⌊(N + c)/2⌋ + 1, R_max = 4 (PROTOCOL.md §5, §8.1, §8.5)."""
+        t = ⌊(N + c)/2⌋ + 1, R_max = 4 (docs/protocol.md §5, §6.2–6.3, §8)."""
         _pos_int("N", N)
         decoys = overrides.pop("decoys", None)
         decoys = (2 if N >= 10 else 1) if decoys is None else decoys
@@ -117,7 +117,7 @@ class RoundParams:
 
     @property
     def row_words(self) -> int:
-        """Words per model-list position: Enc(W) ‖ pad ‖ τ ‖ r ‖ y ‖ K ‖ tag (§8.3)."""
+        """Words per model-list position: Enc(W) ‖ pad ‖ τ ‖ r ‖ y ‖ K ‖ tag (§7.2)."""
         from reshuffle.protocol.credential import row_bytes
 
         item = ring_dtype(self.b).itemsize

@@ -1,4 +1,4 @@
-"""Participant state machine (PROTOCOL.md §4–§5, §8.1–§8.3).
+"""Participant state machine (docs/protocol.md §5–§7).
 
 A :class:`Participant` sees only bytes from the PS and answers with bytes. Every
 incoming message is fully parsed, its PS signature checked and its content
@@ -61,7 +61,7 @@ def global_model_hash(data: bytes) -> bytes:
 
 
 def ot_proof_context(T: int) -> bytes:
-    """Context of the DLEQ proof that the OT answers of round T use the β of B (§8.2)."""
+    """Context of the DLEQ proof that the OT answers of round T use the β of B (§7.1)."""
     return label("ot/answer-proof", T)
 
 
@@ -190,7 +190,7 @@ class Participant:
             [DHKeyPair.generate(g, self._rng) for _ in range(p.M)],
             [g.random_scalar(self._rng) for _ in range(p.M)],
         )
-        # §8.4: one degree t-1 polynomial per secret (b_1, x_1, b_2, x_2, ...), committed before any share.
+        # §6.4: one degree t-1 polynomial per secret (b_1, x_1, b_2, x_2, ...), committed before any share.
         secrets = [v for m_ in range(p.M) for v in (self._keys.seeds[m_], self._keys.mask[m_].secret)]
         self._polys = [[sec] + [g.random_scalar(self._rng) for _ in range(p.t - 1)] for sec in secrets]
         commitments = tuple(tuple(g.base_mul(a) for a in poly) for poly in self._polys)
@@ -256,7 +256,7 @@ class Participant:
             self._held[(owner, idx + 1, ShareKind.SELF_SEED)] = Share(self.pid + 1, ys[2 * idx])
             self._held[(owner, idx + 1, ShareKind.DH_SECRET)] = Share(self.pid + 1, ys[2 * idx + 1])
 
-    # §5 steps 1–2: shares addressed to us, U_0, OT table; request tokens and the credential (§8.3).
+    # §5 steps 1–2: shares addressed to us, U_0, OT table; request tokens and the credential (§7.2).
     def _on_share_delivery(self, m: msg.ShareDelivery) -> list[msg.Message]:
         p = self.params
         U0 = set(m.online)
@@ -272,7 +272,7 @@ class Participant:
         got = dict(m.ciphertexts)
         complaints = []
         for s in sorted(U0 - {self.pid}):
-            # §8.4: all shares of one dealer checked in one batch; any failure is a complaint.
+            # §6.4: all shares of one dealer checked in one batch; any failure is a complaint.
             try:
                 if s not in got:
                     raise DecodeError(f"no shares delivered from {s}")
@@ -296,14 +296,14 @@ class Participant:
         return [msg.OTRequestMsg(self.T, 0, self.pid, self._ot_request.encode(), self._cred_blinded,
                                  tuple(complaints))]
 
-    # §8.4: a dealer answers complaints by publishing the disputed shares, signed.
+    # §6.4: a dealer answers complaints by publishing the disputed shares, signed.
     def _on_complaints(self, m: msg.Complaints) -> list[msg.Message]:
         bad = (set(m.complainers) - set(self._dealt)) | ({self.pid} & set(m.complainers))
         if bad:
             raise Refused(f"complaints from {sorted(bad)}, who hold no shares dealt by this participant")
         return [msg.ComplaintAnswer(self.T, 0, self.pid, tuple((j, tuple(self._dealt[j])) for j in m.complainers))]
 
-    # §8.2–8.3: both proofs are checked before the first reservation vector.
+    # §7.1–7.2: both proofs are checked before the first reservation vector.
     def _on_ot_response(self, m: msg.OTResponseMsg) -> list[msg.Message]:
         g = self._ctx.group
         resp = OTResponse.decode(g, m.response, self.params.k)
@@ -339,7 +339,7 @@ class Participant:
         self.phase = PPhase.AWAIT_MASK
         return []
 
-    # §4 step 3 for §5 steps 3–4: reservation vectors, then the model list, masked under h_m.
+    # §6.1 for §5 steps 3–4: reservation vectors, then the model list, masked under h_m.
     def _on_mask_request(self, m: msg.MaskRequest) -> list[msg.Message]:
         p = self.params
         if m.m != self._m + 1:
@@ -382,7 +382,7 @@ class Participant:
         return v
 
     def _model_list(self) -> tuple[np.ndarray, int]:
-        """LW: one row per settled slot; ours holds the credentialed, tagged row (§5 step 4, §8.3)."""
+        """LW: one row per settled slot; ours holds the credentialed, tagged row (§5 step 4, §7.2)."""
         p = self.params
         S = settled_slots(self._counts)
         lw = np.zeros((len(S), p.row_words), dtype=p.codec.dtype)
@@ -399,7 +399,7 @@ class Participant:
             lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
         return lw.reshape(-1), max(len(S), 1)
 
-    # §8.1: sign the one statement (T, m, U_m, h_m) of this invocation.
+    # §6.2–6.3: sign the one statement (T, m, U_m, h_m) of this invocation.
     def _on_unmask_request(self, m: msg.UnmaskRequest) -> list[msg.Message]:
         p = self.params
         if m.m != self._m:
@@ -414,7 +414,7 @@ class Participant:
         self.phase = PPhase.AWAIT_CERT
         return [msg.Consent(self.T, m.m, self.pid, self._sk.sign(CONSENT_CONTEXT, stmt))]
 
-    # §4 step 4 after §8.1's certificate: reveal shares once, never both kinds for one owner.
+    # §6.3 after the certificate: reveal shares once, never both kinds for one owner.
     def _on_certificate(self, m: msg.CertificateMsg) -> list[msg.Message]:
         p = self.params
         if m.m != self._m or m.online != self._consented.get(m.m):
@@ -440,7 +440,7 @@ class Participant:
         self._mask_set = sorted(Um)
         return msg.UnmaskResponse(self.T, m, self.pid, tuple(out))
 
-    # §8.6 steps 1–2: audit every reservation iteration, then open the decoy rows' keys (never its own row).
+    # §9 steps 1–2: audit every reservation iteration, then open the decoy rows' keys (never its own row).
     def _on_blame_request(self, m: msg.BlameRequest) -> list[msg.Message]:
         p, g = self.params, self._ctx.group
         if m.m != p.upload_m:
@@ -468,7 +468,7 @@ class Participant:
         self.phase = PPhase.OPENED
         return [self._opening]
 
-    # §8.6 step 3: reveal K_ij, proved, only against the partner's signed conflicting opening.
+    # §9 step 3: reveal K_ij, proved, only against the partner's signed conflicting opening.
     def _on_dispute(self, m: msg.Dispute) -> list[msg.Message]:
         g, up = self._ctx.group, self.params.upload_m
         theirs = msg.decode(m.partner_opening, self._ctx)

@@ -30,17 +30,17 @@ def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
 
 
 class PPhase(enum.Enum):
-    """Participant states (PROTOCOL.md §5)."""
+    """Participant states (docs/protocol.md §5)."""
 
     AWAIT_START = "await ROUND_START (§5.0)"
     AWAIT_ADVERTS = "await ADVERTISE_LIST (§5.1)"
     AWAIT_SHARES = "await SHARE_DELIVERY (§5.1–5.2)"
     AWAIT_OT = "await OT_RESPONSE (§5.2)"
-    AWAIT_MASK = "await MASK_REQUEST (§4.3)"
-    AWAIT_LIST = "await UNMASK_REQUEST with U_m (§8.1)"
-    AWAIT_CERT = "await CERTIFICATE of U_m (§8.1, then §4.4)"
-    DONE = "done (may be asked to open decoy rows, §8.6)"
-    OPENED = "opened (may be shown a dispute, §8.6)"
+    AWAIT_MASK = "await MASK_REQUEST (§6.1)"
+    AWAIT_LIST = "await UNMASK_REQUEST with U_m (§6.2–6.3)"
+    AWAIT_CERT = "await CERTIFICATE of U_m (§6.2–6.3, then §6.3)"
+    DONE = "done (may be asked to open decoy rows, §9)"
+    OPENED = "opened (may be shown a dispute, §9)"
     DONE_BLAME = "answered a dispute"
     ABORTED = "aborted"
 
@@ -68,12 +68,12 @@ class SPhase(enum.Enum):
     ADVERTS = "collect ADVERTISE (§5.1)"
     BUNDLES = "collect SHARE_BUNDLE (§5.1)"
     OT = "collect OT_REQUEST (§5.2)"
-    COMPLAINTS = "collect COMPLAINT_ANSWER (§8.4)"
-    MASKED = "collect MASKED_INPUT (§4.3)"
-    CONSENT = "collect CONSENT on U_m (§8.1)"
-    UNMASK = "collect UNMASK_RESPONSE (§4.4)"
-    BLAME = "collect OPENING of decoy rows (§8.6)"
-    DISPUTE = "collect DISPUTE_ANSWER (§8.6)"
+    COMPLAINTS = "collect COMPLAINT_ANSWER (§6.4)"
+    MASKED = "collect MASKED_INPUT (§6.1)"
+    CONSENT = "collect CONSENT on U_m (§6.2–6.3)"
+    UNMASK = "collect UNMASK_RESPONSE (§6.3)"
+    BLAME = "collect OPENING of decoy rows (§9)"
+    DISPUTE = "collect DISPUTE_ANSWER (§9)"
     DONE = "done"
 
 

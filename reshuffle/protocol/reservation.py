@@ -1,4 +1,4 @@
-"""Reservation on a short count vector (PROTOCOL.md §5 step 3) and slot ranks.
+"""Reservation on a short count vector (docs/protocol.md §5 step 3) and slot ranks.
 
 Each unsettled participant submits a one-hot vector at one of its candidate
 slots (the k slots whose tokens it holds); the MaskedSum reveals only the

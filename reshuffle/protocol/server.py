@@ -1,4 +1,4 @@
-"""Parameter-server state machine (PROTOCOL.md §4–§6, §8.1–§8.3).
+"""Parameter-server state machine (docs/protocol.md §6, docs/security/threat-model.md, §6.2–6.3, §7.2).
 
 The :class:`Server` only ever sees ``(transport sender id, bytes)``. Each
 message is parsed, its sender's signature checked and its content validated
@@ -76,9 +76,9 @@ class RoundOutput:
     counts: list[tuple[int, ...]]
     online: dict[int, tuple[int, ...]]  # m -> U_m (0: setup)
     errors: list[ErrorRecord] = field(default_factory=list)
-    # position -> why its row was not delivered: token, credential, tag, duplicate credential (§8.3)
+    # position -> why its row was not delivered: token, credential, tag, duplicate credential (§7.2)
     rejected_rows: dict[int, str] = field(default_factory=dict)
-    # participant id -> reason with its evidence (protocol v2, §8.6); never an honest party.
+    # participant id -> reason with its evidence (protocol v2, §9); never an honest party.
     blamed: dict[int, str] = field(default_factory=dict)
     evidence: dict[int, "Evidence"] = field(default_factory=dict)
     # members that could not answer the blame step while a decoy row stayed unexplained: never named
@@ -137,9 +137,9 @@ class Server:
         self.output: RoundOutput | None = None
         self._adverts: dict[int, msg.Advertise] = {}
         self._tx = Transcript(T)
-        self._share_evidence: dict[int, cpl.ShareEvidence] = {}  # §8.4 culprits
+        self._share_evidence: dict[int, cpl.ShareEvidence] = {}  # §6.4 culprits
         self._h = b""
-        # §8.3: the credential key γ, independent of every OT key β.
+        # §7.2: the credential key γ, independent of every OT key β.
         self._gamma = self.group.random_scalar(self._rng)
         self.cred_key = self.group.base_mul(self._gamma)
 
@@ -269,7 +269,7 @@ class Server:
         p = self.params
         self._ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
         table = self._ot.table.encode()
-        # §8.5: decoys from a seed committed to before anyone picks.
+        # §8: decoys from a seed committed to before anyone picks.
         self._decoy_seed = self._rng.bytes(32)
         self._decoys = Decoys(self._decoy_seed, self.T, p.n, p.k, p.decoys)
         commit = commitment(self.T, self._decoy_seed)
@@ -288,14 +288,14 @@ class Server:
 
     @property
     def culprits(self) -> dict:
-        """Participants named so far with their evidence (§8.4; the blame step adds at the end)."""
+        """Participants named so far with their evidence (§6.4; the blame step adds at the end)."""
         return dict(self._share_evidence)
 
     def _name(self, pid: int, ev) -> None:
         """Record a culprit with its evidence (first evidence stands)."""
         self._share_evidence.setdefault(pid, ev)
 
-    # §5 step 2, §8.2–8.3: slot tokens with a proof, and one credential per participant.
+    # §5 step 2, §7.1–7.2: slot tokens with a proof, and one credential per participant.
     def _on_ot_request(self, sender: int, m: msg.OTRequestMsg) -> None:
         if sender not in self.online[0]:
             raise UnexpectedMessage(f"OT request from {sender}, who is not in U_0")
@@ -320,7 +320,7 @@ class Server:
         accused = {d: c for d, c in self._complaints.items() if d not in self.excluded and c - self.excluded}
         if not accused:
             return self._answer_ot()
-        # §8.4: every accused dealer must publish the disputed shares before anyone masks anything.
+        # §6.4: every accused dealer must publish the disputed shares before anyone masks anything.
         self.phase = SPhase.COMPLAINTS
         return [(d, msg.Complaints(self.T, 0, SERVER_ID, tuple(sorted(c))).encode(self._sk))
                 for d, c in sorted(accused.items())]
@@ -357,7 +357,7 @@ class Server:
         self._setup_excluded |= {d for d in self.online[0] if d in self.excluded}
         return out + self._open_invocation(1, sorted(set(self.online[0]) - self._setup_excluded), ())
 
-    # §4: one MaskedSum invocation
+    # §6: one MaskedSum invocation
     def _rows(self, m: int) -> int:
         return 1 if m <= self.params.R_max else max(len(settled_slots(self.counts)), 1)
 
@@ -422,7 +422,7 @@ class Server:
         self.phase = SPhase.CONSENT
         return self._broadcast(self._live(Um), msg.UnmaskRequest(self.T, self.m, SERVER_ID, tuple(Um)))
 
-    # §8.1: collect t signatures on (T, m, U_m, h_m) before anyone reveals anything.
+    # §6.2–6.3: collect t signatures on (T, m, U_m, h_m) before anyone reveals anything.
     def _on_consent(self, sender: int, c: msg.Consent) -> None:
         if sender not in self.online[self.m]:
             raise UnexpectedMessage(f"consent from {sender}, who is not in U_{self.m}")
@@ -467,8 +467,8 @@ class Server:
             self._shares.setdefault((owner, kind), {})[sender] = share
 
     def _recover(self, owner: int, kind: ShareKind) -> int:
-        """Reconstruct and check against g^b or X (§4 step 5). Only on a mismatch: check the owner's Ĉ
-        (a wrong one names the owner, §8.4) and each share against its commitments, and rebuild from
+        """Reconstruct and check against g^b or X (§6.3). Only on a mismatch: check the owner's Ĉ
+        (a wrong one names the owner, §6.4) and each share against its commitments, and rebuild from
         t shares that pass. A share that fails is dropped, its revealer not named: the batched check
         at setup uses weights the dealer knows, so an honest member may hold a bad share."""
         p, g = self.params, self.group
@@ -514,7 +514,7 @@ class Server:
         if not self._blame.needed(self._acc.reshape(self._rows(m), -1), self._failed):
             self._finish()
             return []
-        # §8.6: open the decoys; every live member audits and opens its keys of the decoy rows.
+        # §9: open the decoys; every live member audits and opens its keys of the decoy rows.
         req = msg.BlameRequest(
             self.T, m, SERVER_ID, self._decoy_seed, tuple(self._decoy_pos),
             tuple(tuple(v for _, v in sorted(self._vectors.get(r, {}).items())) for r in range(1, p.R_max + 1)),
@@ -541,7 +541,7 @@ class Server:
         self._finish()
         return []
 
-    # §5 steps 5–6 with §8.3: the rows whose token, credential and tag pass.
+    # §5 steps 5–6 with §7.2: the rows whose token, credential and tag pass.
     def _check_rows(self) -> None:
         p = self.params
         S = settled_slots(self.counts)

@@ -1,4 +1,4 @@
-"""The transcript hash h_m and the consistency step (PROTOCOL.md §8.1).
+"""The transcript hash h_m and the consistency step (docs/protocol.md §6.2–6.3).
 
 Both sides absorb the same PS broadcasts in the same order: RoundStart, the
 advertisement list, U_0 with the OT table, and per invocation the published

@@ -1,6 +1,6 @@
 """One simulated federation: local training, attacks, the Re-Shuffle round, detection, evaluation.
 
-Per round T (PROTOCOL.md §5):
+Per round T (docs/protocol.md §5):
 
 0. every client trains from W_g^T and forms its local model W_i^T (malicious
    clients on their poisoned data; all clients at once when training is
