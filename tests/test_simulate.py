@@ -131,8 +131,9 @@ def test_canonical_order_ignores_arrival_order():
 
 
 def test_config_validation():
-    with pytest.raises(ConfigError, match="t=6 survivors"):
-        SimConfig(clients=10, dropout=0.5).validated()
+    with pytest.raises(ConfigError, match="t=7 survivors"):  # N = 10, c = 2: t = 7
+        SimConfig(clients=10, dropout=0.4).validated()
+    SimConfig(clients=10, dropout=0.3).validated()
     with pytest.raises(ConfigError, match="rounds to 0 attackers"):
         SimConfig(clients=10, malicious=0.01, attack="sign-flip").validated()
     with pytest.raises(ConfigError, match="unknown setting 'epochs'"):
