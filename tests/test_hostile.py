@@ -8,7 +8,6 @@ from reshuffle.adversaries import ByteTamper, adversary_names, make_adversary
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import (
     AlreadyAnswered,
-    BelowThreshold,
     DecodeError,
     InvalidElement,
     InvalidShare,
@@ -20,7 +19,6 @@ from reshuffle.protocol import messages as msg
 from reshuffle.protocol.messages import MsgType, peek_type
 from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.runner import Envelope
-from reshuffle.protocol.server import Server
 from tests.protocol_helpers import expected_models, make_updates, multiset, rewrite_header
 
 N = 6  # t = 4

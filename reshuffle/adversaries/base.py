@@ -16,9 +16,10 @@ honest participant's own view.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar
 
 from reshuffle.errors import ConfigError
+from reshuffle.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from reshuffle.protocol.api import ShuffleResult
@@ -88,32 +89,18 @@ class PSBehaviour(Behaviour):
         return s
 
 
-_REGISTRY: dict[str, Callable[..., Behaviour]] = {}
-B = TypeVar("B", bound=type)
+_REGISTRY: Registry = Registry("adversary")
 
 
-def register_adversary(name: str) -> Callable[[B], B]:
+def register_adversary(name: str):
     """Class decorator: make a behaviour selectable by ``name`` (CLI, simulator, red team)."""
-
-    def deco(cls: B) -> B:
-        if name in _REGISTRY:
-            raise ConfigError(f"an adversary named {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return deco
+    return _REGISTRY.register(name)
 
 
 def adversary_names(role: str | None = None) -> list[str]:
-    return sorted(n for n, c in _REGISTRY.items() if role is None or c.role == role)
+    return _REGISTRY.names(None if role is None else lambda c: c.role == role)
 
 
 def make_adversary(name: str, **options) -> Behaviour:
     """The behaviour registered as ``name``, configured with ``options``."""
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown adversary {name!r}; choose one of {', '.join(adversary_names())}")
-    try:
-        return _REGISTRY[name](**options)
-    except TypeError as exc:
-        raise ConfigError(f"adversary {name!r}: {exc}") from None
+    return _REGISTRY.make(name, **options)

@@ -24,11 +24,12 @@ Three hooks besides ``__call__`` (all optional):
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, TypeVar
+from typing import Callable, ClassVar
 
 import numpy as np
 
 from reshuffle.errors import ConfigError
+from reshuffle.registry import Registry
 
 
 class Attack:
@@ -88,32 +89,18 @@ def check_observed(observed: np.ndarray, m: int, attack: Attack) -> np.ndarray:
     return X
 
 
-_REGISTRY: dict[str, Callable[..., Attack]] = {}
-A = TypeVar("A", bound=type)
+_REGISTRY: Registry = Registry("attack")
 
 
-def register_attack(name: str) -> Callable[[A], A]:
+def register_attack(name: str):
     """Class decorator: make an :class:`Attack` subclass selectable by ``name``."""
-
-    def deco(cls: A) -> A:
-        if name in _REGISTRY:
-            raise ConfigError(f"an attack named {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-
-    return deco
+    return _REGISTRY.register(name)
 
 
 def attack_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def make_attack(name: str, **options) -> Attack:
     """The attack registered as ``name``, configured with ``options``."""
-    if name not in _REGISTRY:
-        raise ConfigError(f"unknown attack {name!r}; choose one of {', '.join(attack_names())}")
-    try:
-        return _REGISTRY[name](**options)
-    except TypeError as exc:
-        raise ConfigError(f"attack {name!r}: {exc}") from None
+    return _REGISTRY.make(name, **options)

@@ -17,13 +17,12 @@ passed; it returns the next messages. ``output`` is set once ``done``.
 
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from reshuffle.crypto import feldman, voprf
-from reshuffle.crypto.ot import OTRequest, OTSender, sample_distinct
+from reshuffle.crypto.ot import OTRequest, OTSender
 from reshuffle.crypto.rand import RandomSource, as_source
 from reshuffle.crypto.shamir import Shamir, Share
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
