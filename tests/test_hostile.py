@@ -90,6 +90,9 @@ CASES = [
      lambda d: [d[:34] + bytes(32) + d[66:]], InvalidElement),
     ("OT request garbage", MsgType.OT_REQUEST, None, lambda d: [d[:18] + b"\xff" * 9], DecodeError),
     ("reservation wrong length", MsgType.MASKED_INPUT, 1, _short_count_vector, DecodeError),
+    # signed row hashes, but a count vector that differs from them (the PS hashes count vectors whole)
+    ("count vector off its signed row hash", MsgType.MASKED_INPUT, 2,
+     lambda d: [d[:-70] + bytes([d[-70] ^ 1]) + d[-69:]], DecodeError),
     ("upload wrong length", MsgType.MASKED_INPUT, UPLOAD, lambda d: [d[:-4]], DecodeError),
     ("masked input for wrong invocation", MsgType.MASKED_INPUT, 2, lambda d: [rewrite_header(d, m=3)], UnexpectedMessage),
     ("message type unknown", MsgType.OT_REQUEST, None, lambda d: [d[:1] + b"\x63" + d[2:]], DecodeError),

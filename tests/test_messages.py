@@ -58,14 +58,32 @@ def test_signature_covers_every_byte(m):
     # Prepare: a message signed by its sender.
     enc = m.encode(SK)
     msg.verify(msg.decode(enc, CTX), SK.verify_key)
-    # Execute / Assert: any single flipped bit either fails to parse or fails the signature.
+    # Execute / Assert: any single flipped bit fails to parse, fails the signature, or (a masked
+    # vector's words) fails its signed row hash.
     for i in range(0, len(enc), max(1, len(enc) // 40)):
         bad = bytearray(enc)
         bad[i] ^= 0x10
         with pytest.raises(ProtocolError):
-            msg.verify(msg.decode(bytes(bad), CTX), SK.verify_key)
+            got = msg.decode(bytes(bad), CTX)
+            msg.verify(got, SK.verify_key)
+            if isinstance(got, msg.MaskedInput):
+                msg.check_rows(got)
     with pytest.raises(InvalidSignature):
         msg.verify(msg.decode(enc, CTX), SigningKey.generate().verify_key)
+
+
+def test_row_hashes_travel_signed_and_rows_are_held_to_them():
+    mi = msg.MaskedInput(1, 5, 2, H, 4, bytes(range(64)))
+    enc = bytearray(mi.encode(SK))
+    d = msg.decode(bytes(enc), CTX)
+    msg.verify(d, SK.verify_key)
+    msg.check_rows(d)  # every row matches its signed hash
+    enc[-64 - 1] ^= 0xFF  # last byte of row 3, signature untouched: still verifies, row 3 does not
+    bad = msg.decode(bytes(enc), CTX)
+    msg.verify(bad, SK.verify_key)
+    msg.check_rows(bad, [0, 1, 2])
+    with pytest.raises(DecodeError, match="row 3"):
+        msg.check_rows(bad, [3])
 
 
 def test_masked_input_signature_is_per_row_and_binds_h():

@@ -64,6 +64,7 @@ def audit_iteration(
         if not isinstance(v, msg.MaskedInput) or v.T != T or v.m != r or v.h != h or v.rows != 1:
             raise Refused(f"audit of iteration {r}: the vector of {i} is not its count vector under this view")
         msg.verify(v, keys[i])
+        msg.check_rows(v)
         if len(v.words) != total.nbytes:
             raise Refused(f"audit of iteration {r}: the vector of {i} has {len(v.words)} bytes")
         np.add(total, np.frombuffer(v.words, dtype=np.uint32), out=total)

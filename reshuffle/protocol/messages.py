@@ -517,8 +517,10 @@ def row_digest(words: bytes | memoryview, rows: int) -> bytes:
 class MaskedInput(Message):
     """P_i → PS: ``v_i + r_{i,m}`` as little-endian ring words, with the transcript hash h_m it used.
 
-    The signature covers ``(header, h_m, H(y))`` with H over per-row hashes (§6.2–6.3);
-    ``rows`` is how many rows y has (1 for a count vector).
+    The signature covers ``(header, h_m, H(row hashes))`` (§6.2); ``rows`` is how many
+    rows y has (1 for a count vector). The sender's row hashes travel in the body, so a
+    receiver checks the signature without hashing y and hashes only the rows it may
+    ever have to show a third party (:func:`check_rows`).
     """
 
     TYPE: ClassVar[MsgType] = MsgType.MASKED_INPUT
@@ -526,22 +528,43 @@ class MaskedInput(Message):
     rows: int
     words: bytes | memoryview  # decoded as a zero-copy view
 
+    def _hashes(self) -> list[bytes]:
+        if getattr(self, "_row_hashes", None) is None:
+            object.__setattr__(self, "_row_hashes", row_hashes(self.words, self.rows))
+        return self._row_hashes
+
     def _body(self, w: Writer) -> None:
-        w.fixed(self.h, HASH_BYTES).u32(self.rows).var(self.words)
+        w.fixed(self.h, HASH_BYTES).u32(self.rows)
+        for rh in self._hashes():
+            w.fixed(rh, HASH_BYTES)
+        w.var(self.words)
 
     def statement(self, body: bytes) -> bytes:
-        hashes = row_hashes(self.words, self.rows)
-        object.__setattr__(self, "_row_hashes", hashes)  # kept: evidence about one row needs them all
-        return self.header() + self.h + digest_of_row_hashes(hashes)
+        return self.header() + self.h + digest_of_row_hashes(self._hashes())
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
         h = p.fixed(HASH_BYTES, "h")
         rows = p.u32("rows")
+        limit = (ctx.params.n + 64) if ctx.params else 1 << 20
+        if not 1 <= rows <= limit:
+            raise DecodeError(f"masked vector with {rows} rows, expected 1..{limit}")
+        hashes = [p.fixed(HASH_BYTES, f"row_hash[{r}]") for r in range(rows)]
         words = p.var_view("words", 1 << 31)
-        if rows < 1 or len(words) % rows:
+        if len(words) % rows:
             raise DecodeError(f"masked vector of {len(words)} bytes does not split into {rows} rows")
-        return cls(*hdr, h, rows, words)
+        m = cls(*hdr, h, rows, words)
+        object.__setattr__(m, "_row_hashes", hashes)  # as claimed: check_rows() holds rows to them
+        return m
+
+
+def check_rows(m: MaskedInput, which=None) -> None:
+    """Hash the rows ``which`` (default all) and compare with the signed row hashes; DecodeError if one differs."""
+    mv = memoryview(m.words).cast("B")
+    size = len(mv) // m.rows
+    for r in range(m.rows) if which is None else which:
+        if not 0 <= r < m.rows or hashlib.sha256(mv[r * size : (r + 1) * size]).digest() != m._row_hashes[r]:
+            raise DecodeError(f"row {r} of the masked vector of {m.sender} does not match its signed hash")
 
 
 @_register

@@ -394,6 +394,9 @@ class Server:
                 f"expected {self._acc.nbytes} in {self._rows(self.m)}"
             )
         self._check_view(sender, mi)
+        # Only the rows blame may ever show a third party are hashed: a count vector whole, an
+        # upload's decoy rows (the sender cannot tell them from the others).
+        msg.check_rows(mi, None if self.m <= self.params.R_max else self._decoy_pos)
         # Streamed into the running sum: the PS never holds N vectors at once; it keeps what
         # blame may need: count vectors (short) and each upload's decoy rows with its signature.
         words = np.frombuffer(mi.words, dtype=self._acc.dtype)
