@@ -57,7 +57,7 @@ class ByteTamper(ParticipantBehaviour):
 class MalformedAfterUpload(ParticipantBehaviour):
     """Uploads correctly, then sends a malformed message before U_m is fixed (v1 lost every model)."""
 
-    stopped_by = "§8 item 7: U_m is exactly the set of vectors added"
+    stopped_by = "§6.1: U_m is exactly the set of vectors added"
 
     class participant_class(Participant):
         def _seal(self, m: msg.Message) -> list[bytes]:
@@ -94,11 +94,12 @@ class MultiSlot(ParticipantBehaviour):
     """Marks all k candidate slots in every reservation iteration and fills every position it gets.
 
     v1 gave it 6 to 7 valid rows of 10. It holds one credential only (§7.2), so the
-    rows it fills share r and are all dropped; its k-hot count vectors break the
-    reservation's sum check.
+    rows it fills share r and are all dropped. Its k-hot count vectors also make
+    honest picks collide; the reservation's count checks that would name it
+    (docs/protocol.md §10) are not implemented, so it is not named.
     """
 
-    stopped_by = "§7.2 one credential per participant; §8 sum check"
+    stopped_by = "§7.2 one credential per participant: rows sharing r are dropped"
 
     class participant_class(Participant):
         def _reservation_vector(self) -> np.ndarray:
