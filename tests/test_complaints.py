@@ -84,14 +84,13 @@ def test_false_complaints_name_nobody_and_cost_nothing_else():
 
 
 class WrongCombined(ParticipantBehaviour):
-    """Advertises a Ĉ that is not the weighted combination of its commitments."""
+    """Sends a Ĉ that is not the weighted combination of its commitments."""
 
     class participant_class(Participant):
         def _seal(self, m):
-            if m.TYPE == MsgType.ADVERTISE:
+            if m.TYPE == MsgType.SHARE_BUNDLE:
                 comb = (m.combined[0] * m.combined[0],) + m.combined[1:]
-                m = msg.Advertise(m.T, m.m, m.sender, m.global_hash, m.enc_key, m.commitments, comb)
-                self._my_advert = m
+                m = msg.ShareBundle(m.T, m.m, m.sender, m.ciphertexts, comb)
             return super()._seal(m)
 
 
@@ -124,3 +123,45 @@ def test_a_wrong_revealed_share_is_dropped_by_the_commitments_and_the_round_comp
     assert r.blamed == {}
     assert any(e.sender == 2 and "Feldman" in str(e.error) for e in r.errors)
     assert r.online == list(range(N)) and multiset(r.models) == expected_models(ups, range(N))
+
+
+class CancellingDealer(ParticipantBehaviour):
+    """Deals P0 two wrong shares whose errors cancel under the weights of its bundle as first built.
+
+    With weights fixed before the shares (e.g. from the advertisement alone) these would pass the
+    batch check. Here the weights hash the bundle's ciphertexts, so changing the shares changes the
+    weights and the cancellation is gone.
+    """
+
+    class participant_class(Participant):
+        def _on_advertise_list(self, m):
+            (bundle,) = super()._on_advertise_list(m)
+            from reshuffle.crypto.channel import Channel
+            from reshuffle.protocol.complaints import Dealer, combined_for
+            from reshuffle.protocol.participant import SETUP_PHASE_AD
+            from reshuffle.wire import Writer
+
+            g, q = self._ctx.group, self._ctx.group.order
+            rho = Dealer(self._my_advert, bundle.digest(), bundle.combined).rho()
+            ys = self._dealt[0]
+            e = 12345
+            ys[0] = (ys[0] + e) % q
+            ys[1] = (ys[1] - e * rho[0] * pow(rho[1], -1, q)) % q  # rho_0 e_0 + rho_1 e_1 = 0
+            w = Writer()
+            for y in ys:
+                w.fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)
+            ct = Channel(self._keys.enc, self._adverts[0].enc_key, self.pid, 0, self.T, self._rng).seal(
+                SETUP_PHASE_AD, w.bytes())
+            cts = tuple((j, ct if j == 0 else c) for j, c in bundle.ciphertexts)
+            digest = msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts).digest()
+            return [msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts, combined_for(self._my_advert, digest))]
+
+
+def test_share_errors_cannot_be_chosen_to_cancel_in_the_batch_check():
+    ups = make_updates(N, d=6, seed=7)
+    r = reshuffle.shuffle(ups, seed=7, adversaries=[CancellingDealer(pids=(1,))])
+    # P0's check fails, it complains, the dealer's published shares fail too: named, excluded.
+    assert set(r.blamed) == {1} and r.output.evidence[1].kind == cpl.KIND_BAD_ANSWER
+    cpl.verify_share_evidence(r.output.evidence[1], keys_of(ups, r.params, 7), r.params)
+    assert r.online == [i for i in range(N) if i != 1]
+    assert multiset(r.models) == expected_models(ups, r.online)

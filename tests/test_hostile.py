@@ -85,7 +85,8 @@ CASES = [
      lambda d: [d[: 18 + 32] + bytes(32) + d[18 + 64 :]], InvalidElement),
     ("bundle truncated", MsgType.SHARE_BUNDLE, None, lambda d: [d[:30]], DecodeError),
     ("bundle short of a recipient", MsgType.SHARE_BUNDLE, None,
-     lambda d: [msg.ShareBundle(1, 0, 1, msg.decode(d, msg.Context()).ciphertexts[1:]).encode()], DecodeError),
+     lambda d: [(lambda b: msg.ShareBundle(1, 0, 1, b.ciphertexts[1:], b.combined).encode())(
+         msg.decode(d, msg.Context(reshuffle.crypto.get_group())))], DecodeError),
     ("OT request invalid element", MsgType.OT_REQUEST, None,
      lambda d: [d[:34] + bytes(32) + d[66:]], InvalidElement),
     ("OT request garbage", MsgType.OT_REQUEST, None, lambda d: [d[:18] + b"\xff" * 9], DecodeError),

@@ -25,10 +25,11 @@ H = bytes(range(32))
 def samples():
     return [
         msg.RoundStart(1, 0, 0xFFFFFFFF, P, H, CERT, tuple((i, CERT) for i in range(4)), E),
-        msg.Advertise(1, 0, 2, H, E, ((E,) * P.t,) * (2 * P.M), (E,) * P.t),
+        msg.Advertise(1, 0, 2, H, E, ((E,) * P.t,) * (2 * P.M)),
         msg.AdvertiseList(1, 0, 0xFFFFFFFF, (b"a", b"bc")),
-        msg.ShareBundle(1, 0, 2, ((0, b"x" * 40), (1, b"y" * 40))),
-        msg.ShareDelivery(1, 0, 0xFFFFFFFF, (0, 1, 3), b"table", H, ((0, b"c" * 30),)),
+        msg.ShareBundle(1, 0, 2, ((0, b"x" * 40), (1, b"y" * 40)), (E,) * P.t),
+        msg.ShareDelivery(1, 0, 0xFFFFFFFF, (0, 1, 3), b"table", H, ((0, H, (E,) * P.t), (3, H, (E,) * P.t)),
+                          ((0, b"c" * 30),)),
         msg.OTRequestMsg(1, 0, 3, b"req", E, (0, 2)),
         msg.OTResponseMsg(1, 0, 0xFFFFFFFF, b"resp", b"p" * 64, E, b"q" * 64, ((2, b"answer"),)),
         msg.Complaints(1, 0, 0xFFFFFFFF, (0, 3)),
@@ -113,7 +114,7 @@ def test_bounds_against_params():
     with pytest.raises(DecodeError, match="counts"):
         msg.decode(msg.MaskRequest(1, 2, 0, tuple(range(P.n + 1))).encode(), CTX)
     with pytest.raises(DecodeError, match="commits to"):
-        msg.decode(msg.Advertise(1, 0, 2, H, E, ((E,) * P.t,) * 2, (E,) * P.t).encode(), CTX)
+        msg.decode(msg.Advertise(1, 0, 2, H, E, ((E,) * P.t,) * 2).encode(), CTX)
     with pytest.raises(DecodeError, match="sorted"):
         msg.decode(msg.UnmaskRequest(1, 2, 0, (3, 1)).encode(), CTX)
     with pytest.raises(DecodeError, match="repeated"):

@@ -260,8 +260,11 @@ class BadShare(ParticipantBehaviour):
                 w.fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)
             ct = Channel(self._keys.enc, self._adverts[v].enc_key, self.pid, v, self.T, self._rng).seal(
                 SETUP_PHASE_AD, w.bytes())
+            from reshuffle.protocol.complaints import combined_for
+
             cts = tuple((j, ct if j == v else c) for j, c in bundle.ciphertexts)
-            return [msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts)]
+            digest = msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts).digest()
+            return [msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts, combined_for(self._my_advert, digest))]
 
     def holds(self, result, honest) -> Verdict:
         v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)

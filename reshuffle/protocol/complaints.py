@@ -1,17 +1,17 @@
 """Verifiable shares (docs/protocol.md §6.4): Feldman checks, complaints, evidence.
 
 A dealer commits to the polynomials of its 2M secrets in its signed
-advertisement, with Ĉ under Fiat–Shamir weights. A recipient checks all shares
-of one dealer at once against Ĉ (about t exponentiations) and complains about a
+advertisement. Its signed share bundle carries Ĉ under Fiat–Shamir weights that
+hash the digest of the bundle's own ciphertexts: the shares are fixed before the
+weights exist, so errors cannot be chosen to cancel. The PS relays every
+dealer's (digest, Ĉ) to all, in the transcript. A recipient checks all shares of
+one dealer at once against Ĉ (about t exponentiations) and complains about a
 dealer whose shares fail (or never arrived). The PS checks Ĉ against the
-commitments only when it must: on a complaint's answer (checked against Ĉ) or
-when a reconstructed secret does not match its commitment. A complaint is
-answered by the dealer publishing the disputed shares, signed; a bad answer
-names the dealer, no answer excludes it, and both happen before the first
-masked vector. At reveal time a share that fails the commitments is dropped;
-its revealer is not named, because the weights are known to the dealer when it
-deals, so a dealer can make errors that cancel in the batch and an honest member
-may hold such a share.
+commitments only when a reconstructed secret does not match its commitment. A
+complaint is answered by the dealer publishing the disputed shares, signed; a
+bad answer names the dealer, no answer excludes it, and both happen before the
+first masked vector. At reveal time a share that fails the commitments is
+dropped (and its revealer not named: it cannot show what the dealer sent it).
 
 Every culprit comes with a :class:`ShareEvidence` that a third party checks with
 :func:`verify_share_evidence` from the roster's keys alone.
@@ -32,24 +32,38 @@ KIND_BAD_COMMITMENT = "Ĉ inconsistent with its Feldman commitments"
 KIND_BAD_ANSWER = "published a share that fails its own Feldman commitments"
 
 
-def weights_context(T: int) -> bytes:
-    return label("feldman/round", T)
+def weights_context(T: int, digest: bytes) -> bytes:
+    """Context of a dealer's weights: the round and the digest of its own share bundle."""
+    return label("feldman/round", T) + bytes(digest)
 
 
-def rho(advert: msg.Advertise) -> list[int]:
-    return feldman.weights(advert.commitments, advert.sender, weights_context(advert.T))
+@dataclass(frozen=True)
+class Dealer:
+    """What everyone knows of a dealer's sharing: its signed advertisement, its bundle's digest and Ĉ."""
+
+    advert: msg.Advertise
+    digest: bytes
+    combined: tuple
+
+    def rho(self) -> list[int]:
+        return feldman.weights(self.advert.commitments, self.advert.sender, weights_context(self.advert.T, self.digest))
 
 
-def check_advert(advert: msg.Advertise) -> None:
+def combined_for(advert: msg.Advertise, digest: bytes) -> tuple:
+    """Ĉ of a dealer's commitments under the weights of its bundle (the dealer's side)."""
+    return tuple(feldman.combine(advert.commitments, Dealer(advert, digest, ()).rho()))
+
+
+def check_combined(d: Dealer) -> None:
     """Ĉ must be the weighted combination of the commitments (S·t exponentiations); InvalidShare if not."""
-    want = feldman.combine(advert.commitments, rho(advert))
-    if any(a != b for a, b in zip(want, advert.combined)) or len(want) != len(advert.combined):
-        raise InvalidShare(f"participant {advert.sender}: {KIND_BAD_COMMITMENT}")
+    want = combined_for(d.advert, d.digest)
+    if len(want) != len(d.combined) or any(a != b for a, b in zip(want, d.combined)):
+        raise InvalidShare(f"participant {d.advert.sender}: {KIND_BAD_COMMITMENT}")
 
 
-def check_shares(advert: msg.Advertise, x: int, ys) -> None:
+def check_shares(d: Dealer, x: int, ys) -> None:
     """All 2M shares at point x of one dealer, in one batch against its Ĉ; InvalidShare if not."""
-    feldman.verify_batch(x, list(ys), advert.combined, rho(advert))
+    feldman.verify_batch(x, list(ys), d.combined, d.rho())
 
 
 def secret_index(m: int, kind: ShareKind) -> int:
@@ -64,6 +78,7 @@ class ShareEvidence:
     kind: str
     pid: int
     advert: bytes  # the dealer's signed ADVERTISE
+    bundle: bytes  # the dealer's signed SHARE_BUNDLE (its digest fixes the weights; it carries Ĉ)
     message: bytes = b""  # the dealer's signed COMPLAINT_ANSWER
     subject: int = 0  # the complainer whose shares the answer fails
 
@@ -74,15 +89,17 @@ class ShareEvidence:
 def verify_share_evidence(ev: ShareEvidence, keys: dict[int, VerifyKey], params) -> None:
     """Raises (Refused, InvalidSignature, DecodeError) unless the evidence holds."""
     ctx = msg.Context(params.group_obj(), params)
-    adv = msg.decode(ev.advert, ctx)
-    if not isinstance(adv, msg.Advertise):
-        raise Refused("evidence: not an advertisement")
-    msg.verify(adv, keys[adv.sender])
+    adv, bundle = msg.decode(ev.advert, ctx), msg.decode(ev.bundle, ctx)
+    if not isinstance(adv, msg.Advertise) or not isinstance(bundle, msg.ShareBundle):
+        raise Refused("evidence: not an advertisement and a share bundle")
+    if adv.sender != ev.pid or bundle.sender != ev.pid:
+        raise Refused("evidence: messages of another participant")
+    msg.verify(adv, keys[ev.pid])
+    msg.verify(bundle, keys[ev.pid])
+    dealer = Dealer(adv, bundle.digest(), bundle.combined)
     if ev.kind == KIND_BAD_COMMITMENT:
-        if adv.sender != ev.pid:
-            raise Refused("evidence: advertisement of another participant")
         try:
-            check_advert(adv)
+            check_combined(dealer)
         except InvalidShare:
             return
         raise Refused("evidence: Ĉ matches the commitments")
@@ -91,13 +108,13 @@ def verify_share_evidence(ev: ShareEvidence, keys: dict[int, VerifyKey], params)
     if m.sender != ev.pid:
         raise Refused("evidence: message of another sender")
     if ev.kind == KIND_BAD_ANSWER:
-        if adv.sender != ev.pid or not isinstance(m, msg.ComplaintAnswer):
-            raise Refused("evidence: not the dealer's advertisement and answer")
+        if not isinstance(m, msg.ComplaintAnswer):
+            raise Refused("evidence: not the dealer's answer")
         ys = dict(m.shares).get(ev.subject)
         if ys is None:
             raise Refused("evidence: the answer has no shares for that complainer")
         try:
-            check_shares(adv, ev.subject + 1, ys)
+            check_shares(dealer, ev.subject + 1, ys)
         except InvalidShare:
             return
         raise Refused("evidence: the published shares pass the check")

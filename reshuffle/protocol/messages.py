@@ -247,18 +247,16 @@ class RoundStart(Message):
 @_register
 @dataclass(frozen=True)
 class Advertise(Message):
-    """P_i → PS (relayed to all, signed): channel key, Feldman commitments of its 2M secrets, and Ĉ.
+    """P_i → PS (relayed to all, signed): channel key and Feldman commitments of its 2M secrets.
 
     Secrets in order b_{i,1}, x_{i,1}, b_{i,2}, x_{i,2}, ...; row s holds
-    ``C_{s,0..t-1}``, so ``C_{s,0}`` is g^{b_{i,m}} or X_{i,m} (§6.4). ``combined``
-    is Ĉ under the Fiat–Shamir weights, which the PS checks once per dealer.
+    ``C_{s,0..t-1}``, so ``C_{s,0}`` is g^{b_{i,m}} or X_{i,m} (§6.4).
     """
 
     TYPE: ClassVar[MsgType] = MsgType.ADVERTISE
     global_hash: bytes
     enc_key: Element
     commitments: tuple[tuple[Element, ...], ...]
-    combined: tuple[Element, ...]
 
     @property
     def seed_commits(self) -> tuple[Element, ...]:
@@ -269,15 +267,13 @@ class Advertise(Message):
         return tuple(row[0] for row in self.commitments[1::2])
 
     def _body(self, w: Writer) -> None:
-        t = len(self.combined)
+        t = len(self.commitments[0])
         w.fixed(self.global_hash, HASH_BYTES).raw(self.enc_key.to_bytes()).u8(len(self.commitments) // 2).u16(t)
         for row in self.commitments:
             if len(row) != t:
                 raise ValueError("every commitment row has t elements")
             for e in row:
                 w.raw(e.to_bytes())
-        for e in self.combined:
-            w.raw(e.to_bytes())
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -288,11 +284,10 @@ class Advertise(Message):
         if ctx.params is not None and (M, t) != (ctx.params.M, ctx.params.t):
             raise DecodeError(f"advertisement commits to {M} invocations at degree {t}, "
                               f"expected {ctx.params.M} and t={ctx.params.t}")
-        if t < 1 or t > ctx.max_n:
-            raise DecodeError(f"advertisement threshold {t} out of range")
+        if M < 1 or t < 1 or t > ctx.max_n:
+            raise DecodeError(f"advertisement with M={M}, t={t} out of range")
         com = tuple(tuple(_elem(p, g, f"C[{s}][{k}]") for k in range(t)) for s in range(2 * M))
-        comb = tuple(_elem(p, g, f"combined[{k}]") for k in range(t))
-        return cls(*hdr, gh, enc, com, comb)
+        return cls(*hdr, gh, enc, com)
 
 
 @_register
@@ -319,15 +314,29 @@ class AdvertiseList(Message):
 @_register
 @dataclass(frozen=True)
 class ShareBundle(Message):
-    """P_i → PS: one AEAD ciphertext of P_i's shares per recipient."""
+    """P_i → PS: one AEAD ciphertext of P_i's shares per recipient, and Ĉ (§6.4).
+
+    Ĉ is taken under weights that hash :meth:`digest` of these very ciphertexts, so
+    the dealer fixes its shares before it knows the weights.
+    """
 
     TYPE: ClassVar[MsgType] = MsgType.SHARE_BUNDLE
     ciphertexts: tuple[tuple[int, bytes], ...]
+    combined: tuple[Element, ...] = ()
+
+    def digest(self) -> bytes:
+        w = Writer().u32(len(self.ciphertexts))
+        for rcpt, ct in self.ciphertexts:
+            w.u32(rcpt).var(ct)
+        return hashlib.sha256(w.bytes()).digest()
 
     def _body(self, w: Writer) -> None:
         w.u32(len(self.ciphertexts))
         for rcpt, ct in self.ciphertexts:
             w.u32(rcpt).var(ct)
+        w.u16(len(self.combined))
+        for e in self.combined:
+            w.raw(e.to_bytes())
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -337,7 +346,10 @@ class ShareBundle(Message):
         cts = tuple((p.u32("recipient"), p.var("ciphertext", 1 << 16)) for _ in range(cnt))
         if len({r for r, _ in cts}) != cnt:
             raise DecodeError("share bundle addresses a recipient twice")
-        return cls(*hdr, cts)
+        t = p.u16("t")
+        if ctx.params is not None and t != ctx.params.t:
+            raise DecodeError(f"share bundle's Ĉ has {t} elements, expected t={ctx.params.t}")
+        return cls(*hdr, cts, tuple(_elem(p, ctx.need_group(), f"combined[{k}]") for k in range(t)))
 
 
 @_register
@@ -350,11 +362,18 @@ class ShareDelivery(Message):
     online: tuple[int, ...]
     ot_table: bytes
     decoy_commit: bytes
+    dealers: tuple[tuple[int, bytes, tuple[Element, ...]], ...]  # (dealer, bundle digest, Ĉ) for U_0
     ciphertexts: tuple[tuple[int, bytes], ...]
 
     def common(self) -> bytes:
         """The part every participant must see identically (absorbed into h)."""
-        return Writer().u32_list(self.online).var(self.ot_table).fixed(self.decoy_commit, HASH_BYTES).bytes()
+        w = Writer().u32_list(self.online).var(self.ot_table).fixed(self.decoy_commit, HASH_BYTES)
+        w.u32(len(self.dealers))
+        for dealer, digest, combined in self.dealers:
+            w.u32(dealer).fixed(digest, HASH_BYTES).u16(len(combined))
+            for e in combined:
+                w.raw(e.to_bytes())
+        return w.bytes()
 
     def _body(self, w: Writer) -> None:
         w.raw(self.common()).u32(len(self.ciphertexts))
@@ -363,14 +382,24 @@ class ShareDelivery(Message):
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
+        g = ctx.need_group()
         online = _ids(p, "U_0", ctx)
         table = p.var("ot_table", 1 << 26)
         commit = p.fixed(HASH_BYTES, "decoy_commit")
+        nd = p.u32("dealers.count")
+        if nd > ctx.max_n:
+            raise DecodeError(f"{nd} dealers for at most {ctx.max_n} participants")
+        dealers = []
+        for _ in range(nd):
+            dealer, digest, t = p.u32("dealer"), p.fixed(HASH_BYTES, "digest"), p.u16("t")
+            if t > ctx.max_n:
+                raise DecodeError(f"Ĉ of {t} elements")
+            dealers.append((dealer, digest, tuple(_elem(p, g, f"combined[{k}]") for k in range(t))))
         cnt = p.u32("count")
         if cnt > ctx.max_n:
             raise DecodeError(f"{cnt} ciphertexts for at most {ctx.max_n} participants")
         cts = tuple((p.u32("sender"), p.var("ciphertext", 1 << 16)) for _ in range(cnt))
-        return cls(*hdr, online, table, commit, cts)
+        return cls(*hdr, online, table, commit, tuple(dealers), cts)
 
 
 # --------------------------------------------------------------------------- #

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reshuffle.crypto import feldman, voprf
+from reshuffle.crypto import voprf
 from reshuffle.crypto.channel import Channel, DHKeyPair
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.ot import OTReceiver, OTResponse, OTTable
@@ -42,7 +42,7 @@ from reshuffle.errors import (
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol import credential
 from reshuffle.protocol.blame import audit_iteration, dispute_context
-from reshuffle.protocol.complaints import check_shares, weights_context
+from reshuffle.protocol.complaints import Dealer, check_shares, combined_for
 from reshuffle.protocol.decoys import check_opening, decoy_positions, replay
 from reshuffle.protocol.masking import mask_in_place, pair_row_key, pair_secret
 from reshuffle.protocol.messages import Context, MsgType, ShareKind
@@ -194,11 +194,7 @@ class Participant:
         secrets = [v for m_ in range(p.M) for v in (self._keys.seeds[m_], self._keys.mask[m_].secret)]
         self._polys = [[sec] + [g.random_scalar(self._rng) for _ in range(p.t - 1)] for sec in secrets]
         commitments = tuple(tuple(g.base_mul(a) for a in poly) for poly in self._polys)
-        rho = feldman.weights(commitments, self.pid, weights_context(self.T))
-        adv = msg.Advertise(
-            self.T, 0, self.pid, self._hash, self._keys.enc.public, commitments,
-            tuple(feldman.combine(commitments, rho)),
-        )
+        adv = msg.Advertise(self.T, 0, self.pid, self._hash, self._keys.enc.public, commitments)
         self._my_advert = adv
         self.phase = PPhase.AWAIT_ADVERTS
         return [adv]
@@ -242,7 +238,9 @@ class Participant:
             ch = Channel(self._keys.enc, adverts[j].enc_key, self.pid, j, self.T, self._rng)
             cts.append((j, ch.seal(SETUP_PHASE_AD, per_peer[j].bytes())))
         self.phase = PPhase.AWAIT_SHARES
-        return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts))]
+        # Ĉ under weights bound to these ciphertexts (§6.4): the shares are fixed before the weights.
+        digest = msg.ShareBundle(self.T, 0, self.pid, tuple(cts)).digest()
+        return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts), combined_for(self._my_advert, digest))]
 
     def _parse_shares(self, owner: int, payload: bytes) -> list[int]:
         g, p = self._ctx.group, self.params
@@ -267,6 +265,10 @@ class Participant:
             raise UnexpectedMessage(f"OT table for round {table.T}")
         self._tx.absorb("setup", m.common())
         self._decoy_commit = m.decoy_commit
+        info = {d: (digest, comb) for d, digest, comb in m.dealers}
+        if set(info) != U0:
+            raise Refused("the PS relayed the bundle digests of another set than U_0")
+        self._dealers = {d: Dealer(self._adverts[d], digest, comb) for d, (digest, comb) in info.items()}
         self._held: dict[tuple[int, int, ShareKind], Share] = {}
         self._hold(self.pid, self._parse_shares(self.pid, self._own_shares_payload))
         got = dict(m.ciphertexts)
@@ -278,7 +280,7 @@ class Participant:
                     raise DecodeError(f"no shares delivered from {s}")
                 ch = Channel(self._keys.enc, self._adverts[s].enc_key, self.pid, s, self.T)
                 ys = self._parse_shares(s, ch.open(SETUP_PHASE_AD, got[s]))
-                check_shares(self._adverts[s], self.pid + 1, ys)
+                check_shares(self._dealers[s], self.pid + 1, ys)
                 self._hold(s, ys)
             except ProtocolError as exc:
                 self.view.errors.append(exc)
@@ -322,14 +324,14 @@ class Participant:
         for dealer, raw in m.resolved:
             # The dealer's own signed, public answer to our complaint; checked like a delivery.
             ans = msg.decode(raw, self._ctx)
-            if not isinstance(ans, msg.ComplaintAnswer) or ans.sender != dealer or dealer not in self._adverts:
+            if not isinstance(ans, msg.ComplaintAnswer) or ans.sender != dealer or dealer not in self._dealers:
                 raise Refused(f"resolved complaint about {dealer} is not that dealer's answer")
             msg.verify(ans, self._roster[dealer].key)
             ys = dict(ans.shares).get(self.pid)
             try:
                 if ys is None:
                     raise DecodeError(f"the answer of {dealer} holds no shares for us")
-                check_shares(self._adverts[dealer], self.pid + 1, ys)
+                check_shares(self._dealers[dealer], self.pid + 1, ys)
                 self._hold(dealer, list(ys))
             except ProtocolError as exc:
                 self.view.errors.append(exc)

@@ -248,6 +248,7 @@ class Server:
         relay = msg.AdvertiseList(self.T, 0, SERVER_ID, tuple(msg.relay_bytes(self._adverts[i]) for i in ids))
         self._tx.absorb("adverts", relay.body())
         self._bundles: dict[int, dict[int, bytes]] = {}
+        self._dealer_bundles: dict[int, msg.ShareBundle] = {}
         self.phase = SPhase.BUNDLES
         return self._broadcast(ids, relay)
 
@@ -261,6 +262,7 @@ class Server:
         if got != want:
             raise DecodeError(f"share bundle of {sender} addresses {sorted(got)}, expected {sorted(want)}")
         self._bundles[sender] = dict(b.ciphertexts)
+        self._dealer_bundles[sender] = b
 
     def _close_bundles(self) -> Outbox:
         U0 = self._need(self._bundles, "setup (share bundles)")
@@ -272,14 +274,20 @@ class Server:
         self._decoy_seed = self._rng.bytes(32)
         self._decoys = Decoys(self._decoy_seed, self.T, p.n, p.k, p.decoys)
         commit = commitment(self.T, self._decoy_seed)
-        self._tx.absorb("setup", msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), table, commit, ()).common())
+        self._dealers = {
+            d: cpl.Dealer(self._adverts[d], self._dealer_bundles[d].digest(), self._dealer_bundles[d].combined)
+            for d in U0
+        }
+        dealers = tuple((d, self._dealers[d].digest, self._dealers[d].combined) for d in U0)
+        self._tx.absorb("setup", msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), table, commit, dealers, ()).common())
         self._vectors: dict[int, dict[int, bytes]] = {}  # m -> sender -> signed count vector (for the audit)
         self._seeds: dict[int, dict[int, int]] = {}
         self._dropped_x: dict[int, dict[int, int]] = {}
         out = []
         for j in U0:
             cts = tuple((s, self._bundles[s][j]) for s in U0 if s != j)
-            out.append((j, msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), table, commit, cts).encode(self._sk)))
+            out.append((j, msg.ShareDelivery(self.T, 0, SERVER_ID, tuple(U0), table, commit, dealers, cts)
+                        .encode(self._sk)))
         self._ot_answers: dict[int, msg.OTResponseMsg] = {}
         self._complaints: dict[int, set[int]] = {}  # dealer -> complainers
         self.phase = SPhase.OT
@@ -333,10 +341,11 @@ class Server:
             raise Refused(f"answer of {sender} covers {sorted(got)}, complaints came from {sorted(want)}")
         for j, ys in sorted(got.items()):
             try:
-                cpl.check_shares(self._adverts[sender], j + 1, ys)
+                cpl.check_shares(self._dealers[sender], j + 1, ys)
             except InvalidShare:
                 self._name(sender, cpl.ShareEvidence(cpl.KIND_BAD_ANSWER, sender, msg.relay_bytes(self._adverts[sender]),
-                                                      msg.relay_bytes(a), subject=j))
+                                                      msg.relay_bytes(self._dealer_bundles[sender]), msg.relay_bytes(a),
+                                                      subject=j))
                 raise
         self._answers[sender] = msg.relay_bytes(a)
 
@@ -471,8 +480,8 @@ class Server:
     def _recover(self, owner: int, kind: ShareKind) -> int:
         """Reconstruct and check against g^b or X (§6.3). Only on a mismatch: check the owner's Ĉ
         (a wrong one names the owner, §6.4) and each share against its commitments, and rebuild from
-        t shares that pass. A share that fails is dropped, its revealer not named: the batched check
-        at setup uses weights the dealer knows, so an honest member may hold a bad share."""
+        t shares that pass. A share that fails is dropped; its revealer is not named, since it could
+        not show what the dealer sent it."""
         p, g = self.params, self.group
         adv = self._adverts[owner]
         row = adv.commitments[cpl.secret_index(self.m, kind)]
@@ -484,9 +493,10 @@ class Server:
             if g.base_mul(secret) == row[0]:
                 return secret
         try:
-            cpl.check_advert(adv)
+            cpl.check_combined(self._dealers[owner])
         except InvalidShare:
-            self._name(owner, cpl.ShareEvidence(cpl.KIND_BAD_COMMITMENT, owner, msg.relay_bytes(adv)))
+            self._name(owner, cpl.ShareEvidence(cpl.KIND_BAD_COMMITMENT, owner, msg.relay_bytes(adv),
+                                                msg.relay_bytes(self._dealer_bundles[owner])))
         good = []
         for revealer, sh in held:
             try:
