@@ -281,8 +281,7 @@ def _heatmap(grid: Grid, rs: str, got: dict, key: str, title: str, path: Path) -
             if (rs, a, r) in got and cell_stats(got[rs, a, r])[key] is not None:
                 M[i, j] = 100 * cell_stats(got[rs, a, r])[key]
     fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(grid.rules), 0.9 + 0.4 * len(attacks)))
-    cmap = plt.get_cmap("viridis" if key == "acc" else "magma_r").copy()
-    cmap.set_bad("lightgrey")
+    cmap = plt.get_cmap("viridis" if key == "acc" else "magma_r").with_extremes(bad="lightgrey")
     im = ax.imshow(np.ma.masked_invalid(M), cmap=cmap, vmin=0, vmax=100, aspect="auto")
     for i in range(len(attacks)):
         for j in range(len(grid.rules)):
