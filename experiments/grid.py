@@ -99,8 +99,17 @@ def run_cell(path: str, settings: dict[str, Any]) -> tuple[str, float]:
     torch.set_num_threads(1)  # one core per worker; more threads than cores only wait on each other
     from reshuffle.sim import from_mapping, simulate
 
+    from reshuffle.errors import ReShuffleError
+
     t0 = time.perf_counter()
-    data = simulate(from_mapping(settings, source=path))
+    try:
+        data = simulate(from_mapping(settings, source=path))
+    except (ReShuffleError, FloatingPointError, RuntimeError) as exc:
+        # A run that breaks (e.g. a model driven to non-finite values) is a result, recorded with its reason.
+        cell = {"config": settings, "seconds": time.perf_counter() - t0, "final_accuracy": None,
+                "error": f"{type(exc).__name__}: {exc}"}
+        _write(Path(path), cell)
+        return path, cell["seconds"]
     secs = time.perf_counter() - t0
     rounds = data["rounds"]
     cell = {
@@ -111,12 +120,15 @@ def run_cell(path: str, settings: dict[str, Any]) -> tuple[str, float]:
         **{k: [r[k] for r in rounds] for k in ("accuracy", "attack_success", "tpr", "fpr", "models_received")},
         "lost": [r["lost"] for r in rounds],
     }
-    p = Path(path)
+    _write(Path(path), cell)
+    return path, secs
+
+
+def _write(p: Path, cell: dict) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp")
     tmp.write_text(json.dumps(cell) + "\n")
     os.replace(tmp, p)
-    return path, secs
 
 
 def run_grid(grid: Grid, out: Path, workers: int, data_root: Path | None, quiet: bool = False) -> None:
@@ -160,7 +172,9 @@ def _mean(xs) -> float | None:
 
 
 def cell_stats(cell: dict) -> dict[str, float | None]:
-    """Final accuracy, mean TPR / FPR over rounds, final attack success."""
+    """Final accuracy, mean TPR / FPR over rounds, final attack success (all None for a failed run)."""
+    if cell.get("error"):
+        return {"acc": None, "tpr": None, "fpr": None, "success": None}
     return {"acc": cell["final_accuracy"], "tpr": _mean(cell["tpr"]), "fpr": _mean(cell["fpr"]),
             "success": cell["attack_success"][-1] if cell["attack_success"] else None}
 
@@ -176,7 +190,8 @@ def _rate(x: float | None) -> str:
 def _table(grid: Grid, rs: str, got: dict, fmt) -> list[str]:
     lines = [f"| attack | {' | '.join(grid.rules)} |", "|---" * (len(grid.rules) + 1) + "|"]
     for a in grid.attacks:
-        row = [fmt(cell_stats(got[rs, a, r])) if (rs, a, r) in got else "missing" for r in grid.rules]
+        row = [("failed" if got[rs, a, r].get("error") else fmt(cell_stats(got[rs, a, r]))) if (rs, a, r) in got
+               else "missing" for r in grid.rules]
         lines.append(f"| {a} | {' | '.join(row)} |")
     return lines
 
@@ -197,6 +212,8 @@ def goal_checks(grid: Grid, rs: str, got: dict) -> tuple[list[str], dict[str, li
                 continue
             seen += 1
             st = cell_stats(got[rs, a, r])
+            if st["acc"] is None:
+                continue
             backdoor_ok = a not in BACKDOORS or (st["success"] is not None and st["success"] <= BACKDOOR_MAX)
             if 100 * (base - st["acc"]) <= ACC_POINTS and backdoor_ok:
                 ok.append(r)
@@ -232,7 +249,7 @@ def reading(grid: Grid, rs: str, got: dict, winners: dict[str, list[str]]) -> li
     lines = []
     clean = got.get((rs, "none", "fedavg"))
     for a in grid.attacks:
-        ran = [r for r in grid.rules if (rs, a, r) in got]
+        ran = [r for r in grid.rules if (rs, a, r) in got and not got[rs, a, r].get("error")]
         if a == "none" or not ran or clean is None:
             continue
         best = max(ran, key=lambda r: got[rs, a, r]["final_accuracy"])
@@ -264,8 +281,7 @@ def _heatmap(grid: Grid, rs: str, got: dict, key: str, title: str, path: Path) -
             if (rs, a, r) in got and cell_stats(got[rs, a, r])[key] is not None:
                 M[i, j] = 100 * cell_stats(got[rs, a, r])[key]
     fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(grid.rules), 0.9 + 0.4 * len(attacks)))
-    cmap = plt.get_cmap("viridis" if key == "acc" else "magma_r").copy()
-    cmap.set_bad("lightgrey")
+    cmap = plt.get_cmap("viridis" if key == "acc" else "magma_r").with_extremes(bad="lightgrey")
     im = ax.imshow(np.ma.masked_invalid(M), cmap=cmap, vmin=0, vmax=100, aspect="auto")
     for i in range(len(attacks)):
         for j in range(len(grid.rules)):
@@ -319,6 +335,10 @@ def write_summary(grid: Grid, out: Path) -> str:
                 _heatmap(grid, rs, got, key, title, out / png)
                 if (out / png).is_file():
                     md += ["", f"![{rs} {title}]({png})"]
+        failed = [f"{a} × {r} ({got[s, a, r]['error']})" for (s, a, r) in cells
+                  if s == rs and (s, a, r) in got and got[s, a, r].get("error")]
+        if failed:
+            md += ["", f"Failed runs ({len(failed)}): " + "; ".join(failed)]
         missing = [f"{a} × {r}" for (s, a, r) in cells if s == rs and (s, a, r) not in got]
         md += ["", f"Missing cells ({len(missing)}): " + ("; ".join(missing) if missing else "none"), ""]
     text = "\n".join(md)

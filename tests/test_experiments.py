@@ -58,3 +58,20 @@ def test_quick_experiment_summary(tmp_path):
     # finished runs are skipped on a second call
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert "0 runs to do" in again.stdout
+
+
+def test_a_failing_cell_is_recorded_with_its_reason(tmp_path):
+    # Prepare: a cell whose run raises (an invalid attack option)
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from grid import load_grid, run_cell, write_summary
+
+    grid = load_grid(ROOT / "experiments" / "configs" / "grid-quick.toml")
+    path = tmp_path / "digits-iid" / "sign-flip__fedavg.json"
+    settings = {**grid.settings("digits-iid", "sign-flip", "fedavg", None), "attack_options": {"scale": -1}}
+    # Execute
+    run_cell(str(path), settings)
+    summary = write_summary(grid, tmp_path)
+    # Assert: the cell counts as run, reads "failed", and its reason is listed
+    assert "ConfigError: sign-flip scale must be a positive number" in json.loads(path.read_text())["error"]
+    assert "| sign-flip | failed | missing |" in summary
+    assert "Failed runs (1): sign-flip × fedavg (ConfigError: sign-flip scale" in summary
