@@ -13,9 +13,9 @@ from collections import Counter
 
 from reshuffle.adversaries.base import PSBehaviour, Verdict, register_adversary
 from reshuffle.crypto.signatures import SERVER_ID
-from reshuffle.errors import BelowThreshold
 from reshuffle.protocol import messages as msg
-from reshuffle.protocol.messages import MsgType, ShareKind
+from reshuffle.protocol.messages import ShareKind
+from reshuffle.protocol.reservation import settled_slots
 from reshuffle.protocol.server import Server, SPhase
 
 
@@ -210,29 +210,26 @@ class BothShares(_PSAttack):
         return self.verdict(result, honest, self.stopped_by)
 
 
-__all__ = ["BelowThreshold", "MsgType", "exposed"]
-
 
 @register_adversary("false-decoy-claim")
+class _ForcedBlame(Server):
+    """A PS that starts the blame step on a clean round (the rows are checked only at the upload)."""
+
+    def _check_rows(self):
+        super()._check_rows()
+        self._failed.setdefault(-1, "forced")
+
+
 class FalseDecoyClaim(_PSAttack):
-    """Starts the blame step on a clean round and claims the target's row is a decoy, to open it."""
+    """Starts the blame step on a clean round and claims every row is a decoy, to open the participants'."""
 
     stopped_by = "§9 audit: positions must be the decoys the opened seed gives; never one's own row"
 
-    class server_class(Server):
-        def _close_unmask(self):
-            if self.m == self.params.upload_m:
-                self._force_blame = True
-            return super()._close_unmask()
-
+    class server_class(_ForcedBlame):
         def _check_rows(self):
             super()._check_rows()
-            if getattr(self, "_force_blame", False):
-                self._failed.setdefault(-1, "forced")
-                # the target's row, claimed as a decoy
-                S = __import__("reshuffle.protocol.reservation", fromlist=["settled_slots"]).settled_slots(self.counts)
-                self._decoy_pos = sorted(set(self._decoy_pos) | set(range(len(S))))
-                self._blame.positions = self._decoy_pos
+            self._decoy_pos = list(range(len(settled_slots(self.counts))))
+            self._blame.positions = self._decoy_pos
 
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
@@ -248,17 +245,7 @@ class ForgedDispute(_PSAttack):
 
     stopped_by = "§9: K_ij only against the partner's validly signed, conflicting opening"
 
-    class server_class(Server):
-        def _close_unmask(self):
-            if self.m == self.params.upload_m:
-                self._force = True
-            return super()._close_unmask()
-
-        def _check_rows(self):
-            super()._check_rows()
-            if getattr(self, "_force", False):
-                self._failed.setdefault(-1, "forced")
-
+    class server_class(_ForcedBlame):
         def _close_blame(self):
             t = self.behaviour.target
             ops = self._blame.openings
