@@ -211,7 +211,6 @@ class BothShares(_PSAttack):
 
 
 
-@register_adversary("false-decoy-claim")
 class _ForcedBlame(Server):
     """A PS that starts the blame step on a clean round (the rows are checked only at the upload)."""
 
@@ -220,6 +219,7 @@ class _ForcedBlame(Server):
         self._failed.setdefault(-1, "forced")
 
 
+@register_adversary("false-decoy-claim")
 class FalseDecoyClaim(_PSAttack):
     """Starts the blame step on a clean round and claims every row is a decoy, to open the participants'."""
 
