@@ -158,3 +158,11 @@ def test_clipped_coordinates_are_reported():
     ups[2][:2] = 100.0  # beyond clip = 64
     r = reshuffle.shuffle(ups, seed=2)
     assert r.clipped == 2 and r.views[2].clipped == 2
+
+
+def test_words_payload_follows_the_ring_width():
+    ups = [(np.arange(9, dtype="<u2") * (i + 3)).astype("<u2") for i in range(4)]
+    res = reshuffle.shuffle(ups, payload="words", b=16, f=8, seed=2)
+    assert sorted(m.tobytes() for m in res.models) == sorted(u.tobytes() for u in ups)
+    with pytest.raises(EncodingError, match="uint16"):
+        reshuffle.shuffle([u.astype("<u4") for u in ups], payload="words", b=16, f=8, seed=2)

@@ -8,6 +8,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from reshuffle.crypto.encoding import FixedPoint
+from reshuffle.crypto.prg import ring_dtype
 from reshuffle.crypto.ot import sample_distinct
 from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAuthority, SigningKey
@@ -44,9 +45,9 @@ class ShuffleResult:
     failure: str | None = None  # why the round delivered nothing (only with raise_on_failure=False)
 
 
-def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed") -> list[np.ndarray]:
+def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed", b: int = 32) -> list[np.ndarray]:
     ups = [np.asarray(u) for u in updates]
-    want = np.dtype(np.float32) if payload == "fixed" else np.dtype("<u4")
+    want = np.dtype(np.float32) if payload == "fixed" else ring_dtype(b)
     if len(ups) < 2:
         raise ConfigError(f"a shuffle needs at least 2 updates, got {len(ups)}")
     d = ups[0].size
@@ -143,7 +144,7 @@ def shuffle(
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
     seeded, never numpy's); without it everything comes from OS randomness.
     """
-    ups = _check_updates(updates, params.get("payload", "fixed"))
+    ups = _check_updates(updates, params.get("payload", "fixed"), params.get("b", 32))
     unknown = set(params) - {"n", "k", "t", "c", "R_max", "decoys", "b", "f", "clip", "group", "payload"}
     if unknown:
         raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")

@@ -27,9 +27,9 @@ from reshuffle.crypto import voprf
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group
 from reshuffle.crypto.signatures import SERVER_ID, VerifyKey
-from reshuffle.errors import AlreadyAnswered, DecodeError, InvalidProof, ProtocolError, Refused
+from reshuffle.errors import AlreadyAnswered, DecodeError, InvalidProof, Refused
 from reshuffle.protocol import messages as msg
-from reshuffle.protocol.masking import pair_row_key, pair_sign, row_mask, unmask_in_place
+from reshuffle.protocol.masking import pair_row_key, row_mask, unmask_in_place
 
 KIND_NONZERO = "nonzero plaintext in a decoy row"
 KIND_FALSE_OPENING = "false opening of a pairwise key"
@@ -179,10 +179,8 @@ def plaintext_at(group: Group, T: int, m: int, h: bytes, i: int, b: int, row: np
     return row - row_mask(group, T, m, i, b, pair_keys, h, position, row.size, row.dtype)
 
 
-__all__ = [
-    "Evidence", "KIND_FALSE_OPENING", "KIND_NONZERO", "ProtocolError", "audit_iteration", "dispute_context",
-    "pair_sign", "plaintext_at", "verify_evidence", "Element",
-]
+__all__ = ["Evidence", "KIND_FALSE_OPENING", "KIND_NONZERO", "audit_iteration", "dispute_context",
+           "plaintext_at", "verify_evidence"]
 
 
 @dataclass
@@ -207,7 +205,7 @@ class BlameCollector:
         kept = {pos: rows[pos].copy() for pos in self.positions}
         self.uploads[sender] = (kept, tuple(mi._row_hashes), mi._signature, mi.h, mi.header())
 
-    def needed(self, lw: np.ndarray, failed: dict[int, str]) -> bool:
+    def needed(self, failed: dict[int, str]) -> bool:
         """A nonzero row that failed its checks (decoy rows included) starts blame, if there are decoys."""
         return bool(self.positions) and any(reason != "empty" for reason in failed.values())
 

@@ -366,13 +366,6 @@ class Server:
         return out + self._open_invocation(1, sorted(set(self.online[0]) - self._setup_excluded), ())
 
     # §6: one MaskedSum invocation
-    def _rows(self, m: int) -> int:
-        return 1 if m <= self.params.R_max else max(len(settled_slots(self.counts)), 1)
-
-    def _vector_len(self, m: int) -> int:
-        p = self.params
-        return p.n if m <= p.R_max else len(settled_slots(self.counts)) * p.row_words
-
     def _open_invocation(self, m: int, mask_set, counts: tuple[int, ...]) -> Outbox:
         p = self.params
         self.m = m
@@ -380,7 +373,11 @@ class Server:
         # are simply not asked, and count as dropped when unmasking.
         self._mask_set = sorted(mask_set)
         live = self._need(mask_set, f"invocation {m}")
-        self._acc = np.zeros(self._vector_len(m), dtype=np.dtype(f"<u{p.vector_bits(m) // 8}"))
+        # A count vector is one row of n words; the model list one row per settled slot.
+        positions = 0 if m <= p.R_max else len(settled_slots(self.counts))
+        self._n_rows = max(positions, 1)
+        length = p.n if m <= p.R_max else positions * p.row_words
+        self._acc = np.zeros(length, dtype=np.dtype(f"<u{p.vector_bits(m) // 8}"))
         self._uploaded: set[int] = set()
         if m <= p.R_max:
             self._decoy_picks = self._decoys.picks()
@@ -397,10 +394,10 @@ class Server:
             raise UnexpectedMessage(f"masked input from {sender}, who is not in U_{self.m - 1}")
         if sender in self._uploaded:
             raise AlreadyAnswered(f"second masked input from {sender} in invocation {self.m}")
-        if len(mi.words) != self._acc.nbytes or mi.rows != self._rows(self.m):
+        if len(mi.words) != self._acc.nbytes or mi.rows != self._n_rows:
             raise DecodeError(
                 f"masked input of {sender} has {len(mi.words)} bytes in {mi.rows} rows, "
-                f"expected {self._acc.nbytes} in {self._rows(self.m)}"
+                f"expected {self._acc.nbytes} in {self._n_rows}"
             )
         self._check_view(sender, mi)
         # Only the rows blame may ever show a third party are hashed: a count vector whole, an
@@ -413,7 +410,7 @@ class Server:
         if self.m <= self.params.R_max:
             self._vectors.setdefault(self.m, {})[sender] = msg.relay_bytes(mi)
         else:
-            self._blame.keep_upload(sender, mi, words.reshape(self._rows(self.m), -1))
+            self._blame.keep_upload(sender, mi, words.reshape(self._n_rows, -1))
         self._uploaded.add(sender)
 
     def _check_view(self, sender: int, mi: msg.MaskedInput) -> None:
@@ -514,7 +511,7 @@ class Server:
         seeds = {i: self._recover(i, ShareKind.SELF_SEED) for i in Um}
         secrets = {j: self._recover(j, ShareKind.DH_SECRET) for j in self._dropped}
         keys = {k: self._adverts[k].mask_keys[m - 1] for k in Um}
-        unmask_in_place(self._acc, self.group, self.T, m, Um, seeds, secrets, keys, self._h, self._rows(m))
+        unmask_in_place(self._acc, self.group, self.T, m, Um, seeds, secrets, keys, self._h, self._n_rows)
         self._seeds[m], self._dropped_x[m] = seeds, secrets
         if m <= p.R_max:
             self._acc += self._decoy_picks
@@ -523,7 +520,7 @@ class Server:
             self._decoys.observe(counts)
             return self._open_invocation(m + 1, Um, counts)
         self._check_rows()
-        if not self._blame.needed(self._acc.reshape(self._rows(m), -1), self._failed):
+        if not self._blame.needed(self._failed):
             self._finish()
             return []
         # §9: open the decoys; every live member audits and opens its keys of the decoy rows.

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.signatures import VerifyKey
-from reshuffle.errors import InvalidSignature, ProtocolError, Refused
+from reshuffle.errors import InvalidSignature, Refused
 from reshuffle.protocol.messages import consent_statement
 
 CONSENT_CONTEXT = "consent"
@@ -69,4 +69,4 @@ def check_certificate(
     return sorted(good)
 
 
-__all__ = ["CONSENT_CONTEXT", "ProtocolError", "Transcript", "check_certificate"]
+__all__ = ["CONSENT_CONTEXT", "Transcript", "check_certificate"]
