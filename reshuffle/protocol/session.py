@@ -34,8 +34,9 @@ _MAX_R = 64  # RoundParams bounds R_max
 
 def max_inbox(R_max: int) -> int:
     """PS messages of one round: RoundStart, adverts, delivery, complaints to answer, OT answer,
-    3 per invocation, then at most a blame request and a dispute."""
-    return 5 + 3 * (R_max + 1) + 2
+    3 per invocation, at most a blame request and a dispute, and 3 per slot-phase restart (open
+    request, restart, slot answers; at most R_max restarts, §8.5)."""
+    return 5 + 3 * (R_max + 1) + 2 + 3 * R_max
 
 
 _MAX_INBOX = max_inbox(_MAX_R)  # before RoundStart is known; more is a corrupt state
