@@ -192,6 +192,39 @@ def _blame_verdict(b: ParticipantBehaviour, result, honest, detected_by: str, mu
                    f"named: {sorted(result.blamed)}; suspects: {out.suspects}; rows rejected: {out.rejected_rows}")
 
 
+@register_adversary("false-objection")
+class FalseObjection(ParticipantBehaviour):
+    """Objects to the counts of reservation iteration ``iteration`` although its pick was counted.
+
+    The objection forces the iteration open; the objector's own signed vector and the counts
+    its signed objection's h commits to show the objection false, so it is named, and the
+    slot phase restarts without it (§8.5).
+    """
+
+    stopped_by = "§8.5 opening: the objector's own vector and counts refute it"
+
+    def __init__(self, pids=(1,), iteration: int = 1) -> None:
+        super().__init__(pids)
+        self.iteration, self.culprits = iteration, self.pids
+
+    class participant_class(Participant):
+        def _on_mask_request(self, m):
+            pick = self._reservation.pick
+            out = super()._on_mask_request(m)
+            if m.m != self.behaviour.iteration + 1 or not out or out[0].TYPE != MsgType.MASKED_INPUT:
+                return out
+            from reshuffle.protocol.phases import PPhase
+
+            self.phase = PPhase.OBJECTED
+            slot = pick if pick is not None else min(self._tokens)
+            return [msg.Objection(self.T, m.m, self.pid, slot, self._h[m.m])]
+
+    def holds(self, result, honest) -> Verdict:
+        v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
+        v.detail = f"named: {sorted(result.blamed)}"
+        return v
+
+
 @register_adversary("jam")
 class Jam(ParticipantBehaviour):
     """Uploads a correctly masked model list of random words: every row, decoys included, is destroyed.

@@ -425,7 +425,7 @@ class Participant:
         if r != last or not self._phase_start <= r <= self.params.R_max or r not in self._revealed:
             raise Refused(f"asked to open iteration {r}; the last certified iteration of this slot phase is {last}")
         self._tx.absorb("open", Writer().u32(r).var(m.reason.encode()).bytes())
-        self._opened, self._resume = r, self._m + 1
+        self._opened, self._resume = r, r + 1  # invocation r+1 is reused: none of its keys was revealed
         X = {j: self._adverts[j].mask_keys[r - 1] for j in self._mask_sets[r] if j != self.pid}
         self.phase = PPhase.AWAIT_RESTART
         return [msg.OpenReveal(self.T, r, self.pid, self._keys.mask[r - 1].secret, tuple(sorted(X.items())))]

@@ -390,6 +390,7 @@ class Server:
         self._uploaded: set[int] = set()
         self._objections: dict[int, bytes] = {}
         if m <= p.R_max:
+            self._vectors[m] = {}  # a reused invocation keeps nothing of its discarded attempt
             self._decoy_picks = self._decoys.picks()
         else:
             self._decoy_pos = decoy_positions(self._phase_counts, self._decoys.slots)
@@ -567,7 +568,9 @@ class Server:
     # §8.5: open a failed iteration, name who broke it, restart the slot phase without them.
     def _open(self, r: int, reason: str) -> Outbox:
         objections = dict(self._objections)
-        resume = self.m + 1  # the next unused invocation: its keys were never revealed
+        # Invocation r+1 is reused even if its vectors were collected (an objection): none of its keys
+        # was revealed and its streams are bound to h_{r+1}, which the opening and restart change.
+        resume = r + 1
         Ur = self.online[r]
         self._opening = opening.OpeningCollector(
             self.group, self.params, r, self._live(Ur), self._adverts, self._vectors[r], self._seeds[r], objections,
