@@ -1,4 +1,4 @@
-"""Reservation checks, opening a failed iteration and the slot-phase restart (docs/protocol.md §8.5).
+"""Reservation checks, opening a failed iteration and the slot-phase restart (docs/protocol.md §8.2).
 
 Each attack is played first; the assertions are what the checks must give: every honest
 model delivered, the culprit (and only it) named with evidence a third party verifies
@@ -332,3 +332,20 @@ def test_sessions_replay_through_an_opening_and_a_restart():
     assert multiset(out.models) == expected_models(ups, HONEST)
     # each honest node's stored inbox holds the restart it replayed through
     assert all(msg.MsgType.RESTART in [d[1] for d in SessionState.decode(nodes[i].blob).inbox] for i in HONEST)
+
+
+@given(
+    seed=st.integers(1, 10_000),
+    iteration=st.integers(1, 3),
+    mode=st.sampled_from(["k-hot", "large", "cancel"]),
+    drops=st.lists(st.sampled_from([0, 2, 3, 4, 5, 6, 7]), max_size=2, unique=True),
+    phase=st.sampled_from(["reserve", "upload"]),
+)
+@settings(max_examples=12, deadline=None)
+def test_the_opening_never_names_an_honest_member(seed, iteration, mode, drops, phase):
+    # Honest members drop at random while an abuser plays: only the abuser may be named.
+    ups = make_updates(N, d=8, seed=seed)
+    r = reshuffle.shuffle(ups, seed=seed, raise_on_failure=False, dropouts={phase: drops},
+                          adversaries=[make_adversary("count-abuse", mode=mode, iteration=iteration)])
+    assert set(r.blamed) <= {1}
+    assert set(multiset(r.models)) <= set(expected_models(ups, range(N)))

@@ -95,11 +95,11 @@ class MultiSlot(ParticipantBehaviour):
 
     v1 gave it 6 to 7 valid rows of 10. Its k-hot vector of the first iteration, where
     every member picks, breaks the count bound: the iteration is opened, its own signed
-    vector names it and the slot phase restarts without it (§8.5). Had it slipped
+    vector names it and the slot phase restarts without it (§8.2). Had it slipped
     through, it would still hold one credential only (§7.2): rows sharing r are dropped.
     """
 
-    stopped_by = "§8.5 count bound and opening; §7.2 one credential per participant"
+    stopped_by = "§8.2 count bound and opening; §7.2 one credential per participant"
 
     def __init__(self, pids=(1,)) -> None:
         super().__init__(pids)
@@ -137,7 +137,7 @@ class MultiSlot(ParticipantBehaviour):
 
 @register_adversary("count-abuse")
 class CountAbuse(ParticipantBehaviour):
-    """Submits an abusive count vector in reservation iteration ``iteration`` (§8.5).
+    """Submits an abusive count vector in reservation iteration ``iteration`` (§8.2).
 
     ``mode``: ``"k-hot"`` marks every candidate slot; ``"large"`` puts 5 at its pick;
     ``"cancel"`` adds -1 (2^32 - 1) at a slot it does not pick, which either shows as an
@@ -147,7 +147,7 @@ class CountAbuse(ParticipantBehaviour):
     it; every honest model is delivered.
     """
 
-    stopped_by = "§8.5 count checks, objection, opening and restart"
+    stopped_by = "§8.2 count checks, objection, opening and restart"
     MODES = ("k-hot", "large", "cancel")
 
     def __init__(self, pids=(1,), mode: str = "k-hot", iteration: int = 1) -> None:
@@ -198,10 +198,10 @@ class FalseObjection(ParticipantBehaviour):
 
     The objection forces the iteration open; the objector's own signed vector and the counts
     its signed objection's h commits to show the objection false, so it is named, and the
-    slot phase restarts without it (§8.5).
+    slot phase restarts without it (§8.2).
     """
 
-    stopped_by = "§8.5 opening: the objector's own vector and counts refute it"
+    stopped_by = "§8.2 opening: the objector's own vector and counts refute it"
 
     def __init__(self, pids=(1,), iteration: int = 1) -> None:
         super().__init__(pids)

@@ -760,7 +760,7 @@ class BlameRequest(Message):
         seed = p.fixed(32, "decoy_seed")
         positions = tuple(p.u32_list("positions", 1 << 16))
         R = p.u32("iterations")
-        # The slot phase that produced the upload: all R_max iterations, fewer after a restart (§8.5).
+        # The slot phase that produced the upload: all R_max iterations, fewer after a restart (§8.2).
         if ctx.params is not None and not 1 <= R <= ctx.params.R_max:
             raise DecodeError(f"blame request audits {R} iterations, the round has {ctx.params.R_max}")
         vectors, seeds, dropped = [], [], []
@@ -846,7 +846,7 @@ class DisputeAnswer(Message):
 
 
 # --------------------------------------------------------------------------- #
-# §8.5: opening a failed reservation iteration and restarting the slot phase
+# §8.2: opening a failed reservation iteration and restarting the slot phase
 @_register
 @dataclass(frozen=True)
 class OpenRequest(Message):

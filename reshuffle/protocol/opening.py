@@ -1,4 +1,4 @@
-"""Count checks and opening a failed reservation iteration (docs/protocol.md §8.5).
+"""Count checks and opening a failed reservation iteration (docs/protocol.md §8.2).
 
 After iteration r is unmasked the PS checks the counts it is about to publish:
 each count and their sum are at most B, the number of parties that can still be

@@ -367,7 +367,7 @@ class Participant:
         self._h[m.m] = h
         self._m = m.m
         if m.counts:
-            # §8.5: counts no honest PS publishes stop the round; a lost own pick is objected to.
+            # §8.2: counts no honest PS publishes stop the round; a lost own pick is objected to.
             bound = opening.count_bound(len(self._mask_set), p.decoys, len(settled_slots(self._counts)),
                                         len(self._mask_sets[self._phase_start]) - len(self._mask_set))
             reason = opening.check_counts(m.counts, bound)
@@ -418,7 +418,7 @@ class Participant:
             lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
         return lw.reshape(-1), max(len(S), 1)
 
-    # §8.5: open a failed iteration (reveal x_{i,r} only), then take part in the restarted slot phase.
+    # §8.2: open a failed iteration (reveal x_{i,r} only), then take part in the restarted slot phase.
     def _on_open_request(self, m: msg.OpenRequest) -> list[msg.Message]:
         r = m.m
         last = self._m if self.phase is PPhase.AWAIT_MASK else self._m - 1

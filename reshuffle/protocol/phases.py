@@ -24,7 +24,7 @@ def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
         return "upload" if m == upload_m else "reserve"
     if mtype in (MsgType.OPEN_REQUEST, MsgType.OPEN_REVEAL, MsgType.RESTART, MsgType.SLOT_REQUEST,
                  MsgType.SLOT_RESPONSE):
-        return "reserve"  # §8.5: opening a failed iteration and restarting the slot phase
+        return "reserve"  # §8.2: opening a failed iteration and restarting the slot phase
     if mtype in (MsgType.BLAME_REQUEST, MsgType.OPENING, MsgType.DISPUTE, MsgType.DISPUTE_ANSWER):
         return "unmask"  # the blame step follows the upload's unmasking
     if mtype in (MsgType.UNMASK_REQUEST, MsgType.CONSENT, MsgType.CERTIFICATE, MsgType.UNMASK_RESPONSE):
@@ -39,11 +39,11 @@ class PPhase(enum.Enum):
     AWAIT_ADVERTS = "await ADVERTISE_LIST (§5.1)"
     AWAIT_SHARES = "await SHARE_DELIVERY (§5.1–5.2)"
     AWAIT_OT = "await OT_RESPONSE (§5.2)"
-    AWAIT_MASK = "await MASK_REQUEST (§6.1), or OPEN_REQUEST of the last iteration (§8.5)"
-    AWAIT_LIST = "await UNMASK_REQUEST with U_m (§6.2–6.3), or OPEN_REQUEST of the last iteration (§8.5)"
-    OBJECTED = "objected to the counts: await OPEN_REQUEST (§8.5)"
-    AWAIT_RESTART = "revealed x of a failed iteration: await RESTART (§8.5)"
-    AWAIT_SLOTS = "await SLOT_RESPONSE of the restarted slot phase (§8.5)"
+    AWAIT_MASK = "await MASK_REQUEST (§6.1), or OPEN_REQUEST of the last iteration (§8.2)"
+    AWAIT_LIST = "await UNMASK_REQUEST with U_m (§6.2–6.3), or OPEN_REQUEST of the last iteration (§8.2)"
+    OBJECTED = "objected to the counts: await OPEN_REQUEST (§8.2)"
+    AWAIT_RESTART = "revealed x of a failed iteration: await RESTART (§8.2)"
+    AWAIT_SLOTS = "await SLOT_RESPONSE of the restarted slot phase (§8.2)"
     AWAIT_CERT = "await CERTIFICATE of U_m (§6.2–6.3, then §6.3)"
     DONE = "done (may be asked to open decoy rows, §9)"
     OPENED = "opened (may be shown a dispute, §9)"
@@ -78,9 +78,9 @@ class SPhase(enum.Enum):
     BUNDLES = "collect SHARE_BUNDLE (§5.1)"
     OT = "collect OT_REQUEST (§5.2)"
     COMPLAINTS = "collect COMPLAINT_ANSWER (§6.4)"
-    MASKED = "collect MASKED_INPUT (§6.1) or OBJECTION (§8.5)"
-    OPEN = "collect OPEN_REVEAL of a failed iteration (§8.5)"
-    SLOTS = "collect SLOT_REQUEST of the restarted slot phase (§8.5)"
+    MASKED = "collect MASKED_INPUT (§6.1) or OBJECTION (§8.2)"
+    OPEN = "collect OPEN_REVEAL of a failed iteration (§8.2)"
+    SLOTS = "collect SLOT_REQUEST of the restarted slot phase (§8.2)"
     CONSENT = "collect CONSENT on U_m (§6.2–6.3)"
     UNMASK = "collect UNMASK_RESPONSE (§6.3)"
     BLAME = "collect OPENING of decoy rows (§9)"

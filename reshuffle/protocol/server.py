@@ -134,7 +134,7 @@ class Server:
         self.excluded: set[int] = set()
         self.online: dict[int, tuple[int, ...]] = {}
         self.counts: list[tuple[int, ...]] = []  # every published count vector, restarts included
-        self._phase_counts: list[tuple[int, ...]] = []  # those of the current slot phase (§8.5)
+        self._phase_counts: list[tuple[int, ...]] = []  # those of the current slot phase (§8.2)
         self._phase_start = 1  # its first invocation
         self.output: RoundOutput | None = None
         self._adverts: dict[int, msg.Advertise] = {}
@@ -293,7 +293,7 @@ class Server:
         return out
 
     def _new_slot_phase(self) -> tuple[bytes, bytes]:
-        """A fresh OT key β with its table, and decoys from a seed committed to before anyone picks (§8.5)."""
+        """A fresh OT key β with its table, and decoys from a seed committed to before anyone picks (§8.2)."""
         p = self.params
         self._ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
         self._decoy_seed = self._rng.bytes(32)
@@ -425,7 +425,7 @@ class Server:
         self._uploaded.add(sender)
 
     def _on_objection(self, sender: int, o: msg.Objection) -> None:
-        """§8.5: a member's pick of the last iteration shows count 0; checked only by opening it."""
+        """§8.2: a member's pick of the last iteration shows count 0; checked only by opening it."""
         if sender not in self._mask_set or self.m == self._phase_start:
             raise UnexpectedMessage(f"objection from {sender} to invocation {self.m}, which follows no counts")
         if sender in self._uploaded or sender in self._objections:
@@ -565,7 +565,7 @@ class Server:
     def _slot_iterations(self) -> range:
         return range(self._phase_start, self.params.R_max + 1)
 
-    # §8.5: open a failed iteration, name who broke it, restart the slot phase without them.
+    # §8.2: open a failed iteration, name who broke it, restart the slot phase without them.
     def _open(self, r: int, reason: str) -> Outbox:
         objections = dict(self._objections)
         # Invocation r+1 is reused even if its vectors were collected (an objection): none of its keys

@@ -35,7 +35,7 @@ _MAX_R = 64  # RoundParams bounds R_max
 def max_inbox(R_max: int) -> int:
     """PS messages of one round: RoundStart, adverts, delivery, complaints to answer, OT answer,
     3 per invocation, at most a blame request and a dispute, and 3 per slot-phase restart (open
-    request, restart, slot answers; at most R_max restarts, §8.5)."""
+    request, restart, slot answers; at most R_max restarts, §8.2)."""
     return 5 + 3 * (R_max + 1) + 2 + 3 * R_max
 
 
