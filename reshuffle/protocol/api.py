@@ -108,13 +108,15 @@ def build_round(
     ps_key = key()
     ps_cert = ca.issue(SERVER_ID, ps_key.verify_key, ROLE_SERVER)
     gh = global_model_hash(global_model)
+    # A PS behaviour may hand some participants another global model (what they receive is its choice).
+    gh_for = getattr(ps_behaviour, "global_hash_for", lambda pid, h: h)
     participants, roster = {}, {}
     for i, u in enumerate(updates):
         sk = key()
         roster[i] = ca.issue(i, sk.verify_key)
         prng = SeededRandom(rng.bytes(32), b"participant") if seed is not None else None
         make = hostile[i].make if i in hostile else participant_cls
-        participants[i] = make(i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng)
+        participants[i] = make(i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh_for(i, gh), prng)
     srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
     server = make_server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
