@@ -349,3 +349,26 @@ def test_the_opening_never_names_an_honest_member(seed, iteration, mode, drops, 
                           adversaries=[make_adversary("count-abuse", mode=mode, iteration=iteration)])
     assert set(r.blamed) <= {1}
     assert set(multiset(r.models)) <= set(expected_models(ups, range(N)))
+
+
+def test_a_restart_without_a_reservation_iteration_is_refused():
+    # After an abuse in iteration R_max, a PS that "restarts" at the upload invocation would re-run
+    # the upload under keys of a vector it already holds: the members refuse.
+    class LateRestart(Server):
+        def _close_open(self):
+            p = self.params
+            self.params = dataclasses.replace(p, R_max=p.R_max + 1)  # skips its own check
+            try:
+                return super()._close_open()
+            finally:
+                self.params = p
+
+    ups = make_updates(N, d=12, seed=15)
+    p = reshuffle.protocol.params.RoundParams.default(N, 12)
+    server, parts = build_round(ups, p, seed=15, adversaries=[make_adversary("count-abuse", iteration=p.R_max)])
+    server.__class__ = LateRestart
+    with pytest.raises(reshuffle.errors.BelowThreshold):
+        InProcessRunner(server, parts).run()
+    for i in HONEST:
+        assert any("leaves no reservation iteration" in str(e) for e in parts[i].view.errors)
+        assert p.upload_m not in parts[i].view.revealed  # nothing of the upload was revealed

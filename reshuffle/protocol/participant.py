@@ -434,6 +434,9 @@ class Participant:
         p = self.params
         if m.m != self._resume or m.opened != self._opened:
             raise Refused(f"restart at invocation {m.m} after opening {m.opened}; expected {self._resume}, {self._opened}")
+        if m.m > p.R_max:
+            # No reservation iteration is left: a restart could only re-run the upload invocation.
+            raise Refused(f"restart at invocation {m.m} leaves no reservation iteration (R_max={p.R_max})")
         keys = {j: c.key for j, c in self._roster.items()}
         named = set()
         for raw in m.evidence:
