@@ -471,3 +471,11 @@ def test_group_size_rejects_per_group_parameters():
         shuffle(make_updates(4, d=4), group_size=2, t=3)
     with pytest.raises(ConfigError, match="group_size"):
         shuffle(make_updates(4, d=4), group_size=1)
+
+
+def test_group_anonymity_game_broken_participant_is_always_linked_within_its_group():
+    from reshuffle.games.anonymity import anonymity_trial_groups
+
+    # The answer-once rule removed: the PS strips every mask of the group's uploads and names the owner.
+    correct, h = anonymity_trial_groups(6, 1, 4, 3, broken=True)
+    assert correct and h in (2, 3)
