@@ -318,9 +318,11 @@ def test_round_in_groups_delivers_every_model_and_reports_groups():
     assert len(r.models) == 7 and not r.failed_groups
     for i, row in r.positions.items():
         np.testing.assert_allclose(r.models[row], ups[i], atol=2**-20)
-    assert r.stats["group_size"] == 3
-    assert r.stats["groups"]["sizes"] == [3, 2, 2]
-    assert r.stats["assignment"]["attempts"] == 1
+    assert r.group_stats["group_size"] == 3
+    assert r.group_stats["groups"]["sizes"] == [3, 2, 2]
+    assert r.group_stats["assignment"]["attempts"] == 1
+    # The assignment is costed like a phase: a few hundred bytes each way per participant at N = 7.
+    assert 0 < r.stats["assign"]["participant_bytes_sent"] < 1000 and r.stats["assign"]["ps_s"] > 0
     # Each group ran with its own parameters bound to the one assignment.
     gp = r.output.group_params
     assert {p.assignment for p in gp.values()} == {r.output.assignment.digest}
@@ -348,7 +350,7 @@ def test_a_failing_group_delivers_nothing_and_the_others_deliver():
     assert r.groups == groups
     assert list(r.failed_groups) == [0] and "threshold" in r.failed_groups[0]
     assert sorted(r.positions) == sorted(groups[1]) and len(r.models) == 3
-    assert r.stats["groups"]["outcome"][0]["failed"] and r.stats["groups"]["outcome"][1]["delivered"] == 3
+    assert r.group_stats["groups"]["outcome"][0]["failed"] and r.group_stats["groups"]["outcome"][1]["delivered"] == 3
 
 
 def test_every_group_failing_is_below_threshold():
@@ -374,7 +376,7 @@ def test_dropped_reveals_exclude_the_non_revealer_and_redraw():
         return [env]
 
     r = shuffle(make_updates(7, d=4, seed=6), group_size=3, seed=4, interceptors=[lose])
-    assert r.stats["assignment"]["attempts"] == 2 and r.stats["assignment"]["excluded"] == [2]
+    assert r.group_stats["assignment"]["attempts"] == 2 and r.group_stats["assignment"]["excluded"] == [2]
     assert all(2 not in g for g in r.groups) and sorted(r.positions) == [0, 1, 3, 4, 5, 6]
 
 
@@ -390,7 +392,7 @@ def test_reveals_dropped_in_every_attempt_end_the_round():
         return [env]
 
     ok = shuffle(make_updates(7, d=4, seed=6), group_size=3, seed=4, interceptors=[lose_all])
-    assert ok.stats["assignment"]["attempts"] == 2  # 2 excluded at once; attempt 2 has no 2
+    assert ok.group_stats["assignment"]["attempts"] == 2  # 2 excluded at once; attempt 2 has no 2
     with pytest.raises(BelowThreshold, match=f"after {gr.MAX_ATTEMPTS} attempts"):
         shuffle(make_updates(7, d=4, seed=6), group_size=3, seed=4, interceptors=[lose_next])
 
@@ -479,3 +481,23 @@ def test_group_anonymity_game_broken_participant_is_always_linked_within_its_gro
     # The answer-once rule removed: the PS strips every mask of the group's uploads and names the owner.
     correct, h = anonymity_trial_groups(6, 1, 4, 3, broken=True)
     assert correct and h in (2, 3)
+
+
+def test_simulation_runs_rounds_in_groups_and_names_a_failed_groups_losses():
+    from reshuffle.sim import SimConfig, Simulation
+    from reshuffle.sim.simulator import loss_causes
+
+    with pytest.raises(ConfigError, match="shuffle='real'"):
+        SimConfig(clients=6, shuffle="ideal", group_size=3).validated()
+    # Execute: a round of 6 clients in groups of 3 (embedded digits, logistic regression).
+    sim = Simulation(SimConfig(rounds=1, clients=6, shuffle="real", model="logreg", seed=1, group_size=3))
+    recs = list(sim.run())
+    # Assert: every model arrives, and the assignment is costed as a phase.
+    assert [r.models_received for r in recs] == [6]
+    assert all("assign" in r.seconds for r in recs)
+    # A failed group's members are lost with that reason.
+    ups = make_updates(6, d=4, seed=3)
+    groups = shuffle(ups, group_size=3, seed=7).groups
+    r = shuffle(ups, group_size=3, seed=7, dropouts={"setup": list(groups[0][:2])})
+    lost = loss_causes(r, 6, {"setup": list(groups[0][:2])})
+    assert lost[groups[0][2]].startswith("group 0 failed")

@@ -48,6 +48,9 @@ class ShuffleResult:
     # Anonymity groups (group_size set): each group's members, and why a group delivered nothing.
     groups: list[tuple[int, ...]] | None = None
     failed_groups: dict[int, str] = field(default_factory=dict)
+    # group_size, groups (count, sizes, per-group outcome), assignment (attempts, excluded); {} without groups.
+    # ``stats`` then also has an "assign" entry shaped like a phase's.
+    group_stats: dict = field(default_factory=dict)
 
 
 def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed", b: int = 32) -> list[np.ndarray]:
@@ -138,6 +141,7 @@ def build_round(
     return server, participants
 
 
+ASSIGN = "assign"  # the group assignment's entry in ShuffleResult.stats
 PARAM_NAMES = {"n", "k", "t", "c", "R_max", "decoys", "b", "f", "clip", "group", "payload"}
 PER_GROUP = {"n", "k", "t", "c"}  # follow each group's size
 
@@ -171,7 +175,9 @@ def shuffle(
     with its own n, k, t, c (so these cannot be overridden), and the delivered
     rows of all groups are pooled. A group that fails delivers nothing
     (``failed_groups``) while the others deliver; only when every group fails is
-    it a failure of the round. ``stats`` then has ``group_size`` and ``groups``.
+    it a failure of the round. ``group_stats`` then reports ``group_size``,
+    ``groups`` (count, sizes, per-group outcome) and the assignment's attempts;
+    ``stats`` gains an ``assign`` entry shaped like a phase's.
     """
     ups = _check_updates(updates, params.get("payload", "fixed"), params.get("b", 32))
     unknown = set(params) - PARAM_NAMES
@@ -196,8 +202,10 @@ def shuffle(
         failure = str(exc)
         out = _failed_output(server)
     stats = runner.stats.as_dict(N)
+    group_stats = {}
     if group_size is not None:
-        stats.update(_group_stats(server, runner, N))
+        stats[ASSIGN], group_stats = _group_stats(server, runner, N)
+        stats["setup"]["ps_s"] = max(0.0, stats["setup"]["ps_s"] - server.assign_s)
     offsets = out.offsets if isinstance(out, GroupedOutput) else {}
     group_of = server.group_of if group_size is not None else {}
     pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}
@@ -224,6 +232,7 @@ def shuffle(
         failure=failure,
         groups=list(out.groups) if isinstance(out, GroupedOutput) else None,
         failed_groups=dict(out.failed) if isinstance(out, GroupedOutput) else {},
+        group_stats=group_stats,
     )
 
 
@@ -238,33 +247,36 @@ def _failed_output(server) -> RoundOutput:
                        blamed={i: str(e) for i, e in named.items()}, evidence=named)
 
 
-def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> dict:
-    """``group_size``, the groups' sizes and per-group outcome, and the assignment's cost."""
+def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> tuple[dict, dict]:
+    """The assignment as one more phase entry of ``stats``, and ``group_stats``.
+
+    The runner books assignment messages outside the round's phases ("other") and
+    the PS's assignment time under "setup"; both are moved to "assign" here.
+    """
     a = server.assignment
     log = server._collector.attempts_log
+    st = runner.stats
+    n = max(N, 1)
+    assign = {
+        "ps_s": server.assign_s,
+        "participant_s": st.participant_s.get("other", 0.0) / n,
+        "participant_max_s": max((v.get("other", 0.0) for v in st.per_participant_s.values()), default=0.0),
+        "participant_bytes_sent": st.participant_sent.get("other", 0) / n,
+        "participant_bytes_received": st.participant_recv.get("other", 0) / n,
+        "ps_bytes_sent": st.participant_recv.get("other", 0),
+        "ps_bytes_received": st.participant_sent.get("other", 0),
+    }
     outcome = {}
     for j, s in sorted(server.servers.items()):
-        if j in server.failed:
-            outcome[j] = {"delivered": 0, "failed": server.failed[j]}
-        else:
-            outcome[j] = {"delivered": len(s.output.models) if s.output else 0, "failed": None}
-    st = runner.stats
-    return {
+        delivered = 0 if j in server.failed or s.output is None else len(s.output.models)
+        outcome[j] = {"size": len(a.groups[j]), "delivered": delivered, "failed": server.failed.get(j)}
+    groups = {
         "group_size": server.group_size,
-        "groups": {
-            "count": len(a.groups) if a else 0,
-            "sizes": [len(g) for g in a.groups] if a else [],
-            "outcome": outcome,
-        },
-        # Assignment messages fall outside the round's phases in the runner's accounting ("other").
-        "assignment": {
-            "attempts": len(log),
-            "excluded": [pid for e in log for pid in e["missing_reveals"]],
-            "participant_s": st.participant_s.get("other", 0.0) / max(N, 1),
-            "participant_bytes_sent": st.participant_sent.get("other", 0) / max(N, 1),
-            "participant_bytes_received": st.participant_recv.get("other", 0) / max(N, 1),
-        },
+        "groups": {"count": len(a.groups) if a else 0, "sizes": [len(g) for g in a.groups] if a else [],
+                   "outcome": outcome},
+        "assignment": {"attempts": len(log), "excluded": [pid for e in log for pid in e["missing_reveals"]]},
     }
+    return assign, groups
 
 
 def ideal_round(

@@ -17,6 +17,7 @@ everything after it, to an ordinary participant.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -122,6 +123,7 @@ class GroupedServer:
         self.failed: dict[int, str] = {}
         self.group_of: dict[int, int] = {}
         self.output: GroupedOutput | None = None
+        self.assign_s = 0.0  # PS seconds spent on the assignment
 
     @property
     def assignment(self) -> Assignment | None:
@@ -150,7 +152,10 @@ class GroupedServer:
         return out
 
     def start(self) -> Outbox:
-        return self._collector.start()
+        t0 = time.perf_counter()
+        out = self._collector.start()
+        self.assign_s += time.perf_counter() - t0
+        return out
 
     # ------------------------------------------------------------------ #
     def receive(self, sender: int, data: bytes) -> None:
@@ -169,6 +174,7 @@ class GroupedServer:
             if j not in self.failed:
                 self.servers[j].receive(sender, data)
             return
+        t0 = time.perf_counter()
         try:
             if sender not in self._roster:
                 raise UnexpectedMessage(f"unknown sender {sender}")
@@ -187,11 +193,17 @@ class GroupedServer:
             self.errors.append(ErrorRecord(ASSIGN_PHASE, sender, exc))
             if sender in self._roster and not isinstance(exc, AlreadyAnswered):
                 self.excluded.add(sender)
+        finally:
+            self.assign_s += time.perf_counter() - t0
 
     def close_phase(self) -> Outbox:
         """Close the assignment step, or the current phase of every running group."""
         if self.assigning:
-            out = self._collector.close()  # BelowThreshold here ends the whole round
+            t0 = time.perf_counter()
+            try:
+                out = self._collector.close()  # BelowThreshold here ends the whole round
+            finally:
+                self.assign_s += time.perf_counter() - t0
             return out + self._start_groups() if not self.assigning else out
         out: Outbox = []
         for j, s in sorted(self.servers.items()):
