@@ -75,7 +75,7 @@ def _advance(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes
     """``session.handle(state, data)``, reusing a live participant in exactly ``state`` if there is one."""
     p = _LIVE.pop(_state_key(state), None)
     if p is None:
-        p = state.participant()
+        p = state.participant(data)  # a grouped participant if the round opens with the group assignment
     # session.handle's contract: the participant after the inbox handles the message, which joins the inbox.
     replies = p.handle(data)
     new = replace(state, inbox=state.inbox + (bytes(data),))
