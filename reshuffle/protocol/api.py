@@ -14,7 +14,7 @@ from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAuthority, SigningKey
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
 from reshuffle.protocol.grouped import GroupedOutput, GroupedParticipant, GroupedServer
-from reshuffle.protocol.groups import VerifiedSignatures, check_group_size
+from reshuffle.protocol.groups import CheckCache, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.runner import InProcessRunner, Interceptor
@@ -108,12 +108,12 @@ def build_round(
     participants; ``adversaries`` are behaviours of :mod:`reshuffle.adversaries`.
     With ``group_size`` the PS is a :class:`GroupedServer` (``overrides`` apply to
     every group) and each participant a :class:`GroupedParticipant` around the
-    participant it would otherwise be; they share one cache of verified signatures.
+    participant it would otherwise be; they share one :class:`CheckCache`.
     """
     rng = SeededRandom(seed, b"shuffle") if seed is not None else OS_RANDOM
     participant_cls = participant_cls or Participant
     hostile, ps_behaviour = _split_adversaries(adversaries, len(updates))
-    verified = VerifiedSignatures() if group_size is not None else None
+    cache = CheckCache() if group_size is not None else None
 
     def key() -> SigningKey:
         return SigningKey.from_seed(rng.bytes(32))
@@ -130,7 +130,7 @@ def build_round(
         make = hostile[i].make if i in hostile else participant_cls
         args = (i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng)
         participants[i] = make(*args) if group_size is None else GroupedParticipant(
-            *args, make=make, verified=verified)
+            *args, make=make, cache=cache)
     srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
     if group_size is None:

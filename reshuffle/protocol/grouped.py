@@ -28,7 +28,7 @@ from reshuffle.crypto.signatures import SERVER_ID, Certificate, CertificateAutho
 from reshuffle.errors import AlreadyAnswered, BelowThreshold, ProtocolError, Refused, UnexpectedMessage
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
-from reshuffle.protocol.groups import ASSIGNMENT_TYPES, Assignment, VerifiedSignatures, WrongAssignment
+from reshuffle.protocol.groups import ASSIGNMENT_TYPES, Assignment, CheckCache, WrongAssignment
 from reshuffle.protocol.messages import Context, MsgType
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant
@@ -242,17 +242,18 @@ class GroupedParticipant:
 
     Takes :class:`Participant`'s arguments; ``make`` builds the inner participant
     (a deviating behaviour's ``make``, or a game's participant class) and
-    ``verified`` is a cache of checked signatures shared in one process.
+    ``cache`` holds checks passed and broadcasts parsed (shared in one process).
     """
 
     def __init__(self, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
                  ca: CertificateAuthority, global_hash: bytes, rng: RandomSource | int | None = None, *,
-                 make: Callable[..., Participant] = Participant, verified: VerifiedSignatures | None = None) -> None:
+                 make: Callable[..., Participant] = Participant, cache: CheckCache | None = None) -> None:
         self._rng = as_source(rng)
         self.pid, self.T, self._sk = pid, T, signing_key
         # Built now: it checks the model (NaN/Inf) before anything is sent, and draws nothing yet.
         self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng)
-        self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, verified)
+        self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache)
+        self._cache = self.client._v
         self._started = False
         self._aborted = False
 
@@ -275,7 +276,7 @@ class GroupedParticipant:
         if self._aborted:
             return []
         try:
-            m = msg.decode(data, Context())
+            m = self._cache.decode(data) if msg.peek_type(data) in ASSIGNMENT_TYPES else msg.decode(data, Context())
             if m.TYPE is MsgType.ROUND_START:
                 self._check_round_start(m)
                 self._started = True
