@@ -73,3 +73,12 @@ def test_group_size_settings_are_validated():
         ReshuffleGrid(lg, group_size=1)
     with pytest.raises(ConfigError, match="follow each group's size"):
         ReshuffleGrid(lg, group_size=3, t=2)
+
+
+def test_the_project_app_reads_group_size_from_the_run_config():
+    from reshuffle.flower.common import settings
+
+    assert settings({"group-size": 20}).sim.group_size == 20
+    assert settings({"group-size": ""}).sim.group_size is None  # the pyproject default: one group
+    with pytest.raises(ConfigError, match="group_size"):
+        settings({"group-size": 1})

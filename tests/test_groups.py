@@ -501,3 +501,16 @@ def test_simulation_runs_rounds_in_groups_and_names_a_failed_groups_losses():
     r = shuffle(ups, group_size=3, seed=7, dropouts={"setup": list(groups[0][:2])})
     lost = loss_causes(r, 6, {"setup": list(groups[0][:2])})
     assert lost[groups[0][2]].startswith("group 0 failed")
+
+
+def test_upload_per_participant_depends_on_g_not_on_n():
+    # Prepare / Execute: rounds of 4 and 12 participants, in groups of 4 and (12) without groups.
+    def upload_bytes(N, g):
+        r = shuffle(make_updates(N, d=64, seed=N), group_size=g, seed=N)
+        assert len(r.models) == N
+        return r.stats["upload"]["participant_bytes_sent"]
+
+    small, grouped, single = upload_bytes(4, 4), upload_bytes(12, 4), upload_bytes(12, None)
+    # Assert: the masked model list is g rows (plus decoys) long in a group, N rows without groups.
+    assert abs(grouped - small) / small < 0.15
+    assert single > 2 * grouped
