@@ -514,3 +514,14 @@ def test_upload_per_participant_depends_on_g_not_on_n():
     # Assert: the masked model list is g rows (plus decoys) long in a group, N rows without groups.
     assert abs(grouped - small) / small < 0.15
     assert single > 2 * grouped
+
+
+def test_group_collusion_sets_each_groups_c_and_t():
+    r = shuffle(make_updates(8, d=4, seed=12), group_size=4, seed=12, group_collusion=0.5)
+    # c_j = ⌊0.5·4⌋ = 2, t_j = ⌊(4 + 2)/2⌋ + 1 = 4 (the default would be c = 0, t = 3)
+    assert {(p.c, p.t) for p in r.output.group_params.values()} == {(2, 4)}
+    assert all(o["c"] == 2 and o["t"] == 4 for o in r.group_stats["groups"]["outcome"].values())
+    with pytest.raises(ConfigError, match="fraction"):
+        shuffle(make_updates(4, d=4), group_size=2, group_collusion=1.0)
+    with pytest.raises(ConfigError, match="needs group_size"):
+        shuffle(make_updates(4, d=4), group_collusion=0.3)

@@ -41,7 +41,7 @@ from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
 from reshuffle.flower.reserved import RECORD, STAGE_PROTOCOL, STAGE_TRAIN
 from reshuffle.protocol.grouped import GroupedOutput, GroupedServer
-from reshuffle.protocol.groups import check_group_size
+from reshuffle.protocol.groups import check_collusion, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import global_model_hash
 from reshuffle.protocol.server import Server
@@ -223,7 +223,7 @@ class _Round:
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
         if g.group_size is not None:
             self.server = GroupedServer(self.T, roster, g._sk, g._cert, g._ca, self.hash, self.d, g.group_size,
-                                        {"payload": "words", **g.round_params})
+                                        {"payload": "words", **g.round_params}, collusion=g.group_collusion)
             return self.server.start()
         p = RoundParams.default(len(roster), self.d, payload="words", **g.round_params)
         self.server = Server(p, self.T, roster, g._sk, g._cert, g._ca, self.hash)
@@ -268,6 +268,8 @@ class ReshuffleGrid(Grid):
     group_size : anonymity groups of about this size (docs/protocol.md, "Anonymity groups"): the
         roster is split by a commit-reveal among the nodes and each group runs its own round;
         ``None`` (default) runs one round among all.
+    group_collusion : fraction of each group assumed to collude with the PS (c_j = ⌊f·N_j⌋;
+        default 0.2); with ``group_size`` only.
     **round_params : RoundParams overrides ``n``, ``k``, ``t``, ``R_max``, ``group``.
 
     Attributes
@@ -286,10 +288,14 @@ class ReshuffleGrid(Grid):
         poll_interval: float = 0.2,
         round_timeout: float = 3600.0,
         group_size: int | None = None,
+        group_collusion: float | None = None,
         **round_params,
     ) -> None:
         if not isinstance(grid, Grid):
             raise ConfigError(f"ReshuffleGrid wraps a flwr Grid, got {type(grid).__name__}")
+        check_collusion(group_collusion)
+        if group_collusion is not None and group_size is None:
+            raise ConfigError("group_collusion needs group_size")
         if group_size is not None:
             check_group_size(group_size)
             fixed = set(round_params) & {"n", "k", "t"}
@@ -311,7 +317,7 @@ class ReshuffleGrid(Grid):
         self.phase_timeout, self.poll_interval = float(phase_timeout), float(poll_interval)
         self._train_timeout, self.round_timeout = train_timeout, float(round_timeout)
         self.metrics_budget, self.round_params = metrics_budget, dict(round_params)
-        self.group_size = group_size
+        self.group_size, self.group_collusion = group_size, group_collusion
         self.rounds: list[RoundReport] = []
         self._T = 0
         self._active: dict[str, _Round] = {}

@@ -99,6 +99,7 @@ def build_round(
     adversaries: Iterable = (),
     group_size: int | None = None,
     overrides: Mapping | None = None,
+    group_collusion: float | None = None,
 ) -> tuple[Server | GroupedServer, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
@@ -137,7 +138,7 @@ def build_round(
         server = make_server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
     else:
         server = GroupedServer(T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, p.d,
-                               group_size, dict(overrides or {}), srng, make_server)
+                               group_size, dict(overrides or {}), srng, make_server, group_collusion)
     return server, participants
 
 
@@ -157,6 +158,7 @@ def shuffle(
     adversaries: Iterable = (),
     raise_on_failure: bool = True,
     group_size: int | None = None,
+    group_collusion: float | None = None,
     **params,
 ) -> ShuffleResult:
     """Run one real Re-Shuffle round among ``len(updates)`` participants.
@@ -175,7 +177,10 @@ def shuffle(
     with its own n, k, t, c (so these cannot be overridden), and the delivered
     rows of all groups are pooled. A group that fails delivers nothing
     (``failed_groups``) while the others deliver; only when every group fails is
-    it a failure of the round. ``group_stats`` then reports ``group_size``,
+    it a failure of the round. ``group_collusion`` is the fraction of each group
+    assumed to collude with the PS (c_j = ⌊f·N_j⌋, default 0.2 as for one round):
+    raise it when colluders may be many (docs/protocol.md, "Anonymity groups").
+    ``group_stats`` then reports ``group_size``,
     ``groups`` (count, sizes, per-group outcome) and the assignment's attempts;
     ``stats`` gains an ``assign`` entry shaped like a phase's.
     """
@@ -187,10 +192,13 @@ def shuffle(
         check_group_size(group_size)
         fixed = set(params) & PER_GROUP
         if fixed:
-            raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size")
+            raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size"
+                              " (group_collusion sets each group's c)")
+    elif group_collusion is not None:
+        raise ConfigError("group_collusion needs group_size")
     p = RoundParams.default(len(ups), ups[0].size, **params)
     server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries,
-                                       group_size=group_size, overrides=params)
+                                       group_size=group_size, overrides=params, group_collusion=group_collusion)
     N = len(ups)
     runner = InProcessRunner(server, participants, dropouts, interceptors)
     failure = None
@@ -269,7 +277,8 @@ def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> tupl
     outcome = {}
     for j, s in sorted(server.servers.items()):
         delivered = 0 if j in server.failed or s.output is None else len(s.output.models)
-        outcome[j] = {"size": len(a.groups[j]), "delivered": delivered, "failed": server.failed.get(j)}
+        outcome[j] = {"size": len(a.groups[j]), "c": s.params.c, "t": s.params.t, "delivered": delivered,
+                      "failed": server.failed.get(j)}
     groups = {
         "group_size": server.group_size,
         "groups": {"count": len(a.groups) if a else 0, "sizes": [len(g) for g in a.groups] if a else [],

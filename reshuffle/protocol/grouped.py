@@ -28,7 +28,7 @@ from reshuffle.crypto.signatures import SERVER_ID, Certificate, CertificateAutho
 from reshuffle.errors import AlreadyAnswered, BelowThreshold, ProtocolError, Refused, UnexpectedMessage
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
-from reshuffle.protocol.groups import ASSIGNMENT_TYPES, Assignment, CheckCache, WrongAssignment
+from reshuffle.protocol.groups import ASSIGNMENT_TYPES, Assignment, CheckCache, WrongAssignment, check_collusion
 from reshuffle.protocol.messages import Context, MsgType
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant
@@ -102,12 +102,16 @@ class GroupedServer:
     overrides : RoundParams overrides applied to every group (not ``n, k, t, c``: those follow each group's size).
     rng : the PS's randomness (each group's Server gets an independent child stream).
     make_server : builds each group's PS (a deviating PS behaviour's ``make``; default :class:`Server`).
+    collusion : fraction of each group assumed to collude with the PS: c_j = ⌊collusion·N_j⌋ and
+        t_j = ⌊(N_j + c_j)/2⌋ + 1 (default 0.2, the rule of one round). Larger values tolerate more
+        colluders landing in one group and fewer dropouts.
     """
 
     def __init__(self, T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
                  ca: CertificateAuthority, global_hash: bytes, d: int, group_size: int,
                  overrides: dict | None = None, rng: RandomSource | int | None = None,
-                 make_server: Callable[..., Server] = Server) -> None:
+                 make_server: Callable[..., Server] = Server, collusion: float | None = None) -> None:
+        self.collusion = check_collusion(collusion)
         self.overrides = dict(overrides or {})
         # Validated once for the whole roster; each group re-derives n, k, t, c from its own size.
         self.params = RoundParams.default(len(roster), d, **self.overrides)
@@ -224,9 +228,9 @@ class GroupedServer:
     def _start_groups(self) -> Outbox:
         a = self.assignment
         out: Outbox = []
-        per_group = {k: v for k, v in self.overrides.items()}
         for j, members in enumerate(a.groups):
-            p = RoundParams.default(len(members), self._d, **per_group, **a.binding(j))
+            c = None if self.collusion is None else int(self.collusion * len(members))
+            p = RoundParams.default(len(members), self._d, c=c, **self.overrides, **a.binding(j))
             rng = SeededRandom(self._rng.bytes(32), b"group-server") if self._rng is not OS_RANDOM else None
             s = self._make(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
                            self._hash, rng)

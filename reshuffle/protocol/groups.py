@@ -69,6 +69,15 @@ def check_group_size(g: object) -> int:
     return g
 
 
+def check_collusion(f: object) -> float | None:
+    """``None`` or a fraction in [0, 1): the share of each group assumed to collude with the PS."""
+    if f is None:
+        return None
+    if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f < 1:
+        raise ConfigError(f"group collusion must be a fraction in [0, 1), got {f!r}")
+    return float(f)
+
+
 def group_count(N: int, g: int) -> int:
     """⌈N/g⌉, fewer if a group would have fewer than MIN_GROUP members."""
     check_group_size(g)
@@ -393,6 +402,6 @@ def _draw(T: int, attempt: int, g: int, ids: tuple[int, ...], seed: bytes) -> As
 __all__ = [
     "ACK_CONTEXT", "ASSIGNMENT_TYPES", "Assignment", "GroupAck", "GroupCert", "GroupCommit", "GroupCommits",
     "GroupOpen", "GroupReveal", "GroupReveals", "InvalidReveal", "MAX_ATTEMPTS", "MIN_GROUP", "NONCE_BYTES",
-    "CheckCache", "WrongAssignment", "ack_statement", "assignment_threshold", "check_group_size",
+    "CheckCache", "WrongAssignment", "ack_statement", "assignment_threshold", "check_collusion", "check_group_size",
     "commit_statement", "commitment", "digest", "draw_seed", "group_count", "group_sizes", "list_digest", "open_digest", "signed_statement",
 ]
