@@ -525,3 +525,15 @@ def test_group_collusion_sets_each_groups_c_and_t():
         shuffle(make_updates(4, d=4), group_size=2, group_collusion=1.0)
     with pytest.raises(ConfigError, match="needs group_size"):
         shuffle(make_updates(4, d=4), group_collusion=0.3)
+
+
+@pytest.mark.parametrize("name", ["equivocate-u", "tagged-ot", "per-participant-key"])
+def test_a_deviating_ps_is_stopped_in_every_group(name):
+    from reshuffle.adversaries import make_adversary
+
+    # Every group's PS runs the deviation against participant 0 (in whichever group it lands).
+    b = make_adversary(name)
+    r = shuffle(make_updates(8, d=8, seed=13), group_size=4, seed=13, adversaries=[b], raise_on_failure=False)
+    v = b.holds(r, list(range(8)))
+    assert v.holds, v.detail
+    assert r.groups and not r.blamed
