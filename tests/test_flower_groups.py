@@ -82,3 +82,12 @@ def test_the_project_app_reads_group_size_from_the_run_config():
     assert settings({"group-size": ""}).sim.group_size is None  # the pyproject default: one group
     with pytest.raises(ConfigError, match="group_size"):
         settings({"group-size": 1})
+
+
+def test_nodes_with_a_floor_above_g_refuse_and_the_round_fails():
+    # Each node's own config: no group below 4. The server asks for groups of 3: nobody commits.
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 6, node_config=lambda i: {
+        "partition-id": i, "num-partitions": 6, "reshuffle-min-group": 4})
+    grid = ReshuffleGrid(lg, phase_timeout=0.3, group_size=3)
+    assert list(grid.send_and_receive(train_messages(grid), timeout=60)) == []
+    assert "commitments" in grid.rounds[-1].failed

@@ -537,3 +537,23 @@ def test_a_deviating_ps_is_stopped_in_every_group(name):
     v = b.holds(r, list(range(8)))
     assert v.holds, v.detail
     assert r.groups and not r.blamed
+
+
+def test_a_participant_refuses_groups_below_its_own_floor():
+    roster = tuple(sorted((i, CERTS[i]) for i in range(7)))
+    c = AssignmentClient(0, 1, KEYS[0], CERTS[0], CA, SeededRandom(0), min_group=4)
+    with pytest.raises(WrongAssignment, match="below this participant's floor 4"):
+        c.handle(msg.decode(GroupOpen(1, 1, SERVER_ID, 3, PS_CERT, roster).encode(PS_SK), CTX))
+    # g = 4 passes the first check, but 7 participants make groups of 4 and 3: a member of the 3 refuses.
+    clients = {i: AssignmentClient(i, 1, KEYS[i], CERTS[i], CA, SeededRandom(i), min_group=4) for i in range(7)}
+    ps = AssignmentCollector(1, {i: CERTS[i] for i in range(7)}, PS_SK, PS_CERT, 4)
+    out = ps.start()
+    while ps.assignment is None:
+        for pid, rs in _deliver(clients, out).items():
+            for r in rs:
+                ps.receive(pid, r)
+        out = ps.close()
+    small = next(grp for grp in ps.assignment.groups if len(grp) == 3)
+    reveals = msg.decode(out[0][1], CTX)
+    with pytest.raises(WrongAssignment, match="3 members, below its floor 4"):
+        clients[small[0]].handle(reveals)

@@ -67,10 +67,13 @@ class AssignmentClient:
     signing_key, cert, ca : its key, its certificate and the CA verifier.
     rng : source of its nonces (OS randomness in deployment).
     cache : checks passed and broadcasts parsed (shared by the simulated participants of one process).
+    min_group : this participant's own floor: it refuses a group size, or a group of its own,
+        smaller than this (default MIN_GROUP, the protocol's minimum).
     """
 
     def __init__(self, pid: int, T: int, signing_key: SigningKey, cert: Certificate, ca: CertificateAuthority,
-                 rng: RandomSource, cache: CheckCache | None = None) -> None:
+                 rng: RandomSource, cache: CheckCache | None = None, min_group: int = gr.MIN_GROUP) -> None:
+        self.min_group = gr.check_group_size(min_group)
         self.pid, self.T = pid, T
         self._sk, self._cert, self._ca, self._rng = signing_key, cert, ca, rng
         self._v = cache or CheckCache()
@@ -114,6 +117,8 @@ class AssignmentClient:
         elif m.server_cert != self.server_cert:
             raise WrongAssignment("the PS certificate changed between attempts")
         self._v.verify(m.server_cert.key, "msg", m._statement, m._signature)
+        if m.group_size < self.min_group:
+            raise WrongAssignment(f"group size {m.group_size} is below this participant's floor {self.min_group}")
         roster = dict(m.roster)
         if roster.get(self.pid) != self._cert:
             raise WrongAssignment(f"GROUP_OPEN does not list participant {self.pid} with its certificate")
@@ -198,7 +203,11 @@ class AssignmentClient:
                     raise InvalidReveal(f"the nonce shown for {pid} does not open its commitment")
         self._v.once(gr.digest("reveals", gr.signed_statement(self._list), gr.signed_statement(m)), openings)
         seed = gr.draw_seed(self.T, m.m, self._statement, list(m.nonces))
-        self.assignment = Assignment.draw(self.T, m.m, self._open.group_size, self._list.ids(), seed)
+        a = Assignment.draw(self.T, m.m, self._open.group_size, self._list.ids(), seed)
+        own = len(a.groups[a.index_of(self.pid)])
+        if own < self.min_group:
+            raise WrongAssignment(f"this participant's group has {own} members, below its floor {self.min_group}")
+        self.assignment = a
         self.state = CState.ASSIGNED
         return []
 

@@ -28,7 +28,14 @@ from reshuffle.crypto.signatures import SERVER_ID, Certificate, CertificateAutho
 from reshuffle.errors import AlreadyAnswered, BelowThreshold, ProtocolError, Refused, UnexpectedMessage
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
-from reshuffle.protocol.groups import ASSIGNMENT_TYPES, Assignment, CheckCache, WrongAssignment, check_collusion
+from reshuffle.protocol.groups import (
+    ASSIGNMENT_TYPES,
+    MIN_GROUP,
+    Assignment,
+    CheckCache,
+    WrongAssignment,
+    check_collusion,
+)
 from reshuffle.protocol.messages import Context, MsgType
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant
@@ -246,17 +253,19 @@ class GroupedParticipant:
 
     Takes :class:`Participant`'s arguments; ``make`` builds the inner participant
     (a deviating behaviour's ``make``, or a game's participant class) and
-    ``cache`` holds checks passed and broadcasts parsed (shared in one process).
+    ``cache`` holds checks passed and broadcasts parsed (shared in one process);
+    ``min_group`` is the participant's own floor on its group's size.
     """
 
     def __init__(self, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
                  ca: CertificateAuthority, global_hash: bytes, rng: RandomSource | int | None = None, *,
-                 make: Callable[..., Participant] = Participant, cache: CheckCache | None = None) -> None:
+                 make: Callable[..., Participant] = Participant, cache: CheckCache | None = None,
+                 min_group: int = MIN_GROUP) -> None:
         self._rng = as_source(rng)
         self.pid, self.T, self._sk = pid, T, signing_key
         # Built now: it checks the model (NaN/Inf) before anything is sent, and draws nothing yet.
         self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng)
-        self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache)
+        self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache, min_group)
         self._cache = self.client._v
         self._started = False
         self._aborted = False
