@@ -557,3 +557,13 @@ def test_a_participant_refuses_groups_below_its_own_floor():
     reveals = msg.decode(out[0][1], CTX)
     with pytest.raises(WrongAssignment, match="3 members, below its floor 4"):
         clients[small[0]].handle(reveals)
+
+
+def test_a_failed_assignment_is_reported_without_raising_on_request():
+    def lose_all(env: Envelope):
+        return [] if msg.peek_type(env.data) is MsgType.GROUP_REVEAL else [env]
+
+    r = shuffle(make_updates(5, d=4, seed=1), group_size=2, seed=1, interceptors=[lose_all], raise_on_failure=False)
+    assert "0 participants left" in r.failure  # every reveal lost: nobody is left to redraw among
+    assert not r.models and not r.positions and r.groups == []
+    assert r.group_stats["assignment"]["attempts"] == 1 and r.group_stats["groups"]["count"] == 0

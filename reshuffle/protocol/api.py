@@ -249,7 +249,7 @@ def _failed_output(server) -> RoundOutput:
     if isinstance(server, GroupedServer):
         if server.output is not None:  # every group failed
             return server.output
-        return GroupedOutput([], [], 0, [], {}, list(server.errors), assignment_log=server._collector.attempts_log)
+        return GroupedOutput([], [], 0, [], {}, list(server.errors), assignment_log=server.assignment_log)
     named = server.culprits
     return RoundOutput([], [], 0, list(server.counts), dict(server.online), list(server.errors),
                        blamed={i: str(e) for i, e in named.items()}, evidence=named)
@@ -262,7 +262,7 @@ def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> tupl
     the PS's assignment time under "setup"; both are moved to "assign" here.
     """
     a = server.assignment
-    log = server._collector.attempts_log
+    log = server.assignment_log
     st = runner.stats
     n = max(N, 1)
     assign = {

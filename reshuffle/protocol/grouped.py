@@ -141,6 +141,11 @@ class GroupedServer:
         return self._collector.assignment
 
     @property
+    def assignment_log(self) -> list[dict]:
+        """Per attempt: candidates, listed members and the members whose reveal was missing."""
+        return list(self._collector.attempts_log)
+
+    @property
     def assigning(self) -> bool:
         return self._collector.state is not PSState.DONE
 
