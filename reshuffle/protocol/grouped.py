@@ -24,8 +24,8 @@ from typing import Callable
 import numpy as np
 
 from reshuffle.crypto.rand import OS_RANDOM, RandomSource, SeededRandom, as_source
-from reshuffle.crypto.signatures import SERVER_ID, Certificate, CertificateAuthority, SigningKey
-from reshuffle.errors import AlreadyAnswered, BelowThreshold, ProtocolError, Refused, UnexpectedMessage
+from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
+from reshuffle.errors import AlreadyAnswered, BelowThreshold, ConfigError, ProtocolError, Refused, UnexpectedMessage
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
 from reshuffle.protocol.groups import (
@@ -119,6 +119,11 @@ class GroupedServer:
                  overrides: dict | None = None, rng: RandomSource | int | None = None,
                  make_server: Callable[..., Server] = Server, collusion: float | None = None) -> None:
         self.collusion = check_collusion(collusion)
+        for pid, c in roster.items():
+            ca.verify(c, subject=pid)
+        ca.verify(cert, subject=SERVER_ID, role=ROLE_SERVER)
+        if cert.key != signing_key.verify_key:
+            raise ConfigError("the PS certificate does not certify its signing key")
         self.overrides = dict(overrides or {})
         # Validated once for the whole roster; each group re-derives n, k, t, c from its own size.
         self.params = RoundParams.default(len(roster), d, **self.overrides)
