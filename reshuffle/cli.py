@@ -141,6 +141,7 @@ _SIM_OPTIONS = [
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
     ("--training", str, "auto, batched (all clients in one vmapped computation) or sequential"),
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
+    ("--group-size", _positive(int), "anonymity groups of about this size (real shuffle; default: one group)"),
     ("--seed", _non_negative_int, "seed of data split, initial model, training order, attacks"),
     ("--root-samples", _positive(int), "size of FLTrust's server root dataset"),
     ("--adversary", str, "protocol adversary played in every real round (names: reshuffle redteam --json)"),

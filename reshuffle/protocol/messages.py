@@ -61,6 +61,14 @@ class MsgType(enum.IntEnum):
     RESTART = 24
     SLOT_REQUEST = 25
     SLOT_RESPONSE = 26
+    # Anonymity-group assignment (reshuffle/protocol/groups.py), before any group's ROUND_START.
+    GROUP_OPEN = 40
+    GROUP_COMMIT = 41
+    GROUP_COMMITS = 42
+    GROUP_ACK = 43
+    GROUP_CERT = 44
+    GROUP_REVEAL = 45
+    GROUP_REVEALS = 46
 
 
 class ShareKind(enum.IntEnum):
