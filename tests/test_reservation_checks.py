@@ -372,3 +372,10 @@ def test_a_restart_without_a_reservation_iteration_is_refused():
     for i in HONEST:
         assert any("leaves no reservation iteration" in str(e) for e in parts[i].view.errors)
         assert p.upload_m not in parts[i].view.revealed  # nothing of the upload was revealed
+
+
+def test_an_abuser_in_one_anonymity_group_is_named_and_every_group_delivers():
+    ups = make_updates(12, d=8, seed=16)
+    r = reshuffle.shuffle(ups, seed=16, group_size=6, adversaries=[make_adversary("count-abuse")])
+    assert set(r.blamed) == {1} and not r.failed_groups
+    assert multiset(r.models) == expected_models(ups, [i for i in range(12) if i != 1])
