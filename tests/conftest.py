@@ -50,9 +50,10 @@ collect_ignore = ["flower_probe_app"]
 
 # The Flower deployment test and the local simulations wait mostly on Flower's own
 # polling and process start-ups: when they are selected with other tests, start their
-# runs with the session (one after the other, in one background thread each, the
-# second waiting for the first) so the waiting overlaps the other tests; the tests
-# collect the results, last. Their processes are killed when their scenarios end.
+# runs with the session (a background thread each) so the waiting overlaps the other
+# tests; the tests collect the results, last. The deployment run (about 4 minutes here,
+# most of it in protocol phases waiting on SuperNode polls) bounds the suite's time.
+# Their processes are killed when their scenarios end.
 DEPLOYMENT_TEST = "test_flower.py::test_real_deployment_with_a_node_killed_mid_round"
 LOCAL_SIMULATION_TESTS = "test_flower_sim.py::"
 
@@ -72,7 +73,7 @@ def pytest_collection_modifyitems(session, config, items):
     root = Path(config.reshuffle_background_dir.name)
     config.reshuffle_deployment = DeploymentRun(root / "deploy").start() if deployment else None
     if simulation:
-        config.reshuffle_local_sims = LocalSimulationRuns(root / "sim", after=config.reshuffle_deployment).start()
+        config.reshuffle_local_sims = LocalSimulationRuns(root / "sim").start()
 
 
 def pytest_unconfigure(config):

@@ -205,11 +205,10 @@ class LocalSimulationRuns:
     NODES, ROUNDS = 5, 3
     EXAMPLE = ROOT / "examples" / "flower-dropin"
 
-    def __init__(self, workdir: Path, after: "DeploymentRun | None" = None) -> None:
+    def __init__(self, workdir: Path) -> None:
         import threading
 
         self.dir = Path(workdir)
-        self._after = after
         self._done = {name: threading.Event() for name in ("probe", "project")}
         self._outcome: dict[str, tuple] = {}
         self._error: BaseException | None = None
@@ -236,8 +235,6 @@ class LocalSimulationRuns:
 
     def _run(self) -> None:
         try:
-            if self._after is not None:  # one Flower scenario at a time beside the other tests
-                self._after._thread.join()
             env = self._env()
             try:
                 probe = self.dir / "probe"
