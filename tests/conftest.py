@@ -64,7 +64,8 @@ def pytest_collection_modifyitems(session, config, items):
     waiting = sum(item.nodeid.endswith(DEPLOYMENT_TEST) or LOCAL_SIMULATION_TESTS in item.nodeid for item in items)
     if waiting == 0 or waiting == len(items):
         return
-    items.sort(key=lambda item: (LOCAL_SIMULATION_TESTS in item.nodeid, item.nodeid.endswith(DEPLOYMENT_TEST)))
+    # The simulations end first, the deployment run last.
+    items.sort(key=lambda item: (item.nodeid.endswith(DEPLOYMENT_TEST), LOCAL_SIMULATION_TESTS in item.nodeid))
     import tempfile
 
     from flower_helpers import DeploymentRun, LocalSimulationRuns
