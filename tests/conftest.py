@@ -62,7 +62,7 @@ def pytest_collection_modifyitems(session, config, items):
     deployment = any(item.nodeid.endswith(DEPLOYMENT_TEST) for item in items)
     simulation = any(LOCAL_SIMULATION_TESTS in item.nodeid for item in items)
     waiting = sum(item.nodeid.endswith(DEPLOYMENT_TEST) or LOCAL_SIMULATION_TESTS in item.nodeid for item in items)
-    if waiting == 0 or waiting == len(items):
+    if waiting == 0 or waiting == len(items) or config.option.collectonly:
         return
     # The simulations end first, the deployment run last.
     items.sort(key=lambda item: (item.nodeid.endswith(DEPLOYMENT_TEST), LOCAL_SIMULATION_TESTS in item.nodeid))
