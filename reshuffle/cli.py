@@ -139,7 +139,7 @@ _SIM_OPTIONS = [
     ("--f", _non_negative_int, "attackers the rule assumes (default: the simulated number)"),
     ("--dropout", _fraction, "fraction of clients that drop out each round (at a random phase)"),
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
-    ("--training", str, "auto, batched (all clients in one vmapped computation) or sequential"),
+    ("--training", str, "auto, batched (all clients in one stacked computation) or sequential"),
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
     ("--group-size", _positive(int), "anonymity groups of about this size (real shuffle; default: one group)"),
     ("--seed", _non_negative_int, "seed of data split, initial model, training order, attacks"),

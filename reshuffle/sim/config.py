@@ -30,7 +30,7 @@ class SimConfig:
     adversary of :mod:`reshuffle.adversaries` played in every real round (by the
     first malicious client, or client 0, unless ``adversary_options`` says
     otherwise); a participant it blames takes no part in later rounds. ``training`` is ``batched`` (all
-    clients in one vmapped computation), ``sequential``, or ``auto`` (batched
+    clients in one stacked computation), ``sequential``, or ``auto`` (batched
     when it is faster: models without convolutions, with SGD).
     """
 
