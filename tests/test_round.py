@@ -11,7 +11,7 @@ from reshuffle.protocol.phases import PHASES
 from tests.protocol_helpers import expected_models, make_updates, multiset
 
 
-@pytest.mark.parametrize("N", [3, 10, 50])
+@pytest.mark.parametrize("N", [3, 10, 32])  # every participant checks every dealer: cost ~ N^2 (26 s at N = 50)
 def test_rawness_exact_multiset(N):
     ups = make_updates(N, d=24, seed=N)
     r = reshuffle.shuffle(ups, seed=N)

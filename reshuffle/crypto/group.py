@@ -93,6 +93,9 @@ class Element:
         return f"Element({self.group.name}, {self.to_bytes().hex()[:16]}…)"
 
 
+_DECODE_CACHE = 1 << 17  # valid encodings remembered per group (about 10 MB at most)
+
+
 class Group(ABC):
     """A cyclic group of prime order ``order`` with a fixed generator."""
 
@@ -144,10 +147,18 @@ class Group(ABC):
             )
         if data == self._identity_encoding:
             raise InvalidElement(f"{field}: identity element is not accepted")
-        try:
-            v = self._decode(data)
-        except InvalidElement as exc:
-            raise InvalidElement(f"{field}: {exc}") from None
+        # Validation is a pure function of public bytes; in-process simulations decode each relayed
+        # element once per participant, so valid encodings are remembered (bounded, per group).
+        cache = self.__dict__.setdefault("_decoded", {})
+        v = cache.get(data)
+        if v is None:
+            try:
+                v = self._decode(data)
+            except InvalidElement as exc:
+                raise InvalidElement(f"{field}: {exc}") from None
+            if len(cache) >= _DECODE_CACHE:
+                cache.clear()
+            cache[data] = v
         return Element(self, v)
 
     def hash_to_group(self, dst: bytes, msg: bytes) -> Element:
