@@ -156,9 +156,10 @@ class Group(ABC):
                 v = self._decode(data)
             except InvalidElement as exc:
                 raise InvalidElement(f"{field}: {exc}") from None
-            if len(cache) >= _DECODE_CACHE:
-                cache.clear()
-            cache[data] = v
+            if isinstance(v, bytes):  # only immutable backend values may be shared
+                if len(cache) >= _DECODE_CACHE:
+                    cache.clear()
+                cache[data] = v
         return Element(self, v)
 
     def hash_to_group(self, dst: bytes, msg: bytes) -> Element:
