@@ -15,7 +15,8 @@ from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAutho
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
-from reshuffle.protocol.runner import InProcessRunner, Interceptor
+from reshuffle.protocol.parallel import make_runner
+from reshuffle.protocol.runner import Interceptor
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
 
 
@@ -131,6 +132,7 @@ def shuffle(
     interceptors: Iterable[Interceptor] = (),
     adversaries: Iterable = (),
     raise_on_failure: bool = True,
+    workers: int | None = None,
     **params,
 ) -> ShuffleResult:
     """Run one real Re-Shuffle round among ``len(updates)`` participants.
@@ -143,6 +145,7 @@ def shuffle(
     ``adversaries`` are deviating participants or PS (:mod:`reshuffle.adversaries`).
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
     seeded, never numpy's); without it everything comes from OS randomness.
+    ``workers`` > 1 runs the participants in that many processes (same result).
     """
     ups = _check_updates(updates, params.get("payload", "fixed"), params.get("b", 32))
     unknown = set(params) - {"n", "k", "t", "c", "R_max", "decoys", "b", "f", "clip", "group", "payload"}
@@ -151,7 +154,7 @@ def shuffle(
     p = RoundParams.default(len(ups), ups[0].size, **params)
     server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries)
     N = len(ups)
-    runner = InProcessRunner(server, participants, dropouts, interceptors)
+    runner = make_runner(server, participants, dropouts, interceptors, workers)
     failure = None
     try:
         out = runner.run()

@@ -347,6 +347,7 @@ class ParallelRunner(InProcessRunner):
         try:
             return w.conn.recv_bytes()
         except (EOFError, OSError):
+            w.proc.join(timeout=5)  # reaped, so its exit code is known
             raise WorkerFailed(f"worker {w.index} (pid {w.proc.pid}) exited with code {w.proc.exitcode}") from None
 
     # -- one phase ------------------------------------------------------ #
