@@ -13,10 +13,12 @@ from reshuffle.crypto.ot import sample_distinct
 from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAuthority, SigningKey
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
+from reshuffle.protocol.grouped import GroupedOutput, GroupedParticipant, GroupedServer
+from reshuffle.protocol.groups import VerifiedSignatures, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.parallel import make_runner
-from reshuffle.protocol.runner import Interceptor
+from reshuffle.protocol.runner import InProcessRunner, Interceptor
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
 
 
@@ -44,6 +46,9 @@ class ShuffleResult:
     # Coordinates clipped by the fixed-point codec, summed over participants (each knows only its own).
     clipped: int = 0
     failure: str | None = None  # why the round delivered nothing (only with raise_on_failure=False)
+    # Anonymity groups (group_size set): each group's members, and why a group delivered nothing.
+    groups: list[tuple[int, ...]] | None = None
+    failed_groups: dict[int, str] = field(default_factory=dict)
 
 
 def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed", b: int = 32) -> list[np.ndarray]:
@@ -90,17 +95,23 @@ def build_round(
     global_model: bytes = b"",
     participant_cls: type[Participant] | None = None,
     adversaries: Iterable = (),
-) -> tuple[Server, dict[int, Participant]]:
+    group_size: int | None = None,
+    overrides: Mapping | None = None,
+) -> tuple[Server | GroupedServer, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
     seeded, never numpy's); without it everything comes from OS randomness.
     ``participant_cls`` lets the security games plug in deliberately broken
     participants; ``adversaries`` are behaviours of :mod:`reshuffle.adversaries`.
+    With ``group_size`` the PS is a :class:`GroupedServer` (``overrides`` apply to
+    every group) and each participant a :class:`GroupedParticipant` around the
+    participant it would otherwise be; they share one cache of verified signatures.
     """
     rng = SeededRandom(seed, b"shuffle") if seed is not None else OS_RANDOM
     participant_cls = participant_cls or Participant
     hostile, ps_behaviour = _split_adversaries(adversaries, len(updates))
+    verified = VerifiedSignatures() if group_size is not None else None
 
     def key() -> SigningKey:
         return SigningKey.from_seed(rng.bytes(32))
@@ -115,11 +126,21 @@ def build_round(
         roster[i] = ca.issue(i, sk.verify_key)
         prng = SeededRandom(rng.bytes(32), b"participant") if seed is not None else None
         make = hostile[i].make if i in hostile else participant_cls
-        participants[i] = make(i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng)
+        args = (i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng)
+        participants[i] = make(*args) if group_size is None else GroupedParticipant(
+            *args, make=make, verified=verified)
     srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
-    server = make_server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
+    if group_size is None:
+        server = make_server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
+    else:
+        server = GroupedServer(T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, p.d,
+                               group_size, dict(overrides or {}), srng, make_server)
     return server, participants
+
+
+PARAM_NAMES = {"n", "k", "t", "c", "R_max", "decoys", "b", "f", "clip", "group", "payload"}
+PER_GROUP = {"n", "k", "t", "c"}  # follow each group's size
 
 
 def shuffle(
@@ -132,6 +153,7 @@ def shuffle(
     interceptors: Iterable[Interceptor] = (),
     adversaries: Iterable = (),
     raise_on_failure: bool = True,
+    group_size: int | None = None,
     workers: int | None = None,
     **params,
 ) -> ShuffleResult:
@@ -146,13 +168,26 @@ def shuffle(
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
     seeded, never numpy's); without it everything comes from OS randomness.
     ``workers`` > 1 runs the participants in that many processes (same result).
+
+    ``group_size`` g splits the participants into about ⌈N/g⌉ anonymity groups by
+    a commit-reveal no single party controls; each group runs a complete round
+    with its own n, k, t, c (so these cannot be overridden), and the delivered
+    rows of all groups are pooled. A group that fails delivers nothing
+    (``failed_groups``) while the others deliver; only when every group fails is
+    it a failure of the round. ``stats`` then has ``group_size`` and ``groups``.
     """
     ups = _check_updates(updates, params.get("payload", "fixed"), params.get("b", 32))
-    unknown = set(params) - {"n", "k", "t", "c", "R_max", "decoys", "b", "f", "clip", "group", "payload"}
+    unknown = set(params) - PARAM_NAMES
     if unknown:
         raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
+    if group_size is not None:
+        check_group_size(group_size)
+        fixed = set(params) & PER_GROUP
+        if fixed:
+            raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size")
     p = RoundParams.default(len(ups), ups[0].size, **params)
-    server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries)
+    server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries,
+                                       group_size=group_size, overrides=params)
     N = len(ups)
     runner = make_runner(server, participants, dropouts, interceptors, workers)
     failure = None
@@ -162,23 +197,27 @@ def shuffle(
         if raise_on_failure:
             raise
         failure = str(exc)
-        named = server.culprits
-        out = RoundOutput([], [], 0, list(server.counts), dict(server.online), list(server.errors),
-                          blamed={i: str(e) for i, e in named.items()}, evidence=named)
+        out = _failed_output(server)
     stats = runner.stats.as_dict(N)
+    if group_size is not None:
+        stats.update(_group_stats(server, runner, N))
+    offsets = out.offsets if isinstance(out, GroupedOutput) else {}
+    group_of = server.group_of if group_size is not None else {}
     pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}
-    positions = {
-        i: pos_to_model[pp.view.position]
-        for i, pp in participants.items()
-        if pp.view.position is not None and pp.view.position in pos_to_model
-        and p.upload_m in pp.view.uploaded and p.upload_m in out.online and i in out.online[p.upload_m]
-    }
+    positions = {}
+    for i, pp in participants.items():
+        pos = pp.view.position
+        if pos is None or (group_size is not None and group_of.get(i) not in offsets):
+            continue
+        pos += offsets.get(group_of.get(i), 0)  # a group's rows follow the earlier groups' rows
+        if pos in pos_to_model and p.upload_m in pp.view.uploaded and i in out.online.get(p.upload_m, ()):
+            positions[i] = pos_to_model[pos]
     return ShuffleResult(
         models=out.models,
         online=sorted(positions),
         stats=stats,
         positions=positions,
-        params=p,
+        params=out.group_params.get(0, p) if isinstance(out, GroupedOutput) else p,
         output=out,
         errors=list(out.errors),
         participant_errors={i: pp.view.errors for i, pp in participants.items() if pp.view.errors},
@@ -186,7 +225,49 @@ def shuffle(
         views={i: pp.view for i, pp in participants.items()},
         clipped=sum(pp.view.clipped for pp in participants.values()),
         failure=failure,
+        groups=list(out.groups) if isinstance(out, GroupedOutput) else None,
+        failed_groups=dict(out.failed) if isinstance(out, GroupedOutput) else {},
     )
+
+
+def _failed_output(server) -> RoundOutput:
+    """What a round that delivered nothing leaves: online sets, errors and the culprits named so far."""
+    if isinstance(server, GroupedServer):
+        if server.output is not None:  # every group failed
+            return server.output
+        return GroupedOutput([], [], 0, [], {}, list(server.errors), assignment_log=server._collector.attempts_log)
+    named = server.culprits
+    return RoundOutput([], [], 0, list(server.counts), dict(server.online), list(server.errors),
+                       blamed={i: str(e) for i, e in named.items()}, evidence=named)
+
+
+def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> dict:
+    """``group_size``, the groups' sizes and per-group outcome, and the assignment's cost."""
+    a = server.assignment
+    log = server._collector.attempts_log
+    outcome = {}
+    for j, s in sorted(server.servers.items()):
+        if j in server.failed:
+            outcome[j] = {"delivered": 0, "failed": server.failed[j]}
+        else:
+            outcome[j] = {"delivered": len(s.output.models) if s.output else 0, "failed": None}
+    st = runner.stats
+    return {
+        "group_size": server.group_size,
+        "groups": {
+            "count": len(a.groups) if a else 0,
+            "sizes": [len(g) for g in a.groups] if a else [],
+            "outcome": outcome,
+        },
+        # Assignment messages fall outside the round's phases in the runner's accounting ("other").
+        "assignment": {
+            "attempts": len(log),
+            "excluded": [pid for e in log for pid in e["missing_reveals"]],
+            "participant_s": st.participant_s.get("other", 0.0) / max(N, 1),
+            "participant_bytes_sent": st.participant_sent.get("other", 0) / max(N, 1),
+            "participant_bytes_received": st.participant_recv.get("other", 0) / max(N, 1),
+        },
+    }
 
 
 def ideal_round(

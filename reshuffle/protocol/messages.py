@@ -55,6 +55,14 @@ class MsgType(enum.IntEnum):
     DISPUTE_ANSWER = 18
     COMPLAINTS = 19
     COMPLAINT_ANSWER = 20
+    # Anonymity-group assignment (reshuffle/protocol/groups.py), before any group's ROUND_START.
+    GROUP_OPEN = 40
+    GROUP_COMMIT = 41
+    GROUP_COMMITS = 42
+    GROUP_ACK = 43
+    GROUP_CERT = 44
+    GROUP_REVEAL = 45
+    GROUP_REVEALS = 46
 
 
 class ShareKind(enum.IntEnum):

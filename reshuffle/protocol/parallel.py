@@ -41,6 +41,7 @@ FAILED    worker → PS  exception type, message and traceback
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import secrets
@@ -469,7 +470,10 @@ class ParallelRunner(InProcessRunner):
                 vp.finish()
                 if self._owner.get(pid) != w.index:
                     raise WorkerFailed(f"worker {w.index} sent the view of participant {pid}")
-                self.participants[pid].view = view
+                # In place: a wrapper (a grouped participant) may expose its inner view read-only.
+                target = self.participants[pid].view
+                for f in dataclasses.fields(ParticipantView):
+                    setattr(target, f.name, getattr(view, f.name))
             p.finish()
 
     def run(self) -> RoundOutput:

@@ -16,6 +16,7 @@ PAYLOADS = ("fixed", "words")  # fixed-point float models, or raw ring words (bi
 MAX_PARTICIPANTS = 1 << 16
 MAX_SLOTS = 1 << 20
 MAX_MODEL = 1 << 28
+ASSIGNMENT_BYTES = 32  # digest of the anonymity-group assignment (docs/protocol.md, "Anonymity groups")
 
 
 def _pos_int(name: str, v: object) -> int:
@@ -35,6 +36,11 @@ class RoundParams:
     width ``b`` with ``f`` fractional bits and range ``±clip``. ``payload`` is
     ``"fixed"`` (float models, fixed-point codec) or ``"words"`` (the model already
     is ``d`` ring words, delivered bit-exact).
+
+    With anonymity groups (:mod:`reshuffle.protocol.groups`) a round is one group of
+    ``cohorts``: ``cohort`` is its index and ``assignment`` the 32-byte digest of the
+    partition every member recomputed. They travel in ROUND_START, hence enter h_m.
+    A round without groups has ``cohort=0, cohorts=1, assignment=b""``.
     """
 
     N: int
@@ -50,6 +56,9 @@ class RoundParams:
     clip: float = 64.0
     group: str = "ristretto255"
     payload: str = "fixed"
+    cohort: int = 0
+    cohorts: int = 1
+    assignment: bytes = b""
 
     @classmethod
     def default(cls, N: int, d: int, **overrides) -> "RoundParams":
@@ -96,7 +105,20 @@ class RoundParams:
         if TOKEN_BYTES % ring_dtype(self.b).itemsize:
             raise ConfigError("token must fill whole ring words")
         FixedPoint(self.b, self.f, self.clip)
+        self._validate_cohort()
         return self
+
+    def _validate_cohort(self) -> None:
+        for name in ("cohort", "cohorts"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ConfigError(f"{name} must be an int, got {v!r}")
+        if not 1 <= self.cohorts <= MAX_PARTICIPANTS or not 0 <= self.cohort < self.cohorts:
+            raise ConfigError(f"group {self.cohort} of {self.cohorts}: need 0 <= cohort < cohorts <= {MAX_PARTICIPANTS}")
+        if not isinstance(self.assignment, bytes) or len(self.assignment) not in (0, ASSIGNMENT_BYTES):
+            raise ConfigError(f"assignment must be empty or {ASSIGNMENT_BYTES} bytes")
+        if self.cohorts > 1 and not self.assignment:
+            raise ConfigError(f"a round split into {self.cohorts} groups must carry the assignment digest")
 
     def with_(self, **kw) -> "RoundParams":
         return replace(self, **kw).validated()
@@ -139,6 +161,7 @@ class RoundParams:
         w = Writer().u32(self.N).u32(self.d).u32(self.n).u32(self.k).u32(self.t).u32(self.c)
         w.u8(self.R_max).u8(self.decoys).u8(self.b).u8(self.f)
         w.var(repr(float(self.clip)).encode()).var(self.group.encode()).var(self.payload.encode())
+        w.u32(self.cohort).u32(self.cohorts).var(self.assignment)
         return w.bytes()
 
     @classmethod
@@ -152,8 +175,11 @@ class RoundParams:
             payload = p.var("payload", 16).decode("ascii")
         except (UnicodeDecodeError, ValueError) as exc:
             raise DecodeError(f"round parameters: {exc}") from None
+        cohort, cohorts = p.u32("cohort"), p.u32("cohorts")
+        assignment = bytes(p.var("assignment", ASSIGNMENT_BYTES))
         p.finish()
         try:
-            return cls(N, d, n, k, t, c, R_max, decoys, b, f, clip, group, payload).validated()
+            return cls(N, d, n, k, t, c, R_max, decoys, b, f, clip, group, payload,
+                       cohort, cohorts, assignment).validated()
         except ConfigError as exc:
             raise DecodeError(f"round parameters rejected: {exc}") from None

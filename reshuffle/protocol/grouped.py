@@ -1,0 +1,299 @@
+"""A round in anonymity groups: the assignment, then one complete round per group (docs/protocol.md, "Anonymity groups").
+
+:class:`GroupedServer` has the driving surface of :class:`~reshuffle.protocol.server.Server`
+(``start``, ``receive``, ``close_phase``, ``done``, ``output``, ``phase_name``,
+``errors``), so the in-process runner and the Flower grid drive it unchanged. It
+runs the assignment (:class:`~reshuffle.protocol.assignment.AssignmentCollector`),
+then one ``Server`` per group with the same PS identity and that group's own
+parameters, in lockstep: closing a phase closes it in every group still running.
+A group that falls below its threshold delivers nothing; the others go on.
+Its output pools the delivered rows (group by group) in a :class:`GroupedOutput`.
+
+:class:`GroupedParticipant` runs a participant's side of the assignment, then
+checks the group's ROUND_START (PS, roster, group index, group count and
+assignment digest against the partition it computed) before handing it, and
+everything after it, to an ordinary participant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from reshuffle.crypto.rand import OS_RANDOM, RandomSource, SeededRandom, as_source
+from reshuffle.crypto.signatures import SERVER_ID, Certificate, CertificateAuthority, SigningKey
+from reshuffle.errors import AlreadyAnswered, BelowThreshold, ProtocolError, Refused, UnexpectedMessage
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
+from reshuffle.protocol.groups import ASSIGNMENT_TYPES, Assignment, VerifiedSignatures, WrongAssignment
+from reshuffle.protocol.messages import Context, MsgType
+from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.participant import Participant
+from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
+
+Outbox = list[tuple[int, bytes]]
+ASSIGN_PHASE = "setup"  # the assignment is part of the setup for stats and errors
+
+
+@dataclass
+class GroupedOutput(RoundOutput):
+    """The pooled output: every delivering group's rows, group after group.
+
+    Positions (valid, rejected, decoy) are global: group j's row ρ is at
+    ``offsets[j] + ρ``. ``online`` holds, per invocation, the union over the
+    delivering groups. ``group_outputs`` keeps each group's own output (also of a
+    failed group, when it got that far) and ``failed`` why a group delivered nothing.
+    """
+
+    groups: tuple[tuple[int, ...], ...] = ()
+    offsets: dict[int, int] = field(default_factory=dict)
+    group_outputs: dict[int, RoundOutput] = field(default_factory=dict)
+    group_params: dict[int, RoundParams] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+    assignment: Assignment | None = None
+    assignment_log: list[dict] = field(default_factory=list)
+
+
+def _pool(groups, servers: dict[int, Server], failed: dict[int, str], errors, assignment, log) -> GroupedOutput:
+    models, valid, rejected, decoys, suspects = [], [], {}, [], []
+    online: dict[int, set[int]] = {}
+    blamed, evidence, offsets, outs = {}, {}, {}, {}
+    offset = 0
+    all_errors = list(errors)
+    for j, s in sorted(servers.items()):
+        all_errors += s.errors
+        named = s.output.evidence if s.output is not None else s.culprits
+        evidence.update(named)
+        blamed.update({i: str(e) for i, e in named.items()})
+        if s.output is not None:
+            outs[j] = s.output
+        if j in failed or s.output is None:
+            continue
+        o = s.output
+        offsets[j] = offset
+        models += o.models
+        valid += [offset + p for p in o.valid_positions]
+        rejected.update({offset + p: why for p, why in o.rejected_rows.items()})
+        decoys += [offset + p for p in o.decoy_positions]
+        suspects += o.suspects
+        for m, ids in o.online.items():
+            online.setdefault(m, set()).update(ids)
+        offset += o.n_positions
+    return GroupedOutput(
+        models, valid, offset, [], {m: tuple(sorted(ids)) for m, ids in online.items()}, all_errors,
+        rejected_rows=rejected, blamed=blamed, evidence=evidence, suspects=sorted(suspects), decoy_positions=decoys,
+        groups=tuple(groups), offsets=offsets, group_outputs=outs,
+        group_params={j: s.params for j, s in servers.items()}, failed=dict(failed), assignment=assignment,
+        assignment_log=list(log),
+    )
+
+
+class GroupedServer:
+    """The PS of a round in groups of about ``group_size``.
+
+    Parameters
+    ----------
+    T, roster, signing_key, cert, ca, global_hash : as for :class:`Server`.
+    d : model length in words.
+    group_size : g ≥ 2; the round has about ⌈N/g⌉ groups.
+    overrides : RoundParams overrides applied to every group (not ``n, k, t, c``: those follow each group's size).
+    rng : the PS's randomness (each group's Server gets an independent child stream).
+    make_server : builds each group's PS (a deviating PS behaviour's ``make``; default :class:`Server`).
+    """
+
+    def __init__(self, T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
+                 ca: CertificateAuthority, global_hash: bytes, d: int, group_size: int,
+                 overrides: dict | None = None, rng: RandomSource | int | None = None,
+                 make_server: Callable[..., Server] = Server) -> None:
+        self.overrides = dict(overrides or {})
+        # Validated once for the whole roster; each group re-derives n, k, t, c from its own size.
+        self.params = RoundParams.default(len(roster), d, **self.overrides)
+        self.T, self._roster, self._sk, self._cert, self._ca = T, dict(roster), signing_key, cert, ca
+        self._hash, self._d = global_hash, d
+        self._rng = as_source(rng)
+        self._make = make_server
+        self._collector = AssignmentCollector(T, roster, signing_key, cert, group_size)
+        self.group_size = group_size
+        self.errors: list[ErrorRecord] = []
+        self.excluded: set[int] = set()
+        self.servers: dict[int, Server] = {}
+        self.failed: dict[int, str] = {}
+        self.group_of: dict[int, int] = {}
+        self.output: GroupedOutput | None = None
+
+    @property
+    def assignment(self) -> Assignment | None:
+        return self._collector.assignment
+
+    @property
+    def assigning(self) -> bool:
+        return self._collector.state is not PSState.DONE
+
+    @property
+    def done(self) -> bool:
+        return self.output is not None
+
+    @property
+    def phase_name(self) -> str:
+        if self.assigning:
+            return ASSIGN_PHASE
+        live = [s for j, s in sorted(self.servers.items()) if j not in self.failed and not s.done]
+        return live[0].phase_name if live else "done"
+
+    @property
+    def culprits(self) -> dict:
+        out = {}
+        for s in self.servers.values():
+            out.update(s.culprits)
+        return out
+
+    def start(self) -> Outbox:
+        return self._collector.start()
+
+    # ------------------------------------------------------------------ #
+    def receive(self, sender: int, data: bytes) -> None:
+        """Route one message: to the assignment, or to the sender's group. Errors are recorded, never raised."""
+        if not self.assigning:
+            if msg.peek_type(data) in ASSIGNMENT_TYPES:
+                # Late or repeated: the assignment is fixed; the first copy stood.
+                self.errors.append(ErrorRecord(ASSIGN_PHASE, sender, AlreadyAnswered(
+                    f"assignment message from {sender} after the assignment was fixed")))
+                return
+            j = self.group_of.get(sender)
+            if j is None:
+                self.errors.append(ErrorRecord(ASSIGN_PHASE, sender, UnexpectedMessage(
+                    f"participant {sender} is in no group of this round")))
+                return
+            if j not in self.failed:
+                self.servers[j].receive(sender, data)
+            return
+        try:
+            if sender not in self._roster:
+                raise UnexpectedMessage(f"unknown sender {sender}")
+            if sender in self.excluded:
+                raise UnexpectedMessage(f"participant {sender} was excluded earlier in this round")
+            m = msg.decode(data, Context())
+            if m.sender != sender:
+                raise UnexpectedMessage(f"header names sender {m.sender}, transport says {sender}")
+            msg.verify(m, self._roster[sender].key)
+            if m.T != self.T:
+                raise UnexpectedMessage(f"message for round {m.T}, this is round {self.T}")
+            if isinstance(m, msg.Refusal):
+                raise Refused(f"participant refused: {m.error}: {m.reason}")
+            self._collector.receive(sender, m)
+        except ProtocolError as exc:
+            self.errors.append(ErrorRecord(ASSIGN_PHASE, sender, exc))
+            if sender in self._roster and not isinstance(exc, AlreadyAnswered):
+                self.excluded.add(sender)
+
+    def close_phase(self) -> Outbox:
+        """Close the assignment step, or the current phase of every running group."""
+        if self.assigning:
+            out = self._collector.close()  # BelowThreshold here ends the whole round
+            return out + self._start_groups() if not self.assigning else out
+        out: Outbox = []
+        for j, s in sorted(self.servers.items()):
+            if j in self.failed or s.done:
+                continue
+            try:
+                out += s.close_phase()
+            except BelowThreshold as exc:
+                self.failed[j] = str(exc)
+        if all(j in self.failed or s.done for j, s in self.servers.items()):
+            self.output = _pool(self.assignment.groups, self.servers, self.failed, self.errors,
+                                self.assignment, self._collector.attempts_log)
+            if len(self.failed) == len(self.servers):
+                raise BelowThreshold("every group failed: " + "; ".join(
+                    f"group {j}: {why}" for j, why in sorted(self.failed.items())))
+        return out
+
+    def _start_groups(self) -> Outbox:
+        a = self.assignment
+        out: Outbox = []
+        per_group = {k: v for k, v in self.overrides.items()}
+        for j, members in enumerate(a.groups):
+            p = RoundParams.default(len(members), self._d, **per_group, **a.binding(j))
+            rng = SeededRandom(self._rng.bytes(32), b"group-server") if self._rng is not OS_RANDOM else None
+            s = self._make(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
+                           self._hash, rng)
+            self.servers[j] = s
+            for i in members:
+                self.group_of[i] = j
+            out += s.start()
+        return out
+
+
+class GroupedParticipant:
+    """P_i of a round in groups: the assignment, then an ordinary participant for its group.
+
+    Takes :class:`Participant`'s arguments; ``make`` builds the inner participant
+    (a deviating behaviour's ``make``, or a game's participant class) and
+    ``verified`` is a cache of checked signatures shared in one process.
+    """
+
+    def __init__(self, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
+                 ca: CertificateAuthority, global_hash: bytes, rng: RandomSource | int | None = None, *,
+                 make: Callable[..., Participant] = Participant, verified: VerifiedSignatures | None = None) -> None:
+        self._rng = as_source(rng)
+        self.pid, self.T, self._sk = pid, T, signing_key
+        # Built now: it checks the model (NaN/Inf) before anything is sent, and draws nothing yet.
+        self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng)
+        self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, verified)
+        self._started = False
+        self._aborted = False
+
+    @property
+    def view(self):
+        return self.inner.view
+
+    @property
+    def params(self) -> RoundParams | None:
+        return self.inner.params
+
+    @property
+    def assignment(self) -> Assignment | None:
+        return self.client.assignment
+
+    def handle(self, data: bytes) -> list[bytes]:
+        """Process one PS message; the replies to send."""
+        if self._started:
+            return self.inner.handle(data)
+        if self._aborted:
+            return []
+        try:
+            m = msg.decode(data, Context())
+            if m.TYPE is MsgType.ROUND_START:
+                self._check_round_start(m)
+                self._started = True
+                return self.inner.handle(data)
+            if m.TYPE not in ASSIGNMENT_TYPES:
+                raise UnexpectedMessage(f"participant {self.pid} got {m.TYPE.name} before its group's ROUND_START")
+            return [r.encode(self._sk) for r in self.client.handle(m)]
+        except ProtocolError as exc:
+            self.inner.view.errors.append(exc)
+            self._aborted = True
+            return [msg.Refusal(self.T, self.client.attempt, self.pid, type(exc).__name__, str(exc))
+                    .encode(self._sk)]
+
+    def _check_round_start(self, m: msg.RoundStart) -> None:
+        a = self.client.assignment
+        if self.client.state is not CState.ASSIGNED or a is None:
+            raise UnexpectedMessage(f"ROUND_START before the group assignment finished "
+                                    f"(state '{self.client.state.value}')")
+        if m.sender != SERVER_ID or m.server_cert != self.client.server_cert:
+            raise WrongAssignment("the group's ROUND_START comes from another PS than the assignment")
+        msg.verify(m, self.client.server_key)
+        j = a.index_of(self.pid)
+        p = m.params
+        if (p.cohort, p.cohorts, p.assignment) != (j, len(a.groups), a.digest):
+            raise WrongAssignment(
+                f"ROUND_START binds group {p.cohort} of {p.cohorts} (assignment {p.assignment.hex()[:16]}), "
+                f"this participant computed group {j} of {len(a.groups)} ({a.digest.hex()[:16]})")
+        roster = tuple(pid for pid, _ in m.roster)
+        if roster != a.groups[j]:
+            raise WrongAssignment(f"ROUND_START roster {list(roster)} is not group {j} = {list(a.groups[j])}")
+
+
+__all__ = ["GroupedOutput", "GroupedParticipant", "GroupedServer"]

@@ -1,0 +1,355 @@
+"""Anonymity groups: who runs a round with whom (docs/protocol.md, "Anonymity groups").
+
+A round of N participants with group size g is split into G ≈ ⌈N/g⌉ groups that
+each run a complete round; the assignment comes from randomness no single party
+controls, a signed commit-reveal among the participants:
+
+1. GROUP_OPEN (PS → candidates): g, attempt a, the PS certificate, the candidates' certificates.
+2. GROUP_COMMIT (P_i → PS): ``H(label("groups/commit", T, a, i) ‖ nonce_i)``, nonce_i 32 fresh bytes.
+3. GROUP_COMMITS (PS → committers): every signed commitment, verbatim.
+4. GROUP_ACK (P_i → PS): P_i's signature on ``(T, a, g, H(open), H(list))``, once per (T, a).
+5. GROUP_CERT (PS → list): at least t_a signatures of distinct listed members on that statement.
+6. GROUP_REVEAL (P_i → PS): nonce_i, only after a valid certificate.
+7. GROUP_REVEALS (PS → list): every nonce in list order. ``seed = H(statement, nonces)``;
+   the partition is a Fisher–Yates shuffle driven by a PRG keyed with the seed.
+
+A listed member whose reveal is missing is excluded and the assignment runs again
+with fresh nonces, at most :data:`MAX_ATTEMPTS` times in all. Each group's
+ROUND_START carries (group index, group count, assignment digest) in its
+parameters, so they enter h_m, and every member checks them and the roster
+against the partition it computed itself.
+
+This module holds the primitives and the messages; the two state machines are
+in :mod:`reshuffle.protocol.assignment`, their use in a round in
+:mod:`reshuffle.protocol.grouped`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import ClassVar
+
+from reshuffle.crypto.domain import label
+from reshuffle.crypto.ot import sample_distinct
+from reshuffle.crypto.rand import SeededRandom
+from reshuffle.crypto.signatures import SIG_BYTES, Certificate, CertificateAuthority, VerifyKey
+from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.messages import HASH_BYTES, MsgType
+from reshuffle.protocol.params import MAX_PARTICIPANTS
+from reshuffle.wire import Parser, Writer
+
+NONCE_BYTES = 32
+MAX_ATTEMPTS = 3  # assignment draws a PS can cause by claiming reveals were lost (the bias bound)
+MIN_GROUP = 2
+ACK_CONTEXT = "group-ack"
+ASSIGNMENT_TYPES = frozenset(
+    {MsgType.GROUP_OPEN, MsgType.GROUP_COMMIT, MsgType.GROUP_COMMITS, MsgType.GROUP_ACK,
+     MsgType.GROUP_CERT, MsgType.GROUP_REVEAL, MsgType.GROUP_REVEALS}
+)
+
+
+class InvalidReveal(ProtocolError):
+    """A revealed nonce does not open the sender's commitment."""
+
+
+class WrongAssignment(Refused):
+    """A PS message disagrees with the assignment this participant computed or was shown."""
+
+
+# --------------------------------------------------------------------------- #
+# Sizes and thresholds
+def check_group_size(g: object) -> int:
+    """``g`` as an int ≥ MIN_GROUP; ConfigError otherwise."""
+    if not isinstance(g, int) or isinstance(g, bool) or not MIN_GROUP <= g <= MAX_PARTICIPANTS:
+        raise ConfigError(f"group_size must be an int in [{MIN_GROUP}, {MAX_PARTICIPANTS}], got {g!r}")
+    return g
+
+
+def group_count(N: int, g: int) -> int:
+    """⌈N/g⌉, fewer if a group would have fewer than MIN_GROUP members."""
+    check_group_size(g)
+    if N < MIN_GROUP:
+        raise ConfigError(f"{N} participants cannot form a group of at least {MIN_GROUP}")
+    return max(1, min(-(-N // g), N // MIN_GROUP))
+
+
+def group_sizes(N: int, g: int) -> list[int]:
+    """Sizes of the G groups, nearly equal (they differ by at most one), largest first."""
+    G = group_count(N, g)
+    q, r = divmod(N, G)
+    return [q + 1] * r + [q] * (G - r)
+
+
+def assignment_threshold(n: int) -> int:
+    """t_a for n candidates: ⌊(n + c)/2⌋ + 1 with c = ⌊n/5⌋, as a round's t (docs/protocol.md §11)."""
+    c = n // 5
+    return (n + c) // 2 + 1
+
+
+# --------------------------------------------------------------------------- #
+# Hashes (each under its own label)
+def commitment(T: int, attempt: int, pid: int, nonce: bytes) -> bytes:
+    """``H(label("groups/commit", T, a, pid) ‖ nonce)``."""
+    if len(nonce) != NONCE_BYTES:
+        raise ConfigError(f"nonce must be {NONCE_BYTES} bytes, got {len(nonce)}")
+    return hashlib.sha256(label("groups/commit", T, attempt, pid) + bytes(nonce)).digest()
+
+
+def open_digest(m: "GroupOpen") -> bytes:
+    return hashlib.sha256(label("groups/open", m.T, m.m) + m.body()).digest()
+
+
+def list_digest(m: "GroupCommits") -> bytes:
+    return hashlib.sha256(label("groups/list", m.T, m.m) + m.body()).digest()
+
+
+def ack_statement(T: int, attempt: int, g: int, open_h: bytes, list_h: bytes) -> bytes:
+    """What every listed member signs before anyone reveals: ``(T, a, g, H(open), H(list))``."""
+    return Writer().u64(T).u32(attempt).u32(g).fixed(open_h, HASH_BYTES).fixed(list_h, HASH_BYTES).bytes()
+
+
+def draw_seed(T: int, attempt: int, statement: bytes, nonces: list[bytes]) -> bytes:
+    """``H(label("groups/seed", T, a) ‖ H(statement) ‖ nonce_1 ‖ … ‖ nonce_n)`` in list order."""
+    h = hashlib.sha256(label("groups/seed", T, attempt, len(nonces)))
+    h.update(hashlib.sha256(statement).digest())
+    for n in nonces:
+        h.update(n)
+    return h.digest()
+
+
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class Assignment:
+    """The partition of one round's participants into groups, and what binds it."""
+
+    T: int
+    attempt: int
+    group_size: int
+    seed: bytes
+    groups: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def draw(cls, T: int, attempt: int, g: int, ids: list[int], seed: bytes) -> "Assignment":
+        """Shuffle ``ids`` (sorted) with a PRG keyed by ``seed``, then cut into nearly equal groups."""
+        ids = sorted(ids)
+        order = sample_distinct(len(ids), len(ids), SeededRandom(seed, label("groups/partition", T, attempt)))
+        groups, start = [], 0
+        for size in group_sizes(len(ids), g):
+            groups.append(tuple(sorted(ids[k] for k in order[start:start + size])))
+            start += size
+        return cls(T, attempt, g, bytes(seed), tuple(groups))
+
+    @property
+    def digest(self) -> bytes:
+        """32 bytes bound into every group's parameters (``RoundParams.assignment``)."""
+        w = Writer().fixed(self.seed, HASH_BYTES)
+        for grp in self.groups:
+            w.u32_list(grp)
+        tag = label("groups/assignment", self.T, self.attempt, self.group_size, len(self.groups))
+        return hashlib.sha256(tag + w.bytes()).digest()
+
+    def index_of(self, pid: int) -> int:
+        for j, grp in enumerate(self.groups):
+            if pid in grp:
+                return j
+        raise KeyError(pid)
+
+    def binding(self, j: int) -> dict:
+        """RoundParams overrides of group j: ``cohort``, ``cohorts``, ``assignment``."""
+        return {"cohort": j, "cohorts": len(self.groups), "assignment": self.digest}
+
+
+class VerifiedSignatures:
+    """Signatures already found valid in this process.
+
+    A signature that verified once verifies always, so simulated participants in one
+    process may share this (the in-process driver does; a real participant verifies
+    every signature it is shown). Only successes are remembered.
+    """
+
+    def __init__(self) -> None:
+        self._ok: set[bytes] = set()
+
+    def verify(self, key: VerifyKey, context: str, statement: bytes, sig: bytes) -> None:
+        k = hashlib.sha256(label("groups/verified") + key.to_bytes() + context.encode() + b"\0"
+                           + hashlib.sha256(statement).digest() + bytes(sig)).digest()
+        if k in self._ok:
+            return
+        key.verify(context, statement, sig)
+        self._ok.add(k)
+
+    def certificate(self, ca: CertificateAuthority, cert: Certificate, subject: int, role: int | None = None) -> None:
+        if cert.subject != subject or (role is not None and cert.role != role):
+            ca.verify(cert, subject, role)  # raises with the precise reason
+        self.verify(ca.verify_key, "cert", cert.body(), cert.signature)
+
+
+# --------------------------------------------------------------------------- #
+# Messages (header m = attempt)
+def _sorted_ids(ids: list[int], field: str) -> None:
+    if ids != sorted(set(ids)):
+        raise DecodeError(f"{field}: ids must be sorted and distinct")
+
+
+@msg._register
+@dataclass(frozen=True)
+class GroupOpen(msg.Message):
+    """PS → candidates: group size g, the PS certificate and the candidates' certificates (attempt = m)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.GROUP_OPEN
+    group_size: int
+    server_cert: Certificate
+    roster: tuple[tuple[int, Certificate], ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32(self.group_size).var(self.server_cert.encode()).u32(len(self.roster))
+        for pid, cert in self.roster:
+            w.u32(pid).var(cert.encode())
+
+    @classmethod
+    def _parse(cls, p: Parser, hdr, ctx):
+        g = p.u32("group_size")
+        scert = Certificate.decode(p.var("server_cert", 256))
+        cnt = p.u32("roster.count")
+        if not MIN_GROUP <= cnt <= MAX_PARTICIPANTS or cnt * 4 > p.remaining:
+            raise DecodeError(f"GROUP_OPEN roster of {cnt} entries")
+        roster = tuple((p.u32("roster.id"), Certificate.decode(p.var("roster.cert", 256))) for _ in range(cnt))
+        _sorted_ids([pid for pid, _ in roster], "GROUP_OPEN roster")
+        if g < MIN_GROUP:
+            raise DecodeError(f"group size {g} below {MIN_GROUP}")
+        return cls(*hdr, g, scert, roster)
+
+
+@msg._register
+@dataclass(frozen=True)
+class GroupCommit(msg.Message):
+    """P_i → PS: its commitment to a fresh nonce."""
+
+    TYPE: ClassVar[MsgType] = MsgType.GROUP_COMMIT
+    commitment: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.fixed(self.commitment, HASH_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, p.fixed(HASH_BYTES, "commitment"))
+
+
+@msg._register
+@dataclass(frozen=True)
+class GroupCommits(msg.Message):
+    """PS → committers: (pid, commitment, P_pid's signature on its GROUP_COMMIT), sorted by pid."""
+
+    TYPE: ClassVar[MsgType] = MsgType.GROUP_COMMITS
+    entries: tuple[tuple[int, bytes, bytes], ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32(len(self.entries))
+        for pid, c, sig in self.entries:
+            w.u32(pid).fixed(c, HASH_BYTES).fixed(sig, SIG_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        cnt = p.u32("entries.count")
+        if cnt > MAX_PARTICIPANTS or cnt * (4 + HASH_BYTES + SIG_BYTES) > p.remaining:
+            raise DecodeError(f"GROUP_COMMITS with {cnt} entries, {p.remaining} bytes left")
+        entries = tuple((p.u32("pid"), p.fixed(HASH_BYTES, "commitment"), p.fixed(SIG_BYTES, "signature"))
+                        for _ in range(cnt))
+        _sorted_ids([e[0] for e in entries], "GROUP_COMMITS")
+        return cls(*hdr, entries)
+
+    def ids(self) -> list[int]:
+        return [e[0] for e in self.entries]
+
+
+@msg._register
+@dataclass(frozen=True)
+class GroupAck(msg.Message):
+    """P_i → PS: its signature on the ack statement of this attempt."""
+
+    TYPE: ClassVar[MsgType] = MsgType.GROUP_ACK
+    signature: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.fixed(self.signature, SIG_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, p.fixed(SIG_BYTES, "ack"))
+
+
+@msg._register
+@dataclass(frozen=True)
+class GroupCert(msg.Message):
+    """PS → listed members: the acks of distinct listed members (at least t_a)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.GROUP_CERT
+    signatures: tuple[tuple[int, bytes], ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32(len(self.signatures))
+        for pid, sig in self.signatures:
+            w.u32(pid).fixed(sig, SIG_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        cnt = p.u32("signatures.count")
+        if cnt > MAX_PARTICIPANTS or cnt * (4 + SIG_BYTES) > p.remaining:
+            raise DecodeError(f"GROUP_CERT with {cnt} signatures, {p.remaining} bytes left")
+        sigs = tuple((p.u32("pid"), p.fixed(SIG_BYTES, "signature")) for _ in range(cnt))
+        _sorted_ids([pid for pid, _ in sigs], "GROUP_CERT")
+        return cls(*hdr, sigs)
+
+
+@msg._register
+@dataclass(frozen=True)
+class GroupReveal(msg.Message):
+    """P_i → PS: its nonce."""
+
+    TYPE: ClassVar[MsgType] = MsgType.GROUP_REVEAL
+    nonce: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.fixed(self.nonce, NONCE_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, p.fixed(NONCE_BYTES, "nonce"))
+
+
+@msg._register
+@dataclass(frozen=True)
+class GroupReveals(msg.Message):
+    """PS → listed members: every listed member's nonce, in list order."""
+
+    TYPE: ClassVar[MsgType] = MsgType.GROUP_REVEALS
+    nonces: tuple[bytes, ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32(len(self.nonces))
+        for n in self.nonces:
+            w.fixed(n, NONCE_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        cnt = p.u32("nonces.count")
+        if cnt > MAX_PARTICIPANTS or cnt * NONCE_BYTES > p.remaining:
+            raise DecodeError(f"GROUP_REVEALS with {cnt} nonces, {p.remaining} bytes left")
+        return cls(*hdr, tuple(p.fixed(NONCE_BYTES, "nonce") for _ in range(cnt)))
+
+
+def commit_statement(T: int, attempt: int, pid: int, c: bytes) -> bytes:
+    """What P_pid's GROUP_COMMIT signature covers (to check a relayed entry)."""
+    m = GroupCommit(T, attempt, pid, c)
+    return m.statement(m.body())
+
+
+__all__ = [
+    "ACK_CONTEXT", "ASSIGNMENT_TYPES", "Assignment", "GroupAck", "GroupCert", "GroupCommit", "GroupCommits",
+    "GroupOpen", "GroupReveal", "GroupReveals", "InvalidReveal", "MAX_ATTEMPTS", "MIN_GROUP", "NONCE_BYTES",
+    "VerifiedSignatures", "WrongAssignment", "ack_statement", "assignment_threshold", "check_group_size",
+    "commit_statement", "commitment", "draw_seed", "group_count", "group_sizes", "list_digest", "open_digest",
+]
