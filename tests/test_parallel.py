@@ -41,7 +41,7 @@ def _summary(r):
         "errors": [(e.phase, e.sender, type(e.error).__name__, str(e.error)) for e in r.errors],
         "participant_errors": {i: [repr(e) for e in es] for i, es in r.participant_errors.items()},
         "revealed": {i: v.revealed for i, v in r.views.items()},
-        "stats_shape": {ph: sorted(v) for ph, v in r.stats.items()},
+        "stats_shape": {ph: sorted(v) if isinstance(v, dict) else v for ph, v in r.stats.items()},
         "failure": r.failure,
     }
 
@@ -187,3 +187,15 @@ def test_view_bytes_are_checked():
             p = Parser(data, "view")
             decode_view(p, 100)
             p.finish()
+
+
+def test_groups_with_workers_match_the_single_process_run():
+    # Prepare: 12 participants in groups of 6.
+    ups = make_updates(12, d=64, seed=8)
+    # Execute
+    serial = reshuffle.shuffle(ups, seed=2, group_size=6)
+    par = reshuffle.shuffle(ups, seed=2, group_size=6, workers=2)
+    # Assert
+    assert _summary(par) == _summary(serial)
+    assert par.groups == serial.groups and len(par.groups) == 2
+    assert len(par.models) == 12
