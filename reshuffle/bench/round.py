@@ -231,8 +231,10 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     floor_ps_s = _ps_floor(groups, repeat)
     phase_stats = {ph: v for ph, v in r.stats.items() if isinstance(v, dict) and "ps_s" in v}
     ps_s = phase_stats["upload"]["ps_s"] + phase_stats["unmask"]["ps_s"]
-    sent = sum(v["participant_bytes_sent"] for v in phase_stats.values())
-    recv = sum(v["participant_bytes_received"] for v in phase_stats.values())
+    # With groups, the assignment's messages fall outside the phases; a participant still sends them.
+    asg = r.stats.get("assignment", {})
+    sent = sum(v["participant_bytes_sent"] for v in phase_stats.values()) + asg.get("participant_bytes_sent", 0)
+    recv = sum(v["participant_bytes_received"] for v in phase_stats.values()) + asg.get("participant_bytes_received", 0)
     critical = sum(v["ps_s"] + v["participant_max_s"] for v in phase_stats.values())
     out = {
         "d": d,
@@ -241,6 +243,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         "workers": workers or 1,
         "wall_s": wall,
         "participant_critical_s": sum(v["participant_max_s"] for v in phase_stats.values()),
+        "assignment_participant_s": asg.get("participant_s", 0.0),
         "ps_s": sum(v["ps_s"] for v in phase_stats.values()),
         "peak_rss_mb": mem.mb,
         "critical_path_s": critical,
