@@ -17,8 +17,9 @@ With ``group_size`` g the round runs in anonymity groups (``reshuffle.shuffle(..
 group_size=g)``) and both floors are those of the groups: per group, its |U_j|
 uploads of its own length and |U_j| streams of it, summed over the groups;
 ``workers`` runs the participants in that many processes
-(:mod:`reshuffle.protocol.parallel`). Per N it also reports ``wall_s``,
-``participant_critical_s`` (the slowest participant per phase, summed: what
+(:mod:`reshuffle.protocol.parallel`). Per N it also reports ``wall_s``, ``cpu_s``
+(CPU seconds of the round, workers included: on a shared machine ``cpu_s`` /
+cores is what the round needs), ``participant_critical_s`` (the slowest participant per phase, summed: what
 participants put on the round's critical path), ``ps_s`` (the PS over all
 phases) and ``peak_rss_mb``: the peak of the summed proportional set size of
 this process and its workers (shared pages counted once), sampled every 0.1 s.
@@ -181,6 +182,12 @@ class PeakMemory:
         return self.peak_kb / 1024
 
 
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and its reaped children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _groups(r) -> list[tuple[int, int, object]]:
     """(|U_j|, words uploaded, params) per group that reached its upload (one entry without groups)."""
     outs = getattr(r.output, "group_outputs", None)
@@ -217,10 +224,12 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     gen = np.random.default_rng(N)
     ups = [(gen.normal(size=d) * 0.05).astype(np.float32) for _ in range(N)]
     kw = {"group_size": group_size} if group_size is not None else {}
+    cpu0 = _cpu_s()
     with PeakMemory() as mem:
         t0 = time.perf_counter()
         r = reshuffle.shuffle(ups, seed=N, workers=workers, **kw)
         wall = time.perf_counter() - t0
+    cpu = _cpu_s() - cpu0  # the workers are joined (reaped) when shuffle returns
     assert len(r.models) == N, "benchmark round lost participants"
     groups = _groups(r)
     # A participant's mask in the largest group: (1 + degree) streams of its upload length.
@@ -242,6 +251,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         "groups": len(groups),
         "workers": workers or 1,
         "wall_s": wall,
+        "cpu_s": cpu,
         "participant_critical_s": sum(v["participant_max_s"] for v in phase_stats.values()),
         "assignment_participant_s": asg.get("participant_s", 0.0),
         "ps_s": sum(v["ps_s"] for v in phase_stats.values()),
