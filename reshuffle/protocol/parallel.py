@@ -31,7 +31,7 @@ ACK       PS → worker  the slot has been read
 SLOT      PS → worker  name and size of the worker's new slot
 VIEWS     PS → worker  send the views of your participants
 STOP      PS → worker  exit
-REPLY     worker → PS  index, pid, seconds, inline replies, bytes in the slot
+REPLY     worker → PS  index, pid, wall and CPU seconds, inline replies, slot bytes
 GROW      worker → PS  the slot must hold this many bytes
 DONE      worker → PS  the batch is answered
 VIEWDATA  worker → PS  the encoded views
@@ -198,11 +198,11 @@ def _answer_batch(p: Parser, participants: Mapping[int, Participant], slot: _Wor
     n = p.u32("items")
     for _ in range(n):
         index, pid, which = p.u32("index"), p.u32("pid"), p.u32("payload")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         replies = participants[pid].handle(payloads[which])
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.thread_time() - c0
         big = [r for r in replies if len(r) > INLINE_MAX]
-        w = Writer().u32(index).u32(pid).raw(_SECONDS.pack(dt)).u32(len(replies))
+        w = Writer().u32(index).u32(pid).raw(_SECONDS.pack(dt)).raw(_SECONDS.pack(cpu)).u32(len(replies))
         for r in replies:
             # A large reply is only its length here; its bytes are in the slot, in order.
             w.u8(len(r) > INLINE_MAX)
@@ -382,13 +382,14 @@ class ParallelRunner(InProcessRunner):
     def _read_reply(self, w: _Worker, p: Parser, n_items: int) -> tuple[int, int, float, list, int]:
         index, pid = p.u32("index"), p.u32("pid")
         dt = _SECONDS.unpack(p.fixed(_SECONDS.size, "seconds"))[0]
+        cpu = _SECONDS.unpack(p.fixed(_SECONDS.size, "cpu seconds"))[0]
         n = p.u32("replies")
         if index >= n_items or n > _MAX_ITEMS:
             raise WorkerFailed(f"worker {w.index} answered item {index} of {n_items} with {n} replies")
         replies = [p.u64("length") if p.u8("in slot") else p.var("reply") for _ in range(n)]
         in_slot = p.u64("slot bytes")
         p.finish()
-        return index, pid, dt, replies, in_slot
+        return index, pid, (dt, cpu), replies, in_slot
 
     def _take_slot(self, w: _Worker, replies: list, in_slot: int) -> list[bytes]:
         """Replace slot lengths by the bytes, then free the slot."""
@@ -420,9 +421,9 @@ class ParallelRunner(InProcessRunner):
         nxt = 0
         while nxt < len(items) or live:
             if nxt in ready:
-                w, dt, replies, in_slot = ready.pop(nxt)
+                w, times, replies, in_slot = ready.pop(nxt)
                 pid, ph = items[nxt]
-                self._record(pid, ph, dt, self._take_slot(w, replies, in_slot))
+                self._record(pid, ph, times, self._take_slot(w, replies, in_slot))
                 nxt += 1
                 continue
             if not live:
@@ -431,10 +432,10 @@ class ParallelRunner(InProcessRunner):
                 w = conns[c]
                 kind, p = _parse(self._recv(w), f"frame of worker {w.index}")
                 if kind == REPLY:
-                    index, pid, dt, replies, in_slot = self._read_reply(w, p, len(items))
+                    index, pid, times, replies, in_slot = self._read_reply(w, p, len(items))
                     if pid != items[index][0]:
                         raise WorkerFailed(f"worker {w.index} answered item {index} as participant {pid}")
-                    ready[index] = (w, dt, replies, in_slot)
+                    ready[index] = (w, times, replies, in_slot)
                     w.slot_unread = bool(in_slot)
                 elif kind == GROW:
                     self._new_slot(w, p.u64("bytes"))
@@ -446,7 +447,9 @@ class ParallelRunner(InProcessRunner):
                 else:
                     raise WorkerFailed(f"worker {w.index} sent frame kind {kind}")
 
-    def _record(self, pid: int, ph: str, dt: float, replies: list[bytes]) -> None:
+    def _record(self, pid: int, ph: str, times: tuple[float, float], replies: list[bytes]) -> None:
+        dt, cpu = times
+        self.stats.participant_cpu_s[ph] += cpu
         self.stats.participant_s[ph] += dt
         self.stats.per_participant_s[pid][ph] += dt
         for r in replies:
