@@ -20,7 +20,8 @@ uploads of its own length and |U_j| streams of it, summed over the groups;
 (:mod:`reshuffle.protocol.parallel`). Per N it also reports ``wall_s``, ``cpu_s``
 (CPU seconds of the round, workers included: on a shared machine ``cpu_s`` /
 cores is what the round needs), ``participant_critical_s`` (the slowest participant per phase, summed: what
-participants put on the round's critical path), ``ps_s`` (the PS over all
+participants put on the round's critical path), ``participant_cpu_s`` (a
+participant's mean handler CPU time over the round), ``ps_s`` (the PS over all
 phases) and ``peak_rss_mb``: the peak of the summed proportional set size of
 this process and its workers (shared pages counted once), sampled every 0.1 s.
 
@@ -254,6 +255,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         "cpu_s": cpu,
         "participant_critical_s": sum(v["participant_max_s"] for v in phase_stats.values()),
         "assignment_participant_s": asg.get("participant_s", 0.0),
+        "participant_cpu_s": sum(v["participant_cpu_s"] for v in phase_stats.values()),
         "ps_s": sum(v["ps_s"] for v in phase_stats.values()),
         "peak_rss_mb": mem.mb,
         "critical_path_s": critical,
