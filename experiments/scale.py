@@ -7,6 +7,7 @@ masking expands g streams over that upload, so its time grows as g².
 
     python experiments/scale.py --out results/scale            # the curves (minutes)
     python experiments/scale.py --quick --out /tmp/scale       # a smoke run
+    python experiments/scale.py --replot --out results/scale   # the plot again from scale.json
 
 Writes ``scale.json`` and ``scale.md`` (the tables) under ``--out`` and the plot
 to ``--plot`` (default ``docs/scale.png``).
@@ -91,8 +92,8 @@ def plot(by_n: list[dict], by_g: list[dict], g: int, n_for_g: int, path: Path) -
         ax2 = ax.twinx()
         ax2.plot(x, [r["participant_bytes"] / 1e6 for r in rows], "s--", color="tab:orange", label="MB per participant")
         ax2.set_ylabel("MB")
-        ax.set_ylim(bottom=0)
-        ax2.set_ylim(bottom=0)
+        ax.set_ylim(0, 1.3 * max(r["participant_cpu_s"] for r in rows))
+        ax2.set_ylim(0, 1.3 * max(r["participant_bytes"] / 1e6 for r in rows))
         lines = ax.get_lines() + ax2.get_lines()
         ax.legend(lines, [ln.get_label() for ln in lines], loc="upper left", fontsize=8)
     fig.tight_layout()
@@ -111,12 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gs", type=int, nargs="+", default=[5, 10, 20, 40], help="g of the g curve")
     ap.add_argument("--N-for-g", type=int, default=80, help="N of the g curve")
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    ap.add_argument("--replot", action="store_true", help="redraw the plot from --out/scale.json, run nothing")
     args = ap.parse_args(argv)
+    out = Path(args.out)
+    if args.replot:
+        saved = json.loads((out / "scale.json").read_text())
+        by_n, by_g = saved["by_N"], saved["by_g"]
+        plot(by_n, by_g, by_n[0]["g"], by_g[0]["N"], Path(args.plot))
+        return 0
     if args.quick:
         args.d, args.g, args.Ns, args.gs, args.N_for_g = 2000, 5, [10, 20], [5, 10], 20
     by_n = [point(N, args.g, args.d, args.workers) for N in args.Ns]
     by_g = [point(args.N_for_g, g, args.d, args.workers) for g in args.gs]
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"d": args.d, "workers": args.workers, "date": time.strftime("%Y-%m-%d")}
     (out / "scale.json").write_text(json.dumps({"meta": meta, "by_N": by_n, "by_g": by_g}, indent=2))
