@@ -198,3 +198,28 @@ def test_groups_with_workers_match_the_single_process_run():
     assert _summary(par) == _summary(serial)
     assert par.groups == serial.groups and len(par.groups) == 2
     assert len(par.models) == 12
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_failure_mid_phase_drains_the_workers_and_keeps_their_views():
+    # Prepare: an interceptor that fails on the first upload to reach the PS, while workers still mask.
+    p = RoundParams.default(6, D)
+
+    def tap(env):
+        if peek_type(env.data) is MsgType.MASKED_INPUT and int.from_bytes(env.data[10:14], "big") == p.upload_m:
+            raise _Stop("tap failed")
+        return [env]
+
+    ups = make_updates(6, d=D, seed=6)
+    server, parts = build_round(ups, p, seed=6)
+    runner = ParallelRunner(server, parts, interceptors=[tap], workers=2)
+    # Execute
+    with pytest.raises(_Stop):
+        runner.run()
+    # Assert: every participant's view came back (all uploaded), nothing leaked, workers gone.
+    assert all(p.upload_m in pp.view.uploaded for pp in parts.values())
+    assert _segments() == []
+    assert all(not w.proc.is_alive() for w in runner._workers)
