@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from reshuffle.crypto.group import get_group
@@ -46,26 +48,41 @@ def digits():
 collect_ignore = ["flower_probe_app"]
 
 
-# The Flower deployment test waits mostly on Flower's own polling and process start-ups:
-# when it is selected with other tests, start its run with the session so the waiting
-# overlaps them; the test collects the result. Its processes are killed when it ends.
+# The Flower deployment test and the local simulations wait mostly on Flower's own
+# polling and process start-ups: when they are selected with other tests, start their
+# runs with the session (a background thread each) so the waiting overlaps the other
+# tests; the tests collect the results, last. The deployment run (about 4 minutes here,
+# most of it in protocol phases waiting on SuperNode polls) bounds the suite's time.
+# Their processes are killed when their scenarios end.
 DEPLOYMENT_TEST = "test_flower.py::test_real_deployment_with_a_node_killed_mid_round"
+LOCAL_SIMULATION_TESTS = "test_flower_sim.py::"
 
 
 def pytest_collection_modifyitems(session, config, items):
-    if len(items) > 1 and any(item.nodeid.endswith(DEPLOYMENT_TEST) for item in items):
-        # Collect its result last, after the other tests have overlapped its waiting.
-        items.sort(key=lambda item: item.nodeid.endswith(DEPLOYMENT_TEST))
-        import tempfile
+    deployment = any(item.nodeid.endswith(DEPLOYMENT_TEST) for item in items)
+    simulation = any(LOCAL_SIMULATION_TESTS in item.nodeid for item in items)
+    waiting = sum(item.nodeid.endswith(DEPLOYMENT_TEST) or LOCAL_SIMULATION_TESTS in item.nodeid for item in items)
+    if waiting == 0 or waiting == len(items) or config.option.collectonly:
+        return
+    # The simulations end first, the deployment run last.
+    items.sort(key=lambda item: (item.nodeid.endswith(DEPLOYMENT_TEST), LOCAL_SIMULATION_TESTS in item.nodeid))
+    import tempfile
 
-        from flower_helpers import DeploymentRun
+    from flower_helpers import DeploymentRun, LocalSimulationRuns
 
-        config.reshuffle_deployment_dir = tempfile.TemporaryDirectory(prefix="reshuffle-deploy-")
-        config.reshuffle_deployment = DeploymentRun(config.reshuffle_deployment_dir.name).start()
+    config.reshuffle_background_dir = tempfile.TemporaryDirectory(prefix="reshuffle-flower-")
+    root = Path(config.reshuffle_background_dir.name)
+    config.reshuffle_deployment = DeploymentRun(root / "deploy").start() if deployment else None
+    if simulation:
+        config.reshuffle_local_sims = LocalSimulationRuns(root / "sim").start()
 
 
 def pytest_unconfigure(config):
     run = getattr(config, "reshuffle_deployment", None)
     if run is not None:
         run.result(timeout=900)  # its processes are killed when its scenario ends
-        config.reshuffle_deployment_dir.cleanup()
+    sims = getattr(config, "reshuffle_local_sims", None)
+    if sims is not None:
+        sims.result("project", timeout=1200)
+    if getattr(config, "reshuffle_background_dir", None) is not None:
+        config.reshuffle_background_dir.cleanup()

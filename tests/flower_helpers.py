@@ -175,3 +175,88 @@ class DeploymentRun:
         if self._outcome is None:
             raise TimeoutError("the deployment run did not finish")
         return self._outcome
+
+
+def kill_superlinks_of(home: Path) -> None:
+    """`flwr run` leaves its local SuperLink running; its command line names FLWR_HOME."""
+    out = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True)
+    for pid in out.stdout.split():
+        try:
+            os.killpg(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class LocalSimulationRuns:
+    """The ``flwr run`` local simulations of tests/test_flower_sim.py, in a background thread.
+
+    Two runs, one after the other on one local SuperLink (``flwr run`` starts it
+    once per FLWR_HOME; it is killed when both have ended): ``"probe"``, the
+    drop-in example with probes (tests/flower_probe_app), and ``"project"``, the
+    project's own app. Most of their time is Flower waiting (Ray start-up, actor
+    start-up, polling), so conftest starts them with the session and the other
+    tests overlap it. :meth:`result` waits for one run and returns
+    (CompletedProcess, its output folder).
+    """
+
+    NODES, ROUNDS = 5, 3
+    EXAMPLE = ROOT / "examples" / "flower-dropin"
+
+    def __init__(self, workdir: Path) -> None:
+        import threading
+
+        self.dir = Path(workdir)
+        self._done = {name: threading.Event() for name in ("probe", "project")}
+        self._outcome: dict[str, tuple] = {}
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "LocalSimulationRuns":
+        self._thread.start()
+        return self
+
+    def _env(self) -> dict:
+        home = self.dir / "flwr-home"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(
+            '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
+            f"options.num-supernodes = {self.NODES}\noptions.backend.client-resources.num-cpus = 1\n"
+        )
+        env = flwr_env(home)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(self.EXAMPLE), env.get("PYTHONPATH", "")])
+        return env
+
+    def _flwr_run(self, env: dict, app: Path, run_config: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "flwr"), "run", str(app), "--stream", "--run-config", run_config],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+    def _run(self) -> None:
+        try:
+            env = self._env()
+            try:
+                probe = self.dir / "probe"
+                probe.mkdir(exist_ok=True)
+                self._outcome["probe"] = (
+                    self._flwr_run(env, ROOT / "tests" / "flower_probe_app", f'probe-dir="{probe}"'), probe)
+                self._done["probe"].set()
+                out = self.dir / "project"
+                self._outcome["project"] = (
+                    self._flwr_run(env, ROOT, f'out-dir="{out}" rounds=2 phase-timeout=30.0'), out)
+            finally:
+                kill_superlinks_of(self.dir / "flwr-home")
+        except BaseException as exc:  # reported by result()
+            self._error = exc
+        finally:
+            for done in self._done.values():
+                done.set()
+
+    def result(self, name: str, timeout: float = 1200) -> tuple[subprocess.CompletedProcess, Path]:
+        self._done[name].wait(timeout)
+        if name in self._outcome:
+            return self._outcome[name]
+        if self._error is not None:
+            raise self._error
+        raise TimeoutError(f"the local simulation run {name!r} did not finish")

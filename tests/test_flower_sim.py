@@ -1,56 +1,34 @@
 """Flower's local simulation (`flwr run`, Ray backend): the drop-in example and the project's own app.
 
-Both runs share one local SuperLink (``flwr run`` starts it once per FLWR_HOME and
-reuses it); the module fixture stops it. ``flwr run`` exits 0 even when the
-ServerApp raised, so every test reads the results, not only the exit code.
+Both runs share one local SuperLink and run in the background
+(:class:`flower_helpers.LocalSimulationRuns`): conftest starts them with the
+session when other tests are selected too, else the module fixture starts them.
+``flwr run`` exits 0 even when the ServerApp raised, so every test reads the
+results, not only the exit code.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 
 import pytest
 
-from flower_helpers import BIN, ROOT, LoopbackGrid, flwr_env
+from flower_helpers import LocalSimulationRuns, LoopbackGrid
 
-EXAMPLE = ROOT / "examples" / "flower-dropin"
-NODES, ROUNDS = 5, 3
-
-
-def _kill_superlinks_of(home) -> None:
-    """`flwr run` leaves its local SuperLink running; its command line names FLWR_HOME."""
-    out = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True)
-    for pid in out.stdout.split():
-        try:
-            os.killpg(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+EXAMPLE = LocalSimulationRuns.EXAMPLE
+NODES, ROUNDS = LocalSimulationRuns.NODES, LocalSimulationRuns.ROUNDS
 
 
 @pytest.fixture(scope="module")
-def local_federation(tmp_path_factory):
-    home = tmp_path_factory.mktemp("flwr-home")
-    (home / "config.toml").write_text(
-        '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
-        f"options.num-supernodes = {NODES}\noptions.backend.client-resources.num-cpus = 1\n"
-    )
-    env = flwr_env(home)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(EXAMPLE), env.get("PYTHONPATH", "")])
-    yield env
-    _kill_superlinks_of(home)
+def local_runs(request, tmp_path_factory):
+    return getattr(request.config, "reshuffle_local_sims", None) or \
+        LocalSimulationRuns(tmp_path_factory.mktemp("flwr-sim")).start()
 
 
-def _flwr_run(app, env, run_config: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    r = subprocess.run([str(BIN / "flwr"), "run", str(app), "--stream", "--run-config", run_config],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+def _finished(runs: LocalSimulationRuns, name: str):
+    r, out = runs.result(name)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    return r
+    return r, out
 
 
 def _plain_accuracy(monkeypatch, tmp_path) -> dict:
@@ -75,11 +53,9 @@ def _plain_accuracy(monkeypatch, tmp_path) -> dict:
     return json.loads((tmp_path / "results.json").read_text())["accuracy"]
 
 
-def test_dropin_example_in_local_simulation(local_federation, tmp_path, monkeypatch):
+def test_dropin_example_in_local_simulation(local_runs, tmp_path, monkeypatch):
     # Execute: the example (with probes) in Flower's local simulation
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    r = _flwr_run(ROOT / "tests" / "flower_probe_app", local_federation, f'probe-dir="{probe}"')
+    r, probe = _finished(local_runs, "probe")
     assert (probe / "results.json").is_file(), r.stdout[-3000:]
     # Assert: every reply the nodes' handlers produced reached MultiKrum bit-exact, from a random node
     identity_rounds = 0
@@ -100,10 +76,9 @@ def test_dropin_example_in_local_simulation(local_federation, tmp_path, monkeypa
     assert abs(ours[str(ROUNDS)]["accuracy"] - plain[str(ROUNDS)]["accuracy"]) < 0.05
 
 
-def test_project_app_in_local_simulation(local_federation, tmp_path):
-    # `make flower`, on a smaller federation
-    out = tmp_path / "out"
-    _flwr_run(".", local_federation, f'out-dir="{out}" rounds=2 phase-timeout=30.0')
+def test_project_app_in_local_simulation(local_runs):
+    # `make flower`, on a smaller federation (rounds=2, phase-timeout=30.0)
+    _, out = _finished(local_runs, "project")
     m = json.loads((out / "metrics.json").read_text())
     assert m["config"]["driver"] == "flower" and m["config"]["clients"] == NODES
     assert [x["models_received"] for x in m["rounds"]] == [NODES, NODES]

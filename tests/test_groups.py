@@ -318,9 +318,11 @@ def test_round_in_groups_delivers_every_model_and_reports_groups():
     assert len(r.models) == 7 and not r.failed_groups
     for i, row in r.positions.items():
         np.testing.assert_allclose(r.models[row], ups[i], atol=2**-20)
-    assert r.stats["group_size"] == 3
-    assert r.stats["groups"]["sizes"] == [3, 2, 2]
-    assert r.stats["assignment"]["attempts"] == 1
+    assert r.group_stats["group_size"] == 3
+    assert r.group_stats["groups"]["sizes"] == [3, 2, 2]
+    assert r.group_stats["assignment"]["attempts"] == 1
+    # The assignment is costed like a phase: a few hundred bytes each way per participant at N = 7.
+    assert 0 < r.stats["assign"]["participant_bytes_sent"] < 1000 and r.stats["assign"]["ps_s"] > 0
     # Each group ran with its own parameters bound to the one assignment.
     gp = r.output.group_params
     assert {p.assignment for p in gp.values()} == {r.output.assignment.digest}
@@ -348,7 +350,7 @@ def test_a_failing_group_delivers_nothing_and_the_others_deliver():
     assert r.groups == groups
     assert list(r.failed_groups) == [0] and "threshold" in r.failed_groups[0]
     assert sorted(r.positions) == sorted(groups[1]) and len(r.models) == 3
-    assert r.stats["groups"]["outcome"][0]["failed"] and r.stats["groups"]["outcome"][1]["delivered"] == 3
+    assert r.group_stats["groups"]["outcome"][0]["failed"] and r.group_stats["groups"]["outcome"][1]["delivered"] == 3
 
 
 def test_every_group_failing_is_below_threshold():
@@ -374,7 +376,7 @@ def test_dropped_reveals_exclude_the_non_revealer_and_redraw():
         return [env]
 
     r = shuffle(make_updates(7, d=4, seed=6), group_size=3, seed=4, interceptors=[lose])
-    assert r.stats["assignment"]["attempts"] == 2 and r.stats["assignment"]["excluded"] == [2]
+    assert r.group_stats["assignment"]["attempts"] == 2 and r.group_stats["assignment"]["excluded"] == [2]
     assert all(2 not in g for g in r.groups) and sorted(r.positions) == [0, 1, 3, 4, 5, 6]
 
 
@@ -390,7 +392,7 @@ def test_reveals_dropped_in_every_attempt_end_the_round():
         return [env]
 
     ok = shuffle(make_updates(7, d=4, seed=6), group_size=3, seed=4, interceptors=[lose_all])
-    assert ok.stats["assignment"]["attempts"] == 2  # 2 excluded at once; attempt 2 has no 2
+    assert ok.group_stats["assignment"]["attempts"] == 2  # 2 excluded at once; attempt 2 has no 2
     with pytest.raises(BelowThreshold, match=f"after {gr.MAX_ATTEMPTS} attempts"):
         shuffle(make_updates(7, d=4, seed=6), group_size=3, seed=4, interceptors=[lose_next])
 
@@ -471,3 +473,97 @@ def test_group_size_rejects_per_group_parameters():
         shuffle(make_updates(4, d=4), group_size=2, t=3)
     with pytest.raises(ConfigError, match="group_size"):
         shuffle(make_updates(4, d=4), group_size=1)
+
+
+def test_group_anonymity_game_broken_participant_is_always_linked_within_its_group():
+    from reshuffle.games.anonymity import anonymity_trial_groups
+
+    # The answer-once rule removed: the PS strips every mask of the group's uploads and names the owner.
+    correct, h = anonymity_trial_groups(6, 1, 4, 3, broken=True)
+    assert correct and h in (2, 3)
+
+
+def test_simulation_runs_rounds_in_groups_and_names_a_failed_groups_losses():
+    from reshuffle.sim import SimConfig, Simulation
+    from reshuffle.sim.simulator import loss_causes
+
+    with pytest.raises(ConfigError, match="shuffle='real'"):
+        SimConfig(clients=6, shuffle="ideal", group_size=3).validated()
+    # Execute: a round of 6 clients in groups of 3 (embedded digits, logistic regression).
+    sim = Simulation(SimConfig(rounds=1, clients=6, shuffle="real", model="logreg", seed=1, group_size=3))
+    recs = list(sim.run())
+    # Assert: every model arrives, and the assignment is costed as a phase.
+    assert [r.models_received for r in recs] == [6]
+    assert all("assign" in r.seconds for r in recs)
+    # A failed group's members are lost with that reason.
+    ups = make_updates(6, d=4, seed=3)
+    groups = shuffle(ups, group_size=3, seed=7).groups
+    r = shuffle(ups, group_size=3, seed=7, dropouts={"setup": list(groups[0][:2])})
+    lost = loss_causes(r, 6, {"setup": list(groups[0][:2])})
+    assert lost[groups[0][2]].startswith("group 0 failed")
+
+
+def test_upload_per_participant_depends_on_g_not_on_n():
+    # Prepare / Execute: rounds of 4 and 12 participants, in groups of 4 and (12) without groups.
+    def upload_bytes(N, g):
+        r = shuffle(make_updates(N, d=64, seed=N), group_size=g, seed=N)
+        assert len(r.models) == N
+        return r.stats["upload"]["participant_bytes_sent"]
+
+    small, grouped, single = upload_bytes(4, 4), upload_bytes(12, 4), upload_bytes(12, None)
+    # Assert: the masked model list is g rows (plus decoys) long in a group, N rows without groups.
+    assert abs(grouped - small) / small < 0.15
+    assert single > 2 * grouped
+
+
+def test_group_collusion_sets_each_groups_c_and_t():
+    r = shuffle(make_updates(8, d=4, seed=12), group_size=4, seed=12, group_collusion=0.5)
+    # c_j = ⌊0.5·4⌋ = 2, t_j = ⌊(4 + 2)/2⌋ + 1 = 4 (the default would be c = 0, t = 3)
+    assert {(p.c, p.t) for p in r.output.group_params.values()} == {(2, 4)}
+    assert all(o["c"] == 2 and o["t"] == 4 for o in r.group_stats["groups"]["outcome"].values())
+    with pytest.raises(ConfigError, match="fraction"):
+        shuffle(make_updates(4, d=4), group_size=2, group_collusion=1.0)
+    with pytest.raises(ConfigError, match="needs group_size"):
+        shuffle(make_updates(4, d=4), group_collusion=0.3)
+
+
+@pytest.mark.parametrize("name", ["equivocate-u", "tagged-ot", "per-participant-key"])
+def test_a_deviating_ps_is_stopped_in_every_group(name):
+    from reshuffle.adversaries import make_adversary
+
+    # Every group's PS runs the deviation against participant 0 (in whichever group it lands).
+    b = make_adversary(name)
+    r = shuffle(make_updates(8, d=8, seed=13), group_size=4, seed=13, adversaries=[b], raise_on_failure=False)
+    v = b.holds(r, list(range(8)))
+    assert v.holds, v.detail
+    assert r.groups and not r.blamed
+
+
+def test_a_participant_refuses_groups_below_its_own_floor():
+    roster = tuple(sorted((i, CERTS[i]) for i in range(7)))
+    c = AssignmentClient(0, 1, KEYS[0], CERTS[0], CA, SeededRandom(0), min_group=4)
+    with pytest.raises(WrongAssignment, match="below this participant's floor 4"):
+        c.handle(msg.decode(GroupOpen(1, 1, SERVER_ID, 3, PS_CERT, roster).encode(PS_SK), CTX))
+    # g = 4 passes the first check, but 7 participants make groups of 4 and 3: a member of the 3 refuses.
+    clients = {i: AssignmentClient(i, 1, KEYS[i], CERTS[i], CA, SeededRandom(i), min_group=4) for i in range(7)}
+    ps = AssignmentCollector(1, {i: CERTS[i] for i in range(7)}, PS_SK, PS_CERT, 4)
+    out = ps.start()
+    while ps.assignment is None:
+        for pid, rs in _deliver(clients, out).items():
+            for r in rs:
+                ps.receive(pid, r)
+        out = ps.close()
+    small = next(grp for grp in ps.assignment.groups if len(grp) == 3)
+    reveals = msg.decode(out[0][1], CTX)
+    with pytest.raises(WrongAssignment, match="3 members, below its floor 4"):
+        clients[small[0]].handle(reveals)
+
+
+def test_a_failed_assignment_is_reported_without_raising_on_request():
+    def lose_all(env: Envelope):
+        return [] if msg.peek_type(env.data) is MsgType.GROUP_REVEAL else [env]
+
+    r = shuffle(make_updates(5, d=4, seed=1), group_size=2, seed=1, interceptors=[lose_all], raise_on_failure=False)
+    assert "0 participants left" in r.failure  # every reveal lost: nobody is left to redraw among
+    assert not r.models and not r.positions and r.groups == []
+    assert r.group_stats["assignment"]["attempts"] == 1 and r.group_stats["groups"]["count"] == 0

@@ -48,6 +48,12 @@ def samples():
         msg.Dispute(1, 5, 0xFFFFFFFF, 4, b"signed opening"),
         msg.DisputeAnswer(1, 5, 2, 4, E, b"p" * 64),
         msg.Refusal(1, 2, 1, "Refused", "no"),
+        msg.OpenRequest(1, 2, 0xFFFFFFFF, "counts of iteration 2 exceed the bound"),
+        msg.OpenReveal(1, 2, 1, 12345, ((0, E), (3, E))),
+        msg.Objection(1, 3, 2, 7, H),
+        msg.Restart(1, 3, 0xFFFFFFFF, 2, b"table", H, (b"evidence-1", b"evidence-2"), (0, 3)),
+        msg.SlotRequest(1, 3, 2, b"req"),
+        msg.SlotResponse(1, 3, 0xFFFFFFFF, b"resp", b"p" * 64),
     ]
 
 

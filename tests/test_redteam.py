@@ -31,3 +31,16 @@ def test_cli_json_and_exit_code(capsys):
     assert main(["redteam", "--rounds", "1", "--N", "6", "--only", "replay", "tagged-ot", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["behaviour"] for r in rows] == ["replay", "tagged-ot"] and all(r["holds"] for r in rows)
+
+
+def test_a_marked_global_model_is_refused_before_anything_is_revealed():
+    # The PS gives P0 another global model and a matching RoundStart: the signed advertisements
+    # carry H(W_g), so the honest members refuse the fork at setup and nothing is revealed.
+    import reshuffle
+    from tests.protocol_helpers import make_updates
+
+    b = make_adversary("different-global-model")
+    r = reshuffle.shuffle(make_updates(6, d=8, seed=3), seed=3, adversaries=[b], raise_on_failure=False)
+    assert r.models == [] and r.failure is not None
+    assert all(not v.revealed for v in r.views.values())
+    assert any("another round or model" in str(e) for i in range(1, 6) for e in r.views[i].errors)

@@ -91,10 +91,11 @@ def test_inbox_bound_scales_with_R_max():
     resumed = {i: Resumed(pp, bytes([i]) * 32) for i, pp in parts.items()}
     InProcessRunner(server, resumed).run()
     st_ = SessionState.decode(resumed[0].blob)
-    assert len(st_.inbox) == session.max_inbox(1) - 3  # no complaints, no blame step in an honest round
+    # no complaints, no blame step, no slot-phase restart (3 messages per restart, R_max of them)
+    assert len(st_.inbox) == session.max_inbox(1) - 3 - 3 * 1
     # Execute / Assert: one message more than a round with R_max = 1 can have is a corrupt state.
     from dataclasses import replace
 
     with pytest.raises(DecodeError, match="R_max=1"):
-        replace(st_, inbox=st_.inbox + st_.inbox[-1:] * 4).participant()
+        replace(st_, inbox=st_.inbox + st_.inbox[-1:] * 7).participant()
     assert session.max_inbox(4) > session.max_inbox(1)

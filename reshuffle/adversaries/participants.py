@@ -93,13 +93,17 @@ class Replay(ParticipantBehaviour):
 class MultiSlot(ParticipantBehaviour):
     """Marks all k candidate slots in every reservation iteration and fills every position it gets.
 
-    v1 gave it 6 to 7 valid rows of 10. It holds one credential only (§7.2), so the
-    rows it fills share r and are all dropped. Its k-hot count vectors also make
-    honest picks collide; the reservation's count checks that would name it
-    (docs/protocol.md §10) are not implemented, so it is not named.
+    v1 gave it 6 to 7 valid rows of 10. Its k-hot vector of the first iteration, where
+    every member picks, breaks the count bound: the iteration is opened, its own signed
+    vector names it and the slot phase restarts without it (§8.2). Had it slipped
+    through, it would still hold one credential only (§7.2): rows sharing r are dropped.
     """
 
-    stopped_by = "§7.2 one credential per participant: rows sharing r are dropped"
+    stopped_by = "§8.2 count bound and opening; §7.2 one credential per participant"
+
+    def __init__(self, pids=(1,)) -> None:
+        super().__init__(pids)
+        self.culprits = self.pids
 
     class participant_class(Participant):
         def _reservation_vector(self) -> np.ndarray:
@@ -127,7 +131,52 @@ class MultiSlot(ParticipantBehaviour):
         v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
         mine = sum(i in result.positions for i in self.pids)
         v.holds = v.holds and mine <= len(self.pids)
-        v.detail = f"attacker rows delivered: {mine}"
+        v.detail = f"attacker rows delivered: {mine}; named: {sorted(result.blamed)}"
+        return v
+
+
+@register_adversary("count-abuse")
+class CountAbuse(ParticipantBehaviour):
+    """Submits an abusive count vector in reservation iteration ``iteration`` (§8.2).
+
+    ``mode``: ``"k-hot"`` marks every candidate slot; ``"large"`` puts 5 at its pick;
+    ``"cancel"`` adds -1 (2^32 - 1) at a slot it does not pick, which either shows as an
+    out-of-range count or cancels an honest pick, whose owner then objects. v1 let such
+    vectors disturb the reservation unnamed. Now the iteration is opened, the vector
+    names its sender with its own signed messages, and the slot phase restarts without
+    it; every honest model is delivered.
+    """
+
+    stopped_by = "§8.2 count checks, objection, opening and restart"
+    MODES = ("k-hot", "large", "cancel")
+
+    def __init__(self, pids=(1,), mode: str = "k-hot", iteration: int = 1) -> None:
+        super().__init__(pids)
+        if mode not in self.MODES:
+            from reshuffle.errors import ConfigError
+
+            raise ConfigError(f"count-abuse mode {mode!r}; choose from {self.MODES}")
+        self.mode, self.iteration, self.culprits = mode, iteration, self.pids
+
+    class participant_class(Participant):
+        def _reservation_vector(self) -> np.ndarray:
+            v = super()._reservation_vector()
+            b = self.behaviour
+            if self._m != b.iteration or getattr(self, "_abused", False):
+                return v
+            self._abused = True
+            if b.mode == "k-hot":
+                v[sorted(self._tokens)] = 1
+            elif b.mode == "large":
+                v[self._reservation.pick if self._reservation.pick is not None else 0] = 5
+            else:
+                others = [s for s in range(self.params.n) if s != self._reservation.pick]
+                v[others[int.from_bytes(self._rng.bytes(4), "big") % len(others)]] = np.uint32(2**32 - 1)
+            return v
+
+    def holds(self, result, honest) -> Verdict:
+        v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
+        v.detail = f"named: {sorted(result.blamed)}"
         return v
 
 
@@ -141,6 +190,39 @@ def _blame_verdict(b: ParticipantBehaviour, result, honest, detected_by: str, mu
     ok = not wrong and not delivered_tampered and (named or not must_name)
     return Verdict(ok, got, want, named, wrong, detected_by,
                    f"named: {sorted(result.blamed)}; suspects: {out.suspects}; rows rejected: {out.rejected_rows}")
+
+
+@register_adversary("false-objection")
+class FalseObjection(ParticipantBehaviour):
+    """Objects to the counts of reservation iteration ``iteration`` although its pick was counted.
+
+    The objection forces the iteration open; the objector's own signed vector and the counts
+    its signed objection's h commits to show the objection false, so it is named, and the
+    slot phase restarts without it (§8.2).
+    """
+
+    stopped_by = "§8.2 opening: the objector's own vector and counts refute it"
+
+    def __init__(self, pids=(1,), iteration: int = 1) -> None:
+        super().__init__(pids)
+        self.iteration, self.culprits = iteration, self.pids
+
+    class participant_class(Participant):
+        def _on_mask_request(self, m):
+            pick = self._reservation.pick
+            out = super()._on_mask_request(m)
+            if m.m != self.behaviour.iteration + 1 or not out or out[0].TYPE != MsgType.MASKED_INPUT:
+                return out
+            from reshuffle.protocol.phases import PPhase
+
+            self.phase = PPhase.OBJECTED
+            slot = pick if pick is not None else min(self._tokens)
+            return [msg.Objection(self.T, m.m, self.pid, slot, self._h[m.m])]
+
+    def holds(self, result, honest) -> Verdict:
+        v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
+        v.detail = f"named: {sorted(result.blamed)}"
+        return v
 
 
 @register_adversary("jam")

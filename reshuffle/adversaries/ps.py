@@ -190,6 +190,40 @@ class PerParticipantKey(_PSAttack):
         return v
 
 
+@register_adversary("different-global-model")
+class DifferentGlobalModel(_PSAttack):
+    """Gives the target another global model W_g' (a marked model would make its update recognisable)
+    and a RoundStart with H(W_g'), then relays every advertisement as it is."""
+
+    stopped_by = "§5 H(W_g) in every signed advertisement and in h (the target's fork is refused)"
+
+    def global_hash_for(self, pid: int, gh: bytes) -> bytes:
+        """What the target is given instead of the real global model (the harness asks this)."""
+        from reshuffle.protocol.participant import global_model_hash
+
+        return global_model_hash(b"marked" + gh) if pid == self.target else gh
+
+    class server_class(Server):
+        def start(self):
+            out = super().start()
+            rs = msg.decode(out[0][1], self._ctx)
+            t = self.behaviour.target
+            other = msg.RoundStart(rs.T, rs.m, rs.sender, rs.params, self.behaviour.global_hash_for(t, rs.global_hash),
+                                   rs.server_cert, rs.roster, rs.cred_key).encode(self._sk)
+            return [(i, other if i == t else d) for i, d in out]
+
+        def _on_advertise(self, sender, a):
+            if sender in self._adverts:
+                return super()._on_advertise(sender, a)
+            self._adverts[sender] = a  # any model: it is the one that forked them
+
+    def holds(self, result, honest) -> Verdict:
+        v = self.verdict(result, honest, self.stopped_by)
+        v.holds = v.holds and self.target not in result.positions
+        v.detail += f"; round: {result.failure or 'completed'}"
+        return v
+
+
 @register_adversary("both-shares")
 class BothShares(_PSAttack):
     """After the upload's certificate, asks again with the target declared dropped (both share kinds)."""

@@ -1,7 +1,7 @@
 """``reshuffle bench simulate``: one round of local training, batched against sequential.
 
 The same clients (same initial model, data, batch order and seeds) train once
-one after another with :func:`local_train` and once as one vmapped computation
+one after another with :func:`local_train` and once as one stacked computation
 with :class:`BatchedTrainer`; the speed-up is measured in the same run, and the
 largest coordinate difference between the two results is reported with it.
 """

@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from reshuffle.clients.models import get_flat, set_flat
+from reshuffle.clients.stacked import StackedNet
 from reshuffle.errors import ConfigError
 
 from reshuffle.clients import OPTIMIZERS
@@ -86,7 +87,7 @@ def batch_schedule(n: int, cfg: TrainConfig, seed: int) -> list[torch.Tensor]:
 
 
 class BatchedTrainer:
-    """Local SGD of many clients as one computation: ``torch.func`` + ``vmap`` over stacked parameters.
+    """Local SGD of many clients as one computation over stacked parameters.
 
     Client c starts from W_g and takes exactly the steps :func:`local_train` takes
     with ``seeds[c]`` (same batches in the same order, same SGD update), so the
@@ -94,9 +95,10 @@ class BatchedTrainer:
     fewer batches, and the short last batch, are padded with zero-weight samples;
     a padded step leaves the client's parameters and momentum untouched.
 
-    Only plain SGD (with optional momentum) is batched: Adam falls back to
-    :func:`local_train` (see :meth:`supports`), as do models that have buffers
-    (none of ours does).
+    Gradients come from :class:`~reshuffle.clients.stacked.StackedNet`, which
+    knows our three models. Only plain SGD (with optional momentum) on those is
+    batched: Adam and other models fall back to :func:`local_train` (see
+    :meth:`supports`).
 
     Parameters
     ----------
@@ -107,36 +109,30 @@ class BatchedTrainer:
 
     def __init__(self, model: nn.Module, x_pool: np.ndarray, y_pool: np.ndarray, cfg: TrainConfig) -> None:
         if not self.supports(model, cfg):
-            raise ConfigError(f"batched training needs plain SGD on a model without buffers (optimizer {cfg.optimizer!r})")
+            raise ConfigError(f"batched training needs plain SGD on logreg, mlp or lenet5 (optimizer {cfg.optimizer!r}, "
+                              f"model {type(model).__name__})")
         if len(x_pool) != len(y_pool):
             raise ConfigError(f"pool has {len(x_pool)} inputs but {len(y_pool)} labels")
-        from torch.func import functional_call, grad, vmap
-
         self.model, self.cfg = model, cfg
         self.x = torch.from_numpy(np.ascontiguousarray(x_pool))
         self.y = torch.from_numpy(np.ascontiguousarray(y_pool))
         self.names = [name for name, _ in model.named_parameters()]
         self.shapes = [p.shape for _, p in model.named_parameters()]
-
-        def loss(params: dict, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-            per_sample = F.cross_entropy(functional_call(model, params, (x,)), y, reduction="none")
-            return (per_sample * w).sum() / w.sum().clamp_min(1.0)
-
-        self._grads = vmap(grad(loss))
+        self._grads = StackedNet(model).gradients
 
     @staticmethod
     def supports(model: nn.Module, cfg: TrainConfig) -> bool:
         """True when this trainer reproduces ``local_train`` for ``model`` and ``cfg``."""
-        return cfg.optimizer == "sgd" and not any(True for _ in model.buffers())
+        return cfg.optimizer == "sgd" and StackedNet.supports(model)
 
     @staticmethod
     def pays_off(model: nn.Module) -> bool:
         """True when batching is faster on CPU: models without convolutions.
 
-        vmap turns a convolution over stacked clients into a grouped convolution,
-        which on CPU runs slower than the clients' convolutions one by one (LeNet-5
-        on MNIST: 0.45× measured); dense layers become batched matrix products,
-        which are faster (MLP: 1.6–2.7× measured). See ``reshuffle bench simulate``.
+        Dense layers become batched matrix products (MLP: 1.6–2.7× measured). The
+        convolutions still run one client at a time (see :mod:`reshuffle.clients.stacked`),
+        so LeNet-5 gains only the pooling and bookkeeping: 0.9–1.2× measured on this
+        2-core machine, not enough to pick it by default. See ``reshuffle bench simulate``.
         """
         return not any(isinstance(mod, nn.modules.conv._ConvNd) for mod in model.modules())
 

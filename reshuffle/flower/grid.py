@@ -40,6 +40,8 @@ from reshuffle.errors import BelowThreshold, ConfigError, ProtocolError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
 from reshuffle.flower.reserved import RECORD, STAGE_PROTOCOL, STAGE_TRAIN
+from reshuffle.protocol.grouped import GroupedOutput, GroupedServer
+from reshuffle.protocol.groups import check_collusion, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import global_model_hash
 from reshuffle.protocol.server import Server
@@ -62,6 +64,8 @@ class RoundReport:
     seconds: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)  # "train", then the core's phase names
     protocol_bytes: int = 0  # core messages both ways
+    # With anonymity groups: group_size, the groups' sizes, and why a group delivered nothing.
+    groups: dict = field(default_factory=dict)
 
 
 def _copy_with(msg: Message, content: RecordDict, ttl: float) -> Message:
@@ -150,6 +154,10 @@ class _Round:
 
     def _fail(self, why: str) -> None:
         self.report.failed = why
+        out = getattr(self.server, "output", None)
+        if isinstance(out, GroupedOutput):  # every group failed
+            self.report.groups = {"group_size": self.g.group_size, "sizes": [len(m) for m in out.groups],
+                                  "failed": {str(j): why for j, why in out.failed.items()}}
         if self.server is not None:
             self.report.errors += [str(e) for e in self.server.errors]
         self._finish([])
@@ -213,12 +221,19 @@ class _Round:
         if len(roster) < 2:
             raise BelowThreshold(f"{len(roster)} node(s) answered the train message with a valid claim")
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
+        if g.group_size is not None:
+            self.server = GroupedServer(self.T, roster, g._sk, g._cert, g._ca, self.hash, self.d, g.group_size,
+                                        {"payload": "words", **g.round_params}, collusion=g.group_collusion)
+            return self.server.start()
         p = RoundParams.default(len(roster), self.d, payload="words", **g.round_params)
         self.server = Server(p, self.T, roster, g._sk, g._cert, g._ca, self.hash)
         return self.server.start()
 
     def _deliver(self) -> None:
         out = self.server.output
+        if isinstance(out, GroupedOutput):
+            self.report.groups = {"group_size": self.g.group_size, "sizes": [len(m) for m in out.groups],
+                                  "failed": {str(j): why for j, why in out.failed.items()}}
         self.report.blamed = dict(out.blamed)
         self.report.errors += [str(e) for e in out.errors]
         contents = []
@@ -250,6 +265,11 @@ class ReshuffleGrid(Grid):
     metrics_budget : bytes each reply may use beyond the sent arrays' size (MetricRecords, record names).
     poll_interval : longest pause between two pulls (pauses start at 10 ms and grow).
     round_timeout : the round's timeout for :meth:`push_messages` (``send_and_receive`` takes its own).
+    group_size : anonymity groups of about this size (docs/protocol.md, "Anonymity groups"): the
+        roster is split by a commit-reveal among the nodes and each group runs its own round;
+        ``None`` (default) runs one round among all.
+    group_collusion : fraction of each group assumed to collude with the PS (c_j = ⌊f·N_j⌋;
+        default 0.2); with ``group_size`` only.
     **round_params : RoundParams overrides ``n``, ``k``, ``t``, ``R_max``, ``group``.
 
     Attributes
@@ -267,10 +287,20 @@ class ReshuffleGrid(Grid):
         metrics_budget: int = records.DEFAULT_METRICS_BUDGET,
         poll_interval: float = 0.2,
         round_timeout: float = 3600.0,
+        group_size: int | None = None,
+        group_collusion: float | None = None,
         **round_params,
     ) -> None:
         if not isinstance(grid, Grid):
             raise ConfigError(f"ReshuffleGrid wraps a flwr Grid, got {type(grid).__name__}")
+        check_collusion(group_collusion)
+        if group_collusion is not None and group_size is None:
+            raise ConfigError("group_collusion needs group_size")
+        if group_size is not None:
+            check_group_size(group_size)
+            fixed = set(round_params) & {"n", "k", "t"}
+            if fixed:
+                raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size")
         unknown = set(round_params) - ROUND_PARAMS
         if unknown:
             raise ConfigError(f"unknown round parameter(s) {sorted(unknown)}; allowed: {sorted(ROUND_PARAMS)}")
@@ -287,6 +317,7 @@ class ReshuffleGrid(Grid):
         self.phase_timeout, self.poll_interval = float(phase_timeout), float(poll_interval)
         self._train_timeout, self.round_timeout = train_timeout, float(round_timeout)
         self.metrics_budget, self.round_params = metrics_budget, dict(round_params)
+        self.group_size, self.group_collusion = group_size, group_collusion
         self.rounds: list[RoundReport] = []
         self._T = 0
         self._active: dict[str, _Round] = {}

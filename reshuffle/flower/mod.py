@@ -71,11 +71,24 @@ def _state_key(state: SessionState) -> bytes:
     return h.digest()
 
 
-def _advance(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes]]:
+NODE_MIN_GROUP = "reshuffle-min-group"  # node_config: this node refuses anonymity groups smaller than this
+
+
+def _min_group(node_config) -> int | None:
+    if NODE_MIN_GROUP not in node_config:
+        return None
+    v = node_config[NODE_MIN_GROUP]
+    if not isinstance(v, int) or isinstance(v, bool) or v < 2:
+        raise ConfigError(f"node_config {NODE_MIN_GROUP} must be an int >= 2, got {v!r}")
+    return v
+
+
+def _advance(state: SessionState, data: bytes, min_group: int | None = None) -> tuple[SessionState, list[bytes]]:
     """``session.handle(state, data)``, reusing a live participant in exactly ``state`` if there is one."""
     p = _LIVE.pop(_state_key(state), None)
     if p is None:
-        p = state.participant()
+        # A grouped participant if the round opens with the group assignment.
+        p = state.participant(data, min_group)
     # session.handle's contract: the participant after the inbox handles the message, which joins the inbox.
     replies = p.handle(data)
     new = replace(state, inbox=state.inbox + (bytes(data),))
@@ -93,9 +106,10 @@ def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
     if state.T != T:
         raise DecodeError(f"protocol message for round {T}, this node's session is for round {state.T}")
     replies: list[bytes] = []
+    min_group = _min_group(ctx.node_config)
     for data in reserved.data_list(rec):
         try:
-            state, out = _advance(state, data)
+            state, out = _advance(state, data, min_group)
         except ReShuffleError:
             out = []
         replies.extend(out)

@@ -51,7 +51,7 @@ def _always(game, assumption, e: Estimate, text: str) -> Result:
 
 
 def run_games(quick: bool = False) -> list[Result]:
-    from reshuffle.games.anonymity import anonymity_game
+    from reshuffle.games.anonymity import anonymity_game, anonymity_game_groups
     from reshuffle.games.basic import ddh_game, ot_request_distance, shamir_view_distance
     from reshuffle.games.masking import dlog_then_remove, masked_sum_games, remove_known_masks
     from reshuffle.games.ot_sender import dlog_adversary, honest_then_guess, ot_sender_games
@@ -104,6 +104,14 @@ def run_games(quick: bool = False) -> list[Result]:
     out.append(_secure("source anonymity, real round [N=6, c=1, h=5]", "all of the above", e, "abs(adv) ≤ bound (adv over 1/h)"))
     e = anonymity_game(6, 1, 4, n_round, broken=True)
     out.append(_detected("source anonymity [weak: answers both share kinds]", "all of the above", e, 0.8))
+    # Anonymity groups: the set is the honest members of the challenge row's group (h_j = 2 or 3 here).
+    n_group = 20 if quick else 150
+    e = anonymity_game_groups(6, 1, 4, 3, n_group)
+    out.append(_secure("source anonymity, groups [N=6, g=3, c=1, h_j ≤ 3]", "all of the above, per group", e,
+                       "abs(adv) ≤ bound (adv over 1/h_j)"))
+    e = anonymity_game_groups(6, 1, 4, 3, n_group, broken=True)
+    out.append(_detected("source anonymity, groups [weak: answers both share kinds]", "all of the above, per group",
+                         e, 0.6))  # 1 − E[1/h_j] = 1 − (2/5·1/2 + 3/5·1/3)
     return out
 
 

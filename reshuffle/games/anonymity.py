@@ -34,6 +34,7 @@ from reshuffle.protocol.api import build_round
 from reshuffle.protocol import credential
 from reshuffle.protocol.masking import pair_key, pair_sign, self_key
 from reshuffle.protocol.messages import Context, ShareKind
+from reshuffle.protocol.groups import ASSIGNMENT_TYPES
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, PPhase
 from reshuffle.protocol.reservation import settled_slots
@@ -152,6 +153,56 @@ def anonymity_trial(N: int, c: int, d: int, broken: bool) -> tuple[bool, int]:
 def anonymity_game(N: int, c: int, d: int, trials: int, broken: bool = False) -> Estimate:
     results = [anonymity_trial(N, c, d, broken) for _ in range(trials)]
     # the trivial strategy's success, averaged over the trials' h
+    baseline = sum(1 / h for _, h in results) / trials
+    it = iter(results)
+    return estimate(lambda: next(it)[0], trials, baseline)
+
+
+# --------------------------------------------------------------------------- #
+# Anonymity groups (docs/protocol.md, "Anonymity groups")
+def _group_view(server, transcript, members):
+    """The PS's record of one group's round: what the group's members sent it, assignment messages left out."""
+    return [(s, d) for s, d in transcript if s in members and msg.peek_type(d) not in ASSIGNMENT_TYPES]
+
+
+def anonymity_trial_groups(N: int, c: int, d: int, g: int, broken: bool) -> tuple[bool, int]:
+    """One real round in groups of about g and one challenge; returns (adversary correct, h_j).
+
+    The challenge is a uniformly drawn delivered position whose owner is honest;
+    the pooled list tells the PS which group j the row came from (rows are pooled
+    group by group), so the adversary attacks that group's round with the
+    colluders that landed in it, and h_j is the honest members of group j whose
+    models were delivered: the anonymity set the protocol claims.
+    """
+    ups = [np.frombuffer(secrets.token_bytes(4 * d), np.int32).astype(np.float32) / 2**31 for _ in range(N)]
+    server, parts = build_round(ups, RoundParams.default(N, d), participant_cls=AnswersTwice if broken else None,
+                                group_size=g, overrides={})
+    transcript: list[tuple[int, bytes]] = []
+
+    def tap(env):
+        if env.recipient == SERVER_ID:
+            transcript.append((env.sender, env.data))
+        return [env]
+
+    InProcessRunner(server, parts, None, [tap]).run()
+    out = server.output
+    owners = {}  # global position -> (group, local position, owner)
+    for i, pp in parts.items():
+        j = server.group_of.get(i)
+        pos = pp.view.position
+        if i >= c and j in out.offsets and pos is not None and pos in out.group_outputs[j].valid_positions:
+            owners[out.offsets[j] + pos] = (j, pos, i)
+    j, position, owner = owners[list(owners)[sample_distinct(len(owners), 1, OS_RANDOM)[0]]]
+    members = set(server.assignment.groups[j])
+    candidates = sorted(i for gj, _, i in owners.values() if gj == j)
+    colluders = {k: parts[k].inner for k in range(c) if k in members}
+    adv = CuriousPS(server.servers[j], _group_view(server, transcript, members), colluders, parts)
+    return adv.guess(position, candidates) == owner, len(candidates)
+
+
+def anonymity_game_groups(N: int, c: int, d: int, g: int, trials: int, broken: bool = False) -> Estimate:
+    """Advantage over 1/h_j, the honest members of the challenge row's group."""
+    results = [anonymity_trial_groups(N, c, d, g, broken) for _ in range(trials)]
     baseline = sum(1 / h for _, h in results) / trials
     it = iter(results)
     return estimate(lambda: next(it)[0], trials, baseline)

@@ -14,7 +14,7 @@ from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAuthority, SigningKey
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
 from reshuffle.protocol.grouped import GroupedOutput, GroupedParticipant, GroupedServer
-from reshuffle.protocol.groups import VerifiedSignatures, check_group_size
+from reshuffle.protocol.groups import CheckCache, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.parallel import make_runner
@@ -49,6 +49,9 @@ class ShuffleResult:
     # Anonymity groups (group_size set): each group's members, and why a group delivered nothing.
     groups: list[tuple[int, ...]] | None = None
     failed_groups: dict[int, str] = field(default_factory=dict)
+    # group_size, groups (count, sizes, per-group outcome), assignment (attempts, excluded); {} without groups.
+    # ``stats`` then also has an "assign" entry shaped like a phase's.
+    group_stats: dict = field(default_factory=dict)
 
 
 def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed", b: int = 32) -> list[np.ndarray]:
@@ -97,6 +100,7 @@ def build_round(
     adversaries: Iterable = (),
     group_size: int | None = None,
     overrides: Mapping | None = None,
+    group_collusion: float | None = None,
 ) -> tuple[Server | GroupedServer, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
@@ -106,12 +110,12 @@ def build_round(
     participants; ``adversaries`` are behaviours of :mod:`reshuffle.adversaries`.
     With ``group_size`` the PS is a :class:`GroupedServer` (``overrides`` apply to
     every group) and each participant a :class:`GroupedParticipant` around the
-    participant it would otherwise be; they share one cache of verified signatures.
+    participant it would otherwise be; they share one :class:`CheckCache`.
     """
     rng = SeededRandom(seed, b"shuffle") if seed is not None else OS_RANDOM
     participant_cls = participant_cls or Participant
     hostile, ps_behaviour = _split_adversaries(adversaries, len(updates))
-    verified = VerifiedSignatures() if group_size is not None else None
+    cache = CheckCache() if group_size is not None else None
 
     def key() -> SigningKey:
         return SigningKey.from_seed(rng.bytes(32))
@@ -120,25 +124,28 @@ def build_round(
     ps_key = key()
     ps_cert = ca.issue(SERVER_ID, ps_key.verify_key, ROLE_SERVER)
     gh = global_model_hash(global_model)
+    # A PS behaviour may hand some participants another global model (what they receive is its choice).
+    gh_for = getattr(ps_behaviour, "global_hash_for", lambda pid, h: h)
     participants, roster = {}, {}
     for i, u in enumerate(updates):
         sk = key()
         roster[i] = ca.issue(i, sk.verify_key)
         prng = SeededRandom(rng.bytes(32), b"participant") if seed is not None else None
         make = hostile[i].make if i in hostile else participant_cls
-        args = (i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh, prng)
+        args = (i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh_for(i, gh), prng)
         participants[i] = make(*args) if group_size is None else GroupedParticipant(
-            *args, make=make, verified=verified)
+            *args, make=make, cache=cache)
     srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
     if group_size is None:
         server = make_server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
     else:
         server = GroupedServer(T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, p.d,
-                               group_size, dict(overrides or {}), srng, make_server)
+                               group_size, dict(overrides or {}), srng, make_server, group_collusion)
     return server, participants
 
 
+ASSIGN = "assign"  # the group assignment's entry in ShuffleResult.stats
 PARAM_NAMES = {"n", "k", "t", "c", "R_max", "decoys", "b", "f", "clip", "group", "payload"}
 PER_GROUP = {"n", "k", "t", "c"}  # follow each group's size
 
@@ -154,6 +161,7 @@ def shuffle(
     adversaries: Iterable = (),
     raise_on_failure: bool = True,
     group_size: int | None = None,
+    group_collusion: float | None = None,
     workers: int | None = None,
     **params,
 ) -> ShuffleResult:
@@ -174,7 +182,12 @@ def shuffle(
     with its own n, k, t, c (so these cannot be overridden), and the delivered
     rows of all groups are pooled. A group that fails delivers nothing
     (``failed_groups``) while the others deliver; only when every group fails is
-    it a failure of the round. ``stats`` then has ``group_size`` and ``groups``.
+    it a failure of the round. ``group_collusion`` is the fraction of each group
+    assumed to collude with the PS (c_j = ⌊f·N_j⌋, default 0.2 as for one round):
+    raise it when colluders may be many (docs/protocol.md, "Anonymity groups").
+    ``group_stats`` then reports ``group_size``,
+    ``groups`` (count, sizes, per-group outcome) and the assignment's attempts;
+    ``stats`` gains an ``assign`` entry shaped like a phase's.
     """
     ups = _check_updates(updates, params.get("payload", "fixed"), params.get("b", 32))
     unknown = set(params) - PARAM_NAMES
@@ -184,10 +197,13 @@ def shuffle(
         check_group_size(group_size)
         fixed = set(params) & PER_GROUP
         if fixed:
-            raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size")
+            raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size"
+                              " (group_collusion sets each group's c)")
+    elif group_collusion is not None:
+        raise ConfigError("group_collusion needs group_size")
     p = RoundParams.default(len(ups), ups[0].size, **params)
     server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries,
-                                       group_size=group_size, overrides=params)
+                                       group_size=group_size, overrides=params, group_collusion=group_collusion)
     N = len(ups)
     runner = make_runner(server, participants, dropouts, interceptors, workers)
     failure = None
@@ -199,8 +215,10 @@ def shuffle(
         failure = str(exc)
         out = _failed_output(server)
     stats = runner.stats.as_dict(N)
+    group_stats = {}
     if group_size is not None:
-        stats.update(_group_stats(server, runner, N))
+        stats[ASSIGN], group_stats = _group_stats(server, runner, N)
+        stats["setup"]["ps_s"] = max(0.0, stats["setup"]["ps_s"] - server.assign_s)
     offsets = out.offsets if isinstance(out, GroupedOutput) else {}
     group_of = server.group_of if group_size is not None else {}
     pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}
@@ -227,6 +245,7 @@ def shuffle(
         failure=failure,
         groups=list(out.groups) if isinstance(out, GroupedOutput) else None,
         failed_groups=dict(out.failed) if isinstance(out, GroupedOutput) else {},
+        group_stats=group_stats,
     )
 
 
@@ -235,39 +254,44 @@ def _failed_output(server) -> RoundOutput:
     if isinstance(server, GroupedServer):
         if server.output is not None:  # every group failed
             return server.output
-        return GroupedOutput([], [], 0, [], {}, list(server.errors), assignment_log=server._collector.attempts_log)
+        return GroupedOutput([], [], 0, [], {}, list(server.errors), assignment_log=server.assignment_log)
     named = server.culprits
     return RoundOutput([], [], 0, list(server.counts), dict(server.online), list(server.errors),
                        blamed={i: str(e) for i, e in named.items()}, evidence=named)
 
 
-def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> dict:
-    """``group_size``, the groups' sizes and per-group outcome, and the assignment's cost."""
+def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> tuple[dict, dict]:
+    """The assignment as one more phase entry of ``stats``, and ``group_stats``.
+
+    The runner books assignment messages outside the round's phases ("other") and
+    the PS's assignment time under "setup"; both are moved to "assign" here.
+    """
     a = server.assignment
-    log = server._collector.attempts_log
+    log = server.assignment_log
+    st = runner.stats
+    n = max(N, 1)
+    assign = {
+        "ps_s": server.assign_s,
+        "participant_s": st.participant_s.get("other", 0.0) / n,
+        "participant_max_s": max((v.get("other", 0.0) for v in st.per_participant_s.values()), default=0.0),
+        "participant_cpu_s": st.participant_cpu_s.get("other", 0.0) / n,
+        "participant_bytes_sent": st.participant_sent.get("other", 0) / n,
+        "participant_bytes_received": st.participant_recv.get("other", 0) / n,
+        "ps_bytes_sent": st.participant_recv.get("other", 0),
+        "ps_bytes_received": st.participant_sent.get("other", 0),
+    }
     outcome = {}
     for j, s in sorted(server.servers.items()):
-        if j in server.failed:
-            outcome[j] = {"delivered": 0, "failed": server.failed[j]}
-        else:
-            outcome[j] = {"delivered": len(s.output.models) if s.output else 0, "failed": None}
-    st = runner.stats
-    return {
+        delivered = 0 if j in server.failed or s.output is None else len(s.output.models)
+        outcome[j] = {"size": len(a.groups[j]), "c": s.params.c, "t": s.params.t, "delivered": delivered,
+                      "failed": server.failed.get(j)}
+    groups = {
         "group_size": server.group_size,
-        "groups": {
-            "count": len(a.groups) if a else 0,
-            "sizes": [len(g) for g in a.groups] if a else [],
-            "outcome": outcome,
-        },
-        # Assignment messages fall outside the round's phases in the runner's accounting ("other").
-        "assignment": {
-            "attempts": len(log),
-            "excluded": [pid for e in log for pid in e["missing_reveals"]],
-            "participant_s": st.participant_s.get("other", 0.0) / max(N, 1),
-            "participant_bytes_sent": st.participant_sent.get("other", 0) / max(N, 1),
-            "participant_bytes_received": st.participant_recv.get("other", 0) / max(N, 1),
-        },
+        "groups": {"count": len(a.groups) if a else 0, "sizes": [len(g) for g in a.groups] if a else [],
+                   "outcome": outcome},
+        "assignment": {"attempts": len(log), "excluded": [pid for e in log for pid in e["missing_reveals"]]},
     }
+    return assign, groups
 
 
 def ideal_round(

@@ -27,7 +27,7 @@ from reshuffle.protocol.groups import (
     GroupReveal,
     GroupReveals,
     InvalidReveal,
-    VerifiedSignatures,
+    CheckCache,
     WrongAssignment,
 )
 from reshuffle.protocol.messages import Message, MsgType
@@ -66,14 +66,17 @@ class AssignmentClient:
     pid, T : its id and the round.
     signing_key, cert, ca : its key, its certificate and the CA verifier.
     rng : source of its nonces (OS randomness in deployment).
-    verified : a shared cache of already-verified signatures (in-process simulations).
+    cache : checks passed and broadcasts parsed (shared by the simulated participants of one process).
+    min_group : this participant's own floor: it refuses a group size, or a group of its own,
+        smaller than this (default MIN_GROUP, the protocol's minimum).
     """
 
     def __init__(self, pid: int, T: int, signing_key: SigningKey, cert: Certificate, ca: CertificateAuthority,
-                 rng: RandomSource, verified: VerifiedSignatures | None = None) -> None:
+                 rng: RandomSource, cache: CheckCache | None = None, min_group: int = gr.MIN_GROUP) -> None:
+        self.min_group = gr.check_group_size(min_group)
         self.pid, self.T = pid, T
         self._sk, self._cert, self._ca, self._rng = signing_key, cert, ca, rng
-        self._v = verified or VerifiedSignatures()
+        self._v = cache or CheckCache()
         self.state = CState.AWAIT_OPEN
         self.attempt = 0
         self.assignment: Assignment | None = None
@@ -114,6 +117,8 @@ class AssignmentClient:
         elif m.server_cert != self.server_cert:
             raise WrongAssignment("the PS certificate changed between attempts")
         self._v.verify(m.server_cert.key, "msg", m._statement, m._signature)
+        if m.group_size < self.min_group:
+            raise WrongAssignment(f"group size {m.group_size} is below this participant's floor {self.min_group}")
         roster = dict(m.roster)
         if roster.get(self.pid) != self._cert:
             raise WrongAssignment(f"GROUP_OPEN does not list participant {self.pid} with its certificate")
@@ -128,8 +133,10 @@ class AssignmentClient:
                 raise WrongAssignment("the group size changed between attempts")
             if any(self._keys[pid] != cert for pid, cert in roster.items()):
                 raise WrongAssignment("a certificate changed between attempts")
-        for pid, cert in m.roster:
-            self._v.certificate(self._ca, cert, pid)
+        def certificates() -> None:
+            for pid, cert in m.roster:
+                self._v.certificate(self._ca, cert, pid)
+        self._v.once(gr.digest("roster", self._ca.verify_key.to_bytes(), gr.signed_statement(m)), certificates)
         self.server_cert, self._open, self.attempt = m.server_cert, m, m.m
         self._keys = roster
         self._nonce = bytes(self._rng.bytes(gr.NONCE_BYTES))
@@ -149,11 +156,15 @@ class AssignmentClient:
         own = [c for pid, c, _ in m.entries if pid == self.pid]
         if own != [self._commit]:
             raise WrongAssignment(f"GROUP_COMMITS does not carry participant {self.pid}'s own commitment")
-        for pid, c, sig in m.entries:
-            try:
-                self._v.verify(self._keys[pid].key, "msg", gr.commit_statement(self.T, m.m, pid, c), sig)
-            except InvalidSignature:
-                raise InvalidSignature(f"GROUP_COMMITS: the commitment of {pid} is not signed by {pid}") from None
+        def signatures() -> None:
+            for pid, c, sig in m.entries:
+                try:
+                    self._v.verify(self._keys[pid].key, "msg", gr.commit_statement(self.T, m.m, pid, c), sig)
+                except InvalidSignature:
+                    raise InvalidSignature(f"GROUP_COMMITS: the commitment of {pid} is not signed by {pid}") from None
+        # The same list against the same certified roster passes or fails the same way for everyone.
+        self._v.once(gr.digest("list", self._ca.verify_key.to_bytes(), gr.signed_statement(self._open),
+                               gr.signed_statement(m)), signatures)
         self._list = m
         self._statement = gr.ack_statement(self.T, m.m, self._open.group_size, gr.open_digest(self._open),
                                            gr.list_digest(m))
@@ -162,19 +173,22 @@ class AssignmentClient:
 
     # -- certificate, then reveal ------------------------------------------------
     def _on_cert(self, m: GroupCert) -> list[Message]:
-        listed = set(self._list.ids())
-        good = 0
-        for pid, sig in m.signatures:
-            if pid not in listed:
-                raise WrongAssignment(f"GROUP_CERT carries a signature of {pid}, who is not listed")
-            try:
-                self._v.verify(self._keys[pid].key, gr.ACK_CONTEXT, self._statement, sig)
-            except InvalidSignature:
-                raise InvalidSignature(f"GROUP_CERT: {pid}'s signature is not on this participant's list") from None
-            good += 1
         need = gr.assignment_threshold(len(self._keys))
-        if good < need:
-            raise WrongAssignment(f"GROUP_CERT has {good} signatures on this list, threshold {need}")
+        if len(m.signatures) < need:
+            raise WrongAssignment(f"GROUP_CERT has {len(m.signatures)} signatures on this list, threshold {need}")
+        listed = set(self._list.ids())
+
+        def signatures() -> None:
+            for pid, sig in m.signatures:
+                if pid not in listed:
+                    raise WrongAssignment(f"GROUP_CERT carries a signature of {pid}, who is not listed")
+                try:
+                    self._v.verify(self._keys[pid].key, gr.ACK_CONTEXT, self._statement, sig)
+                except InvalidSignature:
+                    raise InvalidSignature(f"GROUP_CERT: {pid}'s signature is not on this participant's list") from None
+        # Distinct signers (the decoder checks), every one listed and valid on this participant's statement.
+        self._v.once(gr.digest("cert", self._ca.verify_key.to_bytes(), gr.signed_statement(self._open),
+                               self._statement, gr.signed_statement(m)), signatures)
         self.state = CState.AWAIT_REVEALS
         return [GroupReveal(self.T, m.m, self.pid, self._nonce)]
 
@@ -183,11 +197,17 @@ class AssignmentClient:
         entries = self._list.entries
         if len(m.nonces) != len(entries):
             raise WrongAssignment(f"GROUP_REVEALS has {len(m.nonces)} nonces for a list of {len(entries)}")
-        for (pid, c, _), nonce in zip(entries, m.nonces):
-            if not hmac.compare_digest(gr.commitment(self.T, m.m, pid, nonce), c):
-                raise InvalidReveal(f"the nonce shown for {pid} does not open its commitment")
+        def openings() -> None:
+            for (pid, c, _), nonce in zip(entries, m.nonces):
+                if not hmac.compare_digest(gr.commitment(self.T, m.m, pid, nonce), c):
+                    raise InvalidReveal(f"the nonce shown for {pid} does not open its commitment")
+        self._v.once(gr.digest("reveals", gr.signed_statement(self._list), gr.signed_statement(m)), openings)
         seed = gr.draw_seed(self.T, m.m, self._statement, list(m.nonces))
-        self.assignment = Assignment.draw(self.T, m.m, self._open.group_size, self._list.ids(), seed)
+        a = Assignment.draw(self.T, m.m, self._open.group_size, self._list.ids(), seed)
+        own = len(a.groups[a.index_of(self.pid)])
+        if own < self.min_group:
+            raise WrongAssignment(f"this participant's group has {own} members, below its floor {self.min_group}")
+        self.assignment = a
         self.state = CState.ASSIGNED
         return []
 

@@ -17,17 +17,25 @@ everything after it, to an ordinary participant.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 from reshuffle.crypto.rand import OS_RANDOM, RandomSource, SeededRandom, as_source
-from reshuffle.crypto.signatures import SERVER_ID, Certificate, CertificateAuthority, SigningKey
-from reshuffle.errors import AlreadyAnswered, BelowThreshold, ProtocolError, Refused, UnexpectedMessage
+from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
+from reshuffle.errors import AlreadyAnswered, BelowThreshold, ConfigError, ProtocolError, Refused, UnexpectedMessage
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
-from reshuffle.protocol.groups import ASSIGNMENT_TYPES, Assignment, VerifiedSignatures, WrongAssignment
+from reshuffle.protocol.groups import (
+    ASSIGNMENT_TYPES,
+    MIN_GROUP,
+    Assignment,
+    CheckCache,
+    WrongAssignment,
+    check_collusion,
+)
 from reshuffle.protocol.messages import Context, MsgType
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant
@@ -101,12 +109,21 @@ class GroupedServer:
     overrides : RoundParams overrides applied to every group (not ``n, k, t, c``: those follow each group's size).
     rng : the PS's randomness (each group's Server gets an independent child stream).
     make_server : builds each group's PS (a deviating PS behaviour's ``make``; default :class:`Server`).
+    collusion : fraction of each group assumed to collude with the PS: c_j = ⌊collusion·N_j⌋ and
+        t_j = ⌊(N_j + c_j)/2⌋ + 1 (default 0.2, the rule of one round). Larger values tolerate more
+        colluders landing in one group and fewer dropouts.
     """
 
     def __init__(self, T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
                  ca: CertificateAuthority, global_hash: bytes, d: int, group_size: int,
                  overrides: dict | None = None, rng: RandomSource | int | None = None,
-                 make_server: Callable[..., Server] = Server) -> None:
+                 make_server: Callable[..., Server] = Server, collusion: float | None = None) -> None:
+        self.collusion = check_collusion(collusion)
+        for pid, c in roster.items():
+            ca.verify(c, subject=pid)
+        ca.verify(cert, subject=SERVER_ID, role=ROLE_SERVER)
+        if cert.key != signing_key.verify_key:
+            raise ConfigError("the PS certificate does not certify its signing key")
         self.overrides = dict(overrides or {})
         # Validated once for the whole roster; each group re-derives n, k, t, c from its own size.
         self.params = RoundParams.default(len(roster), d, **self.overrides)
@@ -122,10 +139,16 @@ class GroupedServer:
         self.failed: dict[int, str] = {}
         self.group_of: dict[int, int] = {}
         self.output: GroupedOutput | None = None
+        self.assign_s = 0.0  # PS seconds spent on the assignment
 
     @property
     def assignment(self) -> Assignment | None:
         return self._collector.assignment
+
+    @property
+    def assignment_log(self) -> list[dict]:
+        """Per attempt: candidates, listed members and the members whose reveal was missing."""
+        return list(self._collector.attempts_log)
 
     @property
     def assigning(self) -> bool:
@@ -150,7 +173,10 @@ class GroupedServer:
         return out
 
     def start(self) -> Outbox:
-        return self._collector.start()
+        t0 = time.perf_counter()
+        out = self._collector.start()
+        self.assign_s += time.perf_counter() - t0
+        return out
 
     # ------------------------------------------------------------------ #
     def receive(self, sender: int, data: bytes) -> None:
@@ -169,6 +195,7 @@ class GroupedServer:
             if j not in self.failed:
                 self.servers[j].receive(sender, data)
             return
+        t0 = time.perf_counter()
         try:
             if sender not in self._roster:
                 raise UnexpectedMessage(f"unknown sender {sender}")
@@ -187,11 +214,17 @@ class GroupedServer:
             self.errors.append(ErrorRecord(ASSIGN_PHASE, sender, exc))
             if sender in self._roster and not isinstance(exc, AlreadyAnswered):
                 self.excluded.add(sender)
+        finally:
+            self.assign_s += time.perf_counter() - t0
 
     def close_phase(self) -> Outbox:
         """Close the assignment step, or the current phase of every running group."""
         if self.assigning:
-            out = self._collector.close()  # BelowThreshold here ends the whole round
+            t0 = time.perf_counter()
+            try:
+                out = self._collector.close()  # BelowThreshold here ends the whole round
+            finally:
+                self.assign_s += time.perf_counter() - t0
             return out + self._start_groups() if not self.assigning else out
         out: Outbox = []
         for j, s in sorted(self.servers.items()):
@@ -212,9 +245,9 @@ class GroupedServer:
     def _start_groups(self) -> Outbox:
         a = self.assignment
         out: Outbox = []
-        per_group = {k: v for k, v in self.overrides.items()}
         for j, members in enumerate(a.groups):
-            p = RoundParams.default(len(members), self._d, **per_group, **a.binding(j))
+            c = None if self.collusion is None else int(self.collusion * len(members))
+            p = RoundParams.default(len(members), self._d, c=c, **self.overrides, **a.binding(j))
             rng = SeededRandom(self._rng.bytes(32), b"group-server") if self._rng is not OS_RANDOM else None
             s = self._make(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
                            self._hash, rng)
@@ -230,17 +263,20 @@ class GroupedParticipant:
 
     Takes :class:`Participant`'s arguments; ``make`` builds the inner participant
     (a deviating behaviour's ``make``, or a game's participant class) and
-    ``verified`` is a cache of checked signatures shared in one process.
+    ``cache`` holds checks passed and broadcasts parsed (shared in one process);
+    ``min_group`` is the participant's own floor on its group's size.
     """
 
     def __init__(self, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
                  ca: CertificateAuthority, global_hash: bytes, rng: RandomSource | int | None = None, *,
-                 make: Callable[..., Participant] = Participant, verified: VerifiedSignatures | None = None) -> None:
+                 make: Callable[..., Participant] = Participant, cache: CheckCache | None = None,
+                 min_group: int = MIN_GROUP) -> None:
         self._rng = as_source(rng)
         self.pid, self.T, self._sk = pid, T, signing_key
         # Built now: it checks the model (NaN/Inf) before anything is sent, and draws nothing yet.
         self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng)
-        self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, verified)
+        self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache, min_group)
+        self._cache = self.client._v
         self._started = False
         self._aborted = False
 
@@ -263,7 +299,7 @@ class GroupedParticipant:
         if self._aborted:
             return []
         try:
-            m = msg.decode(data, Context())
+            m = self._cache.decode(data) if msg.peek_type(data) in ASSIGNMENT_TYPES else msg.decode(data, Context())
             if m.TYPE is MsgType.ROUND_START:
                 self._check_round_start(m)
                 self._started = True

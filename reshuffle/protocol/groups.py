@@ -27,7 +27,9 @@ in :mod:`reshuffle.protocol.assignment`, their use in a round in
 from __future__ import annotations
 
 import hashlib
+import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 from reshuffle.crypto.domain import label
@@ -67,6 +69,15 @@ def check_group_size(g: object) -> int:
     return g
 
 
+def check_collusion(f: object) -> float | None:
+    """``None`` or a fraction in [0, 1): the share of each group assumed to collude with the PS."""
+    if f is None:
+        return None
+    if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f < 1:
+        raise ConfigError(f"group collusion must be a fraction in [0, 1), got {f!r}")
+    return float(f)
+
+
 def group_count(N: int, g: int) -> int:
     """⌈N/g⌉, fewer if a group would have fewer than MIN_GROUP members."""
     check_group_size(g)
@@ -97,12 +108,18 @@ def commitment(T: int, attempt: int, pid: int, nonce: bytes) -> bytes:
     return hashlib.sha256(label("groups/commit", T, attempt, pid) + bytes(nonce)).digest()
 
 
+def signed_statement(m: msg.Message) -> bytes:
+    """What the sender's signature covers (header ‖ SHA-256(body)): binds the whole message."""
+    st = getattr(m, "_statement", None)
+    return bytes(st) if st is not None else m.statement(m.body())
+
+
 def open_digest(m: "GroupOpen") -> bytes:
-    return hashlib.sha256(label("groups/open", m.T, m.m) + m.body()).digest()
+    return hashlib.sha256(label("groups/open", m.T, m.m) + signed_statement(m)).digest()
 
 
 def list_digest(m: "GroupCommits") -> bytes:
-    return hashlib.sha256(label("groups/list", m.T, m.m) + m.body()).digest()
+    return hashlib.sha256(label("groups/list", m.T, m.m) + signed_statement(m)).digest()
 
 
 def ack_statement(T: int, attempt: int, g: int, open_h: bytes, list_h: bytes) -> bytes:
@@ -133,13 +150,7 @@ class Assignment:
     @classmethod
     def draw(cls, T: int, attempt: int, g: int, ids: list[int], seed: bytes) -> "Assignment":
         """Shuffle ``ids`` (sorted) with a PRG keyed by ``seed``, then cut into nearly equal groups."""
-        ids = sorted(ids)
-        order = sample_distinct(len(ids), len(ids), SeededRandom(seed, label("groups/partition", T, attempt)))
-        groups, start = [], 0
-        for size in group_sizes(len(ids), g):
-            groups.append(tuple(sorted(ids[k] for k in order[start:start + size])))
-            start += size
-        return cls(T, attempt, g, bytes(seed), tuple(groups))
+        return _draw(T, attempt, g, tuple(sorted(ids)), bytes(seed))
 
     @property
     def digest(self) -> bytes:
@@ -161,29 +172,59 @@ class Assignment:
         return {"cohort": j, "cohorts": len(self.groups), "assignment": self.digest}
 
 
-class VerifiedSignatures:
-    """Signatures already found valid in this process.
+class CheckCache:
+    """Checks already passed, and broadcasts already parsed, in this process.
 
-    A signature that verified once verifies always, so simulated participants in one
-    process may share this (the in-process driver does; a real participant verifies
-    every signature it is shown). Only successes are remembered.
+    Every check the assignment makes is a pure function of bytes (a signature of a
+    key on a statement; a relayed list against the roster that came with it), and
+    so is parsing. In a real deployment each participant holds its own cache and
+    does every check once. Simulated participants in one process may share one
+    (the in-process driver does): a PS broadcast then costs one parse and one check
+    in all, not one per participant. Only successes are remembered.
     """
 
+    _DECODED_MAX = 64
+
     def __init__(self) -> None:
-        self._ok: set[bytes] = set()
+        self._ok: set = set()
+        self._decoded: dict[bytes, msg.Message] = {}
 
     def verify(self, key: VerifyKey, context: str, statement: bytes, sig: bytes) -> None:
-        k = hashlib.sha256(label("groups/verified") + key.to_bytes() + context.encode() + b"\0"
-                           + hashlib.sha256(statement).digest() + bytes(sig)).digest()
-        if k in self._ok:
-            return
-        key.verify(context, statement, sig)
-        self._ok.add(k)
+        k = (key.to_bytes(), context, bytes(statement), bytes(sig))
+        if k not in self._ok:
+            key.verify(context, statement, sig)
+            self._ok.add(k)
 
     def certificate(self, ca: CertificateAuthority, cert: Certificate, subject: int, role: int | None = None) -> None:
         if cert.subject != subject or (role is not None and cert.role != role):
             ca.verify(cert, subject, role)  # raises with the precise reason
         self.verify(ca.verify_key, "cert", cert.body(), cert.signature)
+
+    def once(self, tag: bytes, check) -> None:
+        """Run ``check()`` unless a check with this exact ``tag`` (a digest of all its inputs) passed before."""
+        if tag not in self._ok:
+            check()
+            self._ok.add(tag)
+
+    def decode(self, data: bytes) -> msg.Message:
+        """``messages.decode(data, Context())``, parsed once per distinct bytes."""
+        data = bytes(data)
+        got = self._decoded.get(data)
+        if got is None:
+            got = msg.decode(data, msg.Context())
+            if len(self._decoded) >= self._DECODED_MAX:
+                self._decoded.pop(next(iter(self._decoded)))
+            self._decoded[data] = got
+        return got
+
+
+def digest(name: str, *parts: bytes) -> bytes:
+    """A tag for :meth:`CheckCache.once`: SHA-256 over a label and length-prefixed parts."""
+    h = hashlib.sha256(label("groups/check/" + name, len(parts)))
+    for p in parts:
+        h.update(len(p).to_bytes(8, "big"))
+        h.update(p)
+    return h.digest()
 
 
 # --------------------------------------------------------------------------- #
@@ -342,14 +383,25 @@ class GroupReveals(msg.Message):
 
 
 def commit_statement(T: int, attempt: int, pid: int, c: bytes) -> bytes:
-    """What P_pid's GROUP_COMMIT signature covers (to check a relayed entry)."""
-    m = GroupCommit(T, attempt, pid, c)
-    return m.statement(m.body())
+    """What P_pid's GROUP_COMMIT signature covers (to check a relayed entry): header ‖ SHA-256(c)."""
+    header = struct.pack(">BBQII", msg.VERSION, MsgType.GROUP_COMMIT, T, attempt, pid)
+    return header + hashlib.sha256(bytes(c)).digest()
+
+
+@lru_cache(maxsize=8)
+def _draw(T: int, attempt: int, g: int, ids: tuple[int, ...], seed: bytes) -> Assignment:
+    # Pure: simulated participants of one process that share a view share the result.
+    order = sample_distinct(len(ids), len(ids), SeededRandom(seed, label("groups/partition", T, attempt)))
+    groups, start = [], 0
+    for size in group_sizes(len(ids), g):
+        groups.append(tuple(sorted(ids[k] for k in order[start:start + size])))
+        start += size
+    return Assignment(T, attempt, g, seed, tuple(groups))
 
 
 __all__ = [
     "ACK_CONTEXT", "ASSIGNMENT_TYPES", "Assignment", "GroupAck", "GroupCert", "GroupCommit", "GroupCommits",
     "GroupOpen", "GroupReveal", "GroupReveals", "InvalidReveal", "MAX_ATTEMPTS", "MIN_GROUP", "NONCE_BYTES",
-    "VerifiedSignatures", "WrongAssignment", "ack_statement", "assignment_threshold", "check_group_size",
-    "commit_statement", "commitment", "draw_seed", "group_count", "group_sizes", "list_digest", "open_digest",
+    "CheckCache", "WrongAssignment", "ack_statement", "assignment_threshold", "check_collusion", "check_group_size",
+    "commit_statement", "commitment", "digest", "draw_seed", "group_count", "group_sizes", "list_digest", "open_digest", "signed_statement",
 ]

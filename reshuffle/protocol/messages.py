@@ -55,6 +55,12 @@ class MsgType(enum.IntEnum):
     DISPUTE_ANSWER = 18
     COMPLAINTS = 19
     COMPLAINT_ANSWER = 20
+    OPEN_REQUEST = 21
+    OPEN_REVEAL = 22
+    OBJECTION = 23
+    RESTART = 24
+    SLOT_REQUEST = 25
+    SLOT_RESPONSE = 26
     # Anonymity-group assignment (reshuffle/protocol/groups.py), before any group's ROUND_START.
     GROUP_OPEN = 40
     GROUP_COMMIT = 41
@@ -762,7 +768,8 @@ class BlameRequest(Message):
         seed = p.fixed(32, "decoy_seed")
         positions = tuple(p.u32_list("positions", 1 << 16))
         R = p.u32("iterations")
-        if ctx.params is not None and R != ctx.params.R_max:
+        # The slot phase that produced the upload: all R_max iterations, fewer after a restart (§8.2).
+        if ctx.params is not None and not 1 <= R <= ctx.params.R_max:
             raise DecodeError(f"blame request audits {R} iterations, the round has {ctx.params.R_max}")
         vectors, seeds, dropped = [], [], []
         for _ in range(min(R, 64)):
@@ -844,6 +851,143 @@ class DisputeAnswer(Message):
     def _parse(cls, p, hdr, ctx):
         partner = p.u32("partner")
         return cls(*hdr, partner, _elem(p, ctx.need_group(), "K_ij"), p.var("proof", 256))
+
+
+# --------------------------------------------------------------------------- #
+# §8.2: opening a failed reservation iteration and restarting the slot phase
+@_register
+@dataclass(frozen=True)
+class OpenRequest(Message):
+    """PS → U_r: iteration r (``m``) failed a count check; reveal x_{i,r} of that invocation only."""
+
+    TYPE: ClassVar[MsgType] = MsgType.OPEN_REQUEST
+    reason: str
+
+    def _body(self, w: Writer) -> None:
+        w.var(self.reason.encode())
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        raw = p.var("reason", 1024)
+        try:
+            return cls(*hdr, raw.decode())
+        except UnicodeDecodeError:
+            raise DecodeError("open request reason is not UTF-8") from None
+
+
+@_register
+@dataclass(frozen=True)
+class OpenReveal(Message):
+    """P_i → PS (signed): x_{i,r} of the opened iteration r and the (j, X_{j,r}) it masked against.
+
+    The partner keys are the sender's own claim: if they are false, its count vector
+    decodes to garbage and names it, so a third party needs no other party's message."""
+
+    TYPE: ClassVar[MsgType] = MsgType.OPEN_REVEAL
+    x: int
+    peers: tuple[tuple[int, Element], ...]
+
+    def _body(self, w: Writer) -> None:
+        w.fixed(self.x.to_bytes(32, "big"), 32).u32(len(self.peers))
+        for j, X in self.peers:
+            w.u32(j).raw(X.to_bytes())
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        g = ctx.need_group()
+        x = g.scalar_from_bytes(p.fixed(g.scalar_size, "x"), "x")
+        cnt = p.u32("peers.count")
+        if cnt > ctx.max_n:
+            raise DecodeError(f"{cnt} partners for at most {ctx.max_n} participants")
+        peers = tuple((p.u32("partner"), _elem(p, g, "X_j")) for _ in range(cnt))
+        ids = [j for j, _ in peers]
+        if ids != sorted(set(ids)):
+            raise DecodeError("open reveal partners must be sorted and distinct")
+        return cls(*hdr, x, peers)
+
+
+@_register
+@dataclass(frozen=True)
+class Objection(Message):
+    """P_i → PS (signed), instead of the vector of invocation m: its pick ``slot`` of iteration m-1
+    shows count 0 in the counts it was shown under ``h`` (= h_m)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.OBJECTION
+    slot: int
+    h: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.u32(self.slot).fixed(self.h, HASH_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        slot = p.u32("slot")
+        if ctx.params is not None and slot >= ctx.params.n:
+            raise DecodeError(f"objection names slot {slot}, the round has n={ctx.params.n}")
+        return cls(*hdr, slot, p.fixed(HASH_BYTES, "h"))
+
+
+@_register
+@dataclass(frozen=True)
+class Restart(Message):
+    """PS → the remaining members: the slot phase restarts at invocation ``m`` with a new OT table
+    and decoy commitment, without the named culprits (with their evidence) and the silent."""
+
+    TYPE: ClassVar[MsgType] = MsgType.RESTART
+    opened: int  # the iteration that was opened
+    ot_table: bytes
+    decoy_commit: bytes
+    evidence: tuple[bytes, ...]  # encoded CountEvidence, one per culprit
+    silent: tuple[int, ...]  # members that did not reveal: dropped, never named
+
+    def _body(self, w: Writer) -> None:
+        w.u32(self.opened).var(self.ot_table).fixed(self.decoy_commit, HASH_BYTES).u32(len(self.evidence))
+        for e in self.evidence:
+            w.var(e)
+        w.u32_list(self.silent)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        opened = p.u32("opened")
+        table, commit = p.var("ot_table", 1 << 24), p.fixed(HASH_BYTES, "decoy_commit")
+        cnt = p.u32("evidence.count")
+        if cnt > ctx.max_n:
+            raise DecodeError(f"{cnt} culprits for at most {ctx.max_n} participants")
+        ev = tuple(p.var("evidence", 1 << 20) for _ in range(cnt))
+        return cls(*hdr, opened, table, commit, ev, _ids(p, "silent", ctx))
+
+
+@_register
+@dataclass(frozen=True)
+class SlotRequest(Message):
+    """P_i → PS: blinded OT choices for the restarted slot phase (the credential stays)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.SLOT_REQUEST
+    request: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.var(self.request)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, p.var("request", 1 << 16))
+
+
+@_register
+@dataclass(frozen=True)
+class SlotResponse(Message):
+    """PS → P_i: the OT answers of the restarted slot phase with their DLEQ proof against the new B."""
+
+    TYPE: ClassVar[MsgType] = MsgType.SLOT_RESPONSE
+    response: bytes
+    ot_proof: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.var(self.response).var(self.ot_proof)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, p.var("response", 1 << 16), p.var("ot_proof", 256))
 
 
 # --------------------------------------------------------------------------- #

@@ -41,6 +41,7 @@ from reshuffle.errors import (
 )
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol import credential
+from reshuffle.protocol import opening
 from reshuffle.protocol.blame import audit_iteration, dispute_context
 from reshuffle.protocol.complaints import Dealer, check_shares, combined_for
 from reshuffle.protocol.decoys import check_opening, decoy_positions, replay
@@ -308,19 +309,13 @@ class Participant:
     # §7.1–7.2: both proofs are checked before the first reservation vector.
     def _on_ot_response(self, m: msg.OTResponseMsg) -> list[msg.Message]:
         g = self._ctx.group
-        resp = OTResponse.decode(g, m.response, self.params.k)
-        if len(resp.answers) != len(self._ot_request.blinded):
-            raise DecodeError(f"OT response has {len(resp.answers)} answers for {len(self._ot_request.blinded)} requests")
-        voprf.verify_dleq(
-            g.generator(), self._ot_table.B, self._ot_request.blinded, resp.answers,
-            voprf.Proof.decode(g, m.ot_proof), ot_proof_context(self.T),
-        )
         suite = credential.suite(g)
         (y,) = voprf.finalize(
             suite, [credential.cred_input(self.T, self._cred_r)], [self._cred_blind], [m.cred_eval],
             [self._cred_blinded], self._cred_key, voprf.Proof.decode(g, m.cred_proof),
         )
         self._credential = credential.Credential(self._cred_r, y)
+        self._take_tokens(m.response, m.ot_proof)
         for dealer, raw in m.resolved:
             # The dealer's own signed, public answer to our complaint; checked like a delivery.
             ans = msg.decode(raw, self._ctx)
@@ -335,18 +330,30 @@ class Participant:
                 self._hold(dealer, list(ys))
             except ProtocolError as exc:
                 self.view.errors.append(exc)
-        self._tokens = self._ot.recover(self._ot_table, resp)
-        self._reservation = Reservation(self._tokens, self._rng)
-        self._counts: list[tuple[int, ...]] = []
+        self._phase_start = 1
         self.phase = PPhase.AWAIT_MASK
         return []
+
+    def _take_tokens(self, response: bytes, proof: bytes) -> None:
+        """Verify the OT answers' proof against B (§7.1) and start a slot phase with the tokens."""
+        g = self._ctx.group
+        resp = OTResponse.decode(g, response, self.params.k)
+        if len(resp.answers) != len(self._ot_request.blinded):
+            raise DecodeError(f"OT response has {len(resp.answers)} answers for {len(self._ot_request.blinded)} requests")
+        voprf.verify_dleq(
+            g.generator(), self._ot_table.B, self._ot_request.blinded, resp.answers,
+            voprf.Proof.decode(g, proof), ot_proof_context(self.T),
+        )
+        self._tokens = self._ot.recover(self._ot_table, resp)
+        self._reservation = Reservation(self._tokens, self._rng)
+        self._counts: list[tuple[int, ...]] = []  # of the current slot phase
 
     # §6.1 for §5 steps 3–4: reservation vectors, then the model list, masked under h_m.
     def _on_mask_request(self, m: msg.MaskRequest) -> list[msg.Message]:
         p = self.params
         if m.m != self._m + 1:
             raise UnexpectedMessage(f"mask request for invocation {m.m}, expected {self._m + 1}")
-        if (m.m == 1) != (len(m.counts) == 0) or (m.m > 1 and len(m.counts) != p.n):
+        if (m.m == self._phase_start) != (len(m.counts) == 0) or (m.counts and len(m.counts) != p.n):
             raise DecodeError(f"invocation {m.m} carries {len(m.counts)} counts")
         if m.m > p.upload_m:
             raise UnexpectedMessage(f"invocation {m.m} beyond the upload ({p.upload_m})")
@@ -358,10 +365,20 @@ class Participant:
                 raise Refused(f"U_0 after the complaint step has {len(self._mask_set)} members, t={p.t}")
         h = self._tx.absorb("counts", Writer().u32(m.m).u32_list(m.counts).u32_list(m.excluded).bytes())
         self._h[m.m] = h
+        self._m = m.m
         if m.counts:
+            # §8.2: counts no honest PS publishes stop the round; a lost own pick is objected to.
+            bound = opening.count_bound(len(self._mask_set), p.decoys, len(settled_slots(self._counts)),
+                                        len(self._mask_sets[self._phase_start]) - len(self._mask_set))
+            reason = opening.check_counts(m.counts, bound)
+            if reason is not None:
+                raise Refused(f"published counts of iteration {m.m - 1} fail the count check: {reason}")
+            pick = self._reservation.pick
+            if pick is not None and m.counts[pick] == 0:
+                self.phase = PPhase.OBJECTED
+                return [msg.Objection(self.T, m.m, self.pid, pick, h)]
             self._counts.append(m.counts)
             self._reservation.observe(m.counts)
-        self._m = m.m
         if m.m <= p.R_max:
             v, rows = self._reservation_vector(), 1
         else:
@@ -400,6 +417,56 @@ class Participant:
             )
             lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
         return lw.reshape(-1), max(len(S), 1)
+
+    # §8.2: open a failed iteration (reveal x_{i,r} only), then take part in the restarted slot phase.
+    def _on_open_request(self, m: msg.OpenRequest) -> list[msg.Message]:
+        r = m.m
+        last = self._m if self.phase is PPhase.AWAIT_MASK else self._m - 1
+        if r != last or not self._phase_start <= r <= self.params.R_max or r not in self._revealed:
+            raise Refused(f"asked to open iteration {r}; the last certified iteration of this slot phase is {last}")
+        self._tx.absorb("open", Writer().u32(r).var(m.reason.encode()).bytes())
+        self._opened, self._resume = r, r + 1  # invocation r+1 is reused: none of its keys was revealed
+        X = {j: self._adverts[j].mask_keys[r - 1] for j in self._mask_sets[r] if j != self.pid}
+        self.phase = PPhase.AWAIT_RESTART
+        return [msg.OpenReveal(self.T, r, self.pid, self._keys.mask[r - 1].secret, tuple(sorted(X.items())))]
+
+    def _on_restart(self, m: msg.Restart) -> list[msg.Message]:
+        p = self.params
+        if m.m != self._resume or m.opened != self._opened:
+            raise Refused(f"restart at invocation {m.m} after opening {m.opened}; expected {self._resume}, {self._opened}")
+        if m.m > p.R_max:
+            # No reservation iteration is left: a restart could only re-run the upload invocation.
+            raise Refused(f"restart at invocation {m.m} leaves no reservation iteration (R_max={p.R_max})")
+        keys = {j: c.key for j, c in self._roster.items()}
+        named = set()
+        for raw in m.evidence:
+            ev = opening.CountEvidence.decode(raw)
+            if ev.r != self._opened or ev.pid not in self._mask_set:
+                raise Refused(f"restart names {ev.pid} for iteration {ev.r}, not a member of the opened one")
+            opening.verify_count_evidence(ev, keys, p)
+            named.add(ev.pid)
+        if not set(m.silent) <= set(self._mask_set) or self.pid in set(m.silent) | named:
+            raise Refused(f"restart drops {list(m.silent)}: not members of U_{self._opened} other than this one")
+        self._mask_set = sorted(set(self._mask_set) - named - set(m.silent))
+        if len(self._mask_set) < p.t:
+            raise Refused(f"the restarted slot phase has {len(self._mask_set)} members, threshold t={p.t}")
+        table = OTTable.decode(self._ctx.group, m.ot_table, p.n)
+        if table.T != self.T:
+            raise UnexpectedMessage(f"OT table for round {table.T}")
+        self._tx.absorb("restart", m.body())
+        self._ot_table, self._decoy_commit = table, m.decoy_commit
+        self._ot = OTReceiver(self._ctx.group, self.T, p.n, k=p.k, rng=self._rng)
+        self._ot_request = self._ot.request()
+        self._m, self._phase_start = m.m - 1, m.m
+        self.phase = PPhase.AWAIT_SLOTS
+        return [msg.SlotRequest(self.T, m.m, self.pid, self._ot_request.encode())]
+
+    def _on_slot_response(self, m: msg.SlotResponse) -> list[msg.Message]:
+        if m.m != self._phase_start:
+            raise UnexpectedMessage(f"slot response for invocation {m.m}, the slot phase restarts at {self._phase_start}")
+        self._take_tokens(m.response, m.ot_proof)
+        self.phase = PPhase.AWAIT_MASK
+        return []
 
     # §6.2–6.3: sign the one statement (T, m, U_m, h_m) of this invocation.
     def _on_unmask_request(self, m: msg.UnmaskRequest) -> list[msg.Message]:
@@ -450,11 +517,14 @@ class Participant:
         check_opening(self.T, m.decoy_seed, self._decoy_commit)
         picks, slots = replay(m.decoy_seed, self.T, p.n, p.k, p.decoys, self._counts)
         keys = {j: c.key for j, c in self._roster.items()}
-        for r in range(1, p.R_max + 1):
-            vectors = [msg.decode(v, self._ctx) for v in m.vectors[r - 1]]
+        iterations = range(self._phase_start, p.R_max + 1)  # the slot phase that produced the upload
+        if len(m.vectors) != len(iterations):
+            raise Refused(f"blame request audits {len(m.vectors)} iterations, the slot phase had {len(iterations)}")
+        for idx, r in enumerate(iterations):
+            vectors = [msg.decode(v, self._ctx) for v in m.vectors[idx]]
             audit_iteration(
                 g, self.T, r, self._h[r], list(self._consented[r]), self._mask_sets[r], vectors,
-                dict(m.seeds[r - 1]), dict(m.dropped[r - 1]), self._adverts, keys, self._counts[r - 1], picks[r - 1],
+                dict(m.seeds[idx]), dict(m.dropped[idx]), self._adverts, keys, self._counts[idx], picks[idx],
             )
         positions = decoy_positions(self._counts, slots)
         if list(m.positions) != positions or self.view.position in positions:

@@ -20,8 +20,11 @@ def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
     if mtype in (MsgType.SHARE_DELIVERY, MsgType.OT_REQUEST, MsgType.OT_RESPONSE, MsgType.COMPLAINTS,
                  MsgType.COMPLAINT_ANSWER):
         return "ot"
-    if mtype in (MsgType.MASK_REQUEST, MsgType.MASKED_INPUT):
+    if mtype in (MsgType.MASK_REQUEST, MsgType.MASKED_INPUT, MsgType.OBJECTION):
         return "upload" if m == upload_m else "reserve"
+    if mtype in (MsgType.OPEN_REQUEST, MsgType.OPEN_REVEAL, MsgType.RESTART, MsgType.SLOT_REQUEST,
+                 MsgType.SLOT_RESPONSE):
+        return "reserve"  # §8.2: opening a failed iteration and restarting the slot phase
     if mtype in (MsgType.BLAME_REQUEST, MsgType.OPENING, MsgType.DISPUTE, MsgType.DISPUTE_ANSWER):
         return "unmask"  # the blame step follows the upload's unmasking
     if mtype in (MsgType.UNMASK_REQUEST, MsgType.CONSENT, MsgType.CERTIFICATE, MsgType.UNMASK_RESPONSE):
@@ -36,8 +39,11 @@ class PPhase(enum.Enum):
     AWAIT_ADVERTS = "await ADVERTISE_LIST (§5.1)"
     AWAIT_SHARES = "await SHARE_DELIVERY (§5.1–5.2)"
     AWAIT_OT = "await OT_RESPONSE (§5.2)"
-    AWAIT_MASK = "await MASK_REQUEST (§6.1)"
-    AWAIT_LIST = "await UNMASK_REQUEST with U_m (§6.2–6.3)"
+    AWAIT_MASK = "await MASK_REQUEST (§6.1), or OPEN_REQUEST of the last iteration (§8.2)"
+    AWAIT_LIST = "await UNMASK_REQUEST with U_m (§6.2–6.3), or OPEN_REQUEST of the last iteration (§8.2)"
+    OBJECTED = "objected to the counts: await OPEN_REQUEST (§8.2)"
+    AWAIT_RESTART = "revealed x of a failed iteration: await RESTART (§8.2)"
+    AWAIT_SLOTS = "await SLOT_RESPONSE of the restarted slot phase (§8.2)"
     AWAIT_CERT = "await CERTIFICATE of U_m (§6.2–6.3, then §6.3)"
     DONE = "done (may be asked to open decoy rows, §9)"
     OPENED = "opened (may be shown a dispute, §9)"
@@ -51,8 +57,11 @@ PARTICIPANT_TABLE: dict[PPhase, dict[MsgType, str]] = {
     PPhase.AWAIT_ADVERTS: {MsgType.ADVERTISE_LIST: "_on_advertise_list"},
     PPhase.AWAIT_SHARES: {MsgType.SHARE_DELIVERY: "_on_share_delivery"},
     PPhase.AWAIT_OT: {MsgType.OT_RESPONSE: "_on_ot_response", MsgType.COMPLAINTS: "_on_complaints"},
-    PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request"},
-    PPhase.AWAIT_LIST: {MsgType.UNMASK_REQUEST: "_on_unmask_request"},
+    PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request", MsgType.OPEN_REQUEST: "_on_open_request"},
+    PPhase.AWAIT_LIST: {MsgType.UNMASK_REQUEST: "_on_unmask_request", MsgType.OPEN_REQUEST: "_on_open_request"},
+    PPhase.OBJECTED: {MsgType.OPEN_REQUEST: "_on_open_request"},
+    PPhase.AWAIT_RESTART: {MsgType.RESTART: "_on_restart"},
+    PPhase.AWAIT_SLOTS: {MsgType.SLOT_RESPONSE: "_on_slot_response"},
     PPhase.AWAIT_CERT: {MsgType.CERTIFICATE: "_on_certificate"},
     PPhase.DONE: {MsgType.BLAME_REQUEST: "_on_blame_request"},
     PPhase.OPENED: {MsgType.DISPUTE: "_on_dispute"},
@@ -69,7 +78,9 @@ class SPhase(enum.Enum):
     BUNDLES = "collect SHARE_BUNDLE (§5.1)"
     OT = "collect OT_REQUEST (§5.2)"
     COMPLAINTS = "collect COMPLAINT_ANSWER (§6.4)"
-    MASKED = "collect MASKED_INPUT (§6.1)"
+    MASKED = "collect MASKED_INPUT (§6.1) or OBJECTION (§8.2)"
+    OPEN = "collect OPEN_REVEAL of a failed iteration (§8.2)"
+    SLOTS = "collect SLOT_REQUEST of the restarted slot phase (§8.2)"
     CONSENT = "collect CONSENT on U_m (§6.2–6.3)"
     UNMASK = "collect UNMASK_RESPONSE (§6.3)"
     BLAME = "collect OPENING of decoy rows (§9)"
@@ -83,7 +94,9 @@ SERVER_TABLE: dict[SPhase, dict[MsgType, str]] = {
     SPhase.BUNDLES: {MsgType.SHARE_BUNDLE: "_on_share_bundle"},
     SPhase.OT: {MsgType.OT_REQUEST: "_on_ot_request"},
     SPhase.COMPLAINTS: {MsgType.COMPLAINT_ANSWER: "_on_complaint_answer"},
-    SPhase.MASKED: {MsgType.MASKED_INPUT: "_on_masked_input"},
+    SPhase.MASKED: {MsgType.MASKED_INPUT: "_on_masked_input", MsgType.OBJECTION: "_on_objection"},
+    SPhase.OPEN: {MsgType.OPEN_REVEAL: "_on_open_reveal"},
+    SPhase.SLOTS: {MsgType.SLOT_REQUEST: "_on_slot_request"},
     SPhase.CONSENT: {MsgType.CONSENT: "_on_consent"},
     SPhase.UNMASK: {MsgType.UNMASK_RESPONSE: "_on_unmask_response"},
     SPhase.BLAME: {MsgType.OPENING: "_on_opening"},

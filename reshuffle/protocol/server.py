@@ -40,6 +40,7 @@ from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.blame import BlameCollector, Evidence
 from reshuffle.protocol import complaints as cpl
+from reshuffle.protocol import opening
 from reshuffle.protocol.decoys import Decoys, commitment, decoy_positions
 from reshuffle.protocol.masking import unmask_in_place
 from reshuffle.protocol.participant import ot_proof_context
@@ -132,7 +133,9 @@ class Server:
         self.errors: list[ErrorRecord] = []  # rejected messages and discarded shares
         self.excluded: set[int] = set()
         self.online: dict[int, tuple[int, ...]] = {}
-        self.counts: list[tuple[int, ...]] = []
+        self.counts: list[tuple[int, ...]] = []  # every published count vector, restarts included
+        self._phase_counts: list[tuple[int, ...]] = []  # those of the current slot phase (§8.2)
+        self._phase_start = 1  # its first invocation
         self.output: RoundOutput | None = None
         self._adverts: dict[int, msg.Advertise] = {}
         self._tx = Transcript(T)
@@ -207,6 +210,8 @@ class Server:
             SPhase.OT: self._close_ot,
             SPhase.COMPLAINTS: self._close_complaints,
             SPhase.MASKED: self._close_masked,
+            SPhase.OPEN: self._close_open,
+            SPhase.SLOTS: self._close_slots,
             SPhase.CONSENT: self._close_consent,
             SPhase.UNMASK: self._close_unmask,
             SPhase.BLAME: self._close_blame,
@@ -267,13 +272,7 @@ class Server:
     def _close_bundles(self) -> Outbox:
         U0 = self._need(self._bundles, "setup (share bundles)")
         self.online[0] = tuple(U0)
-        p = self.params
-        self._ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
-        table = self._ot.table.encode()
-        # §8: decoys from a seed committed to before anyone picks.
-        self._decoy_seed = self._rng.bytes(32)
-        self._decoys = Decoys(self._decoy_seed, self.T, p.n, p.k, p.decoys)
-        commit = commitment(self.T, self._decoy_seed)
+        table, commit = self._new_slot_phase()
         self._dealers = {
             d: cpl.Dealer(self._adverts[d], self._dealer_bundles[d].digest(), self._dealer_bundles[d].combined)
             for d in U0
@@ -292,6 +291,14 @@ class Server:
         self._complaints: dict[int, set[int]] = {}  # dealer -> complainers
         self.phase = SPhase.OT
         return out
+
+    def _new_slot_phase(self) -> tuple[bytes, bytes]:
+        """A fresh OT key β with its table, and decoys from a seed committed to before anyone picks (§8.2)."""
+        p = self.params
+        self._ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
+        self._decoy_seed = self._rng.bytes(32)
+        self._decoys = Decoys(self._decoy_seed, self.T, p.n, p.k, p.decoys)
+        return self._ot.table.encode(), commitment(self.T, self._decoy_seed)
 
     @property
     def culprits(self) -> dict:
@@ -372,17 +379,21 @@ class Server:
         # Participants mask against the whole list U_{m-1}; members excluded since
         # are simply not asked, and count as dropped when unmasking.
         self._mask_set = sorted(mask_set)
+        if m == self._phase_start:
+            self._phase_members = len(self._mask_set)
         live = self._need(mask_set, f"invocation {m}")
         # A count vector is one row of n words; the model list one row per settled slot.
-        positions = 0 if m <= p.R_max else len(settled_slots(self.counts))
+        positions = 0 if m <= p.R_max else len(settled_slots(self._phase_counts))
         self._n_rows = max(positions, 1)
         length = p.n if m <= p.R_max else positions * p.row_words
         self._acc = np.zeros(length, dtype=np.dtype(f"<u{p.vector_bits(m) // 8}"))
         self._uploaded: set[int] = set()
+        self._objections: dict[int, bytes] = {}
         if m <= p.R_max:
+            self._vectors[m] = {}  # a reused invocation keeps nothing of its discarded attempt
             self._decoy_picks = self._decoys.picks()
         else:
-            self._decoy_pos = decoy_positions(self.counts, self._decoys.slots)
+            self._decoy_pos = decoy_positions(self._phase_counts, self._decoys.slots)
             self._blame = BlameCollector(self, self._decoy_pos)
         excluded = tuple(sorted(self._setup_excluded & set(self.online[0]))) if m == 1 else ()
         self._h = self._tx.absorb("counts", Writer().u32(m).u32_list(counts).u32_list(excluded).bytes())
@@ -413,12 +424,24 @@ class Server:
             self._blame.keep_upload(sender, mi, words.reshape(self._n_rows, -1))
         self._uploaded.add(sender)
 
+    def _on_objection(self, sender: int, o: msg.Objection) -> None:
+        """§8.2: a member's pick of the last iteration shows count 0; checked only by opening it."""
+        if sender not in self._mask_set or self.m == self._phase_start:
+            raise UnexpectedMessage(f"objection from {sender} to invocation {self.m}, which follows no counts")
+        if sender in self._uploaded or sender in self._objections:
+            raise AlreadyAnswered(f"objection from {sender}, who already answered invocation {self.m}")
+        if o.h != self._h:
+            raise Refused(f"objection of {sender} was made under another transcript h_{self.m}")
+        self._objections[sender] = msg.relay_bytes(o)
+
     def _check_view(self, sender: int, mi: msg.MaskedInput) -> None:
         """A vector masked under another h_m would only randomise the sum: refuse it."""
         if mi.h != self._h:
             raise Refused(f"masked input of {sender} was made under another transcript h_{self.m}")
 
     def _close_masked(self) -> Outbox:
+        if self._objections:
+            return self._open(self.m - 1, f"{len(self._objections)} objection(s) to the counts of iteration {self.m - 1}")
         # U_m is exactly what was added, even if a member is excluded later (§8 item 7).
         Um = sorted(self._uploaded)
         if len(Um) < self.params.t:
@@ -515,8 +538,14 @@ class Server:
         self._seeds[m], self._dropped_x[m] = seeds, secrets
         if m <= p.R_max:
             self._acc += self._decoy_picks
+            bound = opening.count_bound(len(Um), p.decoys, len(settled_slots(self._phase_counts)),
+                                        self._phase_members - len(Um))
+            reason = opening.check_counts(self._acc, bound)
+            if reason is not None:
+                return self._open(m, f"counts of iteration {m}: {reason}")
             counts = tuple(int(c) for c in self._acc)
             self.counts.append(counts)
+            self._phase_counts.append(counts)
             self._decoys.observe(counts)
             return self._open_invocation(m + 1, Um, counts)
         self._check_rows()
@@ -526,12 +555,77 @@ class Server:
         # §9: open the decoys; every live member audits and opens its keys of the decoy rows.
         req = msg.BlameRequest(
             self.T, m, SERVER_ID, self._decoy_seed, tuple(self._decoy_pos),
-            tuple(tuple(v for _, v in sorted(self._vectors.get(r, {}).items())) for r in range(1, p.R_max + 1)),
-            tuple(tuple(sorted(self._seeds[r].items())) for r in range(1, p.R_max + 1)),
-            tuple(tuple(sorted(self._dropped_x[r].items())) for r in range(1, p.R_max + 1)),
+            tuple(tuple(v for _, v in sorted(self._vectors.get(r, {}).items())) for r in self._slot_iterations()),
+            tuple(tuple(sorted(self._seeds[r].items())) for r in self._slot_iterations()),
+            tuple(tuple(sorted(self._dropped_x[r].items())) for r in self._slot_iterations()),
         )
         self.phase = SPhase.BLAME
         return self._broadcast(self._live(Um), req)
+
+    def _slot_iterations(self) -> range:
+        return range(self._phase_start, self.params.R_max + 1)
+
+    # §8.2: open a failed iteration, name who broke it, restart the slot phase without them.
+    def _open(self, r: int, reason: str) -> Outbox:
+        objections = dict(self._objections)
+        # Invocation r+1 is reused even if its vectors were collected (an objection): none of its keys
+        # was revealed and its streams are bound to h_{r+1}, which the opening and restart change.
+        resume = r + 1
+        Ur = self.online[r]
+        self._opening = opening.OpeningCollector(
+            self.group, self.params, r, self._live(Ur), self._adverts, self._vectors[r], self._seeds[r], objections,
+            self._phase_counts[-1] if objections else (), Ur,
+        )
+        self._resume = resume
+        self.m = r
+        self._tx.absorb("open", Writer().u32(r).var(reason.encode()).bytes())
+        self.phase = SPhase.OPEN
+        return self._broadcast(self._live(Ur), msg.OpenRequest(self.T, r, SERVER_ID, reason))
+
+    def _on_open_reveal(self, sender: int, rv: msg.OpenReveal) -> None:
+        self._opening.on_reveal(sender, rv)
+
+    def _close_open(self) -> Outbox:
+        p, r = self.params, self._opening.r
+        evidence, silent = self._opening.result()
+        for pid, ev in evidence.items():
+            self._name(pid, ev)
+        self.excluded |= set(evidence) | set(silent)
+        # The mask set every member computes: U_r without the named and the silent (members excluded
+        # earlier for other reasons stay in it and count as dropped, as in any invocation).
+        remaining = sorted(set(self.online[r]) - set(evidence) - set(silent))
+        if self._resume > p.R_max:
+            raise BelowThreshold(
+                f"reservation iteration {r} failed its count check and no iteration is left to restart the "
+                f"slot phase (R_max={p.R_max}); named: {sorted(evidence)}"
+            )
+        live = self._need(remaining, f"restart after iteration {r}")
+        table, commit = self._new_slot_phase()
+        self.m, self._phase_start, self._phase_counts = self._resume, self._resume, []
+        self._restart_set = remaining
+        rs = msg.Restart(self.T, self.m, SERVER_ID, r, table, commit,
+                         tuple(evidence[i].encode() for i in sorted(evidence)), tuple(silent))
+        self._tx.absorb("restart", rs.body())
+        self._slot_answers: dict[int, msg.SlotResponse] = {}
+        self.phase = SPhase.SLOTS
+        return self._broadcast(live, rs)
+
+    def _on_slot_request(self, sender: int, sr: msg.SlotRequest) -> None:
+        if sender not in self._restart_set:
+            raise UnexpectedMessage(f"slot request from {sender}, who is not in the restarted slot phase")
+        if sender in self._slot_answers:
+            raise AlreadyAnswered(f"second slot request from {sender}")
+        req = OTRequest.decode(self.group, sr.request, self.params.k)
+        answer = self._ot.answer(sender, req)
+        proof = self._ot.prove(req, answer, ot_proof_context(self.T), self._rng)
+        self._slot_answers[sender] = msg.SlotResponse(self.T, self.m, SERVER_ID, answer.encode(),
+                                                      proof.encode(self.group))
+
+    def _close_slots(self) -> Outbox:
+        self.excluded |= set(self._restart_set) - set(self._slot_answers)
+        out = [(i, a.encode(self._sk)) for i, a in sorted(self._slot_answers.items()) if i not in self.excluded]
+        # Members that did not ask are dropouts of the next invocation, like any silent member.
+        return out + self._open_invocation(self.m, self._restart_set, ())
 
     def _on_opening(self, sender: int, op: msg.Opening) -> None:
         self._blame.on_opening(sender, op)
@@ -553,7 +647,7 @@ class Server:
     # §5 steps 5–6 with §7.2: the rows whose token, credential and tag pass.
     def _check_rows(self) -> None:
         p = self.params
-        S = settled_slots(self.counts)
+        S = settled_slots(self._phase_counts)
         lw = self._acc.reshape(len(S), p.row_words)
         d_bytes = p.d * lw.dtype.itemsize
         self._valid, failed = credential.check_rows(

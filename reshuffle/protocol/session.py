@@ -34,8 +34,9 @@ _MAX_R = 64  # RoundParams bounds R_max
 
 def max_inbox(R_max: int) -> int:
     """PS messages of one round: RoundStart, adverts, delivery, complaints to answer, OT answer,
-    3 per invocation, then at most a blame request and a dispute."""
-    return 5 + 3 * (R_max + 1) + 2
+    3 per invocation, at most a blame request and a dispute, and 3 per slot-phase restart (open
+    request, restart, slot answers; at most R_max restarts, §8.2)."""
+    return 5 + 3 * (R_max + 1) + 2 + 3 * R_max
 
 
 _MAX_INBOX = max_inbox(_MAX_R)  # before RoundStart is known; more is a corrupt state
@@ -98,18 +99,35 @@ class SessionState:
             raise DecodeError("session model is not a whole number of float32 values")
         return cls(pid, T, *fields, seed, inbox, words=bool(kind))
 
-    def participant(self) -> Participant:
-        """A participant in the state right after the inbox (replayed)."""
+    def participant(self, first: bytes | None = None, min_group: int | None = None) -> Participant:
+        """A participant in the state right after the inbox (replayed).
+
+        A round whose first PS message (the inbox's, else ``first``, the message about
+        to be handled) is GROUP_OPEN runs in anonymity groups: the participant is then
+        a :class:`~reshuffle.protocol.grouped.GroupedParticipant`, refusing groups smaller
+        than ``min_group`` (default: the protocol's minimum).
+        """
+        from reshuffle.protocol.grouped import GroupedParticipant
+        from reshuffle.protocol.groups import MAX_ATTEMPTS
+        from reshuffle.protocol.messages import MsgType, peek_type
+
         ca = CertificateAuthority.verifier(VerifyKey.from_bytes(self.ca_key))
-        p = Participant(
+        opening = self.inbox[0] if self.inbox else first
+        grouped = opening is not None and peek_type(opening) is MsgType.GROUP_OPEN
+        args = (
             self.pid, self.T, np.frombuffer(self.model, dtype=_DTYPES[int(self.words)]).astype(
                 np.uint32 if self.words else np.float32),
             SigningKey.from_pem(self.signing_key), Certificate.decode(self.cert), ca, self.global_hash,
             SeededRandom(self.seed, _SEED_LABEL),
         )
+        if grouped:
+            p = GroupedParticipant(*args, **({} if min_group is None else {"min_group": min_group}))
+        else:
+            p = Participant(*args)
         for m in self.inbox:
             p.handle(m)
-        if p.params is not None and len(self.inbox) > max_inbox(p.params.R_max):
+        extra = 4 * MAX_ATTEMPTS if grouped else 0  # open, list, certificate, reveals per attempt
+        if p.params is not None and len(self.inbox) > max_inbox(p.params.R_max) + extra:
             raise DecodeError(
                 f"participant session holds {len(self.inbox)} messages, a round with R_max={p.params.R_max} "
                 f"has at most {max_inbox(p.params.R_max)}"
@@ -119,5 +137,5 @@ class SessionState:
 
 def handle(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes]]:
     """Process one message from the PS: (the new state, the replies to send)."""
-    replies = state.participant().handle(data)
+    replies = state.participant(data).handle(data)
     return replace(state, inbox=state.inbox + (bytes(data),)), replies

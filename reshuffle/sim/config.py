@@ -30,7 +30,7 @@ class SimConfig:
     adversary of :mod:`reshuffle.adversaries` played in every real round (by the
     first malicious client, or client 0, unless ``adversary_options`` says
     otherwise); a participant it blames takes no part in later rounds. ``training`` is ``batched`` (all
-    clients in one vmapped computation), ``sequential``, or ``auto`` (batched
+    clients in one stacked computation), ``sequential``, or ``auto`` (batched
     when it is faster: models without convolutions, with SGD).
     """
 
@@ -54,6 +54,7 @@ class SimConfig:
     shuffle: str = "real"
     training: str = "auto"
     group: str = "ristretto255"
+    group_size: int | None = None  # anonymity groups of about this size (real shuffle); None: one group
     seed: int = 0
     root_samples: int = 100
     out: str | None = None
@@ -113,8 +114,15 @@ class SimConfig:
             raise ConfigError(f"f must be a non-negative int, got {self.f!r}")
         from reshuffle.protocol.params import RoundParams
 
+        if self.group_size is not None:
+            from reshuffle.protocol.groups import check_group_size
+
+            check_group_size(self.group_size)
+            if self.shuffle != "real":
+                raise ConfigError(f"group_size splits the real protocol's round: it needs shuffle='real'")
         threshold = RoundParams.default(self.clients, 1).t
-        if self.clients - self.n_dropout < threshold:
+        # In groups a group below its threshold loses its models and the others deliver.
+        if self.group_size is None and self.clients - self.n_dropout < threshold:
             raise ConfigError(
                 f"dropout={self.dropout} drops {self.n_dropout} of {self.clients} clients per round; "
                 f"the shuffle needs t={threshold} survivors"

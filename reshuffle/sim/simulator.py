@@ -83,11 +83,14 @@ def loss_causes(r: ShuffleResult, clients: int, dropouts: dict[str, list[int]]) 
     reservation did not settle within R_max, or the PS discarded its position).
     """
     dropped_at = {i: ph for ph, ids in dropouts.items() for i in ids}
+    group_of = {i: j for j, g in enumerate(r.groups or ()) for i in g}
     out = {}
     for i in range(clients):
         if i in r.positions:
             continue
-        if i in dropped_at:
+        if group_of.get(i) in r.failed_groups:
+            out[i] = f"group {group_of[i]} failed: {r.failed_groups[group_of[i]]}"
+        elif i in dropped_at:
             out[i] = f"dropout at {dropped_at[i]}"
         elif i in r.blamed:
             out[i] = f"blamed: {r.blamed[i]}"
@@ -236,7 +239,7 @@ class Simulation:
         if cfg.shuffle == "real":
             # OS randomness: the protocol's secrets are never seeded in a simulation.
             r = shuffle(models, dropouts=dropouts, T=T, global_model=self.W_g.tobytes(), group=cfg.group,
-                        adversaries=self._adversaries(), raise_on_failure=False)
+                        adversaries=self._adversaries(), raise_on_failure=False, group_size=cfg.group_size)
             self._blamed = dict(r.blamed)
             secs = {ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()}
             per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in r.stats.values())
