@@ -76,7 +76,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         from reshuffle.bench import round as round_bench
 
-        results = round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick)
+        results = round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick,
+                                  group_size=args.group_size, workers=args.workers)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -312,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--model", default="lenet5", help="simulate: logreg, mlp, lenet5")
     bench.add_argument("--clients", type=_positive(int), default=20, help="simulate: clients trained")
     bench.add_argument("--threads", type=_positive(int), default=1, help="simulate: torch threads")
+    bench.add_argument("--group-size", type=_positive(int), help="round: anonymity group size g")
+    bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
     bench.set_defaults(func=cmd_bench)
 
     red = sub.add_parser("redteam", help="play every registered protocol adversary against the round")

@@ -2,10 +2,14 @@
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reshuffle.crypto.domain import label
-from reshuffle.crypto.prg import PRG, derive_key, scratch_for
+from reshuffle.crypto.prg import PRG, KeyDeriver, derive_key, scratch_for
 from reshuffle.errors import ConfigError
 
 SEED = bytes(range(32))
@@ -74,3 +78,33 @@ def test_words_into_matches_words(n):
     assert out.tobytes() == Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update(bytes(4 * n))
     with pytest.raises(ConfigError):
         PRG(SEED, dom).words_into(np.zeros(n, dtype=np.uint16))
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.binary(min_size=16, max_size=64), domain=st.binary(min_size=1, max_size=200))
+def test_derive_key_is_hkdf_sha256(seed, domain):
+    # The hand-rolled Extract/Expand must equal the library's HKDF for one 32-byte block.
+    ref = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"reshuffle/v1/prg-key", info=domain).derive(seed)
+    assert derive_key(seed, domain) == ref
+    assert KeyDeriver(seed).key(domain) == ref
+
+
+def test_key_deriver_checks_its_inputs():
+    with pytest.raises(ConfigError, match="seed"):
+        KeyDeriver(bytes(15))
+    with pytest.raises(ConfigError, match="domain"):
+        KeyDeriver(SEED).key(b"")
+
+
+@settings(max_examples=30, deadline=None)
+@given(T=st.integers(0, 2**64 - 1), m=st.integers(0, 40), i=st.integers(0, 2000), j=st.integers(0, 2000),
+       rows=st.integers(1, 6), h=st.binary(max_size=32), b=st.integers(1, 2**250))
+def test_row_keys_equal_the_per_row_derivation(T, m, i, j, rows, h, b):
+    from reshuffle.crypto.group import get_group
+    from reshuffle.protocol.masking import pair_row_key, pair_row_keys, self_key, self_row_keys
+
+    g = get_group()
+    b %= g.order
+    K = bytes(range(32))
+    assert self_row_keys(g, T, m, i, b, h, rows) == [self_key(g, T, m, i, b, h, r) for r in range(rows)]
+    assert pair_row_keys(K, T, m, i, j, h, rows) == [pair_row_key(K, T, m, i, j, h, r) for r in range(rows)]

@@ -13,6 +13,18 @@ are measured in the same run, against floors computed on the same sizes:
 - ``round_floor_ratio``: both floors together divided by the round's critical
   path (PS time plus the slowest participant, summed over phases).
 
+With ``group_size`` g the round runs in anonymity groups (``reshuffle.shuffle(...,
+group_size=g)``) and both floors are those of the groups: per group, its |U_j|
+uploads of its own length and |U_j| streams of it, summed over the groups;
+``workers`` runs the participants in that many processes
+(:mod:`reshuffle.protocol.parallel`). Per N it also reports ``wall_s``, ``cpu_s``
+(CPU seconds of the round, workers included: on a shared machine ``cpu_s`` /
+cores is what the round needs), ``participant_critical_s`` (the slowest participant per phase, summed: what
+participants put on the round's critical path), ``participant_cpu_s`` (a
+participant's mean handler CPU time over the round), ``ps_s`` (the PS over all
+phases) and ``peak_rss_mb``: the peak of the summed proportional set size of
+this process and its workers (shared pages counted once), sampled every 0.1 s.
+
 ``mechanisms`` times each protocol-v2 mechanism on its own at the round's sizes
 (docs/protocol.md §8): signing and verifying one upload (per-row hashes + Ed25519),
 the OT answer proof, the credential, the row checks, one certificate check, and
@@ -22,6 +34,9 @@ time of a round whose jammer starts the blame step.
 
 from __future__ import annotations
 
+import os
+import resource
+import threading
 import time
 
 import numpy as np
@@ -107,51 +122,148 @@ def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
     }
 
 
-def bench_N(N: int, d: int, repeat: int) -> dict:
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+class PeakMemory:
+    """Peak of the summed PSS of this process and its descendants, sampled in a thread.
+
+    Falls back to this process's ``ru_maxrss`` where ``/proc`` has no PSS.
+    """
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> int:
+        pids, seen = [os.getpid()], set()
+        while pids:
+            pid = pids.pop()
+            if pid not in seen:
+                seen.add(pid)
+                pids += _children(pid)
+        return sum(_pss_kb(pid) for pid in seen)
+
+    def _loop(self) -> None:
+        while True:
+            self.peak_kb = max(self.peak_kb, self._sample())
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        if not self.peak_kb:
+            self.peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    @property
+    def mb(self) -> float:
+        return self.peak_kb / 1024
+
+
+def _cpu_s() -> float:
+    """User + system CPU seconds of this process and its reaped children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _groups(r) -> list[tuple[int, int, object]]:
+    """(|U_j|, words uploaded, params) per group that reached its upload (one entry without groups)."""
+    outs = getattr(r.output, "group_outputs", None)
+    if outs is None:
+        p = r.params
+        return [(len(r.output.online.get(p.upload_m, ())), r.output.n_positions * p.row_words, p)]
+    params = r.output.group_params
+    return [
+        (len(o.online.get(params[j].upload_m, ())), o.n_positions * params[j].row_words, params[j])
+        for j, o in sorted(outs.items())
+    ]
+
+
+def _ps_floor(groups, repeat: int) -> float:
+    """Sum of |U_j| vectors + |U_j| keystreams of each group's length; one group of each shape is timed."""
+    total, timed = 0.0, {}
+    for U, L, _ in groups:
+        if (U, L) not in timed:
+            acc = np.zeros(L, dtype=np.uint32)
+            vecs = [np.full(L, i, dtype=np.uint32) for i in range(U)]
+
+            def plain_sum():
+                for v in vecs:
+                    np.add(acc, v, out=acc)
+
+            timed[(U, L)] = best_of(plain_sum, repeat) + _keystream_time(L, U, repeat)
+        total += timed[(U, L)]
+    return total
+
+
+def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers: int | None = None,
+            blame: bool = True) -> dict:
     # Test data only; the protocol draws its own secrets from a cryptographic PRG.
     gen = np.random.default_rng(N)
     ups = [(gen.normal(size=d) * 0.05).astype(np.float32) for _ in range(N)]
-    t0 = time.perf_counter()
-    r = reshuffle.shuffle(ups, seed=N)
-    wall = time.perf_counter() - t0
+    kw = {"group_size": group_size} if group_size is not None else {}
+    cpu0 = _cpu_s()
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        r = reshuffle.shuffle(ups, seed=N, workers=workers, **kw)
+        wall = time.perf_counter() - t0
+    cpu = _cpu_s() - cpu0  # the workers are joined (reaped) when shuffle returns
     assert len(r.models) == N, "benchmark round lost participants"
-    rows = r.output.n_positions  # one row per settled participant plus the decoys'
-    L = rows * r.params.row_words
-    mask_s = _mask_time(N, L, rows, repeat)
-    floor_mask_s = _keystream_time(L, N, repeat)  # self mask + (N - 1) pairwise streams
-    # PS floor: sum of N distinct uploaded-size vectors + N self-mask keystreams.
-    acc = np.zeros(L, dtype=np.uint32)
-    vecs = [np.full(L, i, dtype=np.uint32) for i in range(N)]
-
-    def plain_sum():
-        for v in vecs:
-            np.add(acc, v, out=acc)
-
-    floor_ps_s = best_of(plain_sum, repeat) + _keystream_time(L, N, repeat)
-    ps_s = r.stats["upload"]["ps_s"] + r.stats["unmask"]["ps_s"]
-    phases = {
-        ph: {"participant_s": v["participant_s"], "ps_s": v["ps_s"]} for ph, v in r.stats.items()
-    }
-    sent = sum(v["participant_bytes_sent"] for v in r.stats.values())
-    recv = sum(v["participant_bytes_received"] for v in r.stats.values())
-    critical = sum(v["ps_s"] + v["participant_max_s"] for v in r.stats.values())
-    from reshuffle.adversaries import make_adversary
-
-    t0 = time.perf_counter()
-    jammed = reshuffle.shuffle(ups, seed=N, adversaries=[make_adversary("jam")])
-    blame_extra = time.perf_counter() - t0 - wall
-    return {
+    groups = _groups(r)
+    # A participant's mask in the largest group: (1 + degree) streams of its upload length.
+    U, L, gp = max(groups, key=lambda g: g[1])
+    rows = L // gp.row_words  # one row per settled participant plus the decoys'
+    mask_s = _mask_time(U, L, rows, repeat)
+    floor_mask_s = _keystream_time(L, U, repeat)  # self mask + (U - 1) pairwise streams
+    floor_ps_s = _ps_floor(groups, repeat)
+    phase_stats = {ph: v for ph, v in r.stats.items() if isinstance(v, dict) and "ps_s" in v}
+    ps_s = phase_stats["upload"]["ps_s"] + phase_stats["unmask"]["ps_s"]
+    # With groups the assignment is one more entry ("assign"), so its bytes and time count too.
+    sent = sum(v["participant_bytes_sent"] for v in phase_stats.values())
+    recv = sum(v["participant_bytes_received"] for v in phase_stats.values())
+    critical = sum(v["ps_s"] + v["participant_max_s"] for v in phase_stats.values())
+    out = {
         "d": d,
+        "group_size": group_size,
+        "groups": len(groups),
+        "workers": workers or 1,
         "wall_s": wall,
+        "cpu_s": cpu,
+        "participant_critical_s": sum(v["participant_max_s"] for v in phase_stats.values()),
+        "participant_cpu_s": sum(v["participant_cpu_s"] for v in phase_stats.values()),
+        "ps_s": sum(v["ps_s"] for v in phase_stats.values()),
+        "peak_rss_mb": mem.mb,
         "critical_path_s": critical,
         "round_floor_ratio": (floor_mask_s + floor_ps_s) / critical,
-        "mechanisms": _mechanisms(r, N, rows, repeat),
-        "blame_extra_s": blame_extra,
-        "blame_named": sorted(jammed.blamed),
-        "phases": phases,
+        "mechanisms": _mechanisms(r, U, rows, repeat),
+        "phases": {ph: {"participant_s": v["participant_s"], "ps_s": v["ps_s"]} for ph, v in phase_stats.items()},
         "participant_bytes": sent + recv,
         "participant_bytes_sent": sent,
         "participant_bytes_received": recv,
+        "participant_upload_bytes": phase_stats["upload"]["participant_bytes_sent"],
         "participant_mask_s": mask_s,
         "participant_mask_floor_s": floor_mask_s,
         "participant_mask_ratio": floor_mask_s / mask_s,
@@ -159,9 +271,24 @@ def bench_N(N: int, d: int, repeat: int) -> dict:
         "ps_floor_s": floor_ps_s,
         "ps_floor_ratio": floor_ps_s / ps_s,
     }
+    if blame:
+        from reshuffle.adversaries import make_adversary
+
+        t0 = time.perf_counter()
+        jammed = reshuffle.shuffle(ups, seed=N, workers=workers, adversaries=[make_adversary("jam")], **kw)
+        out["blame_extra_s"] = time.perf_counter() - t0 - wall
+        out["blame_named"] = sorted(jammed.blamed)
+    return out
 
 
-def run(Ns=(10, 50, 100), d: int = LENET5_D, quick: bool = False) -> dict:
+def run(Ns=(10, 50, 100), d: int = LENET5_D, quick: bool = False, group_size: int | None = None,
+        workers: int | None = None, blame: bool | None = None) -> dict:
+    """One :func:`bench_N` per N. The blame round (a jammer, for ``blame_extra_s``) runs by
+    default only without groups and for N <= 100, where it costs one more round."""
     if quick:
         Ns, d = [n for n in Ns if n <= 10] or [10], min(d, 4096)
-    return {str(N): bench_N(N, d, 2 if quick else 3) for N in Ns}
+    return {
+        str(N): bench_N(N, d, 2 if quick else 3, group_size, workers,
+                        blame if blame is not None else (group_size is None and N <= 100))
+        for N in Ns
+    }

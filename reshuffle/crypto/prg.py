@@ -9,15 +9,16 @@ array through one reusable scratch buffer, which is the masking hot path.
 
 from __future__ import annotations
 
+import hmac
+
 import numpy as np
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from reshuffle.errors import ConfigError
 
 RING_DTYPES = {8: np.dtype("<u1"), 16: np.dtype("<u2"), 32: np.dtype("<u4"), 64: np.dtype("<u8")}
 _HKDF_SALT = b"reshuffle/v1/prg-key"
+_CTR_ZERO = modes.CTR(bytes(16))  # every stream has its own key, so each starts at counter 0
 
 
 def ring_dtype(bits: int) -> np.dtype:
@@ -42,19 +43,44 @@ class _Zeros:
 _ZEROS = _Zeros()
 
 
-def derive_key(seed: bytes, domain: bytes) -> bytes:
+def _check_seed(seed: bytes) -> None:
     if not isinstance(seed, (bytes, bytearray)) or len(seed) < 16:
         raise ConfigError("PRG seed must be at least 16 bytes")
+
+
+def _expand(prk: bytes, domain: bytes) -> bytes:
+    """HKDF-Expand (RFC 5869) to one SHA-256 block: ``HMAC(PRK, info || 0x01)``."""
     if not domain:
         raise ConfigError("PRG domain must be non-empty")
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=_HKDF_SALT, info=domain).derive(
-        bytes(seed)
-    )
+    return hmac.digest(prk, domain + b"\x01", "sha256")
+
+
+def derive_key(seed: bytes, domain: bytes) -> bytes:
+    """HKDF-SHA256(seed, salt, info=domain) to 32 bytes: one stream's AES key."""
+    _check_seed(seed)
+    return _expand(hmac.digest(_HKDF_SALT, bytes(seed), "sha256"), domain)
+
+
+class KeyDeriver:
+    """:func:`derive_key` for one seed under many domains: HKDF-Extract is done once.
+
+    The masks key one stream per row from the same seed, so extracting once
+    saves a hash per row; the keys equal :func:`derive_key`'s.
+    """
+
+    __slots__ = ("_prk",)
+
+    def __init__(self, seed: bytes) -> None:
+        _check_seed(seed)
+        self._prk = hmac.digest(_HKDF_SALT, bytes(seed), "sha256")
+
+    def key(self, domain: bytes) -> bytes:
+        return _expand(self._prk, domain)
 
 
 def keystream_into(key: bytes, buf: bytearray, nbytes: int) -> None:
     """Raw AES-256-CTR keystream of ``nbytes`` into ``buf`` (len >= nbytes + 15)."""
-    enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+    enc = Cipher(algorithms.AES(key), _CTR_ZERO).encryptor()
     enc.update_into(_ZEROS.view(nbytes), buf)
 
 
@@ -79,7 +105,7 @@ class PRG:
             raise ConfigError(f"output must be a writeable contiguous {self.dtype} array")
         view = memoryview(out.reshape(-1).view(np.uint8))
         nbytes = len(view)
-        enc = Cipher(algorithms.AES(self._key), modes.CTR(bytes(16))).encryptor()
+        enc = Cipher(algorithms.AES(self._key), _CTR_ZERO).encryptor()
         # update_into needs len(buf) >= len(data) + 15: write all but the last
         # 16 bytes in place, then the tail through a small copy.
         head = max(nbytes - 16, 0)
@@ -111,26 +137,29 @@ CHUNK_BYTES = 1 << 18  # 256 KiB: accumulator chunk and keystream stay in L2
 
 
 def accumulate_streams(
-    acc: np.ndarray, streams: list[tuple[bytes, int]], chunk_bytes: int = CHUNK_BYTES
+    acc: np.ndarray, streams: list[tuple[bytes, int]], chunk_bytes: int = CHUNK_BYTES,
+    scratch: bytearray | None = None,
 ) -> None:
     """``acc += sum(sign * AES-CTR(key))`` over all ``(key, sign)``, chunk by chunk.
 
     Each stream's encryptor stays open across chunks (CTR state carries on), so
     one chunk of the accumulator is updated by every stream while it is in cache.
     Keys come from :func:`derive_key`; the result equals adding each
-    ``PRG(seed, domain).words(n)`` in turn.
+    ``PRG(seed, domain).words(n)`` in turn. ``scratch`` (>= chunk + 15 bytes) may be
+    reused across calls.
     """
     if not acc.flags.c_contiguous or acc.dtype.kind != "u":
         raise ConfigError("accumulator must be a contiguous unsigned array")
     if not streams:
         return
     encs = [
-        (Cipher(algorithms.AES(k), modes.CTR(bytes(16))).encryptor(), s >= 0) for k, s in streams
+        (Cipher(algorithms.AES(k), _CTR_ZERO).encryptor(), s >= 0) for k, s in streams
     ]
     flat = acc.reshape(-1).view(np.uint8)
     item = acc.dtype.itemsize
     chunk = max(16, chunk_bytes - chunk_bytes % 16)
-    scratch = bytearray(chunk + 15)
+    if scratch is None or len(scratch) < chunk + 15:
+        scratch = bytearray(chunk + 15)
     for start in range(0, flat.size, chunk):
         nb = min(chunk, flat.size - start)
         part = flat[start : start + nb].view(acc.dtype)

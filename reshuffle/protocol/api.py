@@ -17,6 +17,7 @@ from reshuffle.protocol.grouped import GroupedOutput, GroupedParticipant, Groupe
 from reshuffle.protocol.groups import CheckCache, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
+from reshuffle.protocol.parallel import make_runner
 from reshuffle.protocol.runner import InProcessRunner, Interceptor
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
 
@@ -161,6 +162,7 @@ def shuffle(
     raise_on_failure: bool = True,
     group_size: int | None = None,
     group_collusion: float | None = None,
+    workers: int | None = None,
     **params,
 ) -> ShuffleResult:
     """Run one real Re-Shuffle round among ``len(updates)`` participants.
@@ -173,6 +175,7 @@ def shuffle(
     ``adversaries`` are deviating participants or PS (:mod:`reshuffle.adversaries`).
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
     seeded, never numpy's); without it everything comes from OS randomness.
+    ``workers`` > 1 runs the participants in that many processes (same result).
 
     ``group_size`` g splits the participants into about ⌈N/g⌉ anonymity groups by
     a commit-reveal no single party controls; each group runs a complete round
@@ -202,7 +205,7 @@ def shuffle(
     server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries,
                                        group_size=group_size, overrides=params, group_collusion=group_collusion)
     N = len(ups)
-    runner = InProcessRunner(server, participants, dropouts, interceptors)
+    runner = make_runner(server, participants, dropouts, interceptors, workers)
     failure = None
     try:
         out = runner.run()
@@ -271,6 +274,7 @@ def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> tupl
         "ps_s": server.assign_s,
         "participant_s": st.participant_s.get("other", 0.0) / n,
         "participant_max_s": max((v.get("other", 0.0) for v in st.per_participant_s.values()), default=0.0),
+        "participant_cpu_s": st.participant_cpu_s.get("other", 0.0) / n,
         "participant_bytes_sent": st.participant_sent.get("other", 0) / n,
         "participant_bytes_received": st.participant_recv.get("other", 0) / n,
         "ps_bytes_sent": st.participant_recv.get("other", 0),

@@ -15,6 +15,7 @@ without saying anything about any other row (§9).
 
 from __future__ import annotations
 
+import struct
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -22,7 +23,27 @@ import numpy as np
 from reshuffle.crypto.channel import dh_shared
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group
-from reshuffle.crypto.prg import accumulate_streams, derive_key
+from reshuffle.crypto.prg import CHUNK_BYTES, KeyDeriver, accumulate_streams, derive_key
+
+_ROW = struct.Struct(">Q")
+
+
+def _row_domains(name: str, fields: tuple[int, ...], rows: int, h: bytes) -> list[bytes]:
+    """``label(name, *fields, row) || h`` for row = 0..rows-1; the row is label's last u64."""
+    head = label(name, *fields, 0)[: -_ROW.size]
+    return [head + _ROW.pack(row) + h for row in range(rows)]
+
+
+def self_row_keys(group: Group, T: int, m: int, i: int, b: int, h: bytes, rows: int) -> list[bytes]:
+    """``self_key(..., row)`` for every row, extracting the seed once."""
+    kd = KeyDeriver(group.scalar_to_bytes(b))
+    return [kd.key(dom) for dom in _row_domains("mask/self", (T, m, i), rows, h)]
+
+
+def pair_row_keys(K: bytes, T: int, m: int, i: int, j: int, h: bytes, rows: int) -> list[bytes]:
+    """``pair_row_key(K, ..., row)`` for every row, extracting ``K`` once."""
+    kd = KeyDeriver(K)
+    return [kd.key(dom) for dom in _row_domains("mask/pair", (T, m, min(i, j), max(i, j)), rows, h)]
 
 
 def self_key(group: Group, T: int, m: int, i: int, b: int, h: bytes, row: int = 0) -> bytes:
@@ -68,10 +89,12 @@ def mask_in_place(
 ) -> None:
     """``v += r_{i,m}``; ``peers`` maps each other j in the mask set to ``X_{j,m}``; ``h`` is h_m."""
     K = {j: pair_secret(x, X_j) for j, X_j in peers.items() if j != i}
-    for row, part in enumerate(_rows_view(v, rows)):
-        streams = [(self_key(group, T, m, i, b, h, row), 1)]
-        streams += [(pair_row_key(K_j, T, m, i, j, h, row), pair_sign(i, j)) for j, K_j in K.items()]
-        accumulate_streams(part, streams)
+    parts = _rows_view(v, rows)
+    keyed = [(self_row_keys(group, T, m, i, b, h, rows), 1)]
+    keyed += [(pair_row_keys(K_j, T, m, i, j, h, rows), pair_sign(i, j)) for j, K_j in K.items()]
+    scratch = bytearray(CHUNK_BYTES + 15)
+    for row, part in enumerate(parts):
+        accumulate_streams(part, [(keys[row], sign) for keys, sign in keyed], scratch=scratch)
 
 
 def unmask_in_place(
@@ -92,12 +115,14 @@ def unmask_in_place(
     the dropped j; ``mask_keys[k] = X_{k,m}`` for the online k.
     """
     online = list(online)
+    parts = _rows_view(acc, rows)
     K = {(j, k): pair_secret(x_j, mask_keys[k]) for j, x_j in dropped_secrets.items() for k in online}
-    for row, part in enumerate(_rows_view(acc, rows)):
-        streams = [(self_key(group, T, m, i, self_seeds[i], h, row), -1) for i in online]
-        # y_k carries s(k, j) * PRG(k_{kj,row}) for each dropped j; remove it.
-        streams += [(pair_row_key(K_jk, T, m, j, k, h, row), -pair_sign(k, j)) for (j, k), K_jk in K.items()]
-        accumulate_streams(part, streams)
+    keyed = [(self_row_keys(group, T, m, i, self_seeds[i], h, rows), -1) for i in online]
+    # y_k carries s(k, j) * PRG(k_{kj,row}) for each dropped j; remove it.
+    keyed += [(pair_row_keys(K_jk, T, m, j, k, h, rows), -pair_sign(k, j)) for (j, k), K_jk in K.items()]
+    scratch = bytearray(CHUNK_BYTES + 15)
+    for row, part in enumerate(parts):
+        accumulate_streams(part, [(keys[row], sign) for keys, sign in keyed], scratch=scratch)
 
 
 def row_mask(

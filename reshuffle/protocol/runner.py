@@ -36,11 +36,16 @@ Interceptor = Callable[[Envelope], Iterable[Envelope]]
 
 
 class PhaseStats:
-    """Seconds and bytes per phase, for the PS and summed over participants."""
+    """Seconds and bytes per phase, for the PS and summed over participants.
+
+    ``participant_cpu_s`` is the CPU time of the participants' handlers (their
+    thread's), which other load on the machine does not inflate.
+    """
 
     def __init__(self) -> None:
         self.ps_s: dict[str, float] = defaultdict(float)
         self.participant_s: dict[str, float] = defaultdict(float)
+        self.participant_cpu_s: dict[str, float] = defaultdict(float)
         self.participant_sent: dict[str, int] = defaultdict(int)
         self.participant_recv: dict[str, int] = defaultdict(int)
         self.per_participant_s: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -51,6 +56,7 @@ class PhaseStats:
             out[ph] = {
                 "ps_s": self.ps_s.get(ph, 0.0),
                 "participant_s": self.participant_s.get(ph, 0.0) / max(n_participants, 1),
+                "participant_cpu_s": self.participant_cpu_s.get(ph, 0.0) / max(n_participants, 1),
                 "participant_max_s": max((d.get(ph, 0.0) for d in self.per_participant_s.values()), default=0.0),
                 "participant_bytes_sent": self.participant_sent.get(ph, 0) / max(n_participants, 1),
                 "participant_bytes_received": self.participant_recv.get(ph, 0) / max(n_participants, 1),
@@ -112,9 +118,10 @@ class InProcessRunner:
         if ph in PHASES and PHASES.index(ph) >= self.drop_at.get(env.recipient, len(PHASES)):
             return  # dropped out: the message goes unanswered
         self.stats.participant_recv[ph] += len(env.data)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         replies = p.handle(env.data)
         dt = time.perf_counter() - t0
+        self.stats.participant_cpu_s[ph] += time.thread_time() - c0
         self.stats.participant_s[ph] += dt
         self.stats.per_participant_s[env.recipient][ph] += dt
         for r in replies:

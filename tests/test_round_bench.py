@@ -1,0 +1,61 @@
+"""`reshuffle bench round` with groups and workers: the reported fields and what they must satisfy."""
+
+import json
+import multiprocessing as mp
+import os
+
+import numpy as np
+
+from reshuffle.bench import round as round_bench
+from reshuffle.cli import main
+
+FIELDS = ("wall_s", "participant_critical_s", "participant_bytes", "ps_s", "peak_rss_mb", "ps_floor_ratio",
+          "participant_mask_ratio")
+
+
+def test_grouped_bench_reports_every_field_and_a_flat_upload():
+    # Prepare / Execute: groups of 6 at two N; two workers.
+    small = round_bench.bench_N(12, 600, 1, group_size=6, workers=2, blame=False)
+    large = round_bench.bench_N(18, 600, 1, group_size=6, workers=2, blame=False)
+    # Assert
+    for r, groups in ((small, 2), (large, 3)):
+        assert all(r[k] > 0 for k in FIELDS)
+        assert (r["groups"], r["group_size"], r["workers"]) == (groups, 6, 2)
+        assert r["wall_s"] >= r["ps_s"]  # the PS runs inside the timed call
+        assert "blame_extra_s" not in r
+    # Per participant, a group of 6 uploads the same whatever N is.
+    assert small["participant_upload_bytes"] == large["participant_upload_bytes"]
+
+
+def _hold(n_bytes, ready, release):
+    block = np.ones(n_bytes, dtype=np.uint8)  # touched: resident
+    ready.set()
+    release.wait(30)
+    del block
+
+
+def test_peak_memory_counts_child_processes():
+    # Prepare: a child that holds 96 MiB while the sampler runs.
+    ctx = mp.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold, args=(96 << 20, ready, release))
+    # Execute
+    with round_bench.PeakMemory(interval=0.02) as mem:
+        child.start()
+        assert ready.wait(30)
+        base = mem.peak_kb
+        while mem.peak_kb == base:  # at least one sample with the child's block resident
+            os.sched_yield()
+        release.set()
+        child.join(30)
+    # Assert
+    assert mem.mb >= 96
+
+
+def test_cli_round_bench_with_groups_and_workers(capsys):
+    # Execute
+    assert main(["bench", "round", "--quick", "--json", "--N", "10", "--group-size", "5", "--workers", "2"]) == 0
+    # Assert
+    out = json.loads(capsys.readouterr().out)["10"]
+    assert all(out[k] > 0 for k in FIELDS)
+    assert (out["groups"], out["group_size"], out["workers"]) == (2, 5, 2)
