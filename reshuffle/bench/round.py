@@ -8,8 +8,11 @@ are measured in the same run, against floors computed on the same sizes:
   participant's upload mask needs ((1 + degree) streams of the model-list
   length) divided by its masking time (``mask_in_place``, DH included);
 - ``ps_floor_ratio``: (numpy sum of the N uploaded vectors + raw keystream for
-  the N self masks it regenerates) divided by the PS's measured
-  aggregate-and-unmask time (receiving the uploads plus closing the unmask phase);
+  the N self masks it regenerates) divided by the time the PS spends on exactly
+  those two operations in the round (summing the uploads, ``unmask_in_place``;
+  ``RoundOutput.timings``); ``ps_round_floor_ratio`` divides the same floor by the
+  PS's whole upload-and-unmask time (signatures, row hashes, consents, Shamir
+  recovery, row checks and decoding included);
 - ``round_floor_ratio``: both floors together divided by the round's critical
   path (PS time plus the slowest participant, summed over phases).
 
@@ -241,6 +244,8 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     floor_ps_s = _ps_floor(groups, repeat)
     phase_stats = {ph: v for ph, v in r.stats.items() if isinstance(v, dict) and "ps_s" in v}
     ps_s = phase_stats["upload"]["ps_s"] + phase_stats["unmask"]["ps_s"]
+    outs = getattr(r.output, "group_outputs", None) or {0: r.output}
+    sum_unmask = sum(o.timings["ps_sum_s"] + o.timings["ps_unmask_s"] for o in outs.values())
     # With groups the assignment is one more entry ("assign"), so its bytes and time count too.
     sent = sum(v["participant_bytes_sent"] for v in phase_stats.values())
     recv = sum(v["participant_bytes_received"] for v in phase_stats.values())
@@ -269,7 +274,9 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         "participant_mask_ratio": floor_mask_s / mask_s,
         "ps_aggregate_unmask_s": ps_s,
         "ps_floor_s": floor_ps_s,
-        "ps_floor_ratio": floor_ps_s / ps_s,
+        "ps_sum_unmask_s": sum_unmask,
+        "ps_floor_ratio": floor_ps_s / sum_unmask,
+        "ps_round_floor_ratio": floor_ps_s / ps_s,
     }
     if blame:
         from reshuffle.adversaries import make_adversary

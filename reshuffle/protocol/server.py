@@ -17,6 +17,7 @@ passed; it returns the next messages. ``output`` is set once ``done``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,6 +85,8 @@ class RoundOutput:
     # members that could not answer the blame step while a decoy row stayed unexplained: never named
     suspects: list[int] = field(default_factory=list)
     decoy_positions: list[int] = field(default_factory=list)
+    # PS seconds spent summing the uploads and removing their masks (the floor's two operations)
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def discarded_positions(self) -> list[int]:
@@ -140,6 +143,7 @@ class Server:
         self._adverts: dict[int, msg.Advertise] = {}
         self._tx = Transcript(T)
         self._share_evidence: dict[int, cpl.ShareEvidence] = {}  # §6.4 culprits
+        self.timings = {"ps_sum_s": 0.0, "ps_unmask_s": 0.0}  # of the upload invocation
         self._h = b""
         # §7.2: the credential key γ, independent of every OT key β.
         self._gamma = self.group.random_scalar(self._rng)
@@ -417,7 +421,10 @@ class Server:
         # Streamed into the running sum: the PS never holds N vectors at once; it keeps what
         # blame may need: count vectors (short) and each upload's decoy rows with its signature.
         words = np.frombuffer(mi.words, dtype=self._acc.dtype)
+        t0 = time.perf_counter()
         np.add(self._acc, words, out=self._acc)
+        if self.m == self.params.upload_m:
+            self.timings["ps_sum_s"] += time.perf_counter() - t0
         if self.m <= self.params.R_max:
             self._vectors.setdefault(self.m, {})[sender] = msg.relay_bytes(mi)
         else:
@@ -534,7 +541,10 @@ class Server:
         seeds = {i: self._recover(i, ShareKind.SELF_SEED) for i in Um}
         secrets = {j: self._recover(j, ShareKind.DH_SECRET) for j in self._dropped}
         keys = {k: self._adverts[k].mask_keys[m - 1] for k in Um}
+        t0 = time.perf_counter()
         unmask_in_place(self._acc, self.group, self.T, m, Um, seeds, secrets, keys, self._h, self._n_rows)
+        if m == p.upload_m:
+            self.timings["ps_unmask_s"] += time.perf_counter() - t0
         self._seeds[m], self._dropped_x[m] = seeds, secrets
         if m <= p.R_max:
             self._acc += self._decoy_picks
@@ -668,5 +678,6 @@ class Server:
             evidence={**self._share_evidence, **(blame.evidence if blame else {})},
             suspects=blame.suspects if blame else [],
             decoy_positions=list(self._decoy_pos),
+            timings=dict(self.timings),
         )
         self.phase = SPhase.DONE
