@@ -125,11 +125,8 @@ class CuriousPS:
         return candidates[sample_distinct(len(candidates), 1, OS_RANDOM)[0]]
 
 
-def anonymity_trial(N: int, c: int, d: int, broken: bool) -> tuple[bool, int]:
-    """One real round and one challenge; returns (adversary correct, h)."""
-    ups = [np.frombuffer(secrets.token_bytes(4 * d), np.int32).astype(np.float32) / 2**31 for _ in range(N)]
-    p = RoundParams.default(N, d)
-    server, parts = build_round(ups, p, participant_cls=AnswersTwice if broken else None)
+def _run_tapped(server, parts) -> list[tuple[int, bytes]]:
+    """Run the round; return every (sender, bytes) the PS received: the adversary's transcript."""
     transcript: list[tuple[int, bytes]] = []
 
     def tap(env):
@@ -138,6 +135,15 @@ def anonymity_trial(N: int, c: int, d: int, broken: bool) -> tuple[bool, int]:
         return [env]
 
     InProcessRunner(server, parts, None, [tap]).run()
+    return transcript
+
+
+def anonymity_trial(N: int, c: int, d: int, broken: bool) -> tuple[bool, int]:
+    """One real round and one challenge; returns (adversary correct, h)."""
+    ups = [np.frombuffer(secrets.token_bytes(4 * d), np.int32).astype(np.float32) / 2**31 for _ in range(N)]
+    p = RoundParams.default(N, d)
+    server, parts = build_round(ups, p, participant_cls=AnswersTwice if broken else None)
+    transcript = _run_tapped(server, parts)
     out = server.output
     colluders = {j: parts[j] for j in range(c)}
     honest_owner = {
@@ -177,14 +183,7 @@ def anonymity_trial_groups(N: int, c: int, d: int, g: int, broken: bool) -> tupl
     ups = [np.frombuffer(secrets.token_bytes(4 * d), np.int32).astype(np.float32) / 2**31 for _ in range(N)]
     server, parts = build_round(ups, RoundParams.default(N, d), participant_cls=AnswersTwice if broken else None,
                                 group_size=g, overrides={})
-    transcript: list[tuple[int, bytes]] = []
-
-    def tap(env):
-        if env.recipient == SERVER_ID:
-            transcript.append((env.sender, env.data))
-        return [env]
-
-    InProcessRunner(server, parts, None, [tap]).run()
+    transcript = _run_tapped(server, parts)
     out = server.output
     owners = {}  # global position -> (group, local position, owner)
     for i, pp in parts.items():
