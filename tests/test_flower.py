@@ -31,6 +31,11 @@ def test_run_config_is_validated():
         settings({"epochs": 2})
     with pytest.raises(ConfigError, match="node_config"):
         settings({"attack": "sign-flip", "malicious": 0.2})
+    # r-max sets the protocol's reservation iterations; "" keeps its default
+    assert settings({"r-max": 3}).r_max == 3 and settings({"r-max": ""}).r_max is None
+    for bad in (0, 65, 2.5, "3"):
+        with pytest.raises(ConfigError, match="r-max"):
+            settings({"r-max": bad})
 
 
 def _project_grid(n: int, node_config=None) -> LoopbackGrid:
@@ -73,8 +78,9 @@ def test_only_a_nodes_own_config_makes_it_attack_and_label_its_model():
     def cfg(i):
         own = {"attack": "sign-flip", "score": True} if i == 0 else {}
         return {"partition-id": i, "num-partitions": 4, **own}
-    s: FlowerSettings = settings(dict(RUN_CONFIG, **{"phase-timeout": 10.0}))
+    s: FlowerSettings = settings(dict(RUN_CONFIG, **{"phase-timeout": 10.0, "r-max": 5}))
     grid = make_grid(_project_grid(4, cfg), s)
+    assert grid.round_params["R_max"] == 5  # the run config's r-max reaches the protocol
     W_g = _w_g()
     # Execute
     models, flags = run_round(grid, s, 1, W_g)

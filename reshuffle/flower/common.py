@@ -15,7 +15,7 @@ ATTACKER_METRIC = "reshuffle-attacker"  # only in replies of nodes whose own nod
 FORBIDDEN_CONFIG = ("attack", "score", "score-detection", "malicious", "attack-options")
 
 # Run-config keys that are not SimConfig settings.
-FLOWER_KEYS = {"out-dir", "phase-timeout", "train-timeout", "round-timeout", "key-dir"}
+FLOWER_KEYS = {"out-dir", "phase-timeout", "train-timeout", "round-timeout", "key-dir", "r-max"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class FlowerSettings:
     train_timeout: float
     round_timeout: float
     key_dir: str
+    r_max: int | None = None  # reservation iterations (RoundParams.R_max); None: the protocol's default
 
 
 def _positive(run_config: dict[str, Any], key: str, default: float) -> float:
@@ -47,9 +48,14 @@ def settings(run_config: dict[str, Any]) -> FlowerSettings:
     sim = from_mapping({k: v for k, v in sim_values.items() if v != ""}, source="run config")
     if sim.shuffle != "real":
         raise ConfigError("the Flower apps always run the real protocol; set shuffle = \"real\"")
+    r_max = run_config.get("r-max", "")
+    if r_max != "":
+        if isinstance(r_max, bool) or not isinstance(r_max, int) or not 1 <= r_max <= 64:
+            raise ConfigError(f"r-max must be an integer in 1..64 (reservation iterations), got {r_max!r}")
     phase = _positive(run_config, "phase-timeout", 60.0)
     train = _positive(run_config, "train-timeout", 600.0)
     return FlowerSettings(
         sim, str(run_config.get("out-dir", "")), phase, train,
         _positive(run_config, "round-timeout", train + 30 * phase), str(run_config.get("key-dir", "")),
+        None if r_max == "" else r_max,
     )

@@ -42,8 +42,9 @@ def _model_of(reply: Message, size: int) -> tuple[np.ndarray, bool] | None:
 
 
 def make_grid(grid: Grid, s: FlowerSettings) -> ReshuffleGrid:
+    extra = {"R_max": s.r_max} if s.r_max is not None else {}
     return ReshuffleGrid(grid, key_dir=s.key_dir or None, phase_timeout=s.phase_timeout,
-                         train_timeout=s.train_timeout, group=s.sim.group, group_size=s.sim.group_size)
+                         train_timeout=s.train_timeout, group=s.sim.group, group_size=s.sim.group_size, **extra)
 
 
 def run_round(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarray) -> tuple[list[np.ndarray], list[bool]]:
