@@ -58,6 +58,7 @@ DEPLOYMENT_TEST = "test_flower.py::test_real_deployment_with_a_node_killed_mid_r
 LOCAL_SIMULATION_TESTS = "test_flower_sim.py::"
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection: never start a run nobody will collect
 def pytest_collection_modifyitems(session, config, items):
     deployment = any(item.nodeid.endswith(DEPLOYMENT_TEST) for item in items)
     simulation = any(LOCAL_SIMULATION_TESTS in item.nodeid for item in items)
