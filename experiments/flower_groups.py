@@ -15,46 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from reshuffle.flower.local import BIN, flwr_env, stop_processes_of
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(home: Path) -> dict:
-    env = dict(os.environ)
-    env.update({
-        "FLWR_HOME": str(home),
-        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",  # this venv, no per-run `uv sync`
-        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()),
-        "PYTHONUNBUFFERED": "1",
-    })
-    return env
-
-
-def _stop_superlink(home: Path) -> None:
-    """`flwr run` leaves the local SuperLink it started running; its command line names our FLWR_HOME."""
-    out = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True)
-    for pid in out.stdout.split():
-        try:
-            os.kill(int(pid), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         r = subprocess.run([str(BIN / "flwr"), "run", str(ROOT), "--stream", "--run-config", run_config],
-                           cwd=ROOT, env=_env(home), capture_output=True, text=True)
+                           cwd=ROOT, env=flwr_env(home, ROOT), capture_output=True, text=True)
     finally:
-        _stop_superlink(home)
+        stop_processes_of(home, signal.SIGTERM)
     wall = time.perf_counter() - t0
     (out / "flwr_run.log").write_text(r.stdout + r.stderr)
     metrics_file = out / "metrics.json"

@@ -9,39 +9,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
 from flwr.app import Context, Message, RecordDict
 
+from reshuffle.flower import local
+from reshuffle.flower.local import BIN, free_port  # noqa: F401  (used by the runs below)
 from reshuffle.flower.loopback import LoopbackGrid  # noqa: F401  (re-exported for the tests)
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def flwr_env(home: Path) -> dict:
-    env = dict(os.environ)
-    env.update({
-        "FLWR_HOME": str(home),
-        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
-        # Use this venv: no per-run `uv sync` (it would pull a CUDA torch).
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
-        "PYTHONUNBUFFERED": "1",
-    })
-    return env
+    return local.flwr_env(home, ROOT)
 
 
 def kill_group(p: subprocess.Popen) -> None:
@@ -177,17 +160,7 @@ class DeploymentRun:
         return self._outcome
 
 
-def kill_superlinks_of(home: Path) -> None:
-    """`flwr run` leaves its local SuperLink running; its command line names FLWR_HOME."""
-    out = subprocess.run(["pgrep", "-f", str(home)], capture_output=True, text=True)
-    for pid in out.stdout.split():
-        try:
-            os.killpg(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+kill_superlinks_of = local.stop_processes_of
 
 
 class LocalSimulationRuns:

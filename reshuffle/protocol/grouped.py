@@ -25,7 +25,7 @@ import numpy as np
 
 from reshuffle.crypto.rand import OS_RANDOM, RandomSource, SeededRandom, as_source
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
-from reshuffle.errors import AlreadyAnswered, BelowThreshold, ConfigError, ProtocolError, Refused, UnexpectedMessage
+from reshuffle.errors import AlreadyAnswered, BelowThreshold, ConfigError, ProtocolError, UnexpectedMessage
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
 from reshuffle.protocol.groups import (
@@ -39,7 +39,7 @@ from reshuffle.protocol.groups import (
 from reshuffle.protocol.messages import Context, MsgType
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant
-from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
+from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server, admit
 
 Outbox = list[tuple[int, bytes]]
 ASSIGN_PHASE = "setup"  # the assignment is part of the setup for stats and errors
@@ -197,18 +197,7 @@ class GroupedServer:
             return
         t0 = time.perf_counter()
         try:
-            if sender not in self._roster:
-                raise UnexpectedMessage(f"unknown sender {sender}")
-            if sender in self.excluded:
-                raise UnexpectedMessage(f"participant {sender} was excluded earlier in this round")
-            m = msg.decode(data, Context())
-            if m.sender != sender:
-                raise UnexpectedMessage(f"header names sender {m.sender}, transport says {sender}")
-            msg.verify(m, self._roster[sender].key)
-            if m.T != self.T:
-                raise UnexpectedMessage(f"message for round {m.T}, this is round {self.T}")
-            if isinstance(m, msg.Refusal):
-                raise Refused(f"participant refused: {m.error}: {m.reason}")
+            m = admit(sender, data, self._roster, self.excluded, self.T, Context())
             self._collector.receive(sender, m)
         except ProtocolError as exc:
             self.errors.append(ErrorRecord(ASSIGN_PHASE, sender, exc))

@@ -55,6 +55,25 @@ from reshuffle.wire import Writer
 Outbox = list[tuple[int, bytes]]
 
 
+def admit(sender: int, data: bytes, roster: dict[int, Certificate], excluded: set[int], T: int,
+          ctx: Context) -> msg.Message:
+    """Parse a participant's message and check what every PS step checks first: a known,
+    not excluded sender that the header names, its signature, the round; a REFUSAL raises Refused."""
+    if sender not in roster:
+        raise UnexpectedMessage(f"unknown sender {sender}")
+    if sender in excluded:
+        raise UnexpectedMessage(f"participant {sender} was excluded earlier in this round")
+    m = msg.decode(data, ctx)
+    if m.sender != sender:
+        raise UnexpectedMessage(f"header names sender {m.sender}, transport says {sender}")
+    msg.verify(m, roster[sender].key)
+    if m.T != T:
+        raise UnexpectedMessage(f"message for round {m.T}, this is round {T}")
+    if isinstance(m, msg.Refusal):
+        raise Refused(f"participant refused: {m.error}: {m.reason}")
+    return m
+
+
 @dataclass(frozen=True)
 class ErrorRecord:
     """A rejected message: the phase, the transport sender and the typed error."""
@@ -180,18 +199,7 @@ class Server:
     def receive(self, sender: int, data: bytes) -> None:
         """Validate and absorb one message; errors are recorded, never raised."""
         try:
-            if sender not in self._roster:
-                raise UnexpectedMessage(f"unknown sender {sender}")
-            if sender in self.excluded:
-                raise UnexpectedMessage(f"participant {sender} was excluded earlier in this round")
-            m = msg.decode(data, self._ctx)
-            if m.sender != sender:
-                raise UnexpectedMessage(f"header names sender {m.sender}, transport says {sender}")
-            msg.verify(m, self._roster[sender].key)
-            if m.T != self.T:
-                raise UnexpectedMessage(f"message for round {m.T}, this is round {self.T}")
-            if isinstance(m, msg.Refusal):
-                raise Refused(f"participant refused: {m.error}: {m.reason}")
+            m = admit(sender, data, self._roster, self.excluded, self.T, self._ctx)
             handlers = SERVER_TABLE[self.phase]
             if m.TYPE not in handlers:
                 raise UnexpectedMessage(
