@@ -68,15 +68,6 @@ def bad_form(v: np.ndarray) -> str | None:
     return None
 
 
-def counts_piece(m: int, counts) -> bytes:
-    """What the transcript absorbs when the counts of iteration m-1 are published with invocation m."""
-    return Writer().u32(m).u32_list(counts).u32_list(()).bytes()
-
-
-def certified_piece(m: int, online) -> bytes:
-    return Writer().u32(m).u32_list(online).bytes()
-
-
 def plaintext(group, vector: msg.MaskedInput, reveal: msg.OpenReveal, b: int) -> np.ndarray:
     """The count vector under ``vector``: its masked words minus the self stream and the pair streams
     that the sender's revealed x and claimed partners fix."""
@@ -161,8 +152,8 @@ def verify_count_evidence(ev: CountEvidence, keys, params) -> np.ndarray:
         raise Refused(f"count evidence holds {len(ev.counts)} counts, the round has n={params.n}")
     tx = Transcript(vec.T)
     tx.h = vec.h
-    tx.absorb("certified", certified_piece(ev.r, ev.certified))
-    if tx.absorb("counts", counts_piece(ev.r + 1, ev.counts)) != obj.h:
+    tx.absorb_certified(ev.r, ev.certified)
+    if tx.absorb_counts(ev.r + 1, ev.counts) != obj.h:
         raise Refused("the counts in the evidence are not the ones the objector was shown")
     if plain[obj.slot] == 1 and ev.counts[obj.slot] == 0:
         raise Refused(f"the objection of {ev.pid} is true: its pick {obj.slot} shows count 0")
@@ -209,5 +200,5 @@ class OpeningCollector:
 
 __all__ = [
     "KIND_BAD_COUNT", "KIND_FALSE_OBJECTION", "CountEvidence", "OpeningCollector", "bad_form", "check_counts",
-    "count_bound", "counts_piece", "plaintext", "verify_count_evidence",
+    "count_bound", "plaintext", "verify_count_evidence",
 ]

@@ -363,7 +363,7 @@ class Participant:
             self._mask_set = sorted(set(self._mask_set) - set(m.excluded))
             if len(self._mask_set) < p.t:
                 raise Refused(f"U_0 after the complaint step has {len(self._mask_set)} members, t={p.t}")
-        h = self._tx.absorb("counts", Writer().u32(m.m).u32_list(m.counts).u32_list(m.excluded).bytes())
+        h = self._tx.absorb_counts(m.m, m.counts, m.excluded)
         self._h[m.m] = h
         self._m = m.m
         if m.counts:
@@ -424,7 +424,7 @@ class Participant:
         last = self._m if self.phase is PPhase.AWAIT_MASK else self._m - 1
         if r != last or not self._phase_start <= r <= self.params.R_max or r not in self._revealed:
             raise Refused(f"asked to open iteration {r}; the last certified iteration of this slot phase is {last}")
-        self._tx.absorb("open", Writer().u32(r).var(m.reason.encode()).bytes())
+        self._tx.absorb_open(r, m.reason)
         self._opened, self._resume = r, r + 1  # invocation r+1 is reused: none of its keys was revealed
         X = {j: self._adverts[j].mask_keys[r - 1] for j in self._mask_sets[r] if j != self.pid}
         self.phase = PPhase.AWAIT_RESTART
@@ -490,7 +490,7 @@ class Participant:
             raise Refused(f"certificate is for another U_{m.m} than the one this participant signed")
         keys = {j: self._roster[j].key for j in m.online}
         check_certificate(self.T, m.m, m.online, self._h[m.m], m.signatures, keys, p.t)
-        self._tx.absorb("certified", Writer().u32(m.m).u32_list(m.online).bytes())
+        self._tx.absorb_certified(m.m, m.online)
         self.phase = PPhase.DONE if m.m == p.upload_m else PPhase.AWAIT_MASK
         return [self._reveal(m.m, m.online)]
 

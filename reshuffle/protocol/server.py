@@ -50,7 +50,6 @@ from reshuffle.protocol.messages import Context, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names, phase_of
 from reshuffle.protocol.reservation import settled_slots
-from reshuffle.wire import Writer
 
 Outbox = list[tuple[int, bytes]]
 
@@ -408,7 +407,7 @@ class Server:
             self._decoy_pos = decoy_positions(self._phase_counts, self._decoys.slots)
             self._blame = BlameCollector(self, self._decoy_pos)
         excluded = tuple(sorted(self._setup_excluded & set(self.online[0]))) if m == 1 else ()
-        self._h = self._tx.absorb("counts", Writer().u32(m).u32_list(counts).u32_list(excluded).bytes())
+        self._h = self._tx.absorb_counts(m, counts, excluded)
         self.phase = SPhase.MASKED
         return self._broadcast(live, msg.MaskRequest(self.T, m, SERVER_ID, counts, excluded))
 
@@ -485,7 +484,7 @@ class Server:
         return self._broadcast(signers, msg.CertificateMsg(self.T, self.m, SERVER_ID, Um, sigs))
 
     def _start_unmask(self) -> None:
-        self._tx.absorb("certified", Writer().u32(self.m).u32_list(self.online[self.m]).bytes())
+        self._tx.absorb_certified(self.m, self.online[self.m])
         self._shares: dict[tuple[int, ShareKind], dict[int, Share]] = {}
         self._answered: set[int] = set()
         self._responses: dict[int, msg.UnmaskResponse] = {}
@@ -588,15 +587,14 @@ class Server:
         objections = dict(self._objections)
         # Invocation r+1 is reused even if its vectors were collected (an objection): none of its keys
         # was revealed and its streams are bound to h_{r+1}, which the opening and restart change.
-        resume = r + 1
+        self._resume = r + 1
         Ur = self.online[r]
         self._opening = opening.OpeningCollector(
             self.group, self.params, r, self._live(Ur), self._adverts, self._vectors[r], self._seeds[r], objections,
             self._phase_counts[-1] if objections else (), Ur,
         )
-        self._resume = resume
         self.m = r
-        self._tx.absorb("open", Writer().u32(r).var(reason.encode()).bytes())
+        self._tx.absorb_open(r, reason)
         self.phase = SPhase.OPEN
         return self._broadcast(self._live(Ur), msg.OpenRequest(self.T, r, SERVER_ID, reason))
 

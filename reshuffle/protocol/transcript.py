@@ -22,6 +22,7 @@ from reshuffle.crypto.domain import label
 from reshuffle.crypto.signatures import VerifyKey
 from reshuffle.errors import InvalidSignature, Refused
 from reshuffle.protocol.messages import consent_statement
+from reshuffle.wire import Writer
 
 CONSENT_CONTEXT = "consent"
 
@@ -39,6 +40,17 @@ class Transcript:
             label("transcript/" + tag, len(data)) + self.h + bytes(data)
         ).digest()
         return self.h
+
+    # The pieces both sides (and a third party checking count evidence) absorb, encoded in one place.
+    def absorb_counts(self, m: int, counts, excluded=()) -> bytes:
+        """Invocation m's mask request: the counts of iteration m-1 and the dealers excluded (m = 1)."""
+        return self.absorb("counts", Writer().u32(m).u32_list(counts).u32_list(excluded).bytes())
+
+    def absorb_certified(self, m: int, online) -> bytes:
+        return self.absorb("certified", Writer().u32(m).u32_list(online).bytes())
+
+    def absorb_open(self, r: int, reason: str) -> bytes:
+        return self.absorb("open", Writer().u32(r).var(reason.encode()).bytes())
 
 
 def check_certificate(
