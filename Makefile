@@ -16,8 +16,9 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/reshuffle simulate --attack sign-flip --malicious 0.2 --rule multi-krum --out outputs/simulate/main
 
+# Two or more workers (pytest-xdist); the Flower runs start in the background (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/reshuffle bench crypto

@@ -23,6 +23,66 @@ from reshuffle.flower.loopback import LoopbackGrid  # noqa: F401  (re-exported f
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _write_result(path: Path, obj: dict) -> None:
+    """Write atomically: another process (an xdist worker) may be waiting for this file."""
+    import json
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+def _read_result(path: Path, timeout: float) -> dict:
+    """Wait for a result file written by :func:`_write_result` (in this process or another)."""
+    import json
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no result in {path} after {timeout:.0f} s")
+        time.sleep(0.2)
+    out = json.loads(path.read_text())
+    if "error" in out:
+        raise RuntimeError(f"the background run failed:\n{out['error']}")
+    return out
+
+
+class _Background:
+    """A run in a daemon thread whose outcome goes to files in ``self.dir``, so that any
+    process sharing the folder (pytest-xdist workers) can read it."""
+
+    def __init__(self, workdir: Path) -> None:
+        import threading
+
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._guarded, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _guarded(self) -> None:
+        import traceback
+
+        try:
+            self._run()
+        except BaseException:  # reported through the result files
+            for path in self._results():
+                if not path.exists():
+                    _write_result(path, {"error": traceback.format_exc()})
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _results(self) -> list[Path]:
+        raise NotImplementedError
+
+
 def flwr_env(home: Path) -> dict:
     return local.flwr_env(home, ROOT)
 
@@ -83,34 +143,28 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen, deadline: float) ->
     return False
 
 
-class DeploymentRun:
+class DeploymentRun(_Background):
     """A real deployment on loopback, run in a background thread so it can overlap other tests.
 
     A SuperLink, three SuperNodes (each naming its own ``reshuffle ca`` key files in
-    its node config) and ``flwr run`` of the project's app for one round; node 2 is
-    killed once the protocol has started. Every process is killed when it ends.
-    :meth:`result` waits and returns (killed, run log, metrics.json or None).
+    its node config) and ``flwr run`` of the project's app for one round (``r-max=3``);
+    node 2 is killed once the protocol has started. Every process is killed when it
+    ends. :meth:`load` waits and returns (killed, run log, metrics.json or None).
     """
 
     NODES = 3
 
-    def __init__(self, workdir: Path) -> None:
-        import threading
-
-        self.dir = Path(workdir)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._outcome: tuple | None = None
-        self._error: BaseException | None = None
-
-    def start(self) -> "DeploymentRun":
-        self._thread.start()
-        return self
+    def _results(self) -> list[Path]:
+        return [self.dir / "result.json"]
 
     def _run(self) -> None:
-        try:
-            self._outcome = self._scenario()
-        except BaseException as exc:  # reported by result()
-            self._error = exc
+        killed, text, metrics = self._scenario()
+        _write_result(self.dir / "result.json", {"killed": killed, "text": text, "metrics": metrics})
+
+    @staticmethod
+    def load(workdir: Path, timeout: float = 900) -> tuple:
+        out = _read_result(Path(workdir) / "result.json", timeout)
+        return out["killed"], out["text"], out["metrics"]
 
     def _scenario(self) -> tuple:
         import json
@@ -139,7 +193,7 @@ class DeploymentRun:
                      for i in range(self.NODES)]
             run = start([str(BIN / "flwr"), "run", ".", "deploy", "--stream", "--run-config",
                          f'out-dir="{out}" key-dir="{keys}" rounds=1 model="logreg" rule="fedavg" '
-                         'phase-timeout=30.0'], env, log)
+                         'phase-timeout=30.0 r-max=3'], env, log)
             # Kill the last node once the protocol has started (it is then in the roster).
             killed = _wait_for(log, f"round 1: roster of {self.NODES} participants", run, time.monotonic() + 600)
             if killed:
@@ -151,19 +205,11 @@ class DeploymentRun:
         metrics = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else None
         return killed, log.read_text(errors="replace"), metrics
 
-    def result(self, timeout: float = 900) -> tuple:
-        self._thread.join(timeout)
-        if self._error is not None:
-            raise self._error
-        if self._outcome is None:
-            raise TimeoutError("the deployment run did not finish")
-        return self._outcome
-
 
 kill_superlinks_of = local.stop_processes_of
 
 
-class LocalSimulationRuns:
+class LocalSimulationRuns(_Background):
     """The ``flwr run`` local simulations of tests/test_flower_sim.py, in a background thread.
 
     Two runs, one after the other on one local SuperLink (``flwr run`` starts it
@@ -171,25 +217,16 @@ class LocalSimulationRuns:
     drop-in example with probes (tests/flower_probe_app), and ``"project"``, the
     project's own app. Most of their time is Flower waiting (Ray start-up, actor
     start-up, polling), so conftest starts them with the session and the other
-    tests overlap it. :meth:`result` waits for one run and returns
+    tests overlap it. :meth:`load` waits for one run and returns
     (CompletedProcess, its output folder).
     """
 
     NODES, ROUNDS = 5, 3
     EXAMPLE = ROOT / "examples" / "flower-dropin"
+    NAMES = ("probe", "project")
 
-    def __init__(self, workdir: Path) -> None:
-        import threading
-
-        self.dir = Path(workdir)
-        self._done = {name: threading.Event() for name in ("probe", "project")}
-        self._outcome: dict[str, tuple] = {}
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> "LocalSimulationRuns":
-        self._thread.start()
-        return self
+    def _results(self) -> list[Path]:
+        return [self.dir / f"{name}.json" for name in self.NAMES]
 
     def _env(self) -> dict:
         home = self.dir / "flwr-home"
@@ -202,34 +239,24 @@ class LocalSimulationRuns:
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(self.EXAMPLE), env.get("PYTHONPATH", "")])
         return env
 
-    def _flwr_run(self, env: dict, app: Path, run_config: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / "flwr"), "run", str(app), "--stream", "--run-config", run_config],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    def _flwr_run(self, env: dict, name: str, app: Path, run_config: str) -> None:
+        out = self.dir / name
+        out.mkdir(exist_ok=True)
+        r = subprocess.run([str(BIN / "flwr"), "run", str(app), "--stream", "--run-config",
+                            run_config.format(out=out)],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        _write_result(self.dir / f"{name}.json",
+                      {"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr, "out": str(out)})
 
     def _run(self) -> None:
+        env = self._env()
         try:
-            env = self._env()
-            try:
-                probe = self.dir / "probe"
-                probe.mkdir(exist_ok=True)
-                self._outcome["probe"] = (
-                    self._flwr_run(env, ROOT / "tests" / "flower_probe_app", f'probe-dir="{probe}"'), probe)
-                self._done["probe"].set()
-                out = self.dir / "project"
-                self._outcome["project"] = (
-                    self._flwr_run(env, ROOT, f'out-dir="{out}" rounds=2 phase-timeout=30.0'), out)
-            finally:
-                kill_superlinks_of(self.dir / "flwr-home")
-        except BaseException as exc:  # reported by result()
-            self._error = exc
+            self._flwr_run(env, "probe", ROOT / "tests" / "flower_probe_app", 'probe-dir="{out}"')
+            self._flwr_run(env, "project", ROOT, 'out-dir="{out}" rounds=2 phase-timeout=30.0')
         finally:
-            for done in self._done.values():
-                done.set()
+            kill_superlinks_of(self.dir / "flwr-home")
 
-    def result(self, name: str, timeout: float = 1200) -> tuple[subprocess.CompletedProcess, Path]:
-        self._done[name].wait(timeout)
-        if name in self._outcome:
-            return self._outcome[name]
-        if self._error is not None:
-            raise self._error
-        raise TimeoutError(f"the local simulation run {name!r} did not finish")
+    @classmethod
+    def load(cls, workdir: Path, name: str, timeout: float = 1200) -> tuple[subprocess.CompletedProcess, Path]:
+        out = _read_result(Path(workdir) / f"{name}.json", timeout)
+        return subprocess.CompletedProcess([], out["returncode"], out["stdout"], out["stderr"]), Path(out["out"])

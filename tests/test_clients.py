@@ -80,6 +80,21 @@ def test_idx_datasets_from_default_folder(dataset_dir, name):
     assert np.bincount(ds.y_test).tolist() == [1000] * 10 if name == "fashion-mnist" else ds.y_test.max() == 9
 
 
+@given(st.integers(0, 2**31), st.integers(1, 300), st.integers(1, 50))
+@settings(max_examples=40, deadline=None)
+def test_pixel_table_standardises_like_the_float64_formula(seed, n_train, n_test):
+    # The table lookup replaces (p/255 − mean)/std computed on a float64 copy of the images.
+    from reshuffle.clients.data import _standardise, _standardise_pixels
+
+    rng = np.random.default_rng(seed)
+    hi = int(rng.integers(1, 256))  # also images that use few grey levels, or only one
+    train, test = (rng.integers(0, hi + 1, (m, 3, 4), dtype=np.uint8) for m in (n_train, n_test))
+    got, want = _standardise_pixels(train, test), _standardise(train[:, None] / 255.0, test[:, None] / 255.0)
+    for g, w in zip(got, want):
+        assert g.dtype == np.float32 and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
 @given(st.integers(1, 40), st.integers(0, 2**31))
 @settings(max_examples=30, deadline=None)
 def test_iid_is_a_partition(n, seed):

@@ -93,9 +93,10 @@ def test_only_a_nodes_own_config_makes_it_attack_and_label_its_model():
 
 
 def test_real_deployment_with_a_node_killed_mid_round(request, tmp_path):
-    # The run may already be under way: conftest starts it with the session when this test is selected.
-    run = getattr(request.config, "reshuffle_deployment", None) or DeploymentRun(tmp_path).start()
-    killed, text, m = run.result()
+    # conftest starts the run with the session (in whichever xdist worker claims it); this reads its outcome.
+    folder = getattr(request.config, "reshuffle_background", None)
+    folder = folder / "DeploymentRun" if folder is not None else DeploymentRun(tmp_path).start().dir
+    killed, text, m = DeploymentRun.load(folder)
     assert killed and m is not None, text[-3000:]
     # both surviving models reached the PS after the kill
     rep = m["reshuffle"][0]

@@ -1,8 +1,7 @@
 """Flower's local simulation (`flwr run`, Ray backend): the drop-in example and the project's own app.
 
 Both runs share one local SuperLink and run in the background
-(:class:`flower_helpers.LocalSimulationRuns`): conftest starts them with the
-session when other tests are selected too, else the module fixture starts them.
+(:class:`flower_helpers.LocalSimulationRuns`), started by conftest with the session.
 ``flwr run`` exits 0 even when the ServerApp raised, so every test reads the
 results, not only the exit code.
 """
@@ -10,6 +9,7 @@ results, not only the exit code.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -20,13 +20,15 @@ NODES, ROUNDS = LocalSimulationRuns.NODES, LocalSimulationRuns.ROUNDS
 
 
 @pytest.fixture(scope="module")
-def local_runs(request, tmp_path_factory):
-    return getattr(request.config, "reshuffle_local_sims", None) or \
-        LocalSimulationRuns(tmp_path_factory.mktemp("flwr-sim")).start()
+def local_runs(request, tmp_path_factory) -> Path:
+    """The runs' folder: conftest starts them with the session (in whichever xdist worker claims them)."""
+    folder = getattr(request.config, "reshuffle_background", None)
+    return folder / "LocalSimulationRuns" if folder is not None else \
+        LocalSimulationRuns(tmp_path_factory.mktemp("flwr-sim")).start().dir
 
 
-def _finished(runs: LocalSimulationRuns, name: str):
-    r, out = runs.result(name)
+def _finished(runs: Path, name: str):
+    r, out = LocalSimulationRuns.load(runs, name)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r, out
 

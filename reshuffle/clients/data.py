@@ -102,6 +102,20 @@ def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, n
     return ((x_train - mean) / std).astype(np.float32), ((x_test - mean) / std).astype(np.float32)
 
 
+def _standardise_pixels(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 images → float32 (p/255 − mean)/std, as :func:`_standardise` on p/255, in one table lookup.
+
+    The mean and std come exactly from the 256-bin histogram, so no float64 copy of
+    the images is made (it took seconds for MNIST's 47 M pixels).
+    """
+    counts = np.bincount(train.ravel(), minlength=256).astype(np.float64)
+    v = np.arange(256) / 255.0
+    mean = float(counts @ v / counts.sum())
+    std = float(np.sqrt(counts @ (v - mean) ** 2 / counts.sum())) or 1.0
+    table = ((v - mean) / std).astype(np.float32)
+    return table[train[:, None]], table[test[:, None]]
+
+
 def _load_idx_dataset(name: str, folder: Path) -> Dataset:
     if not folder.is_dir():
         raise DataError(f"{name}: data folder {folder} does not exist; {how_to_get(name, folder)}")
@@ -116,7 +130,7 @@ def _load_idx_dataset(name: str, folder: Path) -> Dataset:
             raise DataError(f"{folder}: {split} images {x.shape} and labels {y.shape} do not match")
         if y.max(initial=0) > 9:
             raise DataError(f"{folder}: {split} labels exceed 9")
-    x_tr, x_te = _standardise(arrays["train_x"][:, None] / 255.0, arrays["test_x"][:, None] / 255.0)
+    x_tr, x_te = _standardise_pixels(arrays["train_x"], arrays["test_x"])
     return Dataset(name, x_tr, arrays["train_y"].astype(np.int64), x_te, arrays["test_y"].astype(np.int64), 10)
 
 

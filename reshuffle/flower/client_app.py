@@ -16,7 +16,6 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from reshuffle.attacks import make_attack
 from reshuffle.errors import ConfigError
 from reshuffle.flower.common import ARRAYS, ATTACKER_METRIC, CONFIG, FORBIDDEN_CONFIG, METRICS, settings
 from reshuffle.flower.keys import NODE_PARTICIPANT_ID, SIM_PARTITION_ID
@@ -50,7 +49,10 @@ def _check_config(config: ConfigRecord) -> None:
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Train from W_g on this node's partition; reply with W (and, if this node scores, its attacker flag)."""
-    from reshuffle.clients import TrainConfig, build_model, local_train  # torch only where training happens
+    # torch, the attacks and the rules they use only where training happens: every protocol phase of a
+    # deployment starts a fresh ClientApp process that imports this module
+    from reshuffle.attacks import make_attack
+    from reshuffle.clients import TrainConfig, build_model, local_train
 
     config = msg.content[CONFIG] if CONFIG in msg.content else ConfigRecord()
     _check_config(config)

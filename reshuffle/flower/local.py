@@ -33,6 +33,8 @@ def flwr_env(home: Path, root: Path) -> dict:
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
         "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
         "PYTHONUNBUFFERED": "1",
+        # A SuperNode's SuperExec polls for tasks every second by default; each protocol phase is a task.
+        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05",
     })
     return env
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.cluster import HDBSCAN
 
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
@@ -26,6 +25,8 @@ def majority_cluster(D: np.ndarray) -> np.ndarray:
     n = D.shape[0]
     if n == 1:
         return np.array([0])
+    from sklearn.cluster import HDBSCAN  # scikit-learn costs seconds to import; only FLAME needs it
+
     labels = HDBSCAN(min_cluster_size=n // 2 + 1, min_samples=1, metric="precomputed", copy=True,
                      allow_single_cluster=True).fit_predict(D)
     found = labels[labels >= 0]
