@@ -16,9 +16,11 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/reshuffle simulate --attack sign-flip --malicious 0.2 --rule multi-krum --out outputs/simulate/main
 
-# Two or more workers (pytest-xdist); the Flower runs start in the background (tests/conftest.py).
+# Two or more workers (pytest-xdist), each module in one worker so that module fixtures
+# (the security games, for one) are computed once; the Flower runs start in the
+# background (tests/conftest.py).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadscope
 
 bench: $(STAMP)
 	$(BIN)/reshuffle bench crypto

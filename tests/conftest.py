@@ -56,7 +56,7 @@ collect_ignore = ["flower_probe_app"]
 # write their outcomes to files in one folder that the controller shares with every
 # worker, so whichever worker runs a test reads them. Their processes are killed when
 # their scenarios end.
-DEPLOYMENT_TEST = "test_flower.py::test_real_deployment_with_a_node_killed_mid_round"
+DEPLOYMENT_TEST = "test_flower_deployment.py::test_real_deployment_with_a_node_killed_mid_round"
 LOCAL_SIMULATION_TESTS = "test_flower_sim.py::"
 
 

@@ -11,9 +11,6 @@ from reshuffle.games.framework import hoeffding, statistical_distance
 from reshuffle.games.toy import ToyGroup, safe_prime
 
 
-pytestmark = pytest.mark.xdist_group("games")  # one worker plays the games once for every test here
-
-
 @pytest.fixture(scope="module")
 def results():
     from reshuffle.games import run_games
