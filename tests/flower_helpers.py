@@ -158,8 +158,12 @@ class DeploymentRun(_Background):
         return [self.dir / "result.json"]
 
     def _run(self) -> None:
+        import time
+
+        t0 = time.monotonic()
         killed, text, metrics = self._scenario()
-        _write_result(self.dir / "result.json", {"killed": killed, "text": text, "metrics": metrics})
+        _write_result(self.dir / "result.json", {"killed": killed, "text": text, "metrics": metrics,
+                                                 "seconds": time.monotonic() - t0})
 
     @staticmethod
     def load(workdir: Path, timeout: float = 900) -> tuple:
