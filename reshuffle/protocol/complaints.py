@@ -46,7 +46,8 @@ class Dealer:
     combined: tuple
 
     def rho(self) -> list[int]:
-        return feldman.weights(self.advert.commitments, self.advert.sender, weights_context(self.advert.T, self.digest))
+        return feldman.weights(self.advert.commitments, self.advert.sender, weights_context(self.advert.T, self.digest),
+                               self.advert.commitments_encoding())
 
 
 def combined_for(advert: msg.Advertise, digest: bytes) -> tuple:

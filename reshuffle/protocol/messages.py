@@ -175,6 +175,29 @@ def decode(data: bytes, ctx: Context) -> Message:
     return msg
 
 
+_SHARED: dict[tuple, Message] = {}
+SHARED_MAX = 4096  # decoded relays remembered per process (a g = 50 advertisement is about 30 KB)
+
+
+def decode_shared(data: bytes, ctx: Context) -> Message:
+    """:func:`decode` for a message relayed verbatim to many recipients: parsed once per process.
+
+    Decoding is a pure function of the bytes, the group and the round parameters,
+    and messages are immutable, so simulated participants in one process may hold
+    the same decoded object (one copy of every peer's Feldman commitments per
+    process, not one per participant). Each recipient still checks the signature
+    and every condition on the content itself. Only successful decodes are kept.
+    """
+    key = (bytes(data), ctx.group.name if ctx.group is not None else None, ctx.params)
+    m = _SHARED.get(key)
+    if m is None:
+        m = decode(key[0], ctx)
+        if len(_SHARED) >= SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[key] = m
+    return m
+
+
 def verify(m: Message, key: VerifyKey) -> None:
     """Check a decoded message's signature with its sender's key; InvalidSignature if it fails."""
     sig = getattr(m, "_signature", None)
@@ -300,8 +323,26 @@ class Advertise(Message):
                               f"expected {ctx.params.M} and t={ctx.params.t}")
         if M < 1 or t < 1 or t > ctx.max_n:
             raise DecodeError(f"advertisement with M={M}, t={t} out of range")
-        com = tuple(tuple(_elem(p, g, f"C[{s}][{k}]") for k in range(t)) for s in range(2 * M))
-        return cls(*hdr, gh, enc, com)
+        size = g.element_size
+        blob = p.fixed(2 * M * t * size, "commitments")
+        com = tuple(
+            tuple(g.element_from_bytes(blob[(s * t + k) * size : (s * t + k + 1) * size], f"C[{s}][{k}]")
+                  for k in range(t))
+            for s in range(2 * M)
+        )
+        a = cls(*hdr, gh, enc, com)
+        # What encode_commitments() would write, kept for the Feldman weights (they hash it).
+        object.__setattr__(a, "_commitments_encoding", Writer().u16(2 * M).u16(t).bytes() + blob)
+        return a
+
+    def commitments_encoding(self) -> bytes:
+        """``feldman.encode_commitments(self.commitments)``, without re-encoding a decoded advertisement."""
+        enc = getattr(self, "_commitments_encoding", None)
+        if enc is None:
+            from reshuffle.crypto.feldman import encode_commitments
+
+            enc = encode_commitments(self.commitments)
+        return enc
 
 
 @_register
