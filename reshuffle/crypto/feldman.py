@@ -135,6 +135,21 @@ def combine(commitments: Sequence[Sequence[Element]], rho: Sequence[int]) -> lis
     return out
 
 
+def combine_from_coefficients(group: Group, coefficients: Sequence[Sequence[int]], rho: Sequence[int]) -> list[Element]:
+    """The dealer's :func:`combine`: ``Ĉ_k = g^{sum_s rho_s a_{s,k}}`` from its own coefficients.
+
+    Equal to ``combine(commitments, rho)`` for ``commitments[s][k] = g^{a_{s,k}}``, at
+    t fixed-base exponentiations instead of S·t.
+    """
+    if not coefficients or len(coefficients) != len(rho):
+        raise ConfigError(f"{len(rho)} weights for {len(coefficients)} secrets")
+    t = len(coefficients[0])
+    if any(len(row) != t for row in coefficients):
+        raise ConfigError("every secret needs the same number t of coefficients")
+    q = group.order
+    return [group.base_mul(sum(r * row[k] for r, row in zip(rho, coefficients)) % q) for k in range(t)]
+
+
 def _eval_in_exponent(coms: Sequence[Element], x: int) -> Element:
     """``prod_k coms[k]^{x^k}`` (t exponentiations)."""
     q = coms[0].group.order
@@ -275,6 +290,6 @@ def decode_combined(group: Group, data: bytes, t: int) -> list[Element]:
 
 
 __all__ = [
-    "check_secret", "combine", "deal", "decode_combined", "decode_commitments", "encode_combined",
+    "check_secret", "combine", "combine_from_coefficients", "deal", "decode_combined", "decode_commitments", "encode_combined",
     "encode_commitments", "find_bad_shares", "verify_batch", "verify_share", "weights",
 ]

@@ -55,6 +55,12 @@ def combined_for(advert: msg.Advertise, digest: bytes) -> tuple:
     return tuple(feldman.combine(advert.commitments, Dealer(advert, digest, ()).rho()))
 
 
+def own_combined(advert: msg.Advertise, digest: bytes, coefficients) -> tuple:
+    """:func:`combined_for` computed by the dealer from its polynomials' coefficients (t exponentiations)."""
+    rho = Dealer(advert, digest, ()).rho()
+    return tuple(feldman.combine_from_coefficients(advert.enc_key.group, coefficients, rho))
+
+
 def check_combined(d: Dealer) -> None:
     """Ĉ must be the weighted combination of the commitments (S·t exponentiations); InvalidShare if not."""
     want = combined_for(d.advert, d.digest)

@@ -43,7 +43,7 @@ from reshuffle.protocol import messages as msg
 from reshuffle.protocol import credential
 from reshuffle.protocol import opening
 from reshuffle.protocol.blame import audit_iteration, dispute_context
-from reshuffle.protocol.complaints import Dealer, check_shares, combined_for
+from reshuffle.protocol.complaints import Dealer, check_shares, own_combined
 from reshuffle.protocol.decoys import check_opening, decoy_positions, replay
 from reshuffle.protocol.masking import mask_in_place, pair_row_key, pair_secret
 from reshuffle.protocol.messages import Context, MsgType, ShareKind
@@ -241,7 +241,7 @@ class Participant:
         self.phase = PPhase.AWAIT_SHARES
         # Ĉ under weights bound to these ciphertexts (§6.4): the shares are fixed before the weights.
         digest = msg.ShareBundle(self.T, 0, self.pid, tuple(cts)).digest()
-        return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts), combined_for(self._my_advert, digest))]
+        return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts), own_combined(self._my_advert, digest, self._polys))]
 
     def _parse_shares(self, owner: int, payload: bytes) -> list[int]:
         g, p = self._ctx.group, self.params

@@ -1,0 +1,157 @@
+"""Compact round state and the cheaper public-key paths of a large round (issue 14).
+
+Each mechanism must give exactly what the slower path gave, and must not skip a check:
+fixed-base g^s, the dealer's Ĉ from its coefficients, Feldman weights from an
+advertisement's own bytes, relayed advertisements parsed once per process, and the
+participant's dealing state dropped once setup is over.
+"""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reshuffle.crypto import feldman as fv
+from reshuffle.crypto.domain import label
+from reshuffle.crypto.group import get_group
+from reshuffle.crypto.rand import SeededRandom
+from reshuffle.crypto.signatures import SigningKey
+from reshuffle.errors import ConfigError, DecodeError, InvalidElement, InvalidSignature
+from reshuffle.games.toy import ToyGroup
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.complaints import Dealer, combined_for, own_combined
+from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.participant import PPhase
+
+from tests.protocol_helpers import make_updates
+
+G = get_group("ristretto255")
+CTX = label("test/scale-state", 3, 1)
+
+
+# ------------------------------------------------------------- fixed-base g^s
+@settings(max_examples=40, deadline=None)
+@given(s=st.one_of(st.integers(0, 20), st.integers(0, 2**260), st.just(G.order - 1), st.just(G.order)))
+def test_fixed_base_equals_generic_exponentiation(s):
+    # Execute
+    fast, generic = G.base_mul(s), G.generator() ** s
+    # Assert: same element, including s = 0 (the identity) and s reduced mod q
+    assert fast.to_bytes() == generic.to_bytes()
+
+
+def test_fixed_base_zero_is_the_identity():
+    assert G.base_mul(0).is_identity and G.base_mul(G.order).is_identity
+
+
+# ------------------------------------------------------------- dealer's Ĉ from its coefficients
+TOY = ToyGroup.schnorr(41)
+
+
+@settings(max_examples=30, deadline=None)
+@given(S=st.integers(1, 5), t=st.integers(1, 6), seed=st.integers(0, 2**32))
+def test_combine_from_coefficients_equals_combine(S, t, seed):
+    # Prepare: S polynomials of t coefficients and their commitments
+    rng = SeededRandom(seed)
+    for group in (TOY, G):
+        coeffs = [[group.random_scalar(rng) for _ in range(t)] for _ in range(S)]
+        coms = [[group.base_mul(a) for a in row] for row in coeffs]
+        rho = fv.weights(coms, seed % 97, CTX)
+        # Execute / Assert
+        assert fv.combine_from_coefficients(group, coeffs, rho) == fv.combine(coms, rho)
+
+
+def test_combine_from_coefficients_rejects_mismatched_shapes():
+    with pytest.raises(ConfigError, match="weights"):
+        fv.combine_from_coefficients(G, [[1, 2], [3, 4]], [5])
+    with pytest.raises(ConfigError, match="same number"):
+        fv.combine_from_coefficients(G, [[1, 2], [3]], [5, 6])
+
+
+def _advert(M=2, t=4, seed=1):
+    """A signed advertisement with real commitments, its coefficients, params and decoding context."""
+    p = RoundParams.default(5, 4, t=t, R_max=M - 1)
+    rng = SeededRandom(seed)
+    coeffs = [[G.random_scalar(rng) for _ in range(t)] for _ in range(2 * M)]
+    coms = tuple(tuple(G.base_mul(a) for a in row) for row in coeffs)
+    sk = SigningKey.from_seed(bytes([seed]) * 32)
+    a = msg.Advertise(1, 0, 2, bytes(32), G.base_mul(7), coms)
+    return a, coeffs, a.encode(sk), sk, msg.Context(G, p)
+
+
+def test_dealer_combined_from_polynomials_matches_the_public_combination():
+    # Prepare
+    a, coeffs, raw, _, ctx = _advert()
+    digest = bytes(range(32))
+    # Execute / Assert: the dealer's cheap Ĉ is the one every recipient recomputes from the commitments
+    assert own_combined(a, digest, coeffs) == combined_for(msg.decode(raw, ctx), digest)
+
+
+# ------------------------------------------------------------- weights from the advertisement's bytes
+def test_decoded_advert_keeps_exactly_the_commitment_encoding():
+    a, _, raw, _, ctx = _advert()
+    d = msg.decode(raw, ctx)
+    assert d.commitments_encoding() == fv.encode_commitments(a.commitments) == a.commitments_encoding()
+    assert Dealer(d, bytes(32), ()).rho() == fv.weights(a.commitments, 2, label("feldman/round", 1) + bytes(32))
+
+
+def test_weights_refuse_an_encoding_of_another_shape():
+    a, _, _, _, _ = _advert()
+    enc = fv.encode_commitments(a.commitments)
+    assert fv.weights(a.commitments, 2, CTX, enc) == fv.weights(a.commitments, 2, CTX)
+    with pytest.raises(ConfigError, match="encoded commitments"):
+        fv.weights(a.commitments, 2, CTX, enc[:-1])
+    with pytest.raises(ConfigError, match="encoded commitments"):
+        fv.weights(a.commitments, 2, CTX, b"\x00\x09" + enc[2:])
+
+
+# ------------------------------------------------------------- relayed advertisements parsed once per process
+def test_decode_shared_returns_one_object_that_still_needs_its_signature_checked():
+    # Prepare
+    _, _, raw, sk, ctx = _advert(seed=3)
+    # Execute
+    first, second = msg.decode_shared(raw, ctx), msg.decode_shared(bytes(raw), ctx)
+    # Assert: one parse, and each recipient's own signature check still runs and can fail
+    assert first is second
+    msg.verify(first, sk.verify_key)
+    with pytest.raises(InvalidSignature):
+        msg.verify(second, SigningKey.from_seed(bytes(32)).verify_key)
+
+
+def test_decode_shared_validates_every_element_and_remembers_no_failure():
+    # Prepare: an advertisement whose last commitment is replaced by the identity encoding
+    _, _, raw, _, ctx = _advert(seed=4)
+    bad = raw[: -64 - 32] + bytes(32) + raw[-64:]
+    # Execute / Assert: refused every time (a failure is never cached)
+    for _ in range(2):
+        with pytest.raises(InvalidElement):
+            msg.decode_shared(bad, ctx)
+    with pytest.raises(DecodeError):
+        msg.decode_shared(raw[:-1], ctx)
+
+
+def test_decode_shared_keys_on_the_round_parameters():
+    # Prepare: the same bytes under parameters whose t differs from the advertised one
+    _, _, raw, _, ctx = _advert(seed=5)
+    other = msg.Context(G, ctx.params.with_(t=5))
+    msg.decode_shared(raw, ctx)
+    # Execute / Assert: not served from the first context's entry
+    with pytest.raises(DecodeError, match="degree"):
+        msg.decode_shared(raw, other)
+
+
+# ------------------------------------------------------------- participant state after setup
+def test_participants_share_adverts_and_drop_dealing_state_after_setup():
+    # Prepare: one real in-process round of 8
+    from reshuffle.protocol.api import build_round
+    from reshuffle.protocol.runner import InProcessRunner
+
+    ups = make_updates(8, d=6, seed=1)
+    server, parts = build_round(ups, RoundParams.default(8, 6, R_max=2), seed=4)
+    # Execute
+    InProcessRunner(server, parts).run()
+    # Assert: every model delivered, dealing state gone, peers' advertisements shared
+    assert len(server.output.models) == 8
+    a, b = parts[0], parts[1]
+    assert a.phase is PPhase.DONE
+    assert a._dealers is None and a._dealt is None and a._polys is None and a._my_advert is None
+    assert a._adverts[5] is b._adverts[5]
+    assert all(isinstance(y, int) for y in a._held.values())
