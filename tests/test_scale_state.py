@@ -155,3 +155,28 @@ def test_participants_share_adverts_and_drop_dealing_state_after_setup():
     assert a._dealers is None and a._dealt is None and a._polys is None and a._my_advert is None
     assert a._adverts[5] is b._adverts[5]
     assert all(isinstance(y, int) for y in a._held.values())
+
+
+# ------------------------------------------------------------- the masks' floor in bench round
+def test_mask_floor_wall_sums_every_member_of_every_group_over_the_workers(monkeypatch):
+    # Prepare: a stand-in timer (words × streams µs) and groups of 3 and 2 members of different lengths
+    from reshuffle.bench import round as rb
+
+    monkeypatch.setattr(rb, "_keystream_add_time", lambda L, U, repeat: L * U * 1e-6)
+    groups = [(3, 100, None), (2, 80, None), (3, 100, None)]
+    # Execute
+    one, wall = rb._mask_floor_wall(groups, 2, 1)
+    # Assert: one member of the largest group; all 8 members' time over 2 workers
+    assert one == pytest.approx(300e-6)
+    assert wall == pytest.approx((3 * 300e-6 + 2 * 160e-6 + 3 * 300e-6) / 2)
+
+
+def test_keystream_add_floor_is_below_the_real_mask():
+    # Prepare: a participant's mask in a group of 4 over 3 rows (per-row keys, DH and all)
+    from reshuffle.bench import round as rb
+
+    L = 3 * 4096
+    # Execute
+    floor, mask = rb._keystream_add_time(L, 4, 3), rb._mask_time(4, L, 3, 3)
+    # Assert: the floor leaves out key agreement and per-row keys, so it cannot cost more
+    assert 0 < floor < mask

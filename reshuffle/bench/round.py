@@ -28,6 +28,14 @@ participant's mean handler CPU time over the round), ``ps_s`` (the PS over all
 phases) and ``peak_rss_mb``: the peak of the summed proportional set size of
 this process and its workers (shared pages counted once), sampled every 0.1 s.
 
+The round's lower bound from the masks alone: ``participant_keystream_add_s`` is
+the time to expand one participant's |U_j| AES-256-CTR streams over its upload
+(the largest group's length; one key per stream, no per-row keys) and add each into
+an accumulator; ``mask_floor_wall_s`` is that time summed over all N participants
+(each at its own group's sizes) and divided by ``workers``: the wall time no round
+on this machine can beat, even with every other cost at zero and the workers alone
+on their cores.
+
 ``mechanisms`` times each protocol-v2 mechanism on its own at the round's sizes
 (docs/protocol.md §8): signing and verifying one upload (per-row hashes + Ed25519),
 the OT answer proof, the credential, the row checks, one certificate check, and
@@ -52,6 +60,7 @@ from reshuffle.crypto.group import get_group
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.crypto import voprf
 from reshuffle.crypto.ot import OTReceiver, OTSender
+from reshuffle.crypto.prg import accumulate_streams
 from reshuffle.crypto.signatures import SigningKey
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
@@ -72,6 +81,32 @@ def _keystream_time(n_words: int, streams: int, repeat: int) -> float:
             Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update_into(zeros, buf)
 
     return best_of(run, repeat)
+
+
+def _keystream_add_time(n_words: int, streams: int, repeat: int) -> float:
+    """Expand ``streams`` AES-CTR streams of ``n_words`` words and add each into one accumulator.
+
+    One key per stream (no per-row keys), chunked so that the accumulator stays in
+    cache (:func:`~reshuffle.crypto.prg.accumulate_streams`): what one participant's
+    mask costs at the least.
+    """
+    acc = np.zeros(n_words, dtype=np.uint32)
+    keyed = [(i.to_bytes(32, "big"), 1) for i in range(streams)]
+    return best_of(lambda: accumulate_streams(acc, keyed), repeat)
+
+
+def _mask_floor_wall(groups, workers: int, repeat: int) -> tuple[float, float]:
+    """(one participant of the largest group, the round's mask floor on ``workers`` cores).
+
+    The round's floor is every participant's keystream expansion and addition,
+    sum over groups of |U_j| × one member's time, divided by the workers.
+    """
+    timed = {}
+    for U, L, _ in groups:
+        if (U, L) not in timed:
+            timed[(U, L)] = _keystream_add_time(L, U, repeat)
+    U, L, _ = max(groups, key=lambda g: g[1])
+    return timed[(U, L)], sum(U_j * timed[(U_j, L_j)] for U_j, L_j, _ in groups) / max(workers, 1)
 
 
 def _mask_time(N: int, L: int, rows: int, repeat: int) -> float:
@@ -242,6 +277,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     mask_s = _mask_time(U, L, rows, repeat)
     floor_mask_s = _keystream_time(L, U, repeat)  # self mask + (U - 1) pairwise streams
     floor_ps_s = _ps_floor(groups, repeat)
+    keystream_add_s, mask_floor_wall_s = _mask_floor_wall(groups, workers or 1, repeat)
     phase_stats = {ph: v for ph, v in r.stats.items() if isinstance(v, dict) and "ps_s" in v}
     ps_s = phase_stats["upload"]["ps_s"] + phase_stats["unmask"]["ps_s"]
     outs = getattr(r.output, "group_outputs", None) or {0: r.output}
@@ -272,6 +308,8 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         "participant_mask_s": mask_s,
         "participant_mask_floor_s": floor_mask_s,
         "participant_mask_ratio": floor_mask_s / mask_s,
+        "participant_keystream_add_s": keystream_add_s,
+        "mask_floor_wall_s": mask_floor_wall_s,
         "ps_aggregate_unmask_s": ps_s,
         "ps_floor_s": floor_ps_s,
         "ps_sum_unmask_s": sum_unmask,
