@@ -12,7 +12,10 @@ are measured in the same run, against floors computed on the same sizes:
   those two operations in the round (summing the uploads, ``unmask_in_place``;
   ``RoundOutput.timings``); ``ps_round_floor_ratio`` divides the same floor by the
   PS's whole upload-and-unmask time (signatures, row hashes, consents, Shamir
-  recovery, row checks and decoding included);
+  recovery, row checks and decoding included); ``ps_floor_cpu_ratio`` is the same
+  ratio in this thread's CPU seconds on both sides (the round's two operations are
+  timed once, the floor best of ``repeat``; CPU time is what other load on a
+  shared machine does not inflate);
 - ``round_floor_ratio``: both floors together divided by the round's critical
   path (PS time plus the slowest participant, summed over phases).
 
@@ -70,7 +73,7 @@ from reshuffle.protocol.transcript import CONSENT_CONTEXT, check_certificate
 LENET5_D = 61_706
 
 
-def _keystream_time(n_words: int, streams: int, repeat: int) -> float:
+def _keystream_time(n_words: int, streams: int, repeat: int, clock=time.perf_counter) -> float:
     """Raw AES-CTR for ``streams`` × ``n_words`` words, one buffer reused."""
     buf = bytearray(4 * n_words + 15)
     zeros = bytes(4 * n_words)
@@ -80,7 +83,7 @@ def _keystream_time(n_words: int, streams: int, repeat: int) -> float:
         for _ in range(streams):
             Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update_into(zeros, buf)
 
-    return best_of(run, repeat)
+    return best_of(run, repeat, clock)
 
 
 def _keystream_add_time(n_words: int, streams: int, repeat: int) -> float:
@@ -240,7 +243,7 @@ def _groups(r) -> list[tuple[int, int, object]]:
     ]
 
 
-def _ps_floor(groups, repeat: int) -> float:
+def _ps_floor(groups, repeat: int, clock=time.perf_counter) -> float:
     """Sum of |U_j| vectors + |U_j| keystreams of each group's length; one group of each shape is timed."""
     total, timed = 0.0, {}
     for U, L, _ in groups:
@@ -252,7 +255,7 @@ def _ps_floor(groups, repeat: int) -> float:
                 for v in vecs:
                     np.add(acc, v, out=acc)
 
-            timed[(U, L)] = best_of(plain_sum, repeat) + _keystream_time(L, U, repeat)
+            timed[(U, L)] = best_of(plain_sum, repeat, clock) + _keystream_time(L, U, repeat, clock)
         total += timed[(U, L)]
     return total
 
@@ -277,11 +280,13 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     mask_s = _mask_time(U, L, rows, repeat)
     floor_mask_s = _keystream_time(L, U, repeat)  # self mask + (U - 1) pairwise streams
     floor_ps_s = _ps_floor(groups, repeat)
+    floor_ps_cpu_s = _ps_floor(groups, repeat, time.thread_time)
     keystream_add_s, mask_floor_wall_s = _mask_floor_wall(groups, workers or 1, repeat)
     phase_stats = {ph: v for ph, v in r.stats.items() if isinstance(v, dict) and "ps_s" in v}
     ps_s = phase_stats["upload"]["ps_s"] + phase_stats["unmask"]["ps_s"]
     outs = getattr(r.output, "group_outputs", None) or {0: r.output}
     sum_unmask = sum(o.timings["ps_sum_s"] + o.timings["ps_unmask_s"] for o in outs.values())
+    sum_unmask_cpu = sum(o.timings["ps_sum_cpu_s"] + o.timings["ps_unmask_cpu_s"] for o in outs.values())
     # With groups the assignment is one more entry ("assign"), so its bytes and time count too.
     sent = sum(v["participant_bytes_sent"] for v in phase_stats.values())
     recv = sum(v["participant_bytes_received"] for v in phase_stats.values())
@@ -314,6 +319,9 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         "ps_floor_s": floor_ps_s,
         "ps_sum_unmask_s": sum_unmask,
         "ps_floor_ratio": floor_ps_s / sum_unmask,
+        "ps_floor_cpu_s": floor_ps_cpu_s,
+        "ps_sum_unmask_cpu_s": sum_unmask_cpu,
+        "ps_floor_cpu_ratio": floor_ps_cpu_s / sum_unmask_cpu,
         "ps_round_floor_ratio": floor_ps_s / ps_s,
     }
     if blame:
