@@ -180,3 +180,14 @@ def test_keystream_add_floor_is_below_the_real_mask():
     floor, mask = rb._keystream_add_time(L, 4, 3), rb._mask_time(4, L, 3, 3)
     # Assert: the floor leaves out key agreement and per-row keys, so it cannot cost more
     assert 0 < floor < mask
+
+
+def test_ps_times_its_sum_and_unmask_in_cpu_seconds_too():
+    # Prepare / Execute: one small real round
+    import reshuffle
+
+    r = reshuffle.shuffle(make_updates(6, d=2000, seed=2), seed=3, R_max=2)
+    t = r.output.timings
+    # Assert: both clocks ran, and one thread's CPU time cannot exceed the wall time around it
+    for op in ("sum", "unmask"):
+        assert 0 < t[f"ps_{op}_cpu_s"] <= t[f"ps_{op}_s"] + 1e-3
