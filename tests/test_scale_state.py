@@ -191,3 +191,25 @@ def test_ps_times_its_sum_and_unmask_in_cpu_seconds_too():
     # Assert: both clocks ran, and one thread's CPU time cannot exceed the wall time around it
     for op in ("sum", "unmask"):
         assert 0 < t[f"ps_{op}_cpu_s"] <= t[f"ps_{op}_s"] + 1e-3
+
+
+# ------------------------------------------------------------- UNMASK_RESPONSE parsed in one read
+def test_unmask_response_parse_keeps_every_check():
+    # Prepare: a response of two shares, and three defective variants of its bytes
+    from reshuffle.crypto.shamir import Share
+    from reshuffle.errors import InvalidShare
+
+    _, _, _, _, ctx = _advert()
+    shares = ((1, msg.ShareKind.SELF_SEED, Share(3, 5)), (4, msg.ShareKind.DH_SECRET, Share(3, G.order - 1)))
+    raw = msg.UnmaskResponse(1, 2, 2, shares).encode()
+    body = msg.HEADER_BYTES + 4  # first entry: owner u32 | kind u8 | x u32 | y 32 bytes
+    bad_kind = raw[: body + 4] + b"\x07" + raw[body + 5 :]
+    unreduced = raw[: body + 41 + 9] + G.order.to_bytes(32, "big") + raw[body + 41 + 41 :]
+    # Execute / Assert
+    assert msg.decode(raw, ctx).shares == shares
+    with pytest.raises(DecodeError, match="share kind 7"):
+        msg.decode(bad_kind, ctx)
+    with pytest.raises(InvalidShare, match="not reduced"):
+        msg.decode(unreduced, ctx)
+    with pytest.raises(DecodeError):
+        msg.decode(raw[: body + 40], ctx)  # the entries cut short

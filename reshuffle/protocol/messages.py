@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
@@ -74,6 +75,9 @@ class MsgType(enum.IntEnum):
 class ShareKind(enum.IntEnum):
     SELF_SEED = 0  # b_{j,m}: revealed for j in U_m
     DH_SECRET = 1  # x_{j,m}: revealed for j that dropped from U_{m-1} to U_m
+
+
+_SHARE_KINDS = {k.value: k for k in ShareKind}
 
 
 @dataclass(frozen=True)
@@ -733,16 +737,15 @@ class UnmaskResponse(Message):
         cnt = p.u32("count")
         if cnt > ctx.max_n:
             raise DecodeError(f"{cnt} shares for at most {ctx.max_n} participants")
+        # Fixed-size entries (owner u32 | kind u8 | x u32 | y): one bounds-checked read, then unpacked.
+        entry = struct.Struct(f">IBI{g.scalar_size}s")
+        raw = p.fixed(cnt * entry.size, "shares")
         out = []
-        for _ in range(cnt):
-            owner = p.u32("owner")
-            kind_raw = p.u8("kind")
-            try:
-                kind = ShareKind(kind_raw)
-            except ValueError:
-                raise DecodeError(f"unknown share kind {kind_raw}") from None
-            raw = p.fixed(4 + g.scalar_size, "share")
-            out.append((owner, kind, Share.decode(raw, g.order, g.scalar_size)))
+        for owner, kind_raw, x, y in entry.iter_unpack(raw):
+            kind = _SHARE_KINDS.get(kind_raw)
+            if kind is None:
+                raise DecodeError(f"unknown share kind {kind_raw}")
+            out.append((owner, kind, Share.checked(x, int.from_bytes(y, "big"), g.order)))
         return cls(*hdr, tuple(out))
 
 
