@@ -136,7 +136,7 @@ class Message(ABC):
         """Header, body and the sender's signature (64 zero bytes without a key: tests only)."""
         body = self.body()
         sig = sk.sign("msg", self.statement(body)) if sk is not None else bytes(SIG_BYTES)
-        return self.header() + body + sig
+        return b"".join((self.header(), body, sig))
 
     @abstractmethod
     def _body(self, w: Writer) -> None:
@@ -631,6 +631,13 @@ class MaskedInput(Message):
 
     def statement(self, body: bytes) -> bytes:
         return self.header() + self.h + digest_of_row_hashes(self._hashes())
+
+    def encode(self, sk: "SigningKey | None" = None) -> bytes:
+        # The signature covers the row hashes, not the body bytes: the words are copied once, into the message.
+        w = Writer()
+        self._body(w)
+        sig = sk.sign("msg", self.statement(b"")) if sk is not None else bytes(SIG_BYTES)
+        return w.framed(self.header(), sig)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
