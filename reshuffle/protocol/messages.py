@@ -180,7 +180,7 @@ def decode(data: bytes, ctx: Context) -> Message:
 
 
 _SHARED: dict[tuple, Message] = {}
-SHARED_MAX = 4096  # decoded relays remembered per process (a g = 50 advertisement is about 30 KB)
+SHARED_MAX = 2048  # decoded relays remembered per process (a g = 50 advertisement is about 30 KB)
 
 
 def decode_shared(data: bytes, ctx: Context) -> Message:
