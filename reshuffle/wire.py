@@ -66,10 +66,6 @@ class Writer:
     def bytes(self) -> bytes:
         return b"".join(self._parts)
 
-    def framed(self, head: bytes, tail: bytes) -> bytes:
-        """``head + self.bytes() + tail`` in one copy (for bodies of many megabytes)."""
-        return b"".join([head, *self._parts, tail])
-
 
 class Parser:
     """Bounds-checked reader over an immutable byte string."""
