@@ -226,3 +226,22 @@ def test_masked_input_single_copy_encoding_is_the_canonical_signed_message():
     assert raw[:-64] == mi.header() + mi.body()
     msg.verify(back, sk.verify_key)
     assert msg.relay_bytes(back) == raw and bytes(back.words) == mi.words
+
+
+def test_relayed_combined_rows_are_validated_and_shared_between_recipients():
+    # Prepare: two members' deliveries carrying the same dealer's Ĉ, and one whose Ĉ holds the identity
+    _, _, _, _, ctx = _advert()
+    c_hat = tuple(G.base_mul(k + 2) for k in range(ctx.params.t))
+
+    def delivery(to, row):
+        return msg.ShareDelivery(1, 0, 0xFFFFFFFF, (0, 1, 2), b"table", bytes(32), ((2, bytes(32), row),),
+                                 ((to, b"c" * 30),)).encode()
+
+    bad = delivery(0, c_hat).replace(c_hat[1].to_bytes(), bytes(32))
+    # Execute
+    a, b = msg.decode(delivery(0, c_hat), ctx), msg.decode(delivery(1, c_hat), ctx)
+    # Assert: one decoded row for both, equal to what was sent; a bad element is refused every time
+    assert a.dealers[0][2] is b.dealers[0][2] and a.dealers[0][2] == c_hat
+    for _ in range(2):
+        with pytest.raises(InvalidElement, match=r"combined\[1\]"):
+            msg.decode(bad, ctx)

@@ -101,6 +101,28 @@ def _elem(p: Parser, g: Group, field: str) -> Element:
     return g.element_from_bytes(p.fixed(g.element_size, field), field)
 
 
+_ROWS: dict[tuple[str, bytes], tuple[Element, ...]] = {}
+ROWS_MAX = 8192  # element rows remembered per process (a Ĉ of t = 31 is about 3 KB of objects)
+
+
+def _shared_row(p: Parser, g: Group, count: int, field: str) -> tuple[Element, ...]:
+    """``count`` validated elements read as one field, reused if this process decoded the same bytes.
+
+    A relayed row (a dealer's Ĉ in every member's SHARE_DELIVERY) reaches all
+    members as the same bytes; decoding is a pure function of them and elements
+    are immutable, so simulated members in one process hold one copy.
+    """
+    blob = p.fixed(count * g.element_size, field)
+    row = _ROWS.get((g.name, blob))
+    if row is None:
+        size = g.element_size
+        row = tuple(g.element_from_bytes(blob[k * size : (k + 1) * size], f"{field}[{k}]") for k in range(count))
+        if len(_ROWS) >= ROWS_MAX:
+            _ROWS.clear()
+        _ROWS[(g.name, blob)] = row
+    return row
+
+
 def _ids(p: Parser, field: str, ctx: Context) -> tuple[int, ...]:
     ids = p.u32_list(field, ctx.max_n)
     if len(set(ids)) != len(ids):
@@ -453,7 +475,7 @@ class ShareDelivery(Message):
             dealer, digest, t = p.u32("dealer"), p.fixed(HASH_BYTES, "digest"), p.u16("t")
             if t > ctx.max_n:
                 raise DecodeError(f"Ĉ of {t} elements")
-            dealers.append((dealer, digest, tuple(_elem(p, g, f"combined[{k}]") for k in range(t))))
+            dealers.append((dealer, digest, _shared_row(p, g, t, "combined")))
         cnt = p.u32("count")
         if cnt > ctx.max_n:
             raise DecodeError(f"{cnt} ciphertexts for at most {ctx.max_n} participants")
