@@ -101,7 +101,7 @@ def _elem(p: Parser, g: Group, field: str) -> Element:
     return g.element_from_bytes(p.fixed(g.element_size, field), field)
 
 
-_ROWS: dict[tuple[str, bytes], tuple[Element, ...]] = {}
+_ROWS: dict[tuple[Group, bytes], tuple[Element, ...]] = {}
 ROWS_MAX = 8192  # element rows remembered per process (a Ĉ of t = 31 is about 3 KB of objects)
 
 
@@ -113,13 +113,13 @@ def _shared_row(p: Parser, g: Group, count: int, field: str) -> tuple[Element, .
     are immutable, so simulated members in one process hold one copy.
     """
     blob = p.fixed(count * g.element_size, field)
-    row = _ROWS.get((g.name, blob))
+    row = _ROWS.get((g, blob))  # keyed on the group object: two toy groups may share a name
     if row is None:
         size = g.element_size
         row = tuple(g.element_from_bytes(blob[k * size : (k + 1) * size], f"{field}[{k}]") for k in range(count))
         if len(_ROWS) >= ROWS_MAX:
             _ROWS.clear()
-        _ROWS[(g.name, blob)] = row
+        _ROWS[(g, blob)] = row
     return row
 
 
@@ -214,7 +214,7 @@ def decode_shared(data: bytes, ctx: Context) -> Message:
     process, not one per participant). Each recipient still checks the signature
     and every condition on the content itself. Only successful decodes are kept.
     """
-    key = (bytes(data), ctx.group.name if ctx.group is not None else None, ctx.params)
+    key = (bytes(data), ctx.group, ctx.params)
     m = _SHARED.get(key)
     if m is None:
         m = decode(key[0], ctx)
