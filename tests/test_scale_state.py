@@ -154,7 +154,7 @@ def test_participants_share_adverts_and_drop_dealing_state_after_setup():
     assert a.phase is PPhase.DONE
     assert a._dealers is None and a._dealt is None and a._polys is None and a._my_advert is None
     assert a._adverts[5] is b._adverts[5]
-    assert all(isinstance(y, int) for y in a._held.values())
+    assert all(len(ys) == 2 * server.params.M and all(isinstance(y, int) for y in ys) for ys in a._held.values())
 
 
 # ------------------------------------------------------------- the masks' floor in bench round

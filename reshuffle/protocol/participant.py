@@ -43,7 +43,7 @@ from reshuffle.protocol import messages as msg
 from reshuffle.protocol import credential
 from reshuffle.protocol import opening
 from reshuffle.protocol.blame import audit_iteration, dispute_context
-from reshuffle.protocol.complaints import Dealer, check_shares, own_combined
+from reshuffle.protocol.complaints import Dealer, check_shares, own_combined, secret_index
 from reshuffle.protocol.decoys import check_opening, decoy_positions, replay
 from reshuffle.protocol.masking import mask_in_place, pair_row_key, pair_secret
 from reshuffle.protocol.messages import Context, MsgType, ShareKind
@@ -251,10 +251,9 @@ class Participant:
         return ys
 
     def _hold(self, owner: int, ys: list[int]) -> None:
-        # Share values only: every held share has x = pid + 1 (a Share is built when it is revealed).
-        for idx in range(self.params.M):
-            self._held[(owner, idx + 1, ShareKind.SELF_SEED)] = ys[2 * idx]
-            self._held[(owner, idx + 1, ShareKind.DH_SECRET)] = ys[2 * idx + 1]
+        # The owner's 2M share values in commitment order (b_1, x_1, b_2, ...): every held share has
+        # x = pid + 1, so a Share is built only when it is revealed.
+        self._held[owner] = tuple(ys)
 
     # §5 steps 1–2: shares addressed to us, U_0, OT table; request tokens and the credential (§7.2).
     def _on_share_delivery(self, m: msg.ShareDelivery) -> list[msg.Message]:
@@ -271,7 +270,7 @@ class Participant:
         if set(info) != U0:
             raise Refused("the PS relayed the bundle digests of another set than U_0")
         self._dealers = {d: Dealer(self._adverts[d], digest, comb) for d, (digest, comb) in info.items()}
-        self._held: dict[tuple[int, int, ShareKind], int] = {}
+        self._held: dict[int, tuple[int, ...]] = {}
         self._hold(self.pid, self._parse_shares(self.pid, self._own_shares_payload))
         got = dict(m.ciphertexts)
         complaints = []
@@ -514,9 +513,9 @@ class Participant:
         # One kind per owner (plan is a dict), one answer per invocation (the state moves on).
         self._revealed[m] = plan
         out = [
-            (owner, kind, Share(self.pid + 1, self._held[(owner, m, kind)]))
+            (owner, kind, Share(self.pid + 1, self._held[owner][secret_index(m, kind)]))
             for owner, kind in sorted(plan.items())
-            if (owner, m, kind) in self._held
+            if owner in self._held
         ]
         self._mask_set = sorted(Um)
         return msg.UnmaskResponse(self.T, m, self.pid, tuple(out))
