@@ -12,7 +12,10 @@ are measured in the same run, against floors computed on the same sizes:
   those two operations in the round (summing the uploads, ``unmask_in_place``;
   ``RoundOutput.timings``); ``ps_round_floor_ratio`` divides the same floor by the
   PS's whole upload-and-unmask time (signatures, row hashes, consents, Shamir
-  recovery, row checks and decoding included);
+  recovery, row checks and decoding included); ``ps_floor_cpu_ratio`` is the same
+  ratio in this thread's CPU seconds on both sides (the round's two operations are
+  timed once, the floor best of ``repeat``; CPU time is what other load on a
+  shared machine does not inflate);
 - ``round_floor_ratio``: both floors together divided by the round's critical
   path (PS time plus the slowest participant, summed over phases).
 
@@ -27,6 +30,14 @@ participants put on the round's critical path), ``participant_cpu_s`` (a
 participant's mean handler CPU time over the round), ``ps_s`` (the PS over all
 phases) and ``peak_rss_mb``: the peak of the summed proportional set size of
 this process and its workers (shared pages counted once), sampled every 0.1 s.
+
+The round's lower bound from the masks alone: ``participant_keystream_add_s`` is
+the time to expand one participant's |U_j| AES-256-CTR streams over its upload
+(the largest group's length; one key per stream, no per-row keys) and add each into
+an accumulator; ``mask_floor_wall_s`` is that time summed over all N participants
+(each at its own group's sizes) and divided by ``workers``: the wall time no round
+on this machine can beat, even with every other cost at zero and the workers alone
+on their cores.
 
 ``mechanisms`` times each protocol-v2 mechanism on its own at the round's sizes
 (docs/protocol.md §8): signing and verifying one upload (per-row hashes + Ed25519),
@@ -52,6 +63,7 @@ from reshuffle.crypto.group import get_group
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.crypto import voprf
 from reshuffle.crypto.ot import OTReceiver, OTSender
+from reshuffle.crypto.prg import accumulate_streams
 from reshuffle.crypto.signatures import SigningKey
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
@@ -61,7 +73,7 @@ from reshuffle.protocol.transcript import CONSENT_CONTEXT, check_certificate
 LENET5_D = 61_706
 
 
-def _keystream_time(n_words: int, streams: int, repeat: int) -> float:
+def _keystream_time(n_words: int, streams: int, repeat: int, clock=time.perf_counter) -> float:
     """Raw AES-CTR for ``streams`` × ``n_words`` words, one buffer reused."""
     buf = bytearray(4 * n_words + 15)
     zeros = bytes(4 * n_words)
@@ -71,7 +83,33 @@ def _keystream_time(n_words: int, streams: int, repeat: int) -> float:
         for _ in range(streams):
             Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor().update_into(zeros, buf)
 
-    return best_of(run, repeat)
+    return best_of(run, repeat, clock)
+
+
+def _keystream_add_time(n_words: int, streams: int, repeat: int) -> float:
+    """Expand ``streams`` AES-CTR streams of ``n_words`` words and add each into one accumulator.
+
+    One key per stream (no per-row keys), chunked so that the accumulator stays in
+    cache (:func:`~reshuffle.crypto.prg.accumulate_streams`): what one participant's
+    mask costs at the least.
+    """
+    acc = np.zeros(n_words, dtype=np.uint32)
+    keyed = [(i.to_bytes(32, "big"), 1) for i in range(streams)]
+    return best_of(lambda: accumulate_streams(acc, keyed), repeat)
+
+
+def _mask_floor_wall(groups, workers: int, repeat: int) -> tuple[float, float]:
+    """(one participant of the largest group, the round's mask floor on ``workers`` cores).
+
+    The round's floor is every participant's keystream expansion and addition,
+    sum over groups of |U_j| × one member's time, divided by the workers.
+    """
+    timed = {}
+    for U, L, _ in groups:
+        if (U, L) not in timed:
+            timed[(U, L)] = _keystream_add_time(L, U, repeat)
+    U, L, _ = max(groups, key=lambda g: g[1])
+    return timed[(U, L)], sum(U_j * timed[(U_j, L_j)] for U_j, L_j, _ in groups) / max(workers, 1)
 
 
 def _mask_time(N: int, L: int, rows: int, repeat: int) -> float:
@@ -205,7 +243,7 @@ def _groups(r) -> list[tuple[int, int, object]]:
     ]
 
 
-def _ps_floor(groups, repeat: int) -> float:
+def _ps_floor(groups, repeat: int, clock=time.perf_counter) -> float:
     """Sum of |U_j| vectors + |U_j| keystreams of each group's length; one group of each shape is timed."""
     total, timed = 0.0, {}
     for U, L, _ in groups:
@@ -217,7 +255,7 @@ def _ps_floor(groups, repeat: int) -> float:
                 for v in vecs:
                     np.add(acc, v, out=acc)
 
-            timed[(U, L)] = best_of(plain_sum, repeat) + _keystream_time(L, U, repeat)
+            timed[(U, L)] = best_of(plain_sum, repeat, clock) + _keystream_time(L, U, repeat, clock)
         total += timed[(U, L)]
     return total
 
@@ -242,10 +280,13 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     mask_s = _mask_time(U, L, rows, repeat)
     floor_mask_s = _keystream_time(L, U, repeat)  # self mask + (U - 1) pairwise streams
     floor_ps_s = _ps_floor(groups, repeat)
+    floor_ps_cpu_s = _ps_floor(groups, repeat, time.thread_time)
+    keystream_add_s, mask_floor_wall_s = _mask_floor_wall(groups, workers or 1, repeat)
     phase_stats = {ph: v for ph, v in r.stats.items() if isinstance(v, dict) and "ps_s" in v}
     ps_s = phase_stats["upload"]["ps_s"] + phase_stats["unmask"]["ps_s"]
     outs = getattr(r.output, "group_outputs", None) or {0: r.output}
     sum_unmask = sum(o.timings["ps_sum_s"] + o.timings["ps_unmask_s"] for o in outs.values())
+    sum_unmask_cpu = sum(o.timings["ps_sum_cpu_s"] + o.timings["ps_unmask_cpu_s"] for o in outs.values())
     # With groups the assignment is one more entry ("assign"), so its bytes and time count too.
     sent = sum(v["participant_bytes_sent"] for v in phase_stats.values())
     recv = sum(v["participant_bytes_received"] for v in phase_stats.values())
@@ -272,10 +313,15 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         "participant_mask_s": mask_s,
         "participant_mask_floor_s": floor_mask_s,
         "participant_mask_ratio": floor_mask_s / mask_s,
+        "participant_keystream_add_s": keystream_add_s,
+        "mask_floor_wall_s": mask_floor_wall_s,
         "ps_aggregate_unmask_s": ps_s,
         "ps_floor_s": floor_ps_s,
         "ps_sum_unmask_s": sum_unmask,
         "ps_floor_ratio": floor_ps_s / sum_unmask,
+        "ps_floor_cpu_s": floor_ps_cpu_s,
+        "ps_sum_unmask_cpu_s": sum_unmask_cpu,
+        "ps_floor_cpu_ratio": floor_ps_cpu_s / sum_unmask_cpu,
         "ps_round_floor_ratio": floor_ps_s / ps_s,
     }
     if blame:

@@ -21,6 +21,7 @@ pinpoint the bad one, and :func:`check_secret` a reconstructed secret against
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from typing import Iterable, Sequence
@@ -89,24 +90,35 @@ def _shape(commitments: Sequence[Sequence[Element]]) -> tuple[Group, int, int]:
 
 
 def weights(
-    commitments: Sequence[Sequence[Element]], dealer: int, context: bytes
+    commitments: Sequence[Sequence[Element]], dealer: int, context: bytes, encoded: bytes | None = None
 ) -> list[int]:
     """Fiat–Shamir weights ``rho_s = HashToScalar(context ‖ dealer ‖ all commitments ‖ s)``.
 
     ``context`` must name the round and invocation (e.g. ``label("...", T, m)``):
     the weights then differ per dealer, round and commitment set, so a dealer
-    cannot choose shares whose errors cancel.
+    cannot choose shares whose errors cancel. ``encoded`` is
+    :func:`encode_commitments` of ``commitments`` when the caller already holds it
+    (a decoded advertisement does); it must be exactly that encoding.
     """
     group, S, t = _shape(commitments)
     if not context:
         raise ConfigError("Feldman weights need a non-empty context")
+    if encoded is None:
+        encoded = encode_commitments(commitments)
+    elif len(encoded) != 4 + S * t * group.element_size or encoded[:4] != Writer().u16(S).u16(t).bytes():
+        raise ConfigError(f"encoded commitments are not {S}×{t} elements of {group.name}")
+    return list(_weights(group, S, t, dealer, bytes(context), bytes(encoded)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _weights(group: Group, S: int, t: int, dealer: int, context: bytes, encoded: bytes) -> tuple[int, ...]:
+    # A pure function of public values: every recipient of one dealer's sharing derives the same
+    # weights, so simulated recipients in one process derive them once.
     seed = hashlib.sha512(
-        label("feldman/weights", dealer, S, t)
-        + len(context).to_bytes(4, "big") + bytes(context)
-        + encode_commitments(commitments)
+        label("feldman/weights", dealer, S, t) + len(context).to_bytes(4, "big") + context + encoded
     ).digest()
     dst = label("feldman/rho")
-    return [hash_to_scalar(group, seed + s.to_bytes(4, "big"), dst) for s in range(S)]
+    return tuple(hash_to_scalar(group, seed + s.to_bytes(4, "big"), dst) for s in range(S))
 
 
 def combine(commitments: Sequence[Sequence[Element]], rho: Sequence[int]) -> list[Element]:
@@ -121,6 +133,21 @@ def combine(commitments: Sequence[Sequence[Element]], rho: Sequence[int]) -> lis
             acc = acc * commitments[s][k] ** rho[s]
         out.append(acc)
     return out
+
+
+def combine_from_coefficients(group: Group, coefficients: Sequence[Sequence[int]], rho: Sequence[int]) -> list[Element]:
+    """The dealer's :func:`combine`: ``Ĉ_k = g^{sum_s rho_s a_{s,k}}`` from its own coefficients.
+
+    Equal to ``combine(commitments, rho)`` for ``commitments[s][k] = g^{a_{s,k}}``, at
+    t fixed-base exponentiations instead of S·t.
+    """
+    if not coefficients or len(coefficients) != len(rho):
+        raise ConfigError(f"{len(rho)} weights for {len(coefficients)} secrets")
+    t = len(coefficients[0])
+    if any(len(row) != t for row in coefficients):
+        raise ConfigError("every secret needs the same number t of coefficients")
+    q = group.order
+    return [group.base_mul(sum(r * row[k] for r, row in zip(rho, coefficients)) % q) for k in range(t)]
 
 
 def _eval_in_exponent(coms: Sequence[Element], x: int) -> Element:
@@ -263,6 +290,6 @@ def decode_combined(group: Group, data: bytes, t: int) -> list[Element]:
 
 
 __all__ = [
-    "check_secret", "combine", "deal", "decode_combined", "decode_commitments", "encode_combined",
+    "check_secret", "combine", "combine_from_coefficients", "deal", "decode_combined", "decode_commitments", "encode_combined",
     "encode_commitments", "find_bad_shares", "verify_batch", "verify_share", "weights",
 ]

@@ -134,7 +134,11 @@ class Group(ABC):
 
     def base_mul(self, s: int) -> Element:
         """``g ** s``."""
-        return self.generator() ** s
+        return Element(self, self._base_exp(s % self.order))
+
+    def _base_exp(self, s: int) -> Any:
+        """Backend value of ``g ** s`` for ``s`` in ``[0, q)`` (backends may use a fixed-base method)."""
+        return self._exp(self._generator(), s)
 
     def element_from_bytes(self, data: bytes, field: str = "element") -> Element:
         """Decode and validate: exact length, canonical encoding, not the identity."""
@@ -218,6 +222,12 @@ class Ristretto255(Group):
 
     def _inv(self, a: bytes) -> bytes:
         return self._r.crypto_core_ristretto255_sub(self._identity_encoding, a)
+
+    def _base_exp(self, s: int) -> bytes:
+        # libsodium's fixed-base routine (precomputed tables) refuses s = 0, whose result is the identity.
+        if not s:
+            return self._identity_encoding
+        return self._r.crypto_scalarmult_ristretto255_base(s.to_bytes(32, "little"))
 
     def _encode(self, a: bytes) -> bytes:
         return a

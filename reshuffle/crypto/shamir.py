@@ -28,6 +28,13 @@ class Share:
         return Writer().u32(self.x).fixed(self.y.to_bytes(scalar_size, "big"), scalar_size).bytes()
 
     @classmethod
+    def checked(cls, x: int, y: int, q: int) -> "Share":
+        """A share from parsed integers, with the checks of :meth:`decode` (InvalidShare)."""
+        share = cls(x, y)
+        _check_share(share, q)
+        return share
+
+    @classmethod
     def decode(cls, data: bytes, q: int, scalar_size: int = 32) -> "Share":
         p = Parser(data, "share")
         x = p.u32("x")

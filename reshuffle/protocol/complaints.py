@@ -46,12 +46,19 @@ class Dealer:
     combined: tuple
 
     def rho(self) -> list[int]:
-        return feldman.weights(self.advert.commitments, self.advert.sender, weights_context(self.advert.T, self.digest))
+        return feldman.weights(self.advert.commitments, self.advert.sender, weights_context(self.advert.T, self.digest),
+                               self.advert.commitments_encoding())
 
 
 def combined_for(advert: msg.Advertise, digest: bytes) -> tuple:
     """Ĉ of a dealer's commitments under the weights of its bundle (the dealer's side)."""
     return tuple(feldman.combine(advert.commitments, Dealer(advert, digest, ()).rho()))
+
+
+def own_combined(advert: msg.Advertise, digest: bytes, coefficients) -> tuple:
+    """:func:`combined_for` computed by the dealer from its polynomials' coefficients (t exponentiations)."""
+    rho = Dealer(advert, digest, ()).rho()
+    return tuple(feldman.combine_from_coefficients(advert.enc_key.group, coefficients, rho))
 
 
 def check_combined(d: Dealer) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
@@ -76,6 +77,9 @@ class ShareKind(enum.IntEnum):
     DH_SECRET = 1  # x_{j,m}: revealed for j that dropped from U_{m-1} to U_m
 
 
+_SHARE_KINDS = {k.value: k for k in ShareKind}
+
+
 @dataclass(frozen=True)
 class Context:
     """What a decoder needs to know: the group and, once known, the round parameters."""
@@ -95,6 +99,28 @@ class Context:
 
 def _elem(p: Parser, g: Group, field: str) -> Element:
     return g.element_from_bytes(p.fixed(g.element_size, field), field)
+
+
+_ROWS: dict[tuple[Group, bytes], tuple[Element, ...]] = {}
+ROWS_MAX = 8192  # element rows remembered per process (a Ĉ of t = 31 is about 3 KB of objects)
+
+
+def _shared_row(p: Parser, g: Group, count: int, field: str) -> tuple[Element, ...]:
+    """``count`` validated elements read as one field, reused if this process decoded the same bytes.
+
+    A relayed row (a dealer's Ĉ in every member's SHARE_DELIVERY) reaches all
+    members as the same bytes; decoding is a pure function of them and elements
+    are immutable, so simulated members in one process hold one copy.
+    """
+    blob = p.fixed(count * g.element_size, field)
+    row = _ROWS.get((g, blob))  # keyed on the group object: two toy groups may share a name
+    if row is None:
+        size = g.element_size
+        row = tuple(g.element_from_bytes(blob[k * size : (k + 1) * size], f"{field}[{k}]") for k in range(count))
+        if len(_ROWS) >= ROWS_MAX:
+            _ROWS.clear()
+        _ROWS[(g, blob)] = row
+    return row
 
 
 def _ids(p: Parser, field: str, ctx: Context) -> tuple[int, ...]:
@@ -132,7 +158,7 @@ class Message(ABC):
         """Header, body and the sender's signature (64 zero bytes without a key: tests only)."""
         body = self.body()
         sig = sk.sign("msg", self.statement(body)) if sk is not None else bytes(SIG_BYTES)
-        return self.header() + body + sig
+        return b"".join((self.header(), body, sig))
 
     @abstractmethod
     def _body(self, w: Writer) -> None:
@@ -173,6 +199,29 @@ def decode(data: bytes, ctx: Context) -> Message:
     object.__setattr__(msg, "_signature", sig)
     object.__setattr__(msg, "_statement", msg.statement(memoryview(data)[body_start:body_end]))
     return msg
+
+
+_SHARED: dict[tuple, Message] = {}
+SHARED_MAX = 2048  # decoded relays remembered per process (a g = 50 advertisement is about 30 KB)
+
+
+def decode_shared(data: bytes, ctx: Context) -> Message:
+    """:func:`decode` for a message relayed verbatim to many recipients: parsed once per process.
+
+    Decoding is a pure function of the bytes, the group and the round parameters,
+    and messages are immutable, so simulated participants in one process may hold
+    the same decoded object (one copy of every peer's Feldman commitments per
+    process, not one per participant). Each recipient still checks the signature
+    and every condition on the content itself. Only successful decodes are kept.
+    """
+    key = (bytes(data), ctx.group, ctx.params)
+    m = _SHARED.get(key)
+    if m is None:
+        m = decode(key[0], ctx)
+        if len(_SHARED) >= SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[key] = m
+    return m
 
 
 def verify(m: Message, key: VerifyKey) -> None:
@@ -300,8 +349,26 @@ class Advertise(Message):
                               f"expected {ctx.params.M} and t={ctx.params.t}")
         if M < 1 or t < 1 or t > ctx.max_n:
             raise DecodeError(f"advertisement with M={M}, t={t} out of range")
-        com = tuple(tuple(_elem(p, g, f"C[{s}][{k}]") for k in range(t)) for s in range(2 * M))
-        return cls(*hdr, gh, enc, com)
+        size = g.element_size
+        blob = p.fixed(2 * M * t * size, "commitments")
+        com = tuple(
+            tuple(g.element_from_bytes(blob[(s * t + k) * size : (s * t + k + 1) * size], f"C[{s}][{k}]")
+                  for k in range(t))
+            for s in range(2 * M)
+        )
+        a = cls(*hdr, gh, enc, com)
+        # What encode_commitments() would write, kept for the Feldman weights (they hash it).
+        object.__setattr__(a, "_commitments_encoding", Writer().u16(2 * M).u16(t).bytes() + blob)
+        return a
+
+    def commitments_encoding(self) -> bytes:
+        """``feldman.encode_commitments(self.commitments)``, without re-encoding a decoded advertisement."""
+        enc = getattr(self, "_commitments_encoding", None)
+        if enc is None:
+            from reshuffle.crypto.feldman import encode_commitments
+
+            enc = encode_commitments(self.commitments)
+        return enc
 
 
 @_register
@@ -408,7 +475,7 @@ class ShareDelivery(Message):
             dealer, digest, t = p.u32("dealer"), p.fixed(HASH_BYTES, "digest"), p.u16("t")
             if t > ctx.max_n:
                 raise DecodeError(f"Ĉ of {t} elements")
-            dealers.append((dealer, digest, tuple(_elem(p, g, f"combined[{k}]") for k in range(t))))
+            dealers.append((dealer, digest, _shared_row(p, g, t, "combined")))
         cnt = p.u32("count")
         if cnt > ctx.max_n:
             raise DecodeError(f"{cnt} ciphertexts for at most {ctx.max_n} participants")
@@ -576,16 +643,25 @@ class MaskedInput(Message):
             object.__setattr__(self, "_row_hashes", row_hashes(self.words, self.rows))
         return self._row_hashes
 
-    def _body(self, w: Writer) -> None:
-        w.fixed(self.h, HASH_BYTES).u32(self.rows)
+    def _prefix(self) -> bytes:
+        """The body up to the words: h_m, rows, row hashes, padding and the words' length."""
+        w = Writer().fixed(self.h, HASH_BYTES).u32(self.rows)
         for rh in self._hashes():
             w.fixed(rh, HASH_BYTES)
         # Two zero bytes put the words on a 4-byte boundary of the message (18-byte header), so a
         # receiver sums them in place at numpy's aligned speed (1.7x the unaligned one).
-        w.u16(0).var(self.words)
+        return w.u16(0).u32(len(self.words)).bytes()
+
+    def _body(self, w: Writer) -> None:
+        w.raw(self._prefix()).raw(self.words)
 
     def statement(self, body: bytes) -> bytes:
         return self.header() + self.h + digest_of_row_hashes(self._hashes())
+
+    def encode(self, sk: "SigningKey | None" = None) -> bytes:
+        # The signature covers the row hashes, not the body bytes: the words are copied once, into the message.
+        sig = sk.sign("msg", self.statement(b"")) if sk is not None else bytes(SIG_BYTES)
+        return b"".join((self.header(), self._prefix(), self.words, sig))
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -692,16 +768,15 @@ class UnmaskResponse(Message):
         cnt = p.u32("count")
         if cnt > ctx.max_n:
             raise DecodeError(f"{cnt} shares for at most {ctx.max_n} participants")
+        # Fixed-size entries (owner u32 | kind u8 | x u32 | y): one bounds-checked read, then unpacked.
+        entry = struct.Struct(f">IBI{g.scalar_size}s")
+        raw = p.fixed(cnt * entry.size, "shares")
         out = []
-        for _ in range(cnt):
-            owner = p.u32("owner")
-            kind_raw = p.u8("kind")
-            try:
-                kind = ShareKind(kind_raw)
-            except ValueError:
-                raise DecodeError(f"unknown share kind {kind_raw}") from None
-            raw = p.fixed(4 + g.scalar_size, "share")
-            out.append((owner, kind, Share.decode(raw, g.order, g.scalar_size)))
+        for owner, kind_raw, x, y in entry.iter_unpack(raw):
+            kind = _SHARE_KINDS.get(kind_raw)
+            if kind is None:
+                raise DecodeError(f"unknown share kind {kind_raw}")
+            out.append((owner, kind, Share.checked(x, int.from_bytes(y, "big"), g.order)))
         return cls(*hdr, tuple(out))
 
 

@@ -43,7 +43,7 @@ from reshuffle.protocol import messages as msg
 from reshuffle.protocol import credential
 from reshuffle.protocol import opening
 from reshuffle.protocol.blame import audit_iteration, dispute_context
-from reshuffle.protocol.complaints import Dealer, check_shares, combined_for
+from reshuffle.protocol.complaints import Dealer, check_shares, own_combined, secret_index
 from reshuffle.protocol.decoys import check_opening, decoy_positions, replay
 from reshuffle.protocol.masking import mask_in_place, pair_row_key, pair_secret
 from reshuffle.protocol.messages import Context, MsgType, ShareKind
@@ -205,7 +205,7 @@ class Participant:
         p, g = self.params, self._ctx.group
         adverts: dict[int, msg.Advertise] = {}
         for raw in m.adverts:
-            a = msg.decode(raw, self._ctx)
+            a = msg.decode_shared(raw, self._ctx)  # the same relayed bytes reach every member
             if not isinstance(a, msg.Advertise):
                 raise DecodeError("advertise list holds a non-ADVERTISE message")
             if a.sender not in self._roster or a.sender in adverts:
@@ -241,7 +241,7 @@ class Participant:
         self.phase = PPhase.AWAIT_SHARES
         # Ĉ under weights bound to these ciphertexts (§6.4): the shares are fixed before the weights.
         digest = msg.ShareBundle(self.T, 0, self.pid, tuple(cts)).digest()
-        return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts), combined_for(self._my_advert, digest))]
+        return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts), own_combined(self._my_advert, digest, self._polys))]
 
     def _parse_shares(self, owner: int, payload: bytes) -> list[int]:
         g, p = self._ctx.group, self.params
@@ -251,9 +251,9 @@ class Participant:
         return ys
 
     def _hold(self, owner: int, ys: list[int]) -> None:
-        for idx in range(self.params.M):
-            self._held[(owner, idx + 1, ShareKind.SELF_SEED)] = Share(self.pid + 1, ys[2 * idx])
-            self._held[(owner, idx + 1, ShareKind.DH_SECRET)] = Share(self.pid + 1, ys[2 * idx + 1])
+        # The owner's 2M share values in commitment order (b_1, x_1, b_2, ...): every held share has
+        # x = pid + 1, so a Share is built only when it is revealed.
+        self._held[owner] = tuple(ys)
 
     # §5 steps 1–2: shares addressed to us, U_0, OT table; request tokens and the credential (§7.2).
     def _on_share_delivery(self, m: msg.ShareDelivery) -> list[msg.Message]:
@@ -270,7 +270,7 @@ class Participant:
         if set(info) != U0:
             raise Refused("the PS relayed the bundle digests of another set than U_0")
         self._dealers = {d: Dealer(self._adverts[d], digest, comb) for d, (digest, comb) in info.items()}
-        self._held: dict[tuple[int, int, ShareKind], Share] = {}
+        self._held: dict[int, tuple[int, ...]] = {}
         self._hold(self.pid, self._parse_shares(self.pid, self._own_shares_payload))
         got = dict(m.ciphertexts)
         complaints = []
@@ -330,9 +330,20 @@ class Participant:
                 self._hold(dealer, list(ys))
             except ProtocolError as exc:
                 self.view.errors.append(exc)
+        self._end_setup()
         self._phase_start = 1
         self.phase = PPhase.AWAIT_MASK
         return []
+
+    def _end_setup(self) -> None:
+        """Setup is over (§6.4): drop what only dealing, checking and complaints needed.
+
+        Kept: the peers' advertisements (their channel keys, g^b and X, for masking, audit
+        and disputes) and the held share values. Dropped: this participant's polynomials,
+        the shares it dealt (complaints are answered before the first masked vector), its
+        own advertisement object and every dealer's Ĉ.
+        """
+        self._polys = self._dealt = self._dealers = self._own_shares_payload = self._my_advert = None
 
     def _take_tokens(self, response: bytes, proof: bytes) -> None:
         """Verify the OT answers' proof against B (§7.1) and start a slot phase with the tokens."""
@@ -502,9 +513,9 @@ class Participant:
         # One kind per owner (plan is a dict), one answer per invocation (the state moves on).
         self._revealed[m] = plan
         out = [
-            (owner, kind, self._held[(owner, m, kind)])
+            (owner, kind, Share(self.pid + 1, self._held[owner][secret_index(m, kind)]))
             for owner, kind in sorted(plan.items())
-            if (owner, m, kind) in self._held
+            if owner in self._held
         ]
         self._mask_set = sorted(Um)
         return msg.UnmaskResponse(self.T, m, self.pid, tuple(out))
