@@ -117,7 +117,8 @@ def run_cell(path: str, settings: dict[str, Any]) -> tuple[str, float]:
         "malicious_clients": data["malicious_clients"],
         "seconds": secs,
         "final_accuracy": data["final_accuracy"],
-        **{k: [r[k] for r in rounds] for k in ("accuracy", "attack_success", "tpr", "fpr", "models_received")},
+        **{k: [r[k] for r in rounds] for k in ("accuracy", "attack_success", "tpr", "fpr", "models_received",
+                                                 "diverged")},
         "lost": [r["lost"] for r in rounds],
     }
     _write(Path(path), cell)
@@ -177,6 +178,16 @@ def cell_stats(cell: dict) -> dict[str, float | None]:
         return {"acc": None, "tpr": None, "fpr": None, "success": None}
     return {"acc": cell["final_accuracy"], "tpr": _mean(cell["tpr"]), "fpr": _mean(cell["fpr"]),
             "success": cell["attack_success"][-1] if cell["attack_success"] else None}
+
+
+def losses(cell: dict) -> tuple[int, dict[str, int], int]:
+    """(models lost over all rounds, count per cause kind, rounds ending with a diverged global model)."""
+    kinds: dict[str, int] = {}
+    for lost in cell.get("lost", []):
+        for why in lost.values():
+            kind = why.split(":")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return sum(kinds.values()), kinds, sum(bool(x) for x in cell.get("diverged", []))
 
 
 def _pct(x: float | None) -> str:
@@ -335,6 +346,17 @@ def write_summary(grid: Grid, out: Path) -> str:
                 _heatmap(grid, rs, got, key, title, out / png)
                 if (out / png).is_file():
                     md += ["", f"![{rs} {title}]({png})"]
+        hurt = []
+        for (s, a, r) in cells:
+            if s == rs and (s, a, r) in got and not got[s, a, r].get("error"):
+                n, kinds, div = losses(got[s, a, r])
+                if n or div:
+                    why = ", ".join(f"{k} × {c}" for k, c in sorted(kinds.items()))
+                    hurt.append(f"{a} × {r}: {n} models lost ({why or 'none'}), {div} rounds with a diverged "
+                                f"(NaN/Inf) global model")
+        if hurt:
+            md += ["", "Runs that lost models or diverged (every lost model has its recorded cause in the cell):", ""]
+            md += [f"- {h}" for h in hurt]
         failed = [f"{a} × {r} ({got[s, a, r]['error']})" for (s, a, r) in cells
                   if s == rs and (s, a, r) in got and got[s, a, r].get("error")]
         if failed:
