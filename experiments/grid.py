@@ -66,7 +66,7 @@ class Grid:
 
 def load_grid(path: Path, attacks: list[str] | None = None, rules: list[str] | None = None,
               rowsets: list[str] | None = None) -> Grid:
-    """The grid of ``path``; attacks and rules default to the registries ("all")."""
+    """The grid of ``path``; attacks and rules default to the registries ("all"), plus its ``compositions``."""
     spec = tomllib.loads(path.read_text())
     all_sets = spec.get("rowsets", {})
     if not all_sets:
@@ -78,6 +78,9 @@ def load_grid(path: Path, attacks: list[str] | None = None, rules: list[str] | N
     known_a, known_r = registry_attacks(), registry_rules()
     pick_a = attacks or (known_a if spec.get("attacks", "all") == "all" else spec["attacks"])
     pick_r = rules or (known_r if spec.get("rules", "all") == "all" else spec["rules"])
+    if not rules:
+        # Composed candidates (e.g. "geomed+signstat+cosine") join the registered rules as grid columns.
+        pick_r = [*pick_r, *(c for c in spec.get("compositions", []) if c not in pick_r)]
     for kind, got, known in (("attack", pick_a, known_a), ("rule", pick_r, known_r)):
         bad = [x for x in got if x not in known and "+" not in x and ":" not in x]
         if bad:
