@@ -343,7 +343,8 @@ def write_summary(grid: Grid, out: Path) -> str:
                 md += _table(sub, rs, got, lambda s: _pct(s["success"]))
             checks, winners = goal_checks(grid, rs, got)
             md += ["", "Goals:", ""] + checks + ["", "Reading (generated from the cells):", ""]
-            md += reading(grid, rs, got, winners) or ["- (clean baseline missing)"]
+            md += reading(grid, rs, got, winners) or [
+                "- (clean baseline missing)" if (rs, "none", "fedavg") not in got else "- (no attacked cells yet)"]
             for key, title in (("acc", "final accuracy"), ("success", "attack success")):
                 png = f"{rs}_{key}.png"
                 _heatmap(grid, rs, got, key, title, out / png)
