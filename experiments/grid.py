@@ -66,7 +66,7 @@ class Grid:
 
 def load_grid(path: Path, attacks: list[str] | None = None, rules: list[str] | None = None,
               rowsets: list[str] | None = None) -> Grid:
-    """The grid of ``path``; attacks and rules default to the registries ("all")."""
+    """The grid of ``path``; attacks and rules default to the registries ("all"), plus its ``compositions``."""
     spec = tomllib.loads(path.read_text())
     all_sets = spec.get("rowsets", {})
     if not all_sets:
@@ -78,6 +78,9 @@ def load_grid(path: Path, attacks: list[str] | None = None, rules: list[str] | N
     known_a, known_r = registry_attacks(), registry_rules()
     pick_a = attacks or (known_a if spec.get("attacks", "all") == "all" else spec["attacks"])
     pick_r = rules or (known_r if spec.get("rules", "all") == "all" else spec["rules"])
+    if not rules:
+        # Composed candidates (e.g. "geomed+signstat+cosine") join the registered rules as grid columns.
+        pick_r = [*pick_r, *(c for c in spec.get("compositions", []) if c not in pick_r)]
     for kind, got, known in (("attack", pick_a, known_a), ("rule", pick_r, known_r)):
         bad = [x for x in got if x not in known and "+" not in x and ":" not in x]
         if bad:
@@ -117,7 +120,8 @@ def run_cell(path: str, settings: dict[str, Any]) -> tuple[str, float]:
         "malicious_clients": data["malicious_clients"],
         "seconds": secs,
         "final_accuracy": data["final_accuracy"],
-        **{k: [r[k] for r in rounds] for k in ("accuracy", "attack_success", "tpr", "fpr", "models_received")},
+        **{k: [r[k] for r in rounds] for k in ("accuracy", "attack_success", "tpr", "fpr", "models_received",
+                                                 "diverged")},
         "lost": [r["lost"] for r in rounds],
     }
     _write(Path(path), cell)
@@ -177,6 +181,16 @@ def cell_stats(cell: dict) -> dict[str, float | None]:
         return {"acc": None, "tpr": None, "fpr": None, "success": None}
     return {"acc": cell["final_accuracy"], "tpr": _mean(cell["tpr"]), "fpr": _mean(cell["fpr"]),
             "success": cell["attack_success"][-1] if cell["attack_success"] else None}
+
+
+def losses(cell: dict) -> tuple[int, dict[str, int], int]:
+    """(models lost over all rounds, count per cause kind, rounds ending with a diverged global model)."""
+    kinds: dict[str, int] = {}
+    for lost in cell.get("lost", []):
+        for why in lost.values():
+            kind = why.split(":")[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return sum(kinds.values()), kinds, sum(bool(x) for x in cell.get("diverged", []))
 
 
 def _pct(x: float | None) -> str:
@@ -329,12 +343,24 @@ def write_summary(grid: Grid, out: Path) -> str:
                 md += _table(sub, rs, got, lambda s: _pct(s["success"]))
             checks, winners = goal_checks(grid, rs, got)
             md += ["", "Goals:", ""] + checks + ["", "Reading (generated from the cells):", ""]
-            md += reading(grid, rs, got, winners) or ["- (clean baseline missing)"]
+            md += reading(grid, rs, got, winners) or [
+                "- (clean baseline missing)" if (rs, "none", "fedavg") not in got else "- (no attacked cells yet)"]
             for key, title in (("acc", "final accuracy"), ("success", "attack success")):
                 png = f"{rs}_{key}.png"
                 _heatmap(grid, rs, got, key, title, out / png)
                 if (out / png).is_file():
                     md += ["", f"![{rs} {title}]({png})"]
+        hurt = []
+        for (s, a, r) in cells:
+            if s == rs and (s, a, r) in got and not got[s, a, r].get("error"):
+                n, kinds, div = losses(got[s, a, r])
+                if n or div:
+                    why = ", ".join(f"{k} × {c}" for k, c in sorted(kinds.items()))
+                    hurt.append(f"{a} × {r}: {n} models lost ({why or 'none'}), {div} rounds with a diverged "
+                                f"(NaN/Inf) global model")
+        if hurt:
+            md += ["", "Runs that lost models or diverged (every lost model has its recorded cause in the cell):", ""]
+            md += [f"- {h}" for h in hurt]
         failed = [f"{a} × {r} ({got[s, a, r]['error']})" for (s, a, r) in cells
                   if s == rs and (s, a, r) in got and got[s, a, r].get("error")]
         if failed:

@@ -75,3 +75,36 @@ def test_a_failing_cell_is_recorded_with_its_reason(tmp_path):
     assert "ConfigError: sign-flip scale must be a positive number" in json.loads(path.read_text())["error"]
     assert "| sign-flip | failed | missing |" in summary
     assert "Failed runs (1): sign-flip × fedavg (ConfigError: sign-flip scale" in summary
+
+
+def test_a_cell_that_loses_models_lists_them_by_cause(tmp_path):
+    # Prepare: attackers whose sign-flipped update (scale 1e40) is beyond float32, so it cannot be encoded
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from grid import load_grid, run_cell, write_summary
+
+    grid = load_grid(ROOT / "experiments" / "configs" / "grid-quick.toml")
+    path = tmp_path / "digits-iid" / "sign-flip__fedavg.json"
+    settings = {**grid.settings("digits-iid", "sign-flip", "fedavg", None), "attack_options": {"scale": 1e40}}
+    # Execute
+    run_cell(str(path), settings)
+    summary = write_summary(grid, tmp_path)
+    cell = json.loads(path.read_text())
+    # Assert: the run finishes; 2 attackers × 2 rounds are lost, each with its cause, and the summary counts them
+    assert "error" not in cell and cell["models_received"] == [8, 8] and cell["diverged"] == [False, False]
+    assert all(c.startswith("attack output: ") for lost in cell["lost"] for c in lost.values())
+    assert "- sign-flip × fedavg: 4 models lost (attack output × 4), 0 rounds with a diverged" in summary
+
+
+def test_compositions_join_the_registered_rules(tmp_path):
+    # Prepare: a grid whose rules are all registered ones plus one composed candidate
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from grid import load_grid, registry_rules
+
+    spec = tmp_path / "g.toml"
+    spec.write_text('attacks = ["alie"]\nrules = "all"\ncompositions = ["geomed+signstat+cosine", "fedavg"]\n'
+                    '[rowsets.d]\ndataset = "digits"\n')
+    # Execute
+    grid, picked = load_grid(spec), load_grid(spec, rules=["fedavg"])
+    # Assert: the composition is one more column (a registered name is not repeated); an explicit choice wins
+    assert grid.rules == [*registry_rules(), "geomed+signstat+cosine"]
+    assert picked.rules == ["fedavg"]

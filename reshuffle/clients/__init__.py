@@ -18,7 +18,7 @@ _WHERE = {
     "build_model": "models", "get_flat": "models", "set_flat": "models",
     "dirichlet": "partitions", "iid": "partitions", "partition": "partitions",
     "BatchedTrainer": "train", "TrainConfig": "train", "batch_schedule": "train", "local_train": "train",
-    "predict": "train",
+    "NO_LABEL": "train", "predict": "train",
 }
 
 

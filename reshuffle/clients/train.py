@@ -67,13 +67,29 @@ def local_train(
     return get_flat(model)
 
 
+#: The label :func:`predict` gives an input whose model output is not finite (never a class).
+NO_LABEL = -1
+
+
 @torch.no_grad()
 def predict(model: nn.Module, W: np.ndarray, x: np.ndarray, batch: int = 2048) -> np.ndarray:
-    """Predicted labels of ``x`` under parameters W."""
+    """Predicted labels of ``x`` under parameters W; :data:`NO_LABEL` where the output is not finite.
+
+    A diverged model (NaN/Inf parameters or logits) predicts nothing: its
+    argmax would otherwise name an arbitrary class (torch's argmax picks a NaN's
+    index), which would count as accurate for that class and as a backdoor hit
+    when it is the target.
+    """
     set_flat(model, W)
     model.eval()
     xt = torch.from_numpy(x)
-    return torch.cat([model(xt[i : i + batch]).argmax(1) for i in range(0, len(xt), batch)]).numpy()
+    out = []
+    for i in range(0, len(xt), batch):
+        logits = model(xt[i : i + batch])
+        labels = logits.argmax(1)
+        labels[~torch.isfinite(logits).all(1)] = NO_LABEL
+        out.append(labels)
+    return torch.cat(out).numpy()
 
 
 def batch_schedule(n: int, cfg: TrainConfig, seed: int) -> list[torch.Tensor]:

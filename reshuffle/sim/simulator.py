@@ -11,7 +11,9 @@ Per round T (docs/protocol.md §5):
    Every mode carries Dec(Enc(W_i)), the protocol's fixed-point encoding, so a
    real round that recovers every model gives bit-identical results to
    ``none``; each model a round loses is listed in ``RoundRecord.lost`` with
-   its cause;
+   its cause. A model with NaN/Inf values (local training diverged, or an
+   attack's output overflowed float32) cannot be encoded: its client takes no
+   part in the round (a setup dropout) and the cause says why;
 6. the PS sorts the recovered models into a canonical order (by hash, so the
    result cannot depend on the shuffle's permutation), forms U = W − W_g, runs the
    rule and sets W_g^{T+1} = W_g^T + rule(U).
@@ -31,7 +33,8 @@ import numpy as np
 
 from reshuffle.attacks import Attack, make_attack
 from reshuffle.clients import (
-    BatchedTrainer, Dataset, TrainConfig, build_model, get_flat, load_dataset, local_train, partition, predict,
+    NO_LABEL, BatchedTrainer, Dataset, TrainConfig, build_model, get_flat, load_dataset, local_train, partition,
+    predict,
 )
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.api import ShuffleResult, ideal_round, shuffle
@@ -58,6 +61,9 @@ class RoundRecord:
     lost: dict[int, str] = field(default_factory=dict)
     #: client → what the protocol named it for in this round, with its evidence (never an honest client).
     blamed: dict[int, str] = field(default_factory=dict)
+    #: The global model after this round has NaN/Inf parameters or outputs on the test set; such
+    #: outputs predict no class (they count as wrong and never as the backdoor target).
+    diverged: bool = False
 
 
 def _seed(*parts: int) -> int:
@@ -98,6 +104,21 @@ def loss_causes(r: ShuffleResult, clients: int, dropouts: dict[str, list[int]]) 
             out[i] = f"participant error: {r.participant_errors[i][0]}"
         else:
             out[i] = "no slot"
+    return out
+
+
+def non_finite(W: np.ndarray) -> int:
+    """Number of NaN/Inf values in ``W`` (the fixed-point encoding cannot carry any)."""
+    return int(W.size - np.count_nonzero(np.isfinite(W)))
+
+
+def unencodable(models: list[np.ndarray], why: str) -> dict[int, str]:
+    """client → cause, for the models in ``models`` that hold NaN/Inf values."""
+    out = {}
+    for i, W in enumerate(models):
+        k = non_finite(W)
+        if k:
+            out[i] = f"{why}: {k} of {W.size} values non-finite, not encodable"
     return out
 
 
@@ -211,19 +232,32 @@ class Simulation:
             slowest = max(slowest, time.perf_counter() - t0)
         return models, slowest, time.perf_counter() - t_all
 
-    def _apply_attack(self, models: list[np.ndarray], T: int) -> None:
+    def _apply_attack(self, models: list[np.ndarray], T: int, broken: dict[int, str]) -> dict[int, str]:
+        """Replace the attackers' models by the attack's; return client → cause for those it cannot form.
+
+        Clients in ``broken`` (their training diverged) take no part: the
+        attack sees neither their updates nor runs for them. An attack output
+        that is non-finite in float32 (e.g. a scaled update beyond its range)
+        is reported, like a diverged model, as not encodable.
+        """
         if not self.attacked:
-            return
-        mal = self.malicious
-        honest = [i for i in range(self.cfg.clients) if i not in set(mal)]
+            return {}
+        mal = [i for i in self.malicious if i not in broken]
+        honest = [i for i in range(self.cfg.clients) if i not in set(self.malicious) and i not in broken]
+        if not mal:
+            return {}
+        if self.attack.omniscient and len(honest) < 2:
+            return {i: f"attack not run: {len(honest)} finite honest updates to observe" for i in mal}
         U_own = np.stack([models[i] - self.W_g for i in mal])
-        U_honest = np.stack([models[i] - self.W_g for i in honest])
+        U_honest = np.stack([models[i] - self.W_g for i in honest]) if honest else U_own[:0]
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 4))
         bad = self.attack(observed_updates(self.attack, U_own, U_honest), len(mal), rng)
-        if bad.shape != (len(mal), self.W_g.size) or not np.isfinite(bad).all():
-            raise ConfigError(f"attack {self.cfg.attack!r} returned {bad.shape} (need finite {(len(mal), self.W_g.size)})")
-        for row, i in enumerate(mal):
-            models[i] = (self.W_g + bad[row]).astype(np.float32)
+        if bad.shape != (len(mal), self.W_g.size):
+            raise ConfigError(f"attack {self.cfg.attack!r} returned {bad.shape} (need {(len(mal), self.W_g.size)})")
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is recorded as a cause below
+            for row, i in enumerate(mal):
+                models[i] = (self.W_g + bad[row]).astype(np.float32)
+        return {i: c for i, c in unencodable(models, "attack output").items() if i in set(mal)}
 
     def _dropouts(self, T: int) -> dict[str, list[int]]:
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 5))
@@ -278,25 +312,33 @@ class Simulation:
         T = self._round
         seconds: dict[str, float] = {}
         models, seconds["training"], seconds["training_total"] = self._train(T)
-        self._apply_attack(models, T)
+        broken = unencodable(models, "local training diverged")
+        broken.update(self._apply_attack(models, T, broken))
+        for i in broken:
+            # Never sent (a setup dropout sends nothing); the protocol's participant refuses NaN/Inf models.
+            models[i] = self.W_g
         dropouts = self._dropouts(T)
-        if self.banned:
-            # Named with evidence in an earlier round: it takes no part (as a setup dropout would).
-            dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(self.banned))
+        if self.banned or broken:
+            # Named with evidence in an earlier round, or holding no encodable model: it takes no part
+            # (as a setup dropout would).
+            dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(self.banned) | set(broken))
         self._blamed: dict[int, str] = {}
         got, positions, lost, phase_s, nbytes = self._shuffle(models, dropouts, T)
         seconds.update(phase_s)
+        lost.update(broken)
         for i in self.banned:
             lost[i] = f"banned: blamed in round {self.banned[i]}"
         for i in self._blamed:
             self.banned.setdefault(i, T)
         if not got:
-            # Nothing delivered (e.g. a jammed round that named its jammer): W_g stays.
+            # Nothing delivered (e.g. a jammed round that named its jammer, or every model diverged): W_g stays.
             pred = predict(self.model, self.W_g, self.data.x_test)
             return RoundRecord(
-                round=T, accuracy=float(np.mean(pred == self.data.y_test)), attack_success=None, tpr=None, fpr=None,
+                round=T, accuracy=float(np.mean(pred == self.data.y_test)), attack_success=self._success(), tpr=None,
+                fpr=None,
                 seconds=seconds, bytes=nbytes, models_received=0, models_accepted=0,
                 dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
+                diverged=self._diverged(pred),
             )
 
         t0 = time.perf_counter()
@@ -312,17 +354,26 @@ class Simulation:
         t0 = time.perf_counter()
         pred = predict(self.model, self.W_g, self.data.x_test)
         accuracy = float(np.mean(pred == self.data.y_test))
-        success = None
-        if self.attacked:
-            success = self.attack.success(lambda x: predict(self.model, self.W_g, x), self.data.x_test,
-                                          self.data.y_test, self.data.num_classes)
+        success = self._success()
         seconds["evaluation"] = time.perf_counter() - t0
         tpr, fpr = self._detection(positions, set(accepted))
         return RoundRecord(
             round=T, accuracy=accuracy, attack_success=success, tpr=tpr, fpr=fpr, seconds=seconds, bytes=nbytes,
             models_received=len(got), models_accepted=len(accepted),
             dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
+            diverged=self._diverged(pred),
         )
+
+    def _success(self) -> float | None:
+        """The attack's success score on the current global model (None without attackers)."""
+        if not self.attacked:
+            return None
+        return self.attack.success(lambda x: predict(self.model, self.W_g, x), self.data.x_test,
+                                   self.data.y_test, self.data.num_classes)
+
+    def _diverged(self, pred: np.ndarray) -> bool:
+        """The global model has NaN/Inf parameters, or outputs that predict no class on the test set."""
+        return bool(non_finite(self.W_g) or np.any(pred == NO_LABEL))
 
     def run(self, on_round: Callable[[RoundRecord], None] | None = None) -> list[RoundRecord]:
         records = []
