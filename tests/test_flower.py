@@ -87,3 +87,15 @@ def test_only_a_nodes_own_config_makes_it_attack_and_label_its_model():
     mal, hon = U[flags.index(True)], U[[i for i, f in enumerate(flags) if not f]]
     assert float(mal @ hon.mean(axis=0)) < 0 < float(hon[0] @ hon[1])
     assert grid.rounds[-1].blamed == {}
+
+
+def test_client_app_module_imports_neither_torch_nor_scikit_learn():
+    # A deployment starts a fresh ClientApp process for every protocol phase, which imports
+    # this module: torch and scikit-learn (seconds each) belong to the train handler only.
+    import subprocess
+    import sys
+
+    code = "import sys, reshuffle.flower.client_app; print(sorted({'torch', 'sklearn'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
