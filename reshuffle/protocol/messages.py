@@ -105,6 +105,13 @@ _ROWS: dict[tuple[Group, bytes], tuple[Element, ...]] = {}
 ROWS_MAX = 8192  # element rows remembered per process (a Ĉ of t = 31 is about 3 KB of objects)
 
 
+def _split_elements(g: Group, blob: bytes, field: str) -> tuple[Element, ...]:
+    """The validated elements of ``blob``, a concatenation of encodings (``field[k]`` in errors)."""
+    size = g.element_size
+    return tuple(g.element_from_bytes(blob[k * size : (k + 1) * size], f"{field}[{k}]")
+                 for k in range(len(blob) // size))
+
+
 def _shared_row(p: Parser, g: Group, count: int, field: str) -> tuple[Element, ...]:
     """``count`` validated elements read as one field, reused if this process decoded the same bytes.
 
@@ -115,8 +122,7 @@ def _shared_row(p: Parser, g: Group, count: int, field: str) -> tuple[Element, .
     blob = p.fixed(count * g.element_size, field)
     row = _ROWS.get((g, blob))  # keyed on the group object: two toy groups may share a name
     if row is None:
-        size = g.element_size
-        row = tuple(g.element_from_bytes(blob[k * size : (k + 1) * size], f"{field}[{k}]") for k in range(count))
+        row = _split_elements(g, blob, field)
         if len(_ROWS) >= ROWS_MAX:
             _ROWS.clear()
         _ROWS[(g, blob)] = row
@@ -351,11 +357,7 @@ class Advertise(Message):
             raise DecodeError(f"advertisement with M={M}, t={t} out of range")
         size = g.element_size
         blob = p.fixed(2 * M * t * size, "commitments")
-        com = tuple(
-            tuple(g.element_from_bytes(blob[(s * t + k) * size : (s * t + k + 1) * size], f"C[{s}][{k}]")
-                  for k in range(t))
-            for s in range(2 * M)
-        )
+        com = tuple(_split_elements(g, blob[s * t * size : (s + 1) * t * size], f"C[{s}]") for s in range(2 * M))
         a = cls(*hdr, gh, enc, com)
         # What encode_commitments() would write, kept for the Feldman weights (they hash it).
         object.__setattr__(a, "_commitments_encoding", Writer().u16(2 * M).u16(t).bytes() + blob)
