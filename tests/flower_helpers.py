@@ -133,6 +133,14 @@ def toy_client_app(make_reply: Callable[[Message, Context], RecordDict], mods=No
     return app
 
 
+def forgetful_mod(msg: Message, ctx: Context, call_next):
+    """``reshuffle_mod`` after dropping every live participant: what a fresh ClientApp process per message sees."""
+    from reshuffle.flower import mod
+
+    mod._LIVE.clear()
+    return mod.reshuffle_mod(msg, ctx, call_next)
+
+
 def _wait_for(path: Path, text: str, proc: subprocess.Popen, deadline: float) -> bool:
     import time
 

@@ -13,11 +13,9 @@ from __future__ import annotations
 from flower_helpers import DeploymentRun
 
 
-def test_real_deployment_with_a_node_killed_mid_round(request, tmp_path):
+def test_real_deployment_with_a_node_killed_mid_round(request):
     # conftest starts the run with the session (in whichever xdist worker claims it); this reads its outcome.
-    folder = getattr(request.config, "reshuffle_background", None)
-    folder = folder / "DeploymentRun" if folder is not None else DeploymentRun(tmp_path).start().dir
-    killed, text, m = DeploymentRun.load(folder)
+    killed, text, m = DeploymentRun.load(request.config.reshuffle_background / "DeploymentRun")
     assert killed and m is not None, text[-3000:]
     # both surviving models reached the PS after the kill
     rep = m["reshuffle"][0]

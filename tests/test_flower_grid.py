@@ -13,7 +13,7 @@ from flwr.serverapp.strategy import FedAvg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flower_helpers import LoopbackGrid, toy_client_app
+from flower_helpers import LoopbackGrid, forgetful_mod, toy_client_app
 from reshuffle.errors import ConfigError, DecodeError, InvalidSignature
 from reshuffle.flower import records
 from reshuffle.flower.grid import ReshuffleGrid
@@ -250,14 +250,8 @@ def test_a_node_with_key_files_refuses_simulation_keys(key_dir):
 
 def test_a_fresh_process_per_message_replays_the_session():
     # A SuperNode starts a new ClientApp process per message: no live participant survives.
-    from reshuffle.flower import mod
-
-    def forgetful(msg, ctx, call_next):
-        mod._LIVE.clear()
-        return mod.reshuffle_mod(msg, ctx, call_next)
-
     produced: list = []
-    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful]), 3)
+    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful_mod]), 3)
     replies = list(ReshuffleGrid(lg).send_and_receive(train_messages(lg), timeout=60))
     assert sorted(records.encode_content(r.content) for r in replies) == sorted(b for _, b in produced)
     assert not lg.errors

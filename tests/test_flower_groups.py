@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flower_helpers import LoopbackGrid, toy_client_app
+from flower_helpers import LoopbackGrid, forgetful_mod, toy_client_app
 from reshuffle.errors import ConfigError
 from reshuffle.flower import records
 from reshuffle.flower.grid import ReshuffleGrid
@@ -33,14 +33,8 @@ def test_six_nodes_in_groups_of_three_deliver_every_reply_bit_exact():
 
 def test_groups_survive_a_fresh_process_per_message():
     # A SuperNode may start a new ClientApp process per message: the grouped session is replayed.
-    from reshuffle.flower import mod
-
-    def forgetful(msg, ctx, call_next):
-        mod._LIVE.clear()
-        return mod.reshuffle_mod(msg, ctx, call_next)
-
     produced: list = []
-    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful]), 4)
+    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful_mod]), 4)
     grid = ReshuffleGrid(lg, group_size=2)
     replies = list(grid.send_and_receive(train_messages(lg), timeout=60))
     assert sorted(records.encode_content(r.content) for r in replies) == sorted(b for _, b in produced)

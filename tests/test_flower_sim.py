@@ -20,11 +20,9 @@ NODES, ROUNDS = LocalSimulationRuns.NODES, LocalSimulationRuns.ROUNDS
 
 
 @pytest.fixture(scope="module")
-def local_runs(request, tmp_path_factory) -> Path:
+def local_runs(request) -> Path:
     """The runs' folder: conftest starts them with the session (in whichever xdist worker claims them)."""
-    folder = getattr(request.config, "reshuffle_background", None)
-    return folder / "LocalSimulationRuns" if folder is not None else \
-        LocalSimulationRuns(tmp_path_factory.mktemp("flwr-sim")).start().dir
+    return request.config.reshuffle_background / "LocalSimulationRuns"
 
 
 def _finished(runs: Path, name: str):
