@@ -14,7 +14,7 @@ then ``reshuffle simulate --attack zero`` (after importing the module, e.g.
 via ``--plugin mymodule``) or ``make_attack("zero")``.
 """
 
-from reshuffle.attacks.base import Attack, attack_names, check_observed, make_attack, register_attack
+from reshuffle.attacks.base import Attack, RoundView, attack_names, check_observed, make_attack, register_attack
 from reshuffle.attacks.backdoor import DBA, Backdoor, BadNets, ModelReplacement
 from reshuffle.attacks.fang import FangKrum, FangTrimmedMean
 from reshuffle.attacks.mimic import Mimic
@@ -23,6 +23,6 @@ from reshuffle.attacks.simple import GaussianNoise, LabelFlip, NoAttack, Scaling
 
 __all__ = [
     "ALIE", "Attack", "Backdoor", "BadNets", "DBA", "FangKrum", "FangTrimmedMean", "GaussianNoise", "IPM",
-    "LabelFlip", "MinMax", "MinSum", "Mimic", "ModelReplacement", "NoAttack", "Scaling", "SignFlip",
+    "LabelFlip", "MinMax", "MinSum", "Mimic", "ModelReplacement", "NoAttack", "RoundView", "Scaling", "SignFlip",
     "attack_names", "check_observed", "make_attack", "register_attack",
 ]

@@ -20,10 +20,18 @@ Three hooks besides ``__call__`` (all optional):
   training (label flipping, backdoor triggers); honest data is never passed in;
 * :meth:`Attack.success` scores the attack on the current global model, given as
   a ``predict`` callable, so backdoors can evaluate triggered inputs.
+
+Rule-aware attacks (``rule_aware = True``) implement :meth:`Attack.craft`
+instead of ``__call__``: they receive a :class:`RoundView` with the attackers'
+own updates, the honest updates of the round and ``decide``, the deployed rule
+(its configuration, pre-aggregators and seed included) run on the attackers'
+own copy of the round. This models omniscient colluders who know the rule and
+may run it as often as they like before they upload.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -32,11 +40,36 @@ from reshuffle.errors import ConfigError
 from reshuffle.registry import Registry
 
 
+@dataclass(frozen=True)
+class RoundView:
+    """What rule-aware colluders see of one round before they upload.
+
+    ``own``
+        (m, d) the attackers' own updates, trained on their (possibly poisoned) data.
+    ``honest``
+        (h, d) the honest clients' updates of this round.
+    ``decide``
+        the deployed rule on an (n, d) array of updates, returning its
+        :class:`~reshuffle.server.rules.base.Decision` (``accepted`` row
+        indices, ``aggregate``); the attackers' copy, so calls have no effect
+        on the real round.
+    ``round``
+        the round number T.
+    """
+
+    own: np.ndarray
+    honest: np.ndarray
+    decide: Callable[[np.ndarray], object]
+    round: int = 0
+
+
 class Attack:
-    """Base class. Subclasses set ``name`` and implement ``__call__``."""
+    """Base class. Subclasses set ``name`` and implement ``__call__`` (or ``craft`` when rule-aware)."""
 
     name: ClassVar[str] = "attack"
     omniscient: ClassVar[bool] = False
+    #: True when the attack crafts its rows against the deployed rule through :meth:`craft`.
+    rule_aware: ClassVar[bool] = False
     #: False when the attack ignores the attackers' own training (saves the simulator the work).
     uses_own_training: ClassVar[bool] = True
 
@@ -69,6 +102,10 @@ class Attack:
     def __call__(self, observed: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
         """Return the (m, d) malicious updates."""
         raise NotImplementedError
+
+    def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
+        """Rule-aware attacks: the (m, d) malicious updates, given the round's :class:`RoundView`."""
+        raise NotImplementedError(f"{self.name} is not rule-aware")
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
