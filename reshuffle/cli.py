@@ -132,11 +132,12 @@ _SIM_OPTIONS = [
     ("--optimizer", str, "sgd or adam"),
     ("--partition", str, "iid or dirichlet"),
     ("--alpha", _positive(float), "Dirichlet concentration (with --partition dirichlet)"),
-    ("--attack", str, "none, label-flip, sign-flip, gaussian, scaling, alie, ipm, min-max, min-sum, fang-krum, "
-                      "fang-trmean, mimic, badnets, dba, model-replacement"),
+    ("--attack", str, "an attack's name (none, sign-flip, alie, badnets, agr-tailored, ...; all are listed in "
+                      "docs/fl.md)"),
     ("--malicious", _fraction, "fraction of malicious clients"),
-    ("--rule", str, "fedavg, krum, multi-krum, bulyan, cosine, fltrust, median, trimmed-mean, cclip, geomed, dnc, "
-                    "flame, signguard; join with + to intersect (signguard+flame)"),
+    ("--rule", str, "default (chosen by its worst case in the detection grid), fedavg, krum, multi-krum, bulyan, "
+                    "cosine, fltrust, median, trimmed-mean, cclip, geomed, dnc, flame, signguard, ...; join with + to "
+                    "intersect (signguard+flame)"),
     ("--f", _non_negative_int, "attackers the rule assumes (default: the simulated number)"),
     ("--dropout", _fraction, "fraction of clients that drop out each round (at a random phase)"),
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
@@ -145,6 +146,7 @@ _SIM_OPTIONS = [
     ("--group-size", _positive(int), "anonymity groups of about this size (real shuffle; default: one group)"),
     ("--seed", _non_negative_int, "seed of data split, initial model, training order, attacks"),
     ("--root-samples", _positive(int), "size of FLTrust's server root dataset"),
+    ("--eval-subset", _positive(int), "evaluate on this many fixed test samples in every round but the last"),
     ("--adversary", str, "protocol adversary played in every real round (names: reshuffle redteam --json)"),
 ]
 
