@@ -261,10 +261,14 @@ class Simulation:
         U_own = np.stack([models[i] - self.W_g for i in mal])
         U_honest = np.stack([models[i] - self.W_g for i in honest]) if honest else U_own[:0]
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 4))
-        if self.attack.rule_aware:
-            bad = self.attack.craft(self._round_view(U_own, U_honest, T), rng)
-        else:
-            bad = self.attack(observed_updates(self.attack, U_own, U_honest), len(mal), rng)
+        try:
+            if self.attack.rule_aware:
+                bad = self.attack.craft(self._round_view(U_own, U_honest, T), rng)
+            else:
+                bad = self.attack(observed_updates(self.attack, U_own, U_honest), len(mal), rng)
+        except ConfigError as exc:
+            # The round's rows do not fit the attack's assumptions (e.g. Fang's Krum attack needs n > 2f + 2).
+            return {i: f"attack not run: {exc}" for i in mal}
         if bad.shape != (len(mal), self.W_g.size):
             raise ConfigError(f"attack {self.cfg.attack!r} returned {bad.shape} (need {(len(mal), self.W_g.size)})")
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is recorded as a cause below
