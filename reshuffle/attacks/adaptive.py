@@ -115,14 +115,18 @@ def halving_search(accepts: Callable[[np.ndarray], np.ndarray], hi: np.ndarray, 
 
     Shejwalkar & Houmansadr's search, started at the cap: ``accepts(x)`` (one
     rule call) says for each entry whether value :math:`x_k` is accepted. Every
-    entry first tries :math:`hi_k`; an accepted entry stops there, a rejected
+    entry first tries :math:`hi_k`; an accepted entry keeps it, a rejected
     one goes on at :math:`hi_k/2` with step :math:`hi_k/4`, moving up by the
     step after an acceptance and down after a rejection, the step halving each
     call, until the step falls below ``tol``·hi_k or ``calls`` are spent.
-    Entries that stopped keep their best value in later calls.
+    Entries that are done keep their best value in later calls.
 
     Returns (best, smallest): per entry the largest accepted value (nan when
     none was) and the smallest value tried.
+
+    >>> best, smallest = halving_search(lambda x: x <= 3.0, np.array([8.0]), calls=6, tol=1e-3)
+    >>> best.tolist(), smallest.tolist()   # tried 8, 4, 2, 3, 3.5, 3.25
+    ([3.0], [2.0])
     """
     hi = np.asarray(hi, dtype=np.float64)
     x = hi.copy()

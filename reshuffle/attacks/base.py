@@ -133,7 +133,7 @@ def check_view(view: RoundView, attack: Attack) -> tuple[np.ndarray, np.ndarray]
     own = np.asarray(view.own, dtype=np.float64)
     honest = np.asarray(view.honest, dtype=np.float64)
     if own.ndim != 2 or own.shape[0] < 1 or own.shape[1] < 1:
-        raise ConfigError(f"{attack.name}: the attackers' own updates must be an (m, d) array with m >= 1, got {own.shape}")
+        raise ConfigError(f"{attack.name}: the attackers' own updates must be an (m, d) array, m >= 1, got {own.shape}")
     if honest.ndim != 2 or honest.shape[1] != own.shape[1]:
         raise ConfigError(f"{attack.name}: honest updates must be an (h, {own.shape[1]}) array, got {honest.shape}")
     if attack.omniscient and honest.shape[0] < 2:
