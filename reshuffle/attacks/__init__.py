@@ -14,15 +14,19 @@ then ``reshuffle simulate --attack zero`` (after importing the module, e.g.
 via ``--plugin mymodule``) or ``make_attack("zero")``.
 """
 
-from reshuffle.attacks.base import Attack, RoundView, attack_names, check_observed, make_attack, register_attack
+from reshuffle.attacks.base import (
+    Attack, RoundView, attack_names, check_observed, check_view, make_attack, register_attack,
+)
 from reshuffle.attacks.backdoor import DBA, Backdoor, BadNets, ModelReplacement
+from reshuffle.attacks.adaptive import AGRTailored, ConstrainScale, RuleAware, SignMatch
 from reshuffle.attacks.fang import FangKrum, FangTrimmedMean
 from reshuffle.attacks.mimic import Mimic
 from reshuffle.attacks.omniscient import ALIE, IPM, MinMax, MinSum
 from reshuffle.attacks.simple import GaussianNoise, LabelFlip, NoAttack, Scaling, SignFlip
 
 __all__ = [
-    "ALIE", "Attack", "Backdoor", "BadNets", "DBA", "FangKrum", "FangTrimmedMean", "GaussianNoise", "IPM",
-    "LabelFlip", "MinMax", "MinSum", "Mimic", "ModelReplacement", "NoAttack", "RoundView", "Scaling", "SignFlip",
-    "attack_names", "check_observed", "make_attack", "register_attack",
+    "AGRTailored", "ALIE", "Attack", "Backdoor", "BadNets", "ConstrainScale", "DBA", "FangKrum", "FangTrimmedMean",
+    "GaussianNoise", "IPM", "LabelFlip", "MinMax", "MinSum", "Mimic", "ModelReplacement", "NoAttack", "RoundView",
+    "RuleAware", "Scaling", "SignFlip", "SignMatch", "attack_names", "check_observed", "check_view", "make_attack",
+    "register_attack",
 ]

@@ -126,6 +126,25 @@ def check_observed(observed: np.ndarray, m: int, attack: Attack) -> np.ndarray:
     return X
 
 
+def check_view(view: RoundView, attack: Attack) -> tuple[np.ndarray, np.ndarray]:
+    """Normalise a rule-aware attack's input once: (own (m, d), honest (h, d)) as finite float64."""
+    if not isinstance(view, RoundView):
+        raise ConfigError(f"{attack.name}: craft() needs a RoundView, got {type(view).__name__}")
+    own = np.asarray(view.own, dtype=np.float64)
+    honest = np.asarray(view.honest, dtype=np.float64)
+    if own.ndim != 2 or own.shape[0] < 1 or own.shape[1] < 1:
+        raise ConfigError(f"{attack.name}: the attackers' own updates must be an (m, d) array, m >= 1, got {own.shape}")
+    if honest.ndim != 2 or honest.shape[1] != own.shape[1]:
+        raise ConfigError(f"{attack.name}: honest updates must be an (h, {own.shape[1]}) array, got {honest.shape}")
+    if attack.omniscient and honest.shape[0] < 2:
+        raise ConfigError(f"{attack.name} needs at least 2 honest updates, got {honest.shape[0]}")
+    if not (np.isfinite(own).all() and np.isfinite(honest).all()):
+        raise ConfigError(f"{attack.name}: the round's updates must be finite")
+    if not callable(view.decide):
+        raise ConfigError(f"{attack.name}: RoundView.decide must be callable, got {view.decide!r}")
+    return own, honest
+
+
 _REGISTRY: Registry = Registry("attack")
 
 
