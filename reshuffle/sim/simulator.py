@@ -287,8 +287,10 @@ class Simulation:
         W_g, codec = self.W_g, self.codec
 
         def decide(U: np.ndarray):
-            U = np.asarray(U, dtype=np.float64)
-            rows = codec.roundtrip((W_g + U).astype(np.float32)).astype(np.float64) - W_g
+            W = np.asarray(U, dtype=np.float64) + W_g
+            # The encoding clips to ±clip anyway; clipping first keeps float32 from overflowing.
+            W = np.clip(W, -codec.clip, codec.clip, out=W).astype(np.float32)
+            rows = codec.roundtrip(W.ravel()).reshape(W.shape).astype(np.float64) - W_g
             return rule.decide(rows, round=T)
 
         return RoundView(own=U_own, honest=U_honest, decide=decide, round=T)
