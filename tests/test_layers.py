@@ -227,12 +227,12 @@ def test_cycles_finds_exactly_the_strongly_connected_components(graph, expected)
 def test_cycles_agree_with_reachability(graph):
     # Two nodes share a reported component exactly when each reaches the other.
     def reach(v):
-        seen, todo = set(), [v]
-        while todo:
-            for w in graph.get(todo.pop(), ()):
+        seen, frontier = set(), [v]
+        while frontier:
+            for w in graph.get(frontier.pop(), ()):
                 if w not in seen:
                     seen.add(w)
-                    todo.append(w)
+                    frontier.append(w)
         return seen
 
     comps = cycles(graph)

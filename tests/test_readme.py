@@ -136,7 +136,6 @@ def test_tagged_examples_run_in_order(tmp_path: Path, reshuffle_on_path, monkeyp
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    monkeypatch.syspath_prepend(str(work))
     ran = 0
     for b in BLOCKS:
         if b.tag != "test":
