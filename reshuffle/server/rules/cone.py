@@ -1,0 +1,68 @@
+r"""Cone-clip: the majority cosine cluster widened to its own cone, then median-norm clipping.
+
+1. Cluster: HDBSCAN on cosine distances (as FLAME, min cluster size ⌊n/2⌋ + 1)
+   gives the majority cluster C; without one, C is every row.
+2. Cone: c is the mean direction of C's unit rows, :math:`\delta_i = 1 - \cos(u_i, c)`
+   each row's angle to it, and the radius is
+   :math:`r = \mathrm{med}(\delta) + \kappa \cdot 1.4826\,\mathrm{MAD}(\delta)` over all rows
+   (median and MAD move little while fewer than half the rows are malicious).
+   Every row within r of c is accepted. On non-IID data honest rows are spread
+   out and HDBSCAN leaves some of them outside C although they point the way C
+   does; the cone takes them back, so clean runs flag few honest rows.
+3. Clipping: every accepted row is shortened to :math:`S = \mathrm{median}_i \lVert u_i\rVert`
+   (over all rows, so at most f < n/2 rows cannot move it far), and the
+   aggregate is their mean. A scaled row (model replacement, constrain-and-scale)
+   thus counts no more than an honest row of median length, whatever its factor.
+
+Accepted means "inside the cone"; clipping is reported in ``weights``, not as a flag.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reshuffle.errors import ConfigError
+from reshuffle.server.rules.base import Decision, Rule, check_round, check_updates, clip_factors
+from reshuffle.server.rules.flame import cosine_distances, majority_cluster
+from reshuffle.server.rules.registry import register_rule
+
+
+@register_rule("cone-clip")
+class ConeClip(Rule):
+    """Accept the rows inside the majority cluster's cosine cone; clip them to the median norm; average.
+
+    >>> import numpy as np
+    >>> U = np.array([[1.0, 0.1], [1.0, -0.1], [2.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
+    >>> d = ConeClip().decide(U)   # the last row points away; S = median norm = 1
+    >>> d.accepted, d.weights.round(2).tolist()
+    ((0, 1, 2, 3), [1.0, 1.0, 0.5, 1.0, 0.0])
+    """
+
+    def __init__(self, kappa: float = 3.0) -> None:
+        if isinstance(kappa, bool) or not isinstance(kappa, (int, float)) or not 0 < kappa < float("inf"):
+            raise ConfigError(f"cone-clip kappa must be a positive number, got {kappa!r}")
+        self.kappa = float(kappa)
+
+    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+        check_round(round)
+        U = check_updates(updates)
+        n, d = U.shape
+        norms = np.linalg.norm(U, axis=1)
+        V = np.divide(U, norms[:, None], out=np.zeros_like(U), where=norms[:, None] > 0)
+        C = majority_cluster(cosine_distances(U)) if n > 2 else np.arange(n)
+        if C.size == 0:
+            C = np.arange(n)
+        c = V[C].mean(axis=0)
+        c_norm = np.linalg.norm(c)
+        dist = 1.0 - (V @ c) / c_norm if c_norm > 0 else np.ones(n)
+        med = float(np.median(dist))
+        radius = med + self.kappa * 1.4826 * float(np.median(np.abs(dist - med)))
+        inside = dist <= radius + 1e-12
+        if not inside.any():
+            inside[C] = True
+        accepted = np.flatnonzero(inside)
+        k = clip_factors(norms, float(np.median(norms)))
+        weights = np.zeros(n)
+        weights[accepted] = k[accepted]
+        agg = (k[accepted] @ U[accepted]) / accepted.size
+        return Decision(agg, tuple(accepted.tolist()), weights)

@@ -1,0 +1,36 @@
+"""``--rule default``: the rule with the best worst case in the detection grid.
+
+The choice is measured, not assumed: ``reshuffle grid`` runs every registered
+attack, the rule-aware ones against each rule itself, on IID and Dirichlet(0.3)
+MNIST and Fashion-MNIST over three seeds, and docs/results.md ("Worst cases")
+shows the table it was chosen from. ``DEFAULT_RULE`` names it; options given to
+``default`` go to that rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from reshuffle.server.rules.base import Decision, Rule
+from reshuffle.server.rules.registry import make_rule, register_rule
+
+#: The rule behind ``default`` (a registered name; ``+``/``:`` compositions allowed).
+DEFAULT_RULE = "cone-clip"
+
+
+@register_rule("default")
+class Default(Rule):
+    """The rule named by :data:`DEFAULT_RULE`, built with the run's f and seed."""
+
+    f_param = "f"
+
+    def __init__(self, f: int = 0, seed: int | None = None, **options: Any) -> None:
+        self.rule = DEFAULT_RULE
+        self.inner = make_rule(DEFAULT_RULE, f, seed=seed, **options)
+        self.randomized = self.inner.randomized
+        self.detects = self.inner.detects
+
+    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+        return self.inner.decide(updates, round=round)

@@ -1,0 +1,76 @@
+"""cone-clip and the default rule: what each step stops, and the bounds that hold for any input."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from reshuffle.errors import ConfigError
+from reshuffle.server import make_rule
+from reshuffle.server.rules import DEFAULT_RULE, ConeClip
+
+
+def honest(n=16, d=200, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(1.0, 1.0, size=(n, d))  # a shared direction plus spread, as honest updates have
+
+
+def test_scaled_rows_weigh_no_more_than_a_median_row():
+    # Prepare: model replacement's boost, 4 rows scaled 100x along the honest mean
+    H = honest()
+    U = np.vstack([H, 100.0 * H.mean(axis=0) + np.zeros((4, 1))])
+    # Execute
+    d = ConeClip().decide(U)
+    # Assert: they point the honest way, so they are inside the cone, but clipped to the median norm
+    S = np.median(np.linalg.norm(U, axis=1))
+    assert set(range(16, 20)) <= set(d.accepted)
+    assert np.linalg.norm(d.aggregate) <= S * (1 + 1e-9)
+    assert np.allclose(d.weights[16:] * np.linalg.norm(U[16:], axis=1), S)
+
+
+def test_rows_pointing_away_from_the_majority_are_rejected():
+    H = honest()
+    U = np.vstack([H, -H[:4]])  # sign flipping
+    d = ConeClip().decide(U)
+    assert not set(range(16, 20)) & set(d.accepted)
+    assert set(range(16)) <= set(d.accepted)
+
+
+def test_the_cone_takes_back_honest_rows_the_cluster_leaves_out():
+    # Prepare: spread-out honest rows (non-IID) where HDBSCAN's majority cluster leaves some out
+    from reshuffle.server.rules.flame import cosine_distances, majority_cluster
+
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=300)
+    H = base + rng.normal(0, 1.6, size=(20, 300))
+    cluster = set(majority_cluster(cosine_distances(H)).tolist())
+    # Execute
+    accepted = set(ConeClip().decide(H).accepted)
+    # Assert: every clustered row is kept, and the cone keeps at least as many
+    assert cluster <= accepted and len(accepted) >= len(cluster)
+
+
+@settings(max_examples=40, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 12), st.integers(1, 6)),
+              elements=st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)))
+def test_the_aggregate_is_never_longer_than_the_median_norm(U):
+    d = ConeClip().decide(U)
+    S = np.median(np.linalg.norm(U, axis=1))
+    assert np.linalg.norm(d.aggregate) <= S * (1 + 1e-9) + 1e-9
+    assert len(d.accepted) >= 1 and all(d.weights[list(d.accepted)] > 0) or S == 0
+
+
+def test_bad_options_are_refused():
+    for bad in (0, -1.0, float("inf"), True, "1"):
+        with pytest.raises(ConfigError, match="kappa"):
+            ConeClip(kappa=bad)
+
+
+def test_default_is_the_named_rule_with_the_runs_f_and_seed():
+    U = honest(seed=5)
+    d = make_rule("default", 4, seed=1)
+    assert d.rule == DEFAULT_RULE
+    ref = make_rule(DEFAULT_RULE, 4, seed=1)
+    a, b = d.decide(U, round=3), ref.decide(U, round=3)
+    assert a.accepted == b.accepted and np.array_equal(a.aggregate, b.aggregate)
