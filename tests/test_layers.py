@@ -48,11 +48,6 @@ RANKS: dict[str, int] = {
     "cli": 9,
 }
 
-# The one module cycle still allowed: reshuffle.sim.report names the simulator's types
-# (under TYPE_CHECKING) while the simulator writes its outputs through the report.
-# test_every_allowed_cycle_still_exists fails once it is broken, so the entry goes with it.
-ALLOWED_CYCLES: list[frozenset[str]] = [frozenset({"reshuffle.sim.report", "reshuffle.sim.simulator"})]
-
 
 def _modules() -> dict[str, Path]:
     out = {}
@@ -178,14 +173,7 @@ def test_no_import_cycle_between_units():
 
 
 def test_no_import_cycle_between_modules():
-    unexpected = [sorted(c) for c in cycles(GRAPH) if c not in ALLOWED_CYCLES]
-    assert not unexpected, f"import cycles: {unexpected}"
-
-
-def test_every_allowed_cycle_still_exists():
-    found = cycles(GRAPH)
-    gone = [sorted(c) for c in ALLOWED_CYCLES if c not in found]
-    assert not gone, f"no longer a cycle, remove it from ALLOWED_CYCLES: {gone}"
+    assert cycles(GRAPH) == []
 
 
 # The checks above are only as good as the import reader and the cycle finder; these pin both down.
