@@ -9,7 +9,7 @@ one temporary folder:
 - any other ``python``: executed in-process, in that folder.
 
 One cheap override keeps this within seconds: every ``reshuffle simulate`` gets
-``--rounds 2 --quiet`` appended (the last value of an option wins).
+``--rounds 1 --quiet`` appended (the last value of an option wins).
 
 The block after ``<!-- test: flower -->`` holds the drop-in's client and server
 lines (split at ``# server_app.py``); they run a real Flower round through
@@ -37,7 +37,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-SIMULATE_OVERRIDES = ["--rounds", "2", "--quiet"]
+SIMULATE_OVERRIDES = ["--rounds", "1", "--quiet"]
 PROCESS_WORDS = re.compile(r"\bissues? ?#?\d|\bstop \d|\bticket|\btask \d|\bTODO\b|\bFIXME\b", re.IGNORECASE)
 
 
@@ -107,7 +107,7 @@ def test_commands_and_overrides_read_shell_lines_as_the_shell_does():
     code = "A=1 B=2 reshuffle simulate --rule x \\\n  --out 'o d'  # comment\n\nmake run\n"
     assert commands(code) == [["reshuffle", "simulate", "--rule", "x", "--out", "o d"], ["make", "run"]]
     assert with_overrides("X=. reshuffle simulate --rounds 5\nreshuffle games\n") == (
-        "X=. reshuffle simulate --rounds 5 --rounds 2 --quiet\nreshuffle games\n")
+        "X=. reshuffle simulate --rounds 5 --rounds 1 --quiet\nreshuffle games\n")
 
 
 def test_the_readme_has_runnable_examples_of_each_kind():
