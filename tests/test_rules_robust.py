@@ -223,7 +223,7 @@ def test_signstat_hand_computed_and_reproducible():
 
 
 def test_probe_rates_count_flagged_rows_per_round():
-    from reshuffle.server.probe import ProbeRound, rates
+    from reshuffle.bench.probe import ProbeRound, rates
 
     # Prepare: round 1 has both attackers far out, round 2 has one far and one honest-looking.
     rng = np.random.default_rng(0)
@@ -238,7 +238,7 @@ def test_probe_rates_count_flagged_rows_per_round():
 
 
 def test_probe_synthetic_rounds_have_every_attack():
-    from reshuffle.server.probe import SYNTHETIC_ATTACKS, synthetic
+    from reshuffle.bench.probe import SYNTHETIC_ATTACKS, synthetic
 
     rounds = synthetic(rounds=2, clients=6, m=2, d=40, seed=3)
     assert len(rounds) == 2 and rounds[0].honest.shape == (4, 40)

@@ -1,4 +1,4 @@
-"""Compact round state and the cheaper public-key paths of a large round (issue 14).
+"""Compact round state and the cheaper public-key paths of a large round, such as N = 1,000 in groups of 50.
 
 Each mechanism must give exactly what the slower path gave, and must not skip a check:
 fixed-base g^s, the dealer's Ĉ from its coefficients, Feldman weights from an

@@ -1,6 +1,6 @@
 """A quick detection probe: TPR/FPR of rules on updates from a few real training rounds, no shuffle.
 
-``python -m reshuffle.server.probe`` trains 10 clients (digits, MLP, IID) for a
+``python -m reshuffle.bench.probe`` trains 10 clients (digits, MLP, IID) for a
 few FedAvg rounds on honest updates only, and at each round lets m of them
 attack instead: sign flipping, ALIE, IPM (from :mod:`reshuffle.attacks`) and a
 BadNets-style backdoor (the attackers train on data where a share of the
@@ -109,7 +109,7 @@ def rates(rule: Rule, rounds: list[ProbeRound], attack: str) -> tuple[float, flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m reshuffle.server.probe", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m reshuffle.bench.probe", description=__doc__.splitlines()[0])
     p.add_argument("--rules", nargs="+", default=["multi-krum", "cclip", "geomed", "dnc", "flame", "signguard",
                                                    "signguard+flame", "signguard+dnc"])
     p.add_argument("--pre", nargs="*", default=[], help="pre-aggregators in front of every rule")
