@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml scripts/setup.sh
 setup: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/reshuffle simulate --attack sign-flip --malicious 0.2 --rule multi-krum --out outputs/simulate/main
+	$(BIN)/reshuffle simulate --attack sign-flip --malicious 0.2 --rule default --out outputs/simulate/main
 
 # Two or more workers (pytest-xdist), each module in one worker so that module fixtures
 # (the security games, for one) are computed once; the Flower runs start in the
