@@ -33,6 +33,7 @@ from reshuffle.crypto.signatures import (
     SigningKey,
 )
 from reshuffle.errors import (
+    ConfigError,
     DecodeError,
     EncodingError,
     ProtocolError,
@@ -92,7 +93,9 @@ class Participant:
     ----------
     pid : participant id (its roster id; Shamir point ``x = pid + 1``).
     T : the round it expects.
-    model : 1-D vector W_i^T to upload (float32; ring words for ``payload="words"``).
+    model : 1-D vector W_i^T to upload (float32; ring words for ``payload="words"``), or None
+        while it trains: every offline step runs without it, and :meth:`provide_model` must
+        hand it over before the upload is asked for.
     signing_key, cert : its long-term Ed25519 key and CA certificate.
     ca : the CA's verifier.
     global_hash : ``H(W_g^T)`` of the global model it received.
@@ -107,19 +110,15 @@ class Participant:
         self,
         pid: int,
         T: int,
-        model: np.ndarray,
+        model: np.ndarray | None,
         signing_key: SigningKey,
         cert: Certificate,
         ca: CertificateAuthority,
         global_hash: bytes,
         rng: RandomSource | int | None = None,
     ) -> None:
-        model = np.asarray(model)
-        if model.dtype.kind == "f" and not np.isfinite(model).all():
-            bad = int((~np.isfinite(model)).sum())
-            raise EncodingError(f"participant {pid}: model has {bad} NaN/Inf coordinates; nothing was masked")
         self.pid, self.T = pid, T
-        self._model = model
+        self._model: np.ndarray | None = None
         self._sk, self._cert, self._ca = signing_key, cert, ca
         self._hash = global_hash
         self._rng = as_source(rng)
@@ -133,6 +132,27 @@ class Participant:
         self._consented: dict[int, tuple[int, ...]] = {}  # m -> the one U_m signed
         self._mask_sets: dict[int, list[int]] = {}  # m -> U_{m-1}, the mask set of invocation m
         self._revealed = self.view.revealed  # m -> owner -> kind revealed
+        if model is not None:
+            self.provide_model(model)
+
+    def provide_model(self, model: np.ndarray) -> None:
+        """Set W_i^T once training is done; checked now (NaN/Inf, and length and kind once the round's
+        parameters are known). Raises :class:`EncodingError` or :class:`ConfigError`."""
+        if self._model is not None:
+            raise ConfigError(f"participant {self.pid} already has its model for round {self.T}")
+        model = np.asarray(model)
+        if model.dtype.kind == "f" and not np.isfinite(model).all():
+            bad = int((~np.isfinite(model)).sum())
+            raise EncodingError(f"participant {self.pid}: model has {bad} NaN/Inf coordinates; nothing was masked")
+        if self.params is not None:
+            self._check_model(model, self.params, ConfigError)
+        self._model = model
+
+    def _check_model(self, model: np.ndarray, p: RoundParams, error: type[Exception]) -> None:
+        if p.d != model.size:
+            raise error(f"round expects models of length {p.d}, this one has {model.size}")
+        if np.dtype(p.codec.dtype if p.payload == "words" else np.float32) != model.dtype:
+            raise error(f"round expects payload {p.payload!r}, this model is {model.dtype}")
 
     # ------------------------------------------------------------------ #
     def handle(self, data: bytes) -> list[bytes]:
@@ -177,10 +197,8 @@ class Participant:
         for pid, cert in m.roster:
             self._ca.verify(cert, subject=pid)
         p = m.params
-        if p.d != self._model.size:
-            raise Refused(f"round expects models of length {p.d}, this one has {self._model.size}")
-        if np.dtype(p.codec.dtype if p.payload == "words" else np.float32) != self._model.dtype:
-            raise Refused(f"round expects payload {p.payload!r}, this model is {self._model.dtype}")
+        if self._model is not None:
+            self._check_model(self._model, p, Refused)
         self.params, self._roster, self._server_vk = p, roster, m.server_cert.key
         self._cred_key = m.cred_key
         self._tx.absorb("round-start", m.body())
@@ -416,6 +434,10 @@ class Participant:
         p = self.params
         S = settled_slots(self._counts)
         lw = np.zeros((len(S), p.row_words), dtype=p.codec.dtype)
+        if self._model is None:
+            # Still training when the upload is asked for: this participant drops out of the round.
+            raise UnexpectedMessage(f"participant {self.pid} has no model yet: the upload is asked for before "
+                                    "training ended")
         slot = self._reservation.slot
         self.view.slot = slot
         if slot is not None:

@@ -50,6 +50,7 @@ from reshuffle.protocol.messages import Context, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names, phase_of
 from reshuffle.protocol.reservation import settled_slots
+from reshuffle.protocol.schedule import Step, closer_of, step_of
 
 Outbox = list[tuple[int, bytes]]
 
@@ -183,6 +184,11 @@ class Server:
         # The phase of the message being collected: one mapping, in phases.py.
         return phase_of(next(iter(handlers)), self.m, self.params.upload_m)
 
+    @property
+    def step(self) -> Step:
+        """The schedule step now being collected (:mod:`~reshuffle.protocol.schedule`)."""
+        return step_of(self.phase, self.m, self.params.upload_m)
+
     # ------------------------------------------------------------------ #
     def start(self) -> Outbox:
         """§5 step 0: broadcast parameters, H(W_g^T), certificates."""
@@ -216,21 +222,9 @@ class Server:
 
     def close_phase(self) -> Outbox:
         """The deadline of the current phase has passed: compute and emit the next step."""
-        closer = {
-            SPhase.ADVERTS: self._close_adverts,
-            SPhase.BUNDLES: self._close_bundles,
-            SPhase.OT: self._close_ot,
-            SPhase.COMPLAINTS: self._close_complaints,
-            SPhase.MASKED: self._close_masked,
-            SPhase.OPEN: self._close_open,
-            SPhase.SLOTS: self._close_slots,
-            SPhase.CONSENT: self._close_consent,
-            SPhase.UNMASK: self._close_unmask,
-            SPhase.BLAME: self._close_blame,
-            SPhase.DISPUTE: self._close_dispute,
-        }.get(self.phase)
-        if closer is None:
+        if self.phase in (SPhase.START, SPhase.DONE):
             raise ConfigError(f"close_phase() in state '{self.phase.value}'")
+        closer = getattr(self, closer_of(self.phase))
         return closer()
 
     def _live(self, ids) -> list[int]:
