@@ -2,9 +2,18 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import reshuffle
-from reshuffle.errors import ConfigError, EncodingError, UnexpectedMessage
+from reshuffle.crypto.ot import sample_distinct
+from reshuffle.crypto.rand import SeededRandom
+from reshuffle.errors import BelowThreshold, ConfigError, EncodingError, Refused, UnexpectedMessage
+from reshuffle.protocol import opening
+from reshuffle.protocol.api import build_round
+from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.reservation import Reservation, settled_slots
+from reshuffle.protocol.runner import InProcessRunner
 from reshuffle.protocol.phases import SERVER_TABLE, SPhase
 from reshuffle.protocol.schedule import RESERVE, SCHEDULE, UPLOAD, closer_of, happy_path, step_of
 from reshuffle.protocol.server import Server
@@ -107,3 +116,70 @@ def test_grouped_prepare_then_upload():
     assert multiset(r.models) == expected_models(ups, range(N))
     assert r.round_trips["round_trips_after_training"] == 3
     assert r.round_trips["steps"][0] == "assign"
+
+
+# ---------------------------------------------------------------- the reservation ends once everyone settled
+class _EarlyUpload(Server):
+    """Jumps to the upload right after iteration 1, whatever the counts."""
+
+    def _open_invocation(self, m, mask_set, counts):
+        if 1 < m <= self.params.R_max:
+            m = self.params.upload_m
+        return super()._open_invocation(m, mask_set, counts)
+
+
+class _ExtraIteration(Server):
+    """Runs another iteration although the counts settled every party."""
+
+    def _open_invocation(self, m, mask_set, counts):
+        if m == self.params.upload_m and self._phase_start + len(self._phase_counts) <= self.params.R_max:
+            m = self._phase_start + len(self._phase_counts)
+        return super()._open_invocation(m, mask_set, counts)
+
+
+def _run_with(server_cls, n, seed):
+    ups = make_updates(8, d=6, seed=seed)
+    server, parts = build_round(ups, RoundParams.default(8, 6, n=n), seed=seed)
+    server.__class__ = server_cls
+    with pytest.raises(BelowThreshold):
+        InProcessRunner(server, parts).run()
+    return parts
+
+
+def test_members_refuse_an_upload_while_parties_may_still_pick():
+    # n = 8 slots for 10 parties: someone is always unsettled after iteration 1.
+    parts = _run_with(_EarlyUpload, 8, 1)
+    for pp in parts.values():
+        assert any(isinstance(e, Refused) and "skips iterations" in str(e) for e in pp.view.errors)
+        assert pp.params.upload_m not in pp.view.uploaded
+
+
+def test_members_refuse_an_iteration_after_everyone_settled():
+    parts = _run_with(_ExtraIteration, None, 2)
+    for pp in parts.values():
+        assert any(isinstance(e, Refused) and "every party has settled" in str(e) for e in pp.view.errors)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 12), st.integers(0, 2), st.integers(0, 2**32 - 1))
+def test_reservation_ends_only_when_no_honest_party_can_still_settle(members, decoys, seed):
+    # Honest parties (decoys included) pick by the rule; the reservation stops where slots_done says.
+    n, k = 4 * (members + decoys), 8
+    rng = SeededRandom(seed.to_bytes(4, "big"), b"test")
+    parties = [Reservation(sample_distinct(n, min(k, n), rng), rng) for _ in range(members + decoys)]
+    history = []
+    for _ in range(8):
+        counts = np.zeros(n, dtype=np.int64)
+        for p_ in parties:
+            pick = p_.choose()
+            if pick is not None:
+                counts[pick] += 1
+        history.append(tuple(int(c) for c in counts))
+        for p_ in parties:
+            p_.observe(counts)
+        if opening.slots_done(members, decoys, len(settled_slots(history)), 0):
+            # Assert: every party holds a slot, so no further iteration could change anything.
+            assert all(p_.slot is not None for p_ in parties)
+            return
+    # Not done: someone is unsettled.
+    assert any(p_.slot is None for p_ in parties)

@@ -132,6 +132,7 @@ class Participant:
         self._consented: dict[int, tuple[int, ...]] = {}  # m -> the one U_m signed
         self._mask_sets: dict[int, list[int]] = {}  # m -> U_{m-1}, the mask set of invocation m
         self._revealed = self.view.revealed  # m -> owner -> kind revealed
+        self._last_certified = 0  # the last reservation iteration certified (the one an opening may name)
         if model is not None:
             self.provide_model(model)
 
@@ -380,8 +381,10 @@ class Participant:
     # §6.1 for §5 steps 3–4: reservation vectors, then the model list, masked under h_m.
     def _on_mask_request(self, m: msg.MaskRequest) -> list[msg.Message]:
         p = self.params
-        if m.m != self._m + 1:
-            raise UnexpectedMessage(f"mask request for invocation {m.m}, expected {self._m + 1}")
+        nxt = self._m + 1
+        # The upload may follow any iteration whose counts settle every party (checked below).
+        if m.m != nxt and not (m.m == p.upload_m and m.counts and nxt <= p.R_max):
+            raise UnexpectedMessage(f"mask request for invocation {m.m}, expected {nxt}")
         if (m.m == self._phase_start) != (len(m.counts) == 0) or (m.counts and len(m.counts) != p.n):
             raise DecodeError(f"invocation {m.m} carries {len(m.counts)} counts")
         if m.m > p.upload_m:
@@ -408,6 +411,14 @@ class Participant:
                 return [msg.Objection(self.T, m.m, self.pid, pick, h)]
             self._counts.append(m.counts)
             self._reservation.observe(m.counts)
+            # Both sides end the reservation at the same point: as soon as nobody can still pick.
+            done = opening.slots_done(len(self._mask_set), p.decoys, len(settled_slots(self._counts)),
+                                      len(self._mask_sets[self._phase_start]) - len(self._mask_set))
+            if done and m.m <= p.R_max:
+                raise Refused(f"invocation {m.m} is another reservation iteration, but every party has settled: "
+                              "the upload comes next")
+            if not done and m.m != nxt:
+                raise Refused(f"invocation {m.m} skips iterations {nxt}..{p.R_max} while parties may still pick")
         if m.m <= p.R_max:
             v, rows = self._reservation_vector(), 1
         else:
@@ -454,7 +465,7 @@ class Participant:
     # §8.2: open a failed iteration (reveal x_{i,r} only), then take part in the restarted slot phase.
     def _on_open_request(self, m: msg.OpenRequest) -> list[msg.Message]:
         r = m.m
-        last = self._m if self.phase is PPhase.AWAIT_MASK else self._m - 1
+        last = self._last_certified
         if r != last or not self._phase_start <= r <= self.params.R_max or r not in self._revealed:
             raise Refused(f"asked to open iteration {r}; the last certified iteration of this slot phase is {last}")
         self._tx.absorb_open(r, m.reason)
@@ -524,6 +535,8 @@ class Participant:
         keys = {j: self._roster[j].key for j in m.online}
         check_certificate(self.T, m.m, m.online, self._h[m.m], m.signatures, keys, p.t)
         self._tx.absorb_certified(m.m, m.online)
+        if m.m <= p.R_max:
+            self._last_certified = m.m
         self.phase = PPhase.DONE if m.m == p.upload_m else PPhase.AWAIT_MASK
         return [self._reveal(m.m, m.online)]
 
@@ -550,7 +563,8 @@ class Participant:
         check_opening(self.T, m.decoy_seed, self._decoy_commit)
         picks, slots = replay(m.decoy_seed, self.T, p.n, p.k, p.decoys, self._counts)
         keys = {j: c.key for j, c in self._roster.items()}
-        iterations = range(self._phase_start, p.R_max + 1)  # the slot phase that produced the upload
+        # The slot phase that produced the upload (it ended early once every party had settled).
+        iterations = range(self._phase_start, self._phase_start + len(self._counts))
         if len(m.vectors) != len(iterations):
             raise Refused(f"blame request audits {len(m.vectors)} iterations, the slot phase had {len(iterations)}")
         for idx, r in enumerate(iterations):

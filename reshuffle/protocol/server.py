@@ -453,7 +453,8 @@ class Server:
 
     def _close_masked(self) -> Outbox:
         if self._objections:
-            return self._open(self.m - 1, f"{len(self._objections)} objection(s) to the counts of iteration {self.m - 1}")
+            r = self._phase_start + len(self._phase_counts) - 1  # the iteration whose counts were objected to
+            return self._open(r, f"{len(self._objections)} objection(s) to the counts of iteration {r}")
         # U_m is exactly what was added, even if a member is excluded later (§8 item 7).
         Um = sorted(self._uploaded)
         if len(Um) < self.params.t:
@@ -563,7 +564,10 @@ class Server:
             self.counts.append(counts)
             self._phase_counts.append(counts)
             self._decoys.observe(counts)
-            return self._open_invocation(m + 1, Um, counts)
+            # Once no party can still pick, the remaining iterations would be all zeros: go to the upload.
+            done = opening.slots_done(len(Um), p.decoys, len(settled_slots(self._phase_counts)),
+                                      self._phase_members - len(Um))
+            return self._open_invocation(p.upload_m if done else m + 1, Um, counts)
         self._check_rows()
         if not self._blame.needed(self._failed):
             self._finish()
@@ -579,7 +583,8 @@ class Server:
         return self._broadcast(self._live(Um), req)
 
     def _slot_iterations(self) -> range:
-        return range(self._phase_start, self.params.R_max + 1)
+        """The iterations the final slot phase ran (it ends early once every party has settled)."""
+        return range(self._phase_start, self._phase_start + len(self._phase_counts))
 
     # §8.2: open a failed iteration, name who broke it, restart the slot phase without them.
     def _open(self, r: int, reason: str) -> Outbox:
