@@ -412,8 +412,9 @@ class Participant:
             self._counts.append(m.counts)
             self._reservation.observe(m.counts)
             # Both sides end the reservation at the same point: as soon as nobody can still pick.
+            # Members missing from the phase's first U never submitted in it, so own no settled slot.
             done = opening.slots_done(len(self._mask_set), p.decoys, len(settled_slots(self._counts)),
-                                      len(self._mask_sets[self._phase_start]) - len(self._mask_set))
+                                      len(self._consented[self._phase_start]) - len(self._mask_set))
             if done and m.m <= p.R_max:
                 raise Refused(f"invocation {m.m} is another reservation iteration, but every party has settled: "
                               "the upload comes next")

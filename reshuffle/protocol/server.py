@@ -565,8 +565,9 @@ class Server:
             self._phase_counts.append(counts)
             self._decoys.observe(counts)
             # Once no party can still pick, the remaining iterations would be all zeros: go to the upload.
+            # Members missing from the phase's first U never submitted in it, so own no settled slot.
             done = opening.slots_done(len(Um), p.decoys, len(settled_slots(self._phase_counts)),
-                                      self._phase_members - len(Um))
+                                      len(self.online[self._phase_start]) - len(Um))
             return self._open_invocation(p.upload_m if done else m + 1, Um, counts)
         self._check_rows()
         if not self._blame.needed(self._failed):
