@@ -11,11 +11,11 @@ from reshuffle.errors import (
     ReShuffleError,
 )
 
-from reshuffle.protocol.api import ShuffleResult, ideal_shuffle, shuffle
+from reshuffle.protocol.api import PreparedRound, ShuffleResult, ideal_shuffle, prepare, shuffle
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BelowThreshold", "ConfigError", "ProtocolError", "ReShuffleError", "ShuffleResult",
-    "__version__", "ideal_shuffle", "shuffle",
+    "BelowThreshold", "ConfigError", "PreparedRound", "ProtocolError", "ReShuffleError", "ShuffleResult",
+    "__version__", "ideal_shuffle", "prepare", "shuffle",
 ]

@@ -90,10 +90,14 @@ def test_honest_counts_never_fail_the_bound(seed, members, decoys, drop):
 
 
 # ---------------------------------------------------------------- abusive count vectors
-@pytest.mark.parametrize("mode,iteration", [("k-hot", 1), ("large", 1), ("cancel", 1), ("large", 2), ("k-hot", 3)])
-def test_abusive_count_vector_names_its_sender_and_the_round_delivers(mode, iteration):
+# The reservation ends once every party has settled; n = 24 slots make this round need a third iteration.
+@pytest.mark.parametrize("mode,iteration,n", [("k-hot", 1, None), ("large", 1, None), ("cancel", 1, None),
+                                              ("large", 2, None), ("k-hot", 3, 24)])
+def test_abusive_count_vector_names_its_sender_and_the_round_delivers(mode, iteration, n):
     ups = make_updates(N, d=12, seed=4)
-    r = reshuffle.shuffle(ups, seed=4, adversaries=[make_adversary("count-abuse", mode=mode, iteration=iteration)])
+    kw = {} if n is None else {"n": n}
+    r = reshuffle.shuffle(ups, seed=4, adversaries=[make_adversary("count-abuse", mode=mode, iteration=iteration)],
+                          **kw)
     assert set(r.blamed) == {1}
     # Every honest member that holds a slot after the restart is delivered, and nothing else; a
     # restart late in the slot phase leaves fewer retries, so early ones must deliver everyone.
@@ -239,7 +243,8 @@ def test_a_member_silent_at_the_opening_is_dropped_not_named():
 
 def test_abuse_in_the_last_iteration_names_the_culprit_and_delivers_nothing():
     ups = make_updates(N, d=12, seed=10)
-    r = reshuffle.shuffle(ups, seed=10, raise_on_failure=False,
+    # n = 8 slots for 8 participants and 2 decoys: the reservation runs all R_max = 4 iterations.
+    r = reshuffle.shuffle(ups, seed=10, raise_on_failure=False, n=8,
                           adversaries=[make_adversary("count-abuse", iteration=4)])
     assert r.models == [] and "no iteration is left" in r.failure
     assert set(r.blamed) == {1}
@@ -276,7 +281,7 @@ class _StaleOpen(Server):
 
 def test_participants_refuse_to_open_an_older_iteration():
     ups = make_updates(N, d=12, seed=12)
-    p = reshuffle.protocol.params.RoundParams.default(N, 12)
+    p = reshuffle.protocol.params.RoundParams.default(N, 12, n=8)  # fewer slots than parties: every iteration runs
     server, parts = build_round(ups, p, seed=12)
     server.__class__ = _StaleOpen
     with pytest.raises(reshuffle.errors.BelowThreshold):
@@ -364,7 +369,7 @@ def test_a_restart_without_a_reservation_iteration_is_refused():
                 self.params = p
 
     ups = make_updates(N, d=12, seed=15)
-    p = reshuffle.protocol.params.RoundParams.default(N, 12)
+    p = reshuffle.protocol.params.RoundParams.default(N, 12, n=8)  # fewer slots than parties: every iteration runs
     server, parts = build_round(ups, p, seed=15, adversaries=[make_adversary("count-abuse", iteration=p.R_max)])
     server.__class__ = LateRestart
     with pytest.raises(reshuffle.errors.BelowThreshold):

@@ -59,3 +59,15 @@ def test_cli_round_bench_with_groups_and_workers(capsys):
     out = json.loads(capsys.readouterr().out)["10"]
     assert all(out[k] > 0 for k in FIELDS)
     assert (out["groups"], out["group_size"], out["workers"]) == (2, 5, 2)
+
+
+def test_round_trips_are_reported_from_the_executed_steps():
+    # Execute
+    r = round_bench.bench_N(6, 64, 1, blame=False)
+    # Assert: counted from the steps that ran; three after training; SecAgg+'s four beside them.
+    assert r["round_trips"] == len(r["round_trips_steps"]) >= 9
+    assert r["round_trips_after_training"] == r["round_trips_after_training_dropouts"] == 3
+    assert r["round_trips_dropouts"] >= 9 and r["secaggplus_round_trips"] == 4
+    assert 0 < r["participant_after_training_s"] <= r["participant_critical_s"] + r["ps_s"]
+    mc = r["reservation_monte_carlo"]
+    assert abs(sum(mc["iterations"].values()) - 1) < 1e-9 and 1 <= mc["mean_iterations"] <= mc["R_max"]

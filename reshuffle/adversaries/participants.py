@@ -211,7 +211,9 @@ class FalseObjection(ParticipantBehaviour):
         def _on_mask_request(self, m):
             pick = self._reservation.pick
             out = super()._on_mask_request(m)
-            if m.m != self.behaviour.iteration + 1 or not out or out[0].TYPE != MsgType.MASKED_INPUT:
+            # The request that follows the iteration's counts: the next iteration's, or the upload's
+            # when those counts settled every party.
+            if self._last_certified != self.behaviour.iteration or not out or out[0].TYPE != MsgType.MASKED_INPUT:
                 return out
             from reshuffle.protocol.phases import PPhase
 

@@ -12,6 +12,9 @@ training, so that the ratios compare only what the three ways add). All three ru
 over :class:`~reshuffle.flower.loopback.LoopbackGrid`, which calls each node's
 ClientApp in this process: the times are the whole round's CPU work (server and
 all N clients), without network or process start-up. Ratios come from one run.
+``pushes`` counts, per way, the grid pushes of one training round (each a round
+trip through the SuperLink in a deployment, where it costs seconds), counted at
+the grid; ``reshuffle_pushes_after_training`` those after the train push.
 """
 
 from __future__ import annotations
@@ -58,14 +61,28 @@ def _legacy_app():
     return LegacyClientApp(client_fn=lambda context: Client().to_client(), mods=[secaggplus_mod])
 
 
-def _message_round(N: int, d: int, reshuffle: bool) -> float:
+def _counting_grid(app, N: int):
+    """A LoopbackGrid that counts its pushes (each one a round trip through the SuperLink in a deployment)."""
+    from reshuffle.flower.loopback import LoopbackGrid
+
+    class CountingGrid(LoopbackGrid):
+        pushes = 0
+
+        def push_messages(self, messages):
+            msgs = list(messages)
+            self.pushes += bool(msgs)
+            return super().push_messages(msgs)
+
+    return CountingGrid(app, N)
+
+
+def _message_round(N: int, d: int, reshuffle: bool) -> tuple[float, int, object]:
     from flwr.app import ArrayRecord
     from flwr.serverapp.strategy import FedAvg
 
     from reshuffle.flower.grid import ReshuffleGrid
-    from reshuffle.flower.loopback import LoopbackGrid
 
-    grid = LoopbackGrid(_message_app(reshuffle), N)
+    grid = _counting_grid(_message_app(reshuffle), N)
     g = ReshuffleGrid(grid) if reshuffle else grid
     t0 = time.perf_counter()
     res = FedAvg(fraction_evaluate=0.0, min_available_nodes=N).start(
@@ -73,18 +90,16 @@ def _message_round(N: int, d: int, reshuffle: bool) -> float:
     dt = time.perf_counter() - t0
     if res.arrays is None or (reshuffle and g.rounds[-1].replies != N):
         raise RuntimeError("the round did not deliver every model")
-    return dt
+    return dt, grid.pushes, (g.rounds[-1] if reshuffle else None)
 
 
-def _secagg_round(N: int, d: int) -> float:
+def _secagg_round(N: int, d: int) -> tuple[float, int]:
     from flwr.common import Context, RecordDict, ndarrays_to_parameters
     from flwr.server import LegacyContext, ServerConfig
     from flwr.server.strategy import FedAvg as LegacyFedAvg
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
-    from reshuffle.flower.loopback import LoopbackGrid
-
-    grid = LoopbackGrid(_legacy_app(), N)
+    grid = _counting_grid(_legacy_app(), N)
     strategy = LegacyFedAvg(fraction_evaluate=0.0, min_available_clients=N, min_fit_clients=N,
                             initial_parameters=ndarrays_to_parameters([np.zeros(d, np.float32)]))
     ctx = LegacyContext(context=Context(run_id=grid.run.run_id, node_id=1, node_config={}, state=RecordDict(),
@@ -92,15 +107,17 @@ def _secagg_round(N: int, d: int) -> float:
     timed: dict[str, float] = {}
     secagg = SecAggPlusWorkflow(num_shares=N, reconstruction_threshold=N // 2 + 1)
 
-    def fit(grid_, context_) -> None:  # only the training round is timed
+    def fit(grid_, context_) -> None:  # only the training round is timed and counted
+        p0 = grid.pushes
         t0 = time.perf_counter()
         secagg(grid_, context_)
         timed["fit"] = time.perf_counter() - t0
+        timed["pushes"] = grid.pushes - p0
 
     DefaultWorkflow(fit_workflow=fit)(grid, ctx)
     if "fit" not in timed:
         raise RuntimeError("the SecAgg+ round did not run")
-    return timed["fit"]
+    return timed["fit"], int(timed["pushes"])
 
 
 def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
@@ -112,11 +129,15 @@ def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
         Ns, d = tuple(n for n in Ns if n <= 10) or (min(Ns),), min(d, 5_000)
     out: dict = {"d": d}
     for N in Ns:
-        plain = _message_round(N, d, reshuffle=False)
-        ours = _message_round(N, d, reshuffle=True)
-        secagg = _secagg_round(N, d)
+        plain, plain_pushes, _ = _message_round(N, d, reshuffle=False)
+        ours, ours_pushes, report = _message_round(N, d, reshuffle=True)
+        secagg, secagg_pushes = _secagg_round(N, d)
         out[f"N={N}"] = {
             "plain_s": plain, "reshuffle_s": ours, "secaggplus_s": secagg,
+            # Pushes per training round, counted at the grid: each is a round trip through the SuperLink.
+            "pushes": {"plain": plain_pushes, "reshuffle": ours_pushes, "secaggplus": secagg_pushes},
+            "reshuffle_pushes_after_training": report.round_trips_after_training,
+            "reshuffle_steps": report.steps,
             "reshuffle/secaggplus": ours / secagg, "reshuffle/plain": ours / plain,
             "secaggplus/plain": secagg / plain,
             "models_to_strategy": {"plain": N, "reshuffle": N, "secaggplus": "1 sum"},

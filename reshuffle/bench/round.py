@@ -27,7 +27,13 @@ uploads of its own length and |U_j| streams of it, summed over the groups;
 (CPU seconds of the round, workers included: on a shared machine ``cpu_s`` /
 cores is what the round needs), ``participant_critical_s`` (the slowest participant per phase, summed: what
 participants put on the round's critical path), ``participant_cpu_s`` (a
-participant's mean handler CPU time over the round), ``ps_s`` (the PS over all
+participant's mean handler CPU time over the round), ``participant_after_training_s``
+(a participant's mean seconds after local training ends: the upload's MaskedSum and
+anything after it; the offline steps run in :func:`reshuffle.prepare`, before the
+models exist), ``round_trips`` and ``round_trips_after_training`` (counted from the
+steps the driver executed, :mod:`reshuffle.protocol.schedule`), the same with one
+dropout in the reservation and one at the upload (``*_dropouts``), next to
+``secaggplus_round_trips``, ``ps_s`` (the PS over all
 phases) and ``peak_rss_mb``: the peak of the summed proportional set size of
 this process and its workers (shared pages counted once), sampled every 0.1 s.
 
@@ -260,6 +266,67 @@ def _ps_floor(groups, repeat: int, clock=time.perf_counter) -> float:
     return total
 
 
+ONLINE_PHASES = ("upload", "unmask")  # the phases of the schedule's online steps
+SECAGGPLUS_ROUND_TRIPS = 4  # Flower's SecAgg+ fit: setup, share keys, collect masked vectors, unmask
+
+
+def _trips(r, N: int, group_size: int | None, workers: int | None) -> dict:
+    """Round trips executed (happy path: this round), next to a round with dropouts and SecAgg+'s.
+
+    The dropout round runs at the same N with short models (round trips do not depend on d):
+    one participant drops in the reservation and one at the upload.
+    """
+    out = {"round_trips": r.round_trips["round_trips"],
+           "round_trips_after_training": r.round_trips["round_trips_after_training"],
+           "round_trips_steps": r.round_trips["steps"],
+           "secaggplus_round_trips": SECAGGPLUS_ROUND_TRIPS}
+    gen = np.random.default_rng(N + 1)  # test data only
+    ups = [(gen.normal(size=16) * 0.05).astype(np.float32) for _ in range(N)]
+    kw = {"group_size": group_size} if group_size is not None else {}
+    dropped = reshuffle.shuffle(ups, seed=N + 1, workers=workers, dropouts={"reserve": [0], "upload": [1]}, **kw)
+    out["round_trips_dropouts"] = dropped.round_trips["round_trips"]
+    out["round_trips_after_training_dropouts"] = dropped.round_trips["round_trips_after_training"]
+    return out
+
+
+def reservation_monte_carlo(N: int, trials: int, R_max: int = 4, seed: int = 0) -> dict:
+    """Monte Carlo of the reservation with default n, k and decoys (honest parties, no dropouts).
+
+    Returns the distribution of iterations run (the reservation ends once every party has
+    settled, at most R_max) and the fraction of participants left without a slot.
+    """
+    from reshuffle.crypto.ot import sample_distinct
+    from reshuffle.protocol.opening import slots_done
+    from reshuffle.protocol.params import RoundParams
+    from reshuffle.protocol.reservation import Reservation, settled_slots
+
+    p = RoundParams.default(N, 1)
+    rng = SeededRandom(seed, b"bench/reservation")
+    iterations: dict[int, int] = {}
+    unslotted = 0
+    for _ in range(trials):
+        parties = [Reservation(sample_distinct(p.n, p.k, rng), rng) for _ in range(N + p.decoys)]
+        history: list[tuple[int, ...]] = []
+        for _ in range(R_max):
+            counts = np.zeros(p.n, dtype=np.int64)
+            for q in parties:
+                pick = q.choose()
+                if pick is not None:
+                    counts[pick] += 1
+            history.append(tuple(int(c) for c in counts))
+            for q in parties:
+                q.observe(counts)
+            if slots_done(N, p.decoys, len(settled_slots(history)), 0):
+                break
+        iterations[len(history)] = iterations.get(len(history), 0) + 1
+        unslotted += sum(q.slot is None for q in parties[:N])
+    mean = sum(r * c for r, c in iterations.items()) / trials
+    return {"trials": trials, "n": p.n, "k": p.k, "decoys": p.decoys, "R_max": R_max,
+            "iterations": {str(r): c / trials for r, c in sorted(iterations.items())},
+            "mean_iterations": mean, "mean_round_trips": 3 + 3 * mean + 3,
+            "participant_without_slot": unslotted / (trials * N)}
+
+
 def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers: int | None = None,
             blame: bool = True) -> dict:
     # Test data only; the protocol draws its own secrets from a cryptographic PRG.
@@ -269,7 +336,8 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     cpu0 = _cpu_s()
     with PeakMemory() as mem:
         t0 = time.perf_counter()
-        r = reshuffle.shuffle(ups, seed=N, workers=workers, **kw)
+        # Offline steps first (no model), then the upload: the split a deployment overlaps with training.
+        r = reshuffle.prepare(N, d, seed=N, workers=workers, **kw).upload(ups)
         wall = time.perf_counter() - t0
     cpu = _cpu_s() - cpu0  # the workers are joined (reaped) when shuffle returns
     assert len(r.models) == N, "benchmark round lost participants"
@@ -291,6 +359,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     sent = sum(v["participant_bytes_sent"] for v in phase_stats.values())
     recv = sum(v["participant_bytes_received"] for v in phase_stats.values())
     critical = sum(v["ps_s"] + v["participant_max_s"] for v in phase_stats.values())
+    online = [phase_stats[ph] for ph in ONLINE_PHASES]
     out = {
         "d": d,
         "group_size": group_size,
@@ -300,6 +369,11 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         "cpu_s": cpu,
         "participant_critical_s": sum(v["participant_max_s"] for v in phase_stats.values()),
         "participant_cpu_s": sum(v["participant_cpu_s"] for v in phase_stats.values()),
+        # After local training ends: the upload's MaskedSum and anything after it (blame).
+        "participant_after_training_s": sum(v["participant_s"] for v in online),
+        "participant_after_training_critical_s": sum(v["participant_max_s"] for v in online),
+        **_trips(r, N, group_size, workers),
+        "reservation_monte_carlo": reservation_monte_carlo(N, 200 if repeat < 3 else 1000 if N <= 50 else 300),
         "ps_s": sum(v["ps_s"] for v in phase_stats.values()),
         "peak_rss_mb": mem.mb,
         "critical_path_s": critical,

@@ -64,6 +64,11 @@ class RoundReport:
     seconds: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)  # "train", then the core's phase names
     protocol_bytes: int = 0  # core messages both ways
+    # Pushes through the Grid (round trips): the train push, then one per protocol step
+    # (protocol/schedule.py); those after the train push are after local training.
+    round_trips: int = 0
+    round_trips_after_training: int = 0
+    steps: list[str] = field(default_factory=list)
     # With anonymity groups: group_size, the groups' sizes, and why a group delivered nothing.
     groups: dict = field(default_factory=dict)
 
@@ -105,6 +110,7 @@ class _Round:
         self.train_out = out
         self.phase_t0 = time.monotonic()
         ids = list(owner._grid.push_messages(out))
+        self._trip("train", after_training=False)
         self.ids = [i for i in ids if i]
         self.by_id = {i: m for i, m in zip(ids, out) if i}
         self.phase = "train"
@@ -113,6 +119,11 @@ class _Round:
         self.server: Server | None = None
 
     # --- phase bookkeeping ----------------------------------------------------
+    def _trip(self, step: str, after_training: bool) -> None:
+        self.report.round_trips += 1
+        self.report.round_trips_after_training += after_training
+        self.report.steps.append(step)
+
     def _open(self, pending: dict[str, int], phase_deadline: float) -> None:
         self.pending, self.answers = dict(pending), {}
         self.phase_deadline = phase_deadline
@@ -194,6 +205,9 @@ class _Round:
             {"stage": STAGE_PROTOCOL, "T": self.T, "data": items})}), max(1.0, self.deadline - time.time()))
             for node, items in sorted(per_node.items())}
         ids = list(self.g._grid.push_messages(list(msgs.values())))
+        if msgs:
+            # Every protocol step runs after the train push here: the node trains first.
+            self._trip(self.server.step.name, after_training=True)
         pending = {i: node for i, node in zip(ids, msgs) if i}
         self._open(pending, min(self.deadline, time.time() + self.g.phase_timeout))
 

@@ -52,6 +52,9 @@ class ShuffleResult:
     # group_size, groups (count, sizes, per-group outcome), assignment (attempts, excluded); {} without groups.
     # ``stats`` then also has an "assign" entry shaped like a phase's.
     group_stats: dict = field(default_factory=dict)
+    # Round trips the driver executed (protocol/schedule.py): round_trips, round_trips_after_training
+    # (from the first step that needs a model), and the steps in order.
+    round_trips: dict = field(default_factory=dict)
 
 
 def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed", b: int = 32) -> list[np.ndarray]:
@@ -127,7 +130,7 @@ def build_round(
     # A PS behaviour may hand some participants another global model (what they receive is its choice).
     gh_for = getattr(ps_behaviour, "global_hash_for", lambda pid, h: h)
     participants, roster = {}, {}
-    for i, u in enumerate(updates):
+    for i, u in enumerate(updates):  # None: the participant trains while the offline steps run
         sk = key()
         roster[i] = ca.issue(i, sk.verify_key)
         prng = SeededRandom(rng.bytes(32), b"participant") if seed is not None else None
@@ -190,6 +193,47 @@ def shuffle(
     ``stats`` gains an ``assign`` entry shaped like a phase's.
     """
     ups = _check_updates(updates, params.get("payload", "fixed"), params.get("b", 32))
+    pr = _prepare(ups, len(ups), ups[0].size, dropouts=dropouts, seed=seed, T=T, global_model=global_model,
+                  interceptors=interceptors, adversaries=adversaries, raise_on_failure=raise_on_failure,
+                  group_size=group_size, group_collusion=group_collusion, workers=workers, params=params)
+    return pr._finish()
+
+
+def prepare(
+    N: int,
+    d: int,
+    *,
+    dropouts: Mapping[str, Iterable[int]] | None = None,
+    seed: int | None = None,
+    T: int = 1,
+    global_model: bytes = b"",
+    interceptors: Iterable[Interceptor] = (),
+    adversaries: Iterable = (),
+    raise_on_failure: bool = True,
+    group_size: int | None = None,
+    group_collusion: float | None = None,
+    workers: int | None = None,
+    **params,
+) -> "PreparedRound":
+    """Run the offline part of a round for ``N`` participants with models of ``d`` words.
+
+    Setup, share checks, OT, the credential and the reservation need no model
+    (docs/protocol.md, "Offline and online"), so they run here, while
+    participants train; :meth:`PreparedRound.upload` then finishes the round
+    with the trained models in three round trips (upload, consent, reveal).
+    Arguments are those of :func:`shuffle`; ``shuffle(updates)`` is
+    ``prepare(len(updates), d).upload(updates)`` with the models known from the start.
+    """
+    for name, v in (("N", N), ("d", d)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < (2 if name == "N" else 1):
+            raise ConfigError(f"{name} must be an integer >= {2 if name == 'N' else 1}, got {v!r}")
+    return _prepare([None] * N, N, d, dropouts=dropouts, seed=seed, T=T, global_model=global_model,
+                    interceptors=interceptors, adversaries=adversaries, raise_on_failure=raise_on_failure,
+                    group_size=group_size, group_collusion=group_collusion, workers=workers, params=params)
+
+
+def _prepare(models, N: int, d: int, *, dropouts, seed, T, global_model, interceptors, adversaries,
+             raise_on_failure, group_size, group_collusion, workers, params) -> "PreparedRound":
     unknown = set(params) - PARAM_NAMES
     if unknown:
         raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
@@ -201,52 +245,97 @@ def shuffle(
                               " (group_collusion sets each group's c)")
     elif group_collusion is not None:
         raise ConfigError("group_collusion needs group_size")
-    p = RoundParams.default(len(ups), ups[0].size, **params)
-    server, participants = build_round(ups, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries,
+    p = RoundParams.default(N, d, **params)
+    server, participants = build_round(models, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries,
                                        group_size=group_size, overrides=params, group_collusion=group_collusion)
-    N = len(ups)
     runner = make_runner(server, participants, dropouts, interceptors, workers)
-    failure = None
-    try:
-        out = runner.run()
-    except BelowThreshold as exc:
-        if raise_on_failure:
-            raise
-        failure = str(exc)
-        out = _failed_output(server)
-    stats = runner.stats.as_dict(N)
-    group_stats = {}
-    if group_size is not None:
-        stats[ASSIGN], group_stats = _group_stats(server, runner, N)
-        stats["setup"]["ps_s"] = max(0.0, stats["setup"]["ps_s"] - server.assign_s)
-    offsets = out.offsets if isinstance(out, GroupedOutput) else {}
-    group_of = server.group_of if group_size is not None else {}
-    pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}
-    positions = {}
-    for i, pp in participants.items():
-        pos = pp.view.position
-        if pos is None or (group_size is not None and group_of.get(i) not in offsets):
-            continue
-        pos += offsets.get(group_of.get(i), 0)  # a group's rows follow the earlier groups' rows
-        if pos in pos_to_model and p.upload_m in pp.view.uploaded and i in out.online.get(p.upload_m, ()):
-            positions[i] = pos_to_model[pos]
-    return ShuffleResult(
-        models=out.models,
-        online=sorted(positions),
-        stats=stats,
-        positions=positions,
-        params=out.group_params.get(0, p) if isinstance(out, GroupedOutput) else p,
-        output=out,
-        errors=list(out.errors),
-        participant_errors={i: pp.view.errors for i, pp in participants.items() if pp.view.errors},
-        blamed=dict(out.blamed),
-        views={i: pp.view for i, pp in participants.items()},
-        clipped=sum(pp.view.clipped for pp in participants.values()),
-        failure=failure,
-        groups=list(out.groups) if isinstance(out, GroupedOutput) else None,
-        failed_groups=dict(out.failed) if isinstance(out, GroupedOutput) else {},
-        group_stats=group_stats,
-    )
+    pr = PreparedRound(p, N, server, participants, runner, group_size, raise_on_failure)
+    pr._step(pause_online=True)
+    return pr
+
+
+class PreparedRound:
+    """A round whose offline steps have run (:func:`prepare`); :meth:`upload` finishes it."""
+
+    def __init__(self, p: RoundParams, N: int, server, participants, runner: InProcessRunner,
+                 group_size: int | None, raise_on_failure: bool) -> None:
+        self.params, self.N = p, N
+        self._server, self._participants, self._runner = server, participants, runner
+        self._group_size, self._raise = group_size, raise_on_failure
+        self.failure: str | None = None
+        self._done = False
+        self._uploaded = False
+
+    @property
+    def round_trips(self) -> int:
+        """Round trips run so far (all offline until :meth:`upload`)."""
+        return self._runner.trips.total
+
+    def _step(self, pause_online: bool) -> None:
+        if self._done:
+            return
+        try:
+            self._done = self._runner._advance(pause_online)
+        except BelowThreshold as exc:
+            if self._raise:
+                raise
+            self.failure, self._done = str(exc), True
+
+    def upload(self, updates: Sequence[np.ndarray]) -> ShuffleResult:
+        """Hand each participant its trained model (``updates[i]`` to participant i) and run the
+        online steps. Raises :class:`ConfigError` if called twice or with the wrong number of models."""
+        if self._uploaded:
+            raise ConfigError("upload() was already called for this round")
+        ups = _check_updates(updates, self.params.payload, self.params.b)
+        if len(ups) != self.N or ups[0].size != self.params.d:
+            raise ConfigError(f"upload needs {self.N} models of length {self.params.d}, got {len(ups)} of "
+                              f"length {ups[0].size}")
+        self._uploaded = True
+        if not self._done:
+            self._runner.provide_models(dict(enumerate(ups)))
+        return self._finish()
+
+    def _finish(self) -> ShuffleResult:
+        self._uploaded = True
+        self._step(pause_online=False)
+        server, participants, runner, p = self._server, self._participants, self._runner, self.params
+        group_size, N = self._group_size, self.N
+        out = server.output if self.failure is None else _failed_output(server)
+        failure = self.failure
+        stats = runner.stats.as_dict(N)
+        group_stats = {}
+        if group_size is not None:
+            stats[ASSIGN], group_stats = _group_stats(server, runner, N)
+            stats["setup"]["ps_s"] = max(0.0, stats["setup"]["ps_s"] - server.assign_s)
+        offsets = out.offsets if isinstance(out, GroupedOutput) else {}
+        group_of = server.group_of if group_size is not None else {}
+        pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}
+        positions = {}
+        for i, pp in participants.items():
+            pos = pp.view.position
+            if pos is None or (group_size is not None and group_of.get(i) not in offsets):
+                continue
+            pos += offsets.get(group_of.get(i), 0)  # a group's rows follow the earlier groups' rows
+            if pos in pos_to_model and p.upload_m in pp.view.uploaded and i in out.online.get(p.upload_m, ()):
+                positions[i] = pos_to_model[pos]
+        return ShuffleResult(
+            models=out.models,
+            online=sorted(positions),
+            stats=stats,
+            positions=positions,
+            params=out.group_params.get(0, p) if isinstance(out, GroupedOutput) else p,
+            output=out,
+            errors=list(out.errors),
+            participant_errors={i: pp.view.errors for i, pp in participants.items() if pp.view.errors},
+            blamed=dict(out.blamed),
+            views={i: pp.view for i, pp in participants.items()},
+            clipped=sum(pp.view.clipped for pp in participants.values()),
+            failure=failure,
+            groups=list(out.groups) if isinstance(out, GroupedOutput) else None,
+            failed_groups=dict(out.failed) if isinstance(out, GroupedOutput) else {},
+            group_stats=group_stats,
+            round_trips=runner.trips.as_dict(),
+        )
 
 
 def _failed_output(server) -> RoundOutput:

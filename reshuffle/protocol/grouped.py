@@ -39,6 +39,7 @@ from reshuffle.protocol.groups import (
 from reshuffle.protocol.messages import Context, MsgType
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant
+from reshuffle.protocol.schedule import ASSIGN_STEP, Step
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server, admit
 
 Outbox = list[tuple[int, bytes]]
@@ -149,6 +150,16 @@ class GroupedServer:
     def assignment_log(self) -> list[dict]:
         """Per attempt: candidates, listed members and the members whose reveal was missing."""
         return list(self._collector.attempts_log)
+
+    @property
+    def step(self) -> Step:
+        """The schedule step now collected: the assignment, or the running groups'. Groups move in
+        lockstep, but one may reach its upload earlier (fewer reservation iterations): the step is
+        then online, since the next push carries a message that needs the models."""
+        if self.assigning:
+            return ASSIGN_STEP
+        steps = [s.step for j, s in sorted(self.servers.items()) if j not in self.failed and not s.done]
+        return next((st for st in steps if not st.offline), steps[0] if steps else ASSIGN_STEP)
 
     @property
     def assigning(self) -> bool:
@@ -272,6 +283,10 @@ class GroupedParticipant:
     @property
     def view(self):
         return self.inner.view
+
+    def provide_model(self, model: np.ndarray) -> None:
+        """Hand the trained model to the group's participant (see :meth:`Participant.provide_model`)."""
+        self.inner.provide_model(model)
 
     @property
     def params(self) -> RoundParams | None:

@@ -47,6 +47,15 @@ def count_bound(members: int, decoys: int, settled: int = 0, dropped: int = 0) -
     return members + decoys - max(0, settled - dropped)
 
 
+def slots_done(members: int, decoys: int, settled: int, dropped: int) -> bool:
+    """After an iteration's counts: no party can still be picking (the bound of the next iteration is 0).
+
+    Both sides compute it from the certified U_r and the published counts, so the reservation
+    ends early at the same point for everyone (docs/protocol.md §5 step 3).
+    """
+    return count_bound(members, decoys, settled, dropped) <= 0
+
+
 def check_counts(counts, bound: int) -> str | None:
     """Why ``counts`` cannot come from one-hot-or-zero vectors of ``bound`` parties, or None."""
     c = np.asarray(counts, dtype=np.uint64)
@@ -145,7 +154,9 @@ def verify_count_evidence(ev: CountEvidence, keys, params) -> np.ndarray:
             raise Refused(f"the count vector of {ev.pid} is one-hot or zero: nothing to blame")
         return plain
     obj = msg.decode(ev.objection, ctx)
-    if not isinstance(obj, msg.Objection) or obj.sender != ev.pid or obj.T != vec.T or obj.m != ev.r + 1:
+    # The request after iteration r's counts is iteration r + 1's, or the upload's when they settled everyone.
+    if (not isinstance(obj, msg.Objection) or obj.sender != ev.pid or obj.T != vec.T
+            or obj.m not in (ev.r + 1, params.upload_m)):
         raise Refused("count evidence holds no objection of the culprit to this iteration")
     msg.verify(obj, keys[ev.pid])
     if len(ev.counts) != params.n:
@@ -153,7 +164,7 @@ def verify_count_evidence(ev: CountEvidence, keys, params) -> np.ndarray:
     tx = Transcript(vec.T)
     tx.h = vec.h
     tx.absorb_certified(ev.r, ev.certified)
-    if tx.absorb_counts(ev.r + 1, ev.counts) != obj.h:
+    if tx.absorb_counts(obj.m, ev.counts) != obj.h:
         raise Refused("the counts in the evidence are not the ones the objector was shown")
     if plain[obj.slot] == 1 and ev.counts[obj.slot] == 0:
         raise Refused(f"the objection of {ev.pid} is true: its pick {obj.slot} shows count 0")
@@ -200,5 +211,5 @@ class OpeningCollector:
 
 __all__ = [
     "KIND_BAD_COUNT", "KIND_FALSE_OBJECTION", "CountEvidence", "OpeningCollector", "bad_form", "check_counts",
-    "count_bound", "plaintext", "verify_count_evidence",
+    "count_bound", "plaintext", "slots_done", "verify_count_evidence",
 ]

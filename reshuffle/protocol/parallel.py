@@ -30,6 +30,7 @@ BATCH     PS → worker  payload table, then (index, pid, payload number) items
 ACK       PS → worker  the slot has been read
 SLOT      PS → worker  name and size of the worker's new slot
 VIEWS     PS → worker  send the views of your participants
+MODELS    PS → worker  (pid, dtype, bytes) of trained models; answered by DONE
 STOP      PS → worker  exit
 REPLY     worker → PS  index, pid, wall and CPU seconds, inline replies, slot bytes
 GROW      worker → PS  the slot must hold this many bytes
@@ -52,6 +53,8 @@ from multiprocessing import resource_tracker, shared_memory
 from multiprocessing.connection import Connection, wait
 from typing import Iterable, Mapping
 
+import numpy as np
+
 from reshuffle import errors as _errors
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, ReShuffleError
@@ -62,7 +65,8 @@ from reshuffle.protocol.runner import Envelope, InProcessRunner, Interceptor
 from reshuffle.protocol.server import RoundOutput, Server
 from reshuffle.wire import Parser, Writer
 
-BATCH, ACK, SLOT, VIEWS, STOP, REPLY, GROW, DONE, VIEWDATA, FAILED = range(1, 11)
+BATCH, ACK, SLOT, VIEWS, STOP, REPLY, GROW, DONE, VIEWDATA, FAILED, MODELS = range(1, 12)
+_MODEL_DTYPES = (np.dtype("<f4"), np.dtype("<u4"))
 INLINE_MAX = 1 << 16  # replies up to 64 KiB travel in the pipe frame; larger ones in the slot
 FIRST_SLOT = 1 << 20
 SHM_PREFIX = "rshuf"  # names of this driver's segments: rshuf<pid>_<worker>_<n>_<random>
@@ -224,6 +228,14 @@ def _worker_main(conn: Connection, participants: Mapping[int, Participant]) -> N
                 slot.busy = False
             elif kind == BATCH:
                 _answer_batch(p, participants, slot)
+            elif kind == MODELS:
+                for _ in range(p.u32("models")):
+                    pid, code = p.u32("pid"), p.u8("dtype")
+                    if code >= len(_MODEL_DTYPES) or pid not in participants:
+                        raise WorkerFailed(f"model frame for participant {pid} with dtype code {code}")
+                    participants[pid].provide_model(np.frombuffer(p.var("model"), dtype=_MODEL_DTYPES[code]).copy())
+                p.finish()
+                conn.send_bytes(_frame(DONE))
             elif kind == VIEWS:
                 w = Writer().u32(len(participants))
                 for pid, pp in sorted(participants.items()):
@@ -479,31 +491,48 @@ class ParallelRunner(InProcessRunner):
                     setattr(target, f.name, getattr(view, f.name))
             p.finish()
 
-    def run(self) -> RoundOutput:
+    # -- the schedule's transport hooks (InProcessRunner._advance runs the steps) -- #
+    def _begin(self) -> None:
         self._start_workers()
+
+    def _exchange(self, envs: list[Envelope]) -> None:
+        self._collect(self._dispatch(envs))
+
+    def _end(self, failed: bool) -> None:
         try:
-            t0 = time.perf_counter()
-            outbox = self.server.start()
-            self.stats.ps_s["setup"] += time.perf_counter() - t0
-            while not self.server.done:
-                envs = [e for rcpt, data in outbox for e in self._intercept(Envelope(SERVER_ID, rcpt, data))]
-                self._collect(self._dispatch(envs))
-                ph = self.server.phase_name
-                t0 = time.perf_counter()
-                outbox = self.server.close_phase()
-                self.stats.ps_s[ph] += time.perf_counter() - t0
-            self._fetch_views()
-            return self.server.output
-        except BaseException:
-            # The views of a failed round are still the participants' own record of it.
-            try:
-                if all(w.proc.is_alive() for w in self._workers):
-                    self._drain_and_fetch_views()
-            except (ReShuffleError, OSError, EOFError):
-                pass
-            raise
+            if not failed:
+                self._fetch_views()
+            else:
+                # The views of a failed round are still the participants' own record of it.
+                try:
+                    if self._workers and all(w.proc.is_alive() for w in self._workers):
+                        self._drain_and_fetch_views()
+                except (ReShuffleError, OSError, EOFError):
+                    pass
         finally:
             self._shutdown()
+
+    def provide_models(self, models) -> None:
+        """Send each worker its participants' trained models (between ``run_offline`` and ``run``)."""
+        per_worker: list[Writer] = [Writer() for _ in self._workers]
+        counts = [0] * len(self._workers)
+        for pid, model in sorted(models.items()):
+            if pid not in self.participants:
+                raise ConfigError(f"model for participant {pid}, who is not in the round")
+            a = np.ascontiguousarray(model)
+            if a.dtype not in _MODEL_DTYPES:
+                raise ConfigError(f"model of participant {pid} has dtype {a.dtype}; float32 or uint32 expected")
+            w = self._owner[pid]
+            per_worker[w].u32(pid).u8(_MODEL_DTYPES.index(a.dtype)).var(a.tobytes())
+            counts[w] += 1
+        for w, body, n in zip(self._workers, per_worker, counts):
+            w.conn.send_bytes(_frame(MODELS, Writer().u32(n).raw(body.bytes())))
+        for w in self._workers:
+            kind, p = _parse(self._recv(w), f"frame of worker {w.index}")
+            if kind == FAILED:
+                _raise_failure(w, p)
+            if kind != DONE:
+                raise WorkerFailed(f"worker {w.index} sent frame kind {kind} instead of taking its models")
 
     def _drain_and_fetch_views(self) -> None:
         """After the PS gave up mid-phase: let the workers finish the batch, then read the views."""

@@ -33,6 +33,7 @@ from reshuffle.crypto.signatures import (
     SigningKey,
 )
 from reshuffle.errors import (
+    ConfigError,
     DecodeError,
     EncodingError,
     ProtocolError,
@@ -92,7 +93,9 @@ class Participant:
     ----------
     pid : participant id (its roster id; Shamir point ``x = pid + 1``).
     T : the round it expects.
-    model : 1-D vector W_i^T to upload (float32; ring words for ``payload="words"``).
+    model : 1-D vector W_i^T to upload (float32; ring words for ``payload="words"``), or None
+        while it trains: every offline step runs without it, and :meth:`provide_model` must
+        hand it over before the upload is asked for.
     signing_key, cert : its long-term Ed25519 key and CA certificate.
     ca : the CA's verifier.
     global_hash : ``H(W_g^T)`` of the global model it received.
@@ -107,19 +110,15 @@ class Participant:
         self,
         pid: int,
         T: int,
-        model: np.ndarray,
+        model: np.ndarray | None,
         signing_key: SigningKey,
         cert: Certificate,
         ca: CertificateAuthority,
         global_hash: bytes,
         rng: RandomSource | int | None = None,
     ) -> None:
-        model = np.asarray(model)
-        if model.dtype.kind == "f" and not np.isfinite(model).all():
-            bad = int((~np.isfinite(model)).sum())
-            raise EncodingError(f"participant {pid}: model has {bad} NaN/Inf coordinates; nothing was masked")
         self.pid, self.T = pid, T
-        self._model = model
+        self._model: np.ndarray | None = None
         self._sk, self._cert, self._ca = signing_key, cert, ca
         self._hash = global_hash
         self._rng = as_source(rng)
@@ -133,6 +132,28 @@ class Participant:
         self._consented: dict[int, tuple[int, ...]] = {}  # m -> the one U_m signed
         self._mask_sets: dict[int, list[int]] = {}  # m -> U_{m-1}, the mask set of invocation m
         self._revealed = self.view.revealed  # m -> owner -> kind revealed
+        self._last_certified = 0  # the last reservation iteration certified (the one an opening may name)
+        if model is not None:
+            self.provide_model(model)
+
+    def provide_model(self, model: np.ndarray) -> None:
+        """Set W_i^T once training is done; checked now (NaN/Inf, and length and kind once the round's
+        parameters are known). Raises :class:`EncodingError` or :class:`ConfigError`."""
+        if self._model is not None:
+            raise ConfigError(f"participant {self.pid} already has its model for round {self.T}")
+        model = np.asarray(model)
+        if model.dtype.kind == "f" and not np.isfinite(model).all():
+            bad = int((~np.isfinite(model)).sum())
+            raise EncodingError(f"participant {self.pid}: model has {bad} NaN/Inf coordinates; nothing was masked")
+        if self.params is not None:
+            self._check_model(model, self.params, ConfigError)
+        self._model = model
+
+    def _check_model(self, model: np.ndarray, p: RoundParams, error: type[Exception]) -> None:
+        if p.d != model.size:
+            raise error(f"round expects models of length {p.d}, this one has {model.size}")
+        if np.dtype(p.codec.dtype if p.payload == "words" else np.float32) != model.dtype:
+            raise error(f"round expects payload {p.payload!r}, this model is {model.dtype}")
 
     # ------------------------------------------------------------------ #
     def handle(self, data: bytes) -> list[bytes]:
@@ -177,10 +198,8 @@ class Participant:
         for pid, cert in m.roster:
             self._ca.verify(cert, subject=pid)
         p = m.params
-        if p.d != self._model.size:
-            raise Refused(f"round expects models of length {p.d}, this one has {self._model.size}")
-        if np.dtype(p.codec.dtype if p.payload == "words" else np.float32) != self._model.dtype:
-            raise Refused(f"round expects payload {p.payload!r}, this model is {self._model.dtype}")
+        if self._model is not None:
+            self._check_model(self._model, p, Refused)
         self.params, self._roster, self._server_vk = p, roster, m.server_cert.key
         self._cred_key = m.cred_key
         self._tx.absorb("round-start", m.body())
@@ -362,8 +381,10 @@ class Participant:
     # §6.1 for §5 steps 3–4: reservation vectors, then the model list, masked under h_m.
     def _on_mask_request(self, m: msg.MaskRequest) -> list[msg.Message]:
         p = self.params
-        if m.m != self._m + 1:
-            raise UnexpectedMessage(f"mask request for invocation {m.m}, expected {self._m + 1}")
+        nxt = self._m + 1
+        # The upload may follow any iteration whose counts settle every party (checked below).
+        if m.m != nxt and not (m.m == p.upload_m and m.counts and nxt <= p.R_max):
+            raise UnexpectedMessage(f"mask request for invocation {m.m}, expected {nxt}")
         if (m.m == self._phase_start) != (len(m.counts) == 0) or (m.counts and len(m.counts) != p.n):
             raise DecodeError(f"invocation {m.m} carries {len(m.counts)} counts")
         if m.m > p.upload_m:
@@ -390,6 +411,15 @@ class Participant:
                 return [msg.Objection(self.T, m.m, self.pid, pick, h)]
             self._counts.append(m.counts)
             self._reservation.observe(m.counts)
+            # Both sides end the reservation at the same point: as soon as nobody can still pick.
+            # Members missing from the phase's first U never submitted in it, so own no settled slot.
+            done = opening.slots_done(len(self._mask_set), p.decoys, len(settled_slots(self._counts)),
+                                      len(self._consented[self._phase_start]) - len(self._mask_set))
+            if done and m.m <= p.R_max:
+                raise Refused(f"invocation {m.m} is another reservation iteration, but every party has settled: "
+                              "the upload comes next")
+            if not done and m.m != nxt:
+                raise Refused(f"invocation {m.m} skips iterations {nxt}..{p.R_max} while parties may still pick")
         if m.m <= p.R_max:
             v, rows = self._reservation_vector(), 1
         else:
@@ -416,6 +446,10 @@ class Participant:
         p = self.params
         S = settled_slots(self._counts)
         lw = np.zeros((len(S), p.row_words), dtype=p.codec.dtype)
+        if self._model is None:
+            # Still training when the upload is asked for: this participant drops out of the round.
+            raise UnexpectedMessage(f"participant {self.pid} has no model yet: the upload is asked for before "
+                                    "training ended")
         slot = self._reservation.slot
         self.view.slot = slot
         if slot is not None:
@@ -432,7 +466,7 @@ class Participant:
     # §8.2: open a failed iteration (reveal x_{i,r} only), then take part in the restarted slot phase.
     def _on_open_request(self, m: msg.OpenRequest) -> list[msg.Message]:
         r = m.m
-        last = self._m if self.phase is PPhase.AWAIT_MASK else self._m - 1
+        last = self._last_certified
         if r != last or not self._phase_start <= r <= self.params.R_max or r not in self._revealed:
             raise Refused(f"asked to open iteration {r}; the last certified iteration of this slot phase is {last}")
         self._tx.absorb_open(r, m.reason)
@@ -502,6 +536,8 @@ class Participant:
         keys = {j: self._roster[j].key for j in m.online}
         check_certificate(self.T, m.m, m.online, self._h[m.m], m.signatures, keys, p.t)
         self._tx.absorb_certified(m.m, m.online)
+        if m.m <= p.R_max:
+            self._last_certified = m.m
         self.phase = PPhase.DONE if m.m == p.upload_m else PPhase.AWAIT_MASK
         return [self._reveal(m.m, m.online)]
 
@@ -528,7 +564,8 @@ class Participant:
         check_opening(self.T, m.decoy_seed, self._decoy_commit)
         picks, slots = replay(m.decoy_seed, self.T, p.n, p.k, p.decoys, self._counts)
         keys = {j: c.key for j, c in self._roster.items()}
-        iterations = range(self._phase_start, p.R_max + 1)  # the slot phase that produced the upload
+        # The slot phase that produced the upload (it ended early once every party had settled).
+        iterations = range(self._phase_start, self._phase_start + len(self._counts))
         if len(m.vectors) != len(iterations):
             raise Refused(f"blame request audits {len(m.vectors)} iterations, the slot phase had {len(iterations)}")
         for idx, r in enumerate(iterations):

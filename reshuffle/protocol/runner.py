@@ -1,7 +1,10 @@
 """In-process driver: routes bytes between N participants and the PS.
 
-It is a thin transport: it never inspects a participant's state on behalf of
-the PS. It injects dropouts per phase, lets tests tamper with any message
+It is a thin transport: it executes the round's schedule
+(:mod:`~reshuffle.protocol.schedule`) through the PS's ``start`` / ``receive`` /
+``close_phase`` and never inspects a participant's state on behalf of the PS.
+It can pause before the first step that needs the models (:meth:`run_offline`),
+so that setup, OT and reservation run while participants train. It injects dropouts per phase, lets tests tamper with any message
 through *interceptors*, and records per-phase time and bytes.
 """
 
@@ -10,14 +13,18 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.messages import peek_type
 from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.phases import PHASES, phase_of
+from reshuffle.protocol.schedule import RoundTrips
 from reshuffle.protocol.server import RoundOutput, Server
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,8 @@ class InProcessRunner:
                 self.drop_at[i] = min(self.drop_at.get(i, len(PHASES)), PHASES.index(phase))
         self.interceptors = list(interceptors)
         self.stats = PhaseStats()
+        self.trips = RoundTrips()
+        self._outbox: list | None = None  # the PS's messages of the step to run next
 
     def _intercept(self, env: Envelope) -> list[Envelope]:
         envs = [env]
@@ -129,16 +138,60 @@ class InProcessRunner:
             for out in self._intercept(Envelope(env.recipient, SERVER_ID, r)):
                 self._to_server(out)
 
+    # -- executing the schedule (transport hooks: _exchange, _begin, _end) -- #
+    def _exchange(self, envs: list[Envelope]) -> None:
+        """Carry one step's PS messages to the participants and their replies to the PS."""
+        for env in envs:
+            self._deliver(env)
+
+    def _begin(self) -> None:
+        """Before the first step (the parallel runner starts its workers here)."""
+
+    def _end(self, failed: bool) -> None:
+        """After the last step (``failed``: the round raised)."""
+
+    def _advance(self, pause_online: bool) -> bool:
+        """Execute the schedule (:mod:`~reshuffle.protocol.schedule`) step by step.
+
+        Returns True when the round is done, False when ``pause_online`` stopped it
+        before its first step that needs the participants' models.
+        """
+        try:
+            if self._outbox is None:
+                self._begin()
+                t0 = time.perf_counter()
+                self._outbox = self.server.start()
+                self.stats.ps_s["setup"] += time.perf_counter() - t0
+            while not self.server.done:
+                step = self.server.step
+                if pause_online and not step.offline:
+                    return False
+                if self._outbox:
+                    self.trips.record(step)
+                envs = [e for rcpt, data in self._outbox for e in self._intercept(Envelope(SERVER_ID, rcpt, data))]
+                self._exchange(envs)
+                ph = self.server.phase_name
+                t0 = time.perf_counter()
+                self._outbox = self.server.close_phase()
+                self.stats.ps_s[ph] += time.perf_counter() - t0
+        except BaseException:
+            self._end(failed=True)
+            raise
+        self._end(failed=False)
+        return True
+
+    def run_offline(self) -> bool:
+        """Run every step that needs no model (setup, OT, reservation); True if the round already ended."""
+        return self._advance(pause_online=True)
+
+    def provide_models(self, models: Mapping[int, "np.ndarray"]) -> None:
+        """Hand participants their trained models (between :meth:`run_offline` and :meth:`run`)."""
+        for pid, model in models.items():
+            if pid not in self.participants:
+                raise ConfigError(f"model for participant {pid}, who is not in the round")
+            self.participants[pid].provide_model(model)
+
     def run(self) -> RoundOutput:
-        t0 = time.perf_counter()
-        outbox = self.server.start()
-        self.stats.ps_s["setup"] += time.perf_counter() - t0
-        while not self.server.done:
-            for rcpt, data in outbox:
-                for env in self._intercept(Envelope(SERVER_ID, rcpt, data)):
-                    self._deliver(env)
-            ph = self.server.phase_name
-            t0 = time.perf_counter()
-            outbox = self.server.close_phase()
-            self.stats.ps_s[ph] += time.perf_counter() - t0
+        """Run the round to its end (from the start, or from where :meth:`run_offline` paused)."""
+        self._advance(pause_online=False)
         return self.server.output

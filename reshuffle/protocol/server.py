@@ -50,6 +50,7 @@ from reshuffle.protocol.messages import Context, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names, phase_of
 from reshuffle.protocol.reservation import settled_slots
+from reshuffle.protocol.schedule import Step, closer_of, step_of
 
 Outbox = list[tuple[int, bytes]]
 
@@ -183,6 +184,11 @@ class Server:
         # The phase of the message being collected: one mapping, in phases.py.
         return phase_of(next(iter(handlers)), self.m, self.params.upload_m)
 
+    @property
+    def step(self) -> Step:
+        """The schedule step now being collected (:mod:`~reshuffle.protocol.schedule`)."""
+        return step_of(self.phase, self.m, self.params.upload_m)
+
     # ------------------------------------------------------------------ #
     def start(self) -> Outbox:
         """§5 step 0: broadcast parameters, H(W_g^T), certificates."""
@@ -216,21 +222,9 @@ class Server:
 
     def close_phase(self) -> Outbox:
         """The deadline of the current phase has passed: compute and emit the next step."""
-        closer = {
-            SPhase.ADVERTS: self._close_adverts,
-            SPhase.BUNDLES: self._close_bundles,
-            SPhase.OT: self._close_ot,
-            SPhase.COMPLAINTS: self._close_complaints,
-            SPhase.MASKED: self._close_masked,
-            SPhase.OPEN: self._close_open,
-            SPhase.SLOTS: self._close_slots,
-            SPhase.CONSENT: self._close_consent,
-            SPhase.UNMASK: self._close_unmask,
-            SPhase.BLAME: self._close_blame,
-            SPhase.DISPUTE: self._close_dispute,
-        }.get(self.phase)
-        if closer is None:
+        if self.phase in (SPhase.START, SPhase.DONE):
             raise ConfigError(f"close_phase() in state '{self.phase.value}'")
+        closer = getattr(self, closer_of(self.phase))
         return closer()
 
     def _live(self, ids) -> list[int]:
@@ -459,7 +453,8 @@ class Server:
 
     def _close_masked(self) -> Outbox:
         if self._objections:
-            return self._open(self.m - 1, f"{len(self._objections)} objection(s) to the counts of iteration {self.m - 1}")
+            r = self._phase_start + len(self._phase_counts) - 1  # the iteration whose counts were objected to
+            return self._open(r, f"{len(self._objections)} objection(s) to the counts of iteration {r}")
         # U_m is exactly what was added, even if a member is excluded later (§8 item 7).
         Um = sorted(self._uploaded)
         if len(Um) < self.params.t:
@@ -569,7 +564,11 @@ class Server:
             self.counts.append(counts)
             self._phase_counts.append(counts)
             self._decoys.observe(counts)
-            return self._open_invocation(m + 1, Um, counts)
+            # Once no party can still pick, the remaining iterations would be all zeros: go to the upload.
+            # Members missing from the phase's first U never submitted in it, so own no settled slot.
+            done = opening.slots_done(len(Um), p.decoys, len(settled_slots(self._phase_counts)),
+                                      len(self.online[self._phase_start]) - len(Um))
+            return self._open_invocation(p.upload_m if done else m + 1, Um, counts)
         self._check_rows()
         if not self._blame.needed(self._failed):
             self._finish()
@@ -585,7 +584,8 @@ class Server:
         return self._broadcast(self._live(Um), req)
 
     def _slot_iterations(self) -> range:
-        return range(self._phase_start, self.params.R_max + 1)
+        """The iterations the final slot phase ran (it ends early once every party has settled)."""
+        return range(self._phase_start, self._phase_start + len(self._phase_counts))
 
     # §8.2: open a failed iteration, name who broke it, restart the slot phase without them.
     def _open(self, r: int, reason: str) -> Outbox:
