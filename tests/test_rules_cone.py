@@ -74,3 +74,22 @@ def test_default_is_the_named_rule_with_the_runs_f_and_seed():
     ref = make_rule(DEFAULT_RULE, 4, seed=1)
     a, b = d.decide(U, round=3), ref.decide(U, round=3)
     assert a.accepted == b.accepted and np.array_equal(a.aggregate, b.aggregate)
+
+
+def test_a_group_outside_the_majority_cluster_keeps_only_its_trust():
+    # Prepare: 16 honest rows around a shared direction and 4 colluders that agree with each other
+    # (a shared backdoor component) more than with the honest rows, at an angle inside the cone
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=400)
+    H = base + rng.normal(0, 0.7, size=(16, 400))
+    backdoor = rng.normal(size=400)
+    M = base + 1.2 * backdoor + rng.normal(0, 0.2, size=(4, 400))
+    U = np.vstack([H, M])
+    # Execute
+    d = ConeClip(trust=0.1).decide(U)
+    # Assert: the colluders are outside the cluster, so each weighs at most 0.1 (times its clipping)
+    assert (d.weights[16:] <= 0.1 + 1e-12).all()
+    assert d.weights[:16].mean() > 0.5
+    full = ConeClip(trust=1.0).decide(U)
+    bd = backdoor / np.linalg.norm(backdoor)
+    assert d.aggregate @ bd < full.aggregate @ bd  # less of the backdoor direction reaches W_g

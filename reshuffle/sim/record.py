@@ -38,6 +38,10 @@ class RoundRecord:
     honest_flagged: int = 0
     malicious_rows: int = 0
     malicious_flagged: int = 0
+    #: Mean Decision weight of the honest / malicious rows delivered (1: used in full; below 1:
+    #: clipped, trust-scored or dropped; None when no such row arrived or the round was skipped).
+    honest_weight: float | None = None
+    malicious_weight: float | None = None
     #: Why the global model was left unchanged this round (too few models delivered, or the rule
     #: refused them); None when it was updated.
     skipped: str | None = None

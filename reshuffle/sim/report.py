@@ -24,6 +24,11 @@ def _rate(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
+def _mean(values) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got else None
+
+
 def metrics(config: dict[str, Any], records: Sequence[RoundRecord], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The metrics.json object.
 
@@ -31,6 +36,8 @@ def metrics(config: dict[str, Any], records: Sequence[RoundRecord], extra: dict[
     ``tpr`` and ``fpr`` pool every round's rows (flagged malicious rows over
     malicious rows delivered, flagged honest rows over honest rows delivered),
     so ``fpr`` is a number on clean runs and each malicious row counts once;
+    ``honest_weight`` and ``malicious_weight`` average the rounds' mean row
+    weights (a rule that down-weights rather than rejects shows it there);
     ``diverged_at`` is the first round whose global model diverged (None if
     none did); ``skipped_rounds`` lists the rounds that left the global model
     unchanged, with why. NaN/Inf values become null.
@@ -46,6 +53,8 @@ def metrics(config: dict[str, Any], records: Sequence[RoundRecord], extra: dict[
         "tpr": _rate(pooled["malicious_flagged"], pooled["malicious_rows"]),
         "fpr": _rate(pooled["honest_flagged"], pooled["honest_rows"]),
         **pooled,
+        "honest_weight": _mean(r.honest_weight for r in records),
+        "malicious_weight": _mean(r.malicious_weight for r in records),
         "diverged_at": next((r.round for r in records if r.diverged), None),
         "skipped_rounds": {str(r.round): r.skipped for r in records if r.skipped},
         "rounds": [asdict(r) for r in records],

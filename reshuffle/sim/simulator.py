@@ -336,17 +336,23 @@ class Simulation:
         secs = {"shuffle": time.perf_counter() - t0}
         return got, positions, lost, secs, {"per_participant": per_p, "ps_total": per_p * len(alive)}
 
-    def _detection(self, positions: dict[int, int], accepted: set[int]) -> dict[str, int]:
+    def _detection(self, positions: dict[int, int], accepted: set[int], weights: np.ndarray | None = None) -> dict:
         """Rows delivered and rows flagged (not accepted), honest and malicious, counted per row.
 
         Without an attack every client is honest, so clean runs measure the
-        rule's false positives too.
+        rule's false positives too. With the Decision's ``weights``, also the
+        mean weight of each kind of row (how much of it reached the aggregate).
         """
         mal = set(self.malicious) if self.attacked else set()
         m_rows = [r for i, r in positions.items() if i in mal]
         h_rows = [r for i, r in positions.items() if i not in mal]
+
+        def mean_weight(rows):
+            return float(np.mean(weights[rows])) if rows and weights is not None else None
+
         return {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
-                "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows)}
+                "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows),
+                "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows)}
 
     def step(self) -> RoundRecord:
         """Run one round and return its record."""
@@ -394,7 +400,7 @@ class Simulation:
                 skipped = f"rule {self.cfg.rule!r} refused {len(got)} rows: {exc}"
             else:
                 accepted = list(decision.accepted)
-                counts = self._detection(positions, set(accepted))
+                counts = self._detection(positions, set(accepted), decision.weights)
                 with np.errstate(over="ignore", invalid="ignore"):
                     self.W_g = (self.W_g + decision.aggregate).astype(np.float32)
             seconds["detection"] = time.perf_counter() - t0

@@ -6,15 +6,20 @@ r"""Cone-clip: the majority cosine cluster widened to its own cone, then median-
    each row's angle to it, and the radius is
    :math:`r = \mathrm{med}(\delta) + \kappa \cdot 1.4826\,\mathrm{MAD}(\delta)` over all rows
    (median and MAD move little while fewer than half the rows are malicious).
-   Every row within r of c is accepted. On non-IID data honest rows are spread
-   out and HDBSCAN leaves some of them outside C although they point the way C
-   does; the cone takes them back, so clean runs flag few honest rows.
+   C's rows count in full; every other row within r of c is accepted at weight
+   ``trust`` (0.1), rows outside the cone are rejected. On non-IID data honest
+   rows are spread out and HDBSCAN leaves some of them outside C although they
+   point the way C does; the cone takes them back, so clean runs flag few honest
+   rows, while a colluding group outside the majority cluster (a backdoor)
+   keeps only a tenth of its weight.
 3. Clipping: every accepted row is shortened to :math:`S = \mathrm{median}_i \lVert u_i\rVert`
    (over all rows, so at most f < n/2 rows cannot move it far), and the
-   aggregate is their mean. A scaled row (model replacement, constrain-and-scale)
+   aggregate is :math:`\sum_i t_i k_i u_i / \sum_i t_i` with trust t_i and
+   clipping factor k_i. A scaled row (model replacement, constrain-and-scale)
    thus counts no more than an honest row of median length, whatever its factor.
 
-Accepted means "inside the cone"; clipping is reported in ``weights``, not as a flag.
+Accepted means "inside the cone"; trust and clipping are reported in ``weights``,
+not as flags (``honest_weight`` in metrics.json shows what they cost honest rows).
 """
 
 from __future__ import annotations
@@ -29,19 +34,22 @@ from reshuffle.server.rules.registry import register_rule
 
 @register_rule("cone-clip")
 class ConeClip(Rule):
-    """Accept the rows inside the majority cluster's cosine cone; clip them to the median norm; average.
+    """Majority cluster in full, the rest of its cosine cone at ``trust``, clipped to the median norm.
 
     >>> import numpy as np
     >>> U = np.array([[1.0, 0.1], [1.0, -0.1], [2.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
-    >>> d = ConeClip().decide(U)   # the last row points away; S = median norm = 1
+    >>> d = ConeClip().decide(U)   # the last row points away; S = median norm = 1; all others clustered
     >>> d.accepted, d.weights.round(2).tolist()
     ((0, 1, 2, 3), [1.0, 1.0, 0.5, 1.0, 0.0])
     """
 
-    def __init__(self, kappa: float = 3.0) -> None:
+    def __init__(self, kappa: float = 3.0, trust: float = 0.1) -> None:
         if isinstance(kappa, bool) or not isinstance(kappa, (int, float)) or not 0 < kappa < float("inf"):
             raise ConfigError(f"cone-clip kappa must be a positive number, got {kappa!r}")
+        if isinstance(trust, bool) or not isinstance(trust, (int, float)) or not 0 < trust <= 1:
+            raise ConfigError(f"cone-clip trust must be a number in (0, 1], got {trust!r}")
         self.kappa = float(kappa)
+        self.trust = float(trust)
 
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         check_round(round)
@@ -57,12 +65,9 @@ class ConeClip(Rule):
         dist = 1.0 - (V @ c) / c_norm if c_norm > 0 else np.ones(n)
         med = float(np.median(dist))
         radius = med + self.kappa * 1.4826 * float(np.median(np.abs(dist - med)))
-        inside = dist <= radius + 1e-12
-        if not inside.any():
-            inside[C] = True
-        accepted = np.flatnonzero(inside)
-        k = clip_factors(norms, float(np.median(norms)))
-        weights = np.zeros(n)
-        weights[accepted] = k[accepted]
-        agg = (k[accepted] @ U[accepted]) / accepted.size
+        t = np.where(dist <= radius + 1e-12, self.trust, 0.0)
+        t[C] = 1.0
+        accepted = np.flatnonzero(t > 0)
+        weights = clip_factors(norms, float(np.median(norms))) * t
+        agg = (weights @ U) / t.sum()
         return Decision(agg, tuple(accepted.tolist()), weights)
