@@ -12,7 +12,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from reshuffle.errors import ConfigError
@@ -96,13 +98,19 @@ class RayBackend:
         self._ray = ray
         self._started = not ray.is_initialized()
         if self._started:
-            if address == "local":
-                ray.init(num_cpus=local_cpus, include_dashboard=False, logging_level="WARNING")
-            else:
-                try:
-                    ray.init(address=address, logging_level="WARNING")
-                except ConnectionError as exc:
-                    raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # Ray's notice about GPU variables; cells use none
+                if address == "local":
+                    # Local workers import the driver's copy of the package, wherever it lies.
+                    root = str(Path(__file__).resolve().parents[2])
+                    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+                    ray.init(num_cpus=local_cpus, include_dashboard=False, logging_level="WARNING",
+                             runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
+                else:
+                    try:
+                        ray.init(address=address, logging_level="WARNING")
+                    except ConnectionError as exc:
+                        raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
         self.slots = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         self.name = f"Ray ({address}, {self.slots} CPUs)"
 
