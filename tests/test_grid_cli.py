@@ -145,6 +145,7 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
     summary = {"generated": "2026-01-01 00:00", "settings": ["digits-iid-logreg"], "settings_not_run": [],
                "grid": {"datasets": ["digits"], "partitions": ["iid"], "models": ["logreg"], "attacks": ["none"],
                         "rules": ["fedavg"], "seeds": [1], "base": {"rounds": 2}, "skipped_rules": []},
+               "shown": {"attacks": ["none"], "rules": ["fedavg"]},
                "counts": {"total": 1, "done": 1, "failed": 0, "missing": 0},
                "cost": {"core_seconds": 1.0, "cells_measured": 1, "mean_cell_seconds": 1.0,
                         "per_dataset_model": {"digits/logreg": 1.0}, "remaining_cells": 0, "unmeasured_cells": 0,

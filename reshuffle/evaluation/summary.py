@@ -115,7 +115,8 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
     n_done = sum(_done(r) for r in recs)
     return {
         "generated": time.strftime("%Y-%m-%d %H:%M"),
-        "grid": grid.describe() | {"attacks": attacks, "rules": rules, "settings": settings},
+        "grid": grid.describe(),
+        "shown": {"attacks": attacks, "rules": rules},
         "settings": settings,
         "settings_not_run": not_run,
         "counts": {"total": len(cells), "done": n_done, "failed": len(recs) - n_done,
