@@ -155,7 +155,7 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
                           "accuracy": {"mean": 0.9, "min": 0.9, "max": 0.9, "n": 1}, "attack_success": None,
                           "tpr": None, "fpr": {"mean": 0.0, "min": 0.0, "max": 0.0, "n": 1},
                           "drop": {"mean": 0.0, "min": 0.0, "max": 0.0, "n": 1}, "drop_by_seed": {"1": 0.0},
-                          "impact": None, "harmless": None, "diverged": 0, "cpu_seconds": 1.0}],
+                          "impact": None, "harmless": None, "diverged": 0, "cpu_seconds": {"1": 1.0}}],
                "worst_case": [{"setting": "digits-iid-logreg", "rule": "fedavg",
                                "worst_drop": {"value": 0.0, "attack": "none"},
                                "worst_drop_seed": {"value": 0.0, "attack": "none", "seed": 1},

@@ -100,7 +100,8 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
             "drop": stats(drops.values()), "drop_by_seed": {str(s): d for s, d in sorted(drops.items())},
             "impact": imp, "harmless": harmless,
             "diverged": sum(r.get("diverged_at") is not None for r in done.values()),
-            "cpu_seconds": sum(float(r.get("cpu_seconds", 0.0)) for r in seeds.values() if r is not None),
+            "cpu_seconds": {str(s): float(r.get("cpu_seconds", 0.0)) for s, r in sorted(seeds.items())
+                            if r is not None},
         })
     # Tables show what has a stored record; the cells never run are counted (and costed) all the same.
     stored = [c for c, r in records.items() if r is not None]
