@@ -119,6 +119,11 @@ def test_a_cell_run_with_other_settings_is_stale(tmp_path):
     # Assert: none counts as done under the new settings; where the data lies does not matter
     assert all(r is None for r in stale.values())
     assert all(r is not None for r in fresh.values())
+    # A setting the stored cells predate counts as its default (root_samples: 100), any other value is stale
+    same = {c: _record(c, 0, None, 0)["config"] | {"root_samples": 100} for c in GRID.cells()}
+    other = {c: _record(c, 0, None, 0)["config"] | {"root_samples": 50} for c in GRID.cells()}
+    assert all(r is not None for r in load_records(GRID.cells(), tmp_path, same).values())
+    assert all(r is None for r in load_records(GRID.cells(), tmp_path, other).values())
 
 
 ACC = st.floats(0.0, 1.0, allow_nan=False)

@@ -108,9 +108,23 @@ def reduce_metrics(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` without the fields that do not change a result."""
-    return {k: v for k, v in config.items() if k not in _NOT_COMPARED}
+def same_settings(stored: dict[str, Any], expected: dict[str, Any]) -> bool:
+    """True when a cell stored with ``stored`` settings is the run ``expected`` asks for.
+
+    Where the data lies does not count. A setting the stored run predates counts
+    as its default (the simulator behaved so then); one the simulator no longer
+    has is ignored.
+    """
+    from reshuffle.sim.config import SimConfig
+
+    defaults = SimConfig().as_dict()
+    for key, want in expected.items():
+        if key in _NOT_COMPARED:
+            continue
+        have = stored[key] if key in stored else defaults.get(key)
+        if have != want:
+            return False
+    return True
 
 
 def write_atomic(path: Path, obj: Any) -> None:

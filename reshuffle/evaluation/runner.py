@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from reshuffle.evaluation.cell import comparable, read_cell, write_atomic
+from reshuffle.evaluation.cell import read_cell, same_settings, write_atomic
 from reshuffle.evaluation.grid import Cell, Grid
 from reshuffle.evaluation.report import write_reports
 from reshuffle.evaluation.summary import load_records, summarize
@@ -54,7 +54,7 @@ def pending(grid: Grid, out: Path, expected: dict[Cell, dict]) -> list[Cell]:
     todo = []
     for c in grid.cells():
         rec = read_cell(out / c.relpath)
-        if rec is None or rec.get("status") != "done" or comparable(rec["config"]) != comparable(expected[c]):
+        if rec is None or rec.get("status") != "done" or not same_settings(rec["config"], expected[c]):
             todo.append(c)
     return todo
 

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from reshuffle.evaluation.cell import comparable, read_cell
+from reshuffle.evaluation.cell import read_cell, same_settings
 from reshuffle.evaluation.grid import CLEAN, REFERENCE_RULE, Cell, Grid
 
 HARMLESS_POINTS = 1.0
@@ -37,7 +37,7 @@ def load_records(cells: Iterable[Cell], out: Path, expected: Mapping[Cell, dict]
     for cell in cells:
         rec = read_cell(out / cell.relpath)
         if rec is not None and rec.get("status") == "done" and expected is not None and cell in expected:
-            if comparable(rec["config"]) != comparable(expected[cell]):
+            if not same_settings(rec["config"], expected[cell]):
                 rec = None  # run with other settings: stale
         got[cell] = rec
     return got
