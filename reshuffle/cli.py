@@ -294,7 +294,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
         summary = summary_only(grid, out, data_root, whole=whole)
         interrupted = False
     else:
-        backend = make_backend(args.jobs or os.cpu_count() or 1, args.ray)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        backend = make_backend(args.jobs or cores, args.ray)
         cells = grid.cells()
         print(f"grid: {len(cells)} cells ({len(grid.settings_list)} settings × {len(grid.all_attacks)} attacks × "
               f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds) in {out}, on {backend.name}", flush=True)
@@ -389,8 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--dir", help=dir_help)
     data.set_defaults(func=cmd_data)
 
-    grid = sub.add_parser("grid", help="the decision grid: attacks × rules × settings × seeds, resumable")
-    grid.add_argument("--out", default="experiments/evaluation/grid", help="folder of the cells and the summary")
+    grid = sub.add_parser(
+        "grid", help="the decision grid: attacks × rules × settings × seeds, resumable",
+        description="Run every (dataset, partition, model, attack, rule, seed) cell not done yet, one JSON file "
+                    "per finished cell, and rewrite OUT/summary.md, worst_case.md, summary.json and the heat maps. "
+                    "Finished cells are skipped, failed ones retried; Ctrl-C stops the workers.")
+    grid.add_argument("--out", default="experiments/evaluation/grid",
+                      help="folder of the cells and the summary (default: experiments/evaluation/grid)")
     grid.add_argument("--jobs", type=_positive(int), help="local worker processes, one core each (default: all cores)")
     grid.add_argument("--ray", metavar="ADDRESS", help="run cells as Ray tasks on this cluster ('local': start one)")
     grid.add_argument("--full", action="store_true",
