@@ -34,6 +34,14 @@ def test_full_grid_adds_rules_partitions_model_and_rounds():
     assert dict(g.base)["rounds"] == 20
 
 
+def test_skewed_partitions_train_one_client_at_a_time_unless_the_grid_says_otherwise():
+    g = default_grid()
+    iid, skewed = (Cell(s, "alie", "fedavg", 1) for s in g.settings_list[:2])
+    assert "training" not in g.cell_settings(iid) and g.cell_settings(skewed)["training"] == "sequential"
+    chosen = dataclasses.replace(g, base=(*g.base, ("training", "batched")))
+    assert chosen.cell_settings(skewed)["training"] == "batched"
+
+
 def test_the_clean_run_has_no_attackers_but_the_rule_keeps_its_f():
     g = default_grid()
     s = g.cell_settings(Cell(g.settings_list[0], "none", "multi-krum", 1))

@@ -143,6 +143,10 @@ class Grid:
              **cell.setting.partition.settings(), "attack": cell.attack, "rule": cell.rule, "seed": cell.seed}
         if self.plugins:
             s["plugins"] = list(self.plugins)
+        if cell.setting.partition.kind == "dirichlet" and "training" not in s:
+            # Stacked training runs as many steps as the largest client needs (2–2.6× the mean at α = 0.3):
+            # on skewed partitions one client at a time costs less (MNIST, MLP: 18 against 29 CPU s).
+            s["training"] = "sequential"
         if cell.attack == CLEAN:
             # The clean run: every row honest, so flagged rows give the clean FPR of the rule configured as
             # under attack (it still assumes the attacked runs' number of attackers f).
