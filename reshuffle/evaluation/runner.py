@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from reshuffle.evaluation.cell import read_cell, same_settings, write_atomic
+from reshuffle.evaluation.cell import write_atomic
 from reshuffle.evaluation.grid import Cell, Grid
 from reshuffle.evaluation.report import write_reports
 from reshuffle.evaluation.summary import load_records, summarize
@@ -47,16 +47,6 @@ def expected_configs(cells: list[Cell], grid: Grid, data_root: Path | None) -> d
     from reshuffle.sim import from_mapping
 
     return {c: from_mapping(grid.cell_settings(c, data_root), source=c.name).as_dict() for c in cells}
-
-
-def pending(grid: Grid, out: Path, expected: dict[Cell, dict]) -> list[Cell]:
-    """The cells of ``grid`` that are not done (missing, failed or stale), in grid order."""
-    todo = []
-    for c in grid.cells():
-        rec = read_cell(out / c.relpath)
-        if rec is None or rec.get("status") != "done" or not same_settings(rec["config"], expected[c]):
-            todo.append(c)
-    return todo
 
 
 class Progress:
@@ -120,12 +110,12 @@ def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, s
     """
     covered = cells_covered(grid, summary_grid)
     summary_grid = grid if summary_grid is None else summary_grid.union(grid)
-    expected = expected_configs(covered, summary_grid, data_root)
-    not_done = pending(grid, out, expected)
-    todo = not_done if max_cells is None else not_done[:max_cells]
     for tmp in out.glob("cells/**/.*.tmp"):  # left by a driver killed between write and rename
         tmp.unlink(missing_ok=True)
-    records = load_records(covered, out, expected)
+    records = load_records(covered, out, expected_configs(covered, summary_grid, data_root))
+    # Missing, failed or stale (run with other settings: load_records gives None) cells run, in grid order.
+    not_done = [c for c in grid.cells() if (records[c] or {}).get("status") != "done"]
+    todo = not_done if max_cells is None else not_done[:max_cells]
     total = len(grid.cells())
     progress = Progress(total, total - len(not_done), len(todo), quiet, stream)
     result = RunResult(0, 0, 0.0, 0.0, False, {})
