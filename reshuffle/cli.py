@@ -308,11 +308,11 @@ def cmd_grid(args: argparse.Namespace) -> int:
     c, n = summary["cost"], summary["counts"]
     print(f"grid: {n['done']} of {n['total']} cells done, {n['failed']} failed", end="")
     if c["mean_cell_seconds"] is not None:
-        per = ", ".join(f"{k} {v:.1f}" for k, v in c["per_dataset_model"].items())
+        per = ", ".join(f"{k} {v['mean']:.1f}" for k, v in c["per_setting"].items())
         print(f"; CPU s per cell: {per}; the {c['remaining_cells'] - c['unmeasured_cells']} cells not done of "
-              f"those need about {c['remaining_core_hours']:.2f} core-hours", end="")
+              f"measured settings need about {c['remaining_core_hours']:.2f} core-hours", end="")
         if c["unmeasured_cells"]:
-            print(f", {c['unmeasured_cells']} cells of other datasets/models not yet measured", end="")
+            print(f", {c['unmeasured_cells']} more cells not yet measured", end="")
     print(f"\ngrid: summary in {out / 'summary.md'}, {out / 'worst_case.md'}, {out / 'summary.json'}")
     if args.docs:
         update_docs(Path(args.docs), out)

@@ -104,8 +104,10 @@ def test_a_missing_cell_leaves_the_goal_open_and_a_failed_one_is_listed(tmp_path
     assert _by(s, "alie", "multi-krum")["failed"] == [{"seed": 1, "error": "RuntimeError: boom"}]
     assert s["counts"] == {"total": 24, "done": 22, "failed": 1, "missing": 1}
     assert "alie × multi-krum seed 1: RuntimeError: boom" in summary_markdown(s, {})
-    # the remaining two cells are estimated at the measured 10 s each
+    # the two cells not done are estimated at the measured 10 s each; the failed one's second counts as spent
     assert s["cost"]["remaining_core_hours"] == pytest.approx(20 / 3600)
+    assert s["cost"]["core_seconds"] == pytest.approx(221.0) and s["cost"]["core_seconds_failed"] == 1.0
+    assert s["cost"]["per_setting"]["digits-iid-logreg"]["cells"] == 22
 
 
 def test_a_cell_run_with_other_settings_is_stale(tmp_path):

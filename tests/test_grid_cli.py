@@ -147,9 +147,11 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
                         "rules": ["fedavg"], "seeds": [1], "base": {"rounds": 2}, "skipped_rules": []},
                "shown": {"attacks": ["none"], "rules": ["fedavg"]},
                "counts": {"total": 1, "done": 1, "failed": 0, "missing": 0},
-               "cost": {"core_seconds": 1.0, "cells_measured": 1, "mean_cell_seconds": 1.0,
-                        "per_dataset_model": {"digits/logreg": 1.0}, "remaining_cells": 0, "unmeasured_cells": 0,
-                        "remaining_core_hours": 0.0, "total_core_hours": 0.0},
+               "cost": {"core_seconds": 1.0, "core_seconds_failed": 0.0, "cells_measured": 1,
+                        "mean_cell_seconds": 1.0,
+                        "per_setting": {"digits-iid-logreg": {"cells": 1, "mean": 1.0, "min": 1.0, "max": 1.0}},
+                        "remaining_cells": 0, "unmeasured_cells": 0, "remaining_core_hours": 0.0,
+                        "total_core_hours": 1 / 3600},
                "cells": [{"setting": "digits-iid-logreg", "attack": "none", "rule": "fedavg", "backdoor": False,
                           "seeds_done": [1], "missing_seeds": [], "failed": [],
                           "accuracy": {"mean": 0.9, "min": 0.9, "max": 0.9, "n": 1}, "attack_success": None,
@@ -172,6 +174,7 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
     assert "old hand-written table" not in text
     assert text.startswith("# Results\n\nBefore.\n\n" + DOCS_BEGIN) and text.endswith(DOCS_END + "\n\nAfter.\n")
     assert "| none (clean) | 90.0 |" in text and "| fedavg | met |" in text
+    assert "| digits-iid-logreg | 1 | 1.0 [1.0–1.0] |" in text
     # Execute again: regenerating is stable
     update_docs(docs, out)
     assert docs.read_text() == text

@@ -143,19 +143,24 @@ def setting_tables(summary: dict, setting: str) -> list[str]:
 
 
 def _cost_lines(summary: dict) -> list[str]:
+    """Cells and core-hours: done, failed, not done (estimated at the measured rate), and CPU seconds per setting."""
     c, n = summary["cost"], summary["counts"]
-    lines = [f"Cells: {n['done']} done, {n['failed']} failed, {n['missing']} not run, of {n['total']}."]
-    if c["mean_cell_seconds"] is not None:
-        per = ", ".join(f"{k} {v:.1f} s" for k, v in c["per_dataset_model"].items())
-        lines.append(f"Measured: {c['core_seconds'] / 3600:.2f} core-hours over the stored cells; CPU seconds per "
-                     f"finished cell: {per}.")
-        lines.append(f"Estimate: the {c['remaining_cells'] - c['unmeasured_cells']} cells not done of a measured "
-                     f"dataset and model need about {c['remaining_core_hours']:.2f} core-hours (the grid so far: "
-                     f"{c['total_core_hours']:.2f})" + (f"; {c['unmeasured_cells']} more cells are of a dataset "
-                                                         f"and model not measured yet." if c["unmeasured_cells"]
-                                                         else "."))
+    done_h = (c["core_seconds"] - c["core_seconds_failed"]) / 3600
+    left = f"{c['remaining_core_hours']:.2f} (estimated)"
+    if c["unmeasured_cells"]:
+        left += f", {c['unmeasured_cells']} cells of settings not measured yet left out"
+    lines = _table(["cells", "count", "core-hours"], [
+        ["done", str(n["done"]), f"{done_h:.2f}"],
+        ["failed (run again)", str(n["failed"]), f"{c['core_seconds_failed'] / 3600:.2f}"],
+        ["not done", str(n["failed"] + n["missing"]), left],
+        ["whole grid", str(n["total"]), f"{c['total_core_hours']:.2f}"],
+    ])
+    if c["per_setting"]:
+        lines += ["", *_table(["setting", "cells done", "CPU seconds per cell, mean [min–max]"], [
+            [k, str(v["cells"]), f"{v['mean']:.1f} [{v['min']:.1f}–{v['max']:.1f}]"]
+            for k, v in c["per_setting"].items()])]
     if summary.get("settings_not_run"):
-        lines.append(f"Settings with no cell run yet: {', '.join(summary['settings_not_run'])}.")
+        lines += ["", f"Settings with no cell run yet: {', '.join(summary['settings_not_run'])}."]
     return lines
 
 

@@ -131,25 +131,38 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
 
 
 def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
-    """CPU seconds spent, and the core-hours the cells still to run need at the measured rate.
+    """CPU seconds spent, and the core-hours the cells not done need at the measured rate.
 
-    A remaining cell is estimated by the mean CPU time of the finished cells of
-    its dataset and model; cells of a dataset and model with no finished cell
-    yet are counted as ``unmeasured_cells`` and left out of the estimate.
+    A cell not done is estimated by the mean CPU time of the finished cells of
+    its setting, else of its dataset and model; cells with neither are counted
+    as ``unmeasured_cells`` and left out of the estimate.
     """
-    spent = sum(float(r.get("cpu_seconds", 0.0)) for r in records.values() if r is not None)
-    per: dict[tuple[str, str], list[float]] = defaultdict(list)
+    per_setting: dict[str, list[float]] = defaultdict(list)
+    per_kind: dict[tuple[str, str], list[float]] = defaultdict(list)
+    spent = {"done": 0.0, "failed": 0.0}
+    for c, r in records.items():
+        if r is None:
+            continue
+        secs = float(r.get("cpu_seconds", 0.0))
+        spent["done" if _done(r) else "failed"] += secs
+        if _done(r):
+            per_setting[c.setting.label].append(secs)
+            per_kind[c.setting.dataset, c.setting.model].append(secs)
+    est, unmeasured = 0.0, 0
     for c, r in records.items():
         if _done(r):
-            per[c.setting.dataset, c.setting.model].append(float(r.get("cpu_seconds", 0.0)))
-    every = [x for xs in per.values() for x in xs]
-    overall = sum(every) / len(every) if every else None
-    left = [c for c, r in records.items() if not _done(r)]
-    known = [c for c in left if (c.setting.dataset, c.setting.model) in per]
-    est = sum(sum(per[k]) / len(per[k]) for c in known for k in [(c.setting.dataset, c.setting.model)])
-    return {"core_seconds": spent, "cells_measured": len(every), "mean_cell_seconds": overall,
-            "per_dataset_model": {f"{d}/{m}": sum(xs) / len(xs) for (d, m), xs in per.items()},
-            "remaining_cells": len(left), "unmeasured_cells": len(left) - len(known),
+            continue
+        xs = per_setting.get(c.setting.label) or per_kind.get((c.setting.dataset, c.setting.model))
+        if xs:
+            est += sum(xs) / len(xs)
+        else:
+            unmeasured += 1
+    every = [x for xs in per_setting.values() for x in xs]
+    return {"core_seconds": spent["done"] + spent["failed"], "core_seconds_failed": spent["failed"],
+            "cells_measured": len(every), "mean_cell_seconds": sum(every) / len(every) if every else None,
+            "per_setting": {k: {"cells": len(xs), "mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs)}
+                            for k, xs in per_setting.items()},
+            "remaining_cells": sum(not _done(r) for r in records.values()), "unmeasured_cells": unmeasured,
             "remaining_core_hours": est / 3600, "total_core_hours": (sum(every) + est) / 3600}
 
 
