@@ -1,20 +1,13 @@
-"""Reproduce the evaluation: the attack × rule grid, rawness, overhead.
+"""Reproduce the other measurements: rawness, overhead, detection.
 
-    python experiments/run.py                                  # the complete grid into experiments/evaluation/
-    python experiments/run.py --rowsets mnist-iid --rules fedavg krum multi-krum --attacks sign-flip alie
-    python experiments/run.py --summary-only                   # rebuild tables, plots, reading from the cells
-    python experiments/run.py --exp overhead rawness --out results
+    python experiments/run.py --exp rawness-real rawness --out experiments/evaluation/rawness
+    python experiments/run.py --exp overhead --out results
 
-The grid (``experiments/configs/grid.toml``, code in ``experiments/grid.py``)
-crosses every registered attack with every registered rule on each row set and
-stores one finished cell per file; finished cells are skipped, so an interrupted
-evaluation resumes. ``summary.md`` next to the cells holds the tables, the goal
-checks, the generated reading and the plots, and names every missing cell.
-``--data-root DIR`` points at a folder holding ``mnist/`` and ``fashion-mnist/``
-(otherwise the datasets' default location applies).
-
-The other experiments (``detection``, ``overhead``, ``rawness``) write
-``<out>/<experiment>/<run>/metrics.json`` and ``<out>/summary.md``.
+The attack × rule decision grid is ``reshuffle grid`` (``reshuffle/evaluation/``).
+Each experiment here writes ``<out>/<experiment>/<run>/metrics.json`` and
+``<out>/summary.md``; finished runs are skipped. ``--data-root DIR`` points at a
+folder holding ``mnist/`` and ``fashion-mnist/`` (otherwise the datasets'
+default location applies).
 """
 
 from __future__ import annotations
@@ -29,8 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "experiments" / "configs"
-EXPERIMENTS = ("grid", "detection", "overhead", "rawness-real", "rawness")
-sys.path.insert(0, str(ROOT / "experiments"))
+EXPERIMENTS = ("detection", "overhead", "rawness-real", "rawness")
 PROTOCOL_PHASES = ("setup", "ot", "reserve", "upload", "unmask")
 # Targets of issue 4, checked here rather than in tests (they need the full runs).
 TARGET_ACC_POINTS = 1.5
@@ -271,36 +263,19 @@ def write_summary(experiments: list[dict], out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--exp", nargs="+", choices=EXPERIMENTS, default=["grid"], help="experiments to run")
-    p.add_argument("--config", nargs="+", type=Path, help="experiment TOML files (instead of --exp; not the grid)")
-    p.add_argument("--grid", type=Path, default=CONFIGS / "grid.toml", help="the grid's TOML file")
-    p.add_argument("--rowsets", nargs="+", help="grid: only these row sets")
-    p.add_argument("--attacks", nargs="+", help="grid: only these attacks (default: every registered one)")
-    p.add_argument("--rules", nargs="+", help="grid: only these rules (default: every registered one)")
+    p.add_argument("--exp", nargs="+", choices=EXPERIMENTS, help="experiments to run")
+    p.add_argument("--config", nargs="+", type=Path, help="experiment TOML files (instead of --exp)")
     p.add_argument("--data-root", type=Path, help="folder holding mnist/ and fashion-mnist/")
-    p.add_argument("--out", type=Path, help="results folder (grid: experiments/evaluation; others: results)")
+    p.add_argument("--out", type=Path, help="results folder (default: results)")
     p.add_argument("--workers", type=int, default=1, help="parallel runs, one core each")
-    p.add_argument("--only", nargs="+", metavar="KEY=VALUE", help="other experiments: only grid points with these values")
+    p.add_argument("--only", nargs="+", metavar="KEY=VALUE", help="only grid points with these values")
     p.add_argument("--summary-only", action="store_true", help="only rebuild the summaries from finished runs")
-    p.add_argument("--quiet", action="store_true", help="one line per finished cell instead of a progress bar")
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error("--workers must be at least 1")
-    if "grid" in args.exp and not args.config:
-        from grid import load_grid, run_grid, write_summary as grid_summary
-
-        if not args.grid.is_file():
-            p.error(f"grid config {args.grid} not found")
-        chosen = load_grid(args.grid, args.attacks, args.rules, args.rowsets)
-        out = args.out or ROOT / "experiments" / "evaluation"
-        if not args.summary_only:
-            run_grid(chosen, out, args.workers, args.data_root, quiet=args.quiet)
-        # The summary always covers the whole grid, so cells not run are listed as missing.
-        print(grid_summary(load_grid(args.grid), out))
-    others = [e for e in args.exp if e != "grid"]
-    if not (args.config or others):
-        return 0
-    paths = args.config or [CONFIGS / f"{e}.toml" for e in others]
+    if not (args.config or args.exp):
+        p.error("name the experiments (--exp) or their TOML files (--config); the decision grid is `reshuffle grid`")
+    paths = args.config or [CONFIGS / f"{e}.toml" for e in args.exp]
     for path in paths:
         if not path.is_file():
             p.error(f"experiment config {path} not found")

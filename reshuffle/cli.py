@@ -283,6 +283,54 @@ def cmd_redteam(args: argparse.Namespace) -> int:
     return 0 if all(r.holds for r in rows) else 1
 
 
+def cmd_grid(args: argparse.Namespace) -> int:
+    import os
+
+    from reshuffle.clients.data import default_data_root
+    from reshuffle.evaluation.backends import make_backend
+    from reshuffle.evaluation.grid import Selection, default_grid, load_grid_toml, validate
+    from reshuffle.evaluation.report import update_docs
+    from reshuffle.evaluation.runner import run_grid, summary_only
+
+    whole = default_grid(full=args.full)
+    if args.config:
+        whole = load_grid_toml(args.config, whole)
+    sel = Selection(datasets=args.datasets, partitions=args.partitions, attacks=args.attacks, rules=args.rules,
+                    seeds=args.seeds, models=args.models, rounds=args.rounds)
+    whole = sel.apply_base(whole)
+    grid = validate(sel.apply(whole))
+    out = Path(args.out)
+    data_root = Path(args.data_dir_root) if args.data_dir_root else default_data_root()
+    if args.summary_only:
+        summary = summary_only(grid, out, data_root, whole=whole)
+        interrupted = False
+    else:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        backend = make_backend(args.jobs or cores, args.ray)
+        cells = grid.cells()
+        print(f"grid: {len(cells)} cells ({len(grid.settings_list)} settings × {len(grid.all_attacks)} attacks × "
+              f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds) in {out}, on {backend.name}", flush=True)
+        if grid.skipped_rules:
+            print(f"grid: rule(s) {', '.join(grid.skipped_rules)} not registered: left out", flush=True)
+        res = run_grid(grid, out, backend, data_root, summary_grid=whole, max_cells=args.max_cells, quiet=args.quiet)
+        summary, interrupted = res.summary, res.interrupted
+        print(f"grid: ran {res.ran} cells ({res.failed} failed) in {res.wall_seconds:.0f} s: "
+              f"{res.core_seconds / 3600:.3f} core-hours measured" + (" (interrupted)" if interrupted else ""))
+    c, n = summary["cost"], summary["counts"]
+    print(f"grid: {n['done']} of {n['total']} cells done, {n['failed']} failed", end="")
+    if c["mean_cell_seconds"] is not None:
+        per = ", ".join(f"{k} {v['mean']:.1f}" for k, v in c["per_setting"].items())
+        print(f"; CPU s per cell: {per}; the {c['remaining_cells'] - c['unmeasured_cells']} cells not done of "
+              f"measured settings need about {c['remaining_core_hours']:.2f} core-hours", end="")
+        if c["unmeasured_cells"]:
+            print(f", {c['unmeasured_cells']} more cells not yet measured", end="")
+    print(f"\ngrid: summary in {out / 'summary.md'}, {out / 'worst_case.md'}, {out / 'summary.json'}")
+    if args.docs:
+        update_docs(Path(args.docs), out)
+        print(f"grid: regenerated the grid section of {args.docs}")
+    return 130 if interrupted else 0
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (the usage stays behind ``--help``)."""
 
@@ -352,6 +400,33 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("names", nargs="*", help="datasets to check (default: every dataset folder present)")
     verify.add_argument("--dir", help=dir_help)
     data.set_defaults(func=cmd_data)
+
+    grid = sub.add_parser(
+        "grid", help="the decision grid: attacks × rules × settings × seeds, resumable",
+        description="Run every (dataset, partition, model, attack, rule, seed) cell not done yet, one JSON file "
+                    "per finished cell, and rewrite OUT/summary.md, worst_case.md, summary.json and the heat maps. "
+                    "Finished cells are skipped, failed ones retried; Ctrl-C stops the workers.")
+    grid.add_argument("--out", default="experiments/evaluation/grid",
+                      help="folder of the cells and the summary (default: experiments/evaluation/grid)")
+    grid.add_argument("--jobs", type=_positive(int), help="local worker processes, one core each (default: all cores)")
+    grid.add_argument("--ray", metavar="ADDRESS", help="run cells as Ray tasks on this cluster ('local': start one)")
+    grid.add_argument("--full", action="store_true",
+                      help="every registered rule, Dir(0.5) and LeNet-5 too, 20 rounds")
+    grid.add_argument("--config", help="grid TOML file overriding the default grid's axes and base settings")
+    grid.add_argument("--datasets", nargs="+", metavar="NAME", help="only these datasets (digits, mnist, fashion-mnist)")
+    grid.add_argument("--partitions", nargs="+", metavar="P", help="iid, dirichlet (alpha 0.3) or dirichlet:ALPHA")
+    grid.add_argument("--attacks", nargs="+", metavar="NAME", help="only these attacks (the clean run is always in)")
+    grid.add_argument("--rules", nargs="+", metavar="NAME", help="only these rules (FedAvg is always in)")
+    grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5)")
+    grid.add_argument("--seeds", nargs="+", type=_non_negative_int, metavar="S", help="seeds (default 1 2 3)")
+    grid.add_argument("--rounds", type=_positive(int), help="rounds per run")
+    grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding mnist/ and fashion-mnist/ (default: data/)")
+    grid.add_argument("--max-cells", type=_positive(int), metavar="N", help="run at most N cells, then stop")
+    grid.add_argument("--summary-only", action="store_true", help="only rebuild the summary from the stored cells")
+    grid.add_argument("--docs", metavar="FILE",
+                      help="then regenerate the section between the grid markers of FILE (docs/results.md)")
+    grid.add_argument("--quiet", action="store_true", help="no progress output")
+    grid.set_defaults(func=cmd_grid)
 
     sim = sub.add_parser("simulate", help="run a simulated federation on Re-Shuffle")
     for flag, kind, text in _SIM_OPTIONS:

@@ -1,0 +1,146 @@
+"""Where cells run: this process, local worker processes, or Ray tasks.
+
+A backend takes (key, settings, cell) jobs and yields (key, record) as each
+finishes, in completion order. The caller writes the records, so a cell is
+stored by one process only, wherever it ran. Closing the generator early
+(Ctrl-C, an error in the caller) stops the workers: pending cells are cancelled
+and running ones are terminated, leaving nothing half-written.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import warnings
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from reshuffle.errors import ConfigError
+from reshuffle.evaluation.cell import FORMAT, run_cell
+
+Job = tuple[Any, dict[str, Any], dict[str, Any]]
+
+
+def _failed(cell: dict[str, Any], settings: dict[str, Any], why: str) -> dict[str, Any]:
+    """The record of a cell its backend lost (a worker died); retried like any failed cell."""
+    return {"format": FORMAT, "cell": cell, "config": settings, "status": "failed", "error": why,
+            "wall_seconds": 0.0, "cpu_seconds": 0.0}
+
+
+class InlineBackend:
+    """Cells one after another in this process (``--jobs 1``)."""
+
+    slots = 1
+    name = "this process"
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Any, dict]]:
+        for key, settings, cell in jobs:
+            yield key, run_cell(settings, cell)
+
+
+def _worker_init() -> None:
+    # The terminal's Ctrl-C reaches the whole process group: the driver alone handles it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+
+class ProcessBackend:
+    """Cells in ``jobs`` local worker processes, one core each."""
+
+    def __init__(self, jobs: int) -> None:
+        self.slots = jobs
+        self.name = f"{jobs} local processes"
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Any, dict]]:
+        before = {p.pid for p in mp.active_children()}
+        # spawn: workers start without the driver's state (no forked torch or thread pools).
+        pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=mp.get_context("spawn"),
+                                   initializer=_worker_init)
+        futures = {}
+        clean = False
+        try:
+            for key, settings, cell in jobs:
+                futures[pool.submit(run_cell, settings, cell)] = (key, settings, cell)
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    key, settings, cell = futures.pop(fut)
+                    try:
+                        rec = fut.result()
+                    except Exception as exc:  # the worker died (killed, out of memory): a failed cell
+                        rec = _failed(cell, settings, f"worker lost: {type(exc).__name__}: {exc}")
+                    yield key, rec
+            clean = True
+        finally:
+            pool.shutdown(wait=clean, cancel_futures=True)
+            if not clean:
+                for p in mp.active_children():
+                    if p.pid not in before:
+                        p.terminate()
+                        p.join(timeout=5)
+
+
+class RayBackend:
+    """Cells as Ray tasks (one CPU each) on the cluster at ``address``; ``local`` starts a local instance.
+
+    The cluster's workers need the same code (``pip install reshuffle``) and the
+    datasets at the same paths (``--data-dir-root``).
+    """
+
+    def __init__(self, address: str, local_cpus: int | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--ray needs Ray, which is not installed: pip install 'reshuffle[ray]'") from None
+        self._ray = ray
+        self._started = not ray.is_initialized()
+        if self._started:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # Ray's notice about GPU variables; cells use none
+                if address == "local":
+                    # Local workers import the driver's copy of the package, wherever it lies.
+                    root = str(Path(__file__).resolve().parents[2])
+                    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+                    ray.init(num_cpus=local_cpus, include_dashboard=False, logging_level="WARNING",
+                             runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
+                else:
+                    try:
+                        ray.init(address=address, logging_level="WARNING")
+                    except ConnectionError as exc:
+                        raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {exc}") from None
+        self.slots = max(int(ray.cluster_resources().get("CPU", 1)), 1)
+        self.name = f"Ray ({address}, {self.slots} CPUs)"
+
+    def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Any, dict]]:
+        ray = self._ray
+        task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
+        refs = {}
+        clean = False
+        try:
+            for key, settings, cell in jobs:
+                refs[task.remote(settings, cell)] = (key, settings, cell)
+            while refs:
+                done, _ = ray.wait(list(refs), num_returns=1)
+                for ref in done:
+                    key, settings, cell = refs.pop(ref)
+                    try:
+                        rec = ray.get(ref)
+                    except ray.exceptions.RayError as exc:  # the task's worker or node was lost
+                        rec = _failed(cell, settings, f"Ray task lost: {type(exc).__name__}: {exc}")
+                    yield key, rec
+            clean = True
+        finally:
+            if not clean:
+                for ref in refs:
+                    ray.cancel(ref, force=True)
+            if self._started:
+                ray.shutdown()
+
+
+def make_backend(jobs: int, ray_address: str | None) -> InlineBackend | ProcessBackend | RayBackend:
+    if ray_address:
+        return RayBackend(ray_address, local_cpus=jobs)
+    return InlineBackend() if jobs == 1 else ProcessBackend(jobs)

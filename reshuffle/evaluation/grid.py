@@ -1,0 +1,336 @@
+"""The decision grid as data: settings × attacks × rules × seeds, one simulation per cell.
+
+A *setting* is (dataset, partition, model); a *cell* is one simulated federation
+(setting, attack, rule, seed). The default grid needs no file: ``DEFAULT`` below.
+A TOML file (``reshuffle grid --config grid.toml``) overrides any of its fields::
+
+    datasets = ["mnist"]
+    partitions = ["iid", "dirichlet:0.3"]
+    attacks = "all"            # every registered attack
+    rules = ["fedavg", "multi-krum"]
+    seeds = [1, 2]
+    models = ["mlp"]
+    plugins = ["mymodule"]     # modules that register more attacks or rules
+    [base]                     # SimConfig settings shared by every cell
+    rounds = 5
+
+Every grid also holds the cells its comparisons need: the clean run (attack
+``none``) under every rule, and every attack under FedAvg (the impact of the
+attack without defense).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from reshuffle.errors import ConfigError
+
+#: The decision set of rules; names the registry refuses are skipped with a warning.
+DEFAULT_RULES = ("fedavg", "multi-krum", "flame", "dnc", "signguard", "default")
+#: The clean run and the rule every attack's impact is measured against.
+CLEAN, REFERENCE_RULE = "none", "fedavg"
+#: SimConfig settings shared by every cell of the default grid.
+DEFAULT_BASE: dict[str, Any] = {
+    "clients": 20, "malicious": 0.2, "rounds": 10, "shuffle": "ideal", "batch_size": 64, "lr": 0.1,
+}
+#: Evaluate on a fixed test subset of this size except in the last round (when the simulator offers it).
+EVAL_SUBSET = 2000
+#: Keys of a grid TOML file.
+_TOML_KEYS = {"datasets", "partitions", "attacks", "rules", "seeds", "models", "base", "plugins"}
+
+
+@dataclass(frozen=True, order=True)
+class Partition:
+    """How the training set is split: ``iid`` or ``dirichlet`` with concentration ``alpha``."""
+
+    kind: str
+    alpha: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Partition":
+        """``iid``, ``dirichlet`` (alpha 0.3) or ``dirichlet:ALPHA``."""
+        kind, _, alpha = str(text).partition(":")
+        if kind == "iid" and not alpha:
+            return cls("iid")
+        if kind == "dirichlet":
+            try:
+                a = float(alpha) if alpha else 0.3
+            except ValueError:
+                raise ConfigError(f"partition {text!r}: alpha {alpha!r} is not a number") from None
+            if not a > 0:
+                raise ConfigError(f"partition {text!r}: alpha must be positive")
+            return cls("dirichlet", a)
+        raise ConfigError(f"unknown partition {text!r}; choose iid, dirichlet or dirichlet:ALPHA")
+
+    @property
+    def label(self) -> str:
+        return "iid" if self.kind == "iid" else f"dir{self.alpha:g}"
+
+    def settings(self) -> dict[str, Any]:
+        return {"partition": self.kind} | ({} if self.alpha is None else {"alpha": self.alpha})
+
+
+@dataclass(frozen=True, order=True)
+class Setting:
+    dataset: str
+    partition: Partition
+    model: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.dataset}-{self.partition.label}-{self.model}"
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One simulation: a setting, an attack, a rule, a seed."""
+
+    setting: Setting
+    attack: str
+    rule: str
+    seed: int
+
+    @property
+    def relpath(self) -> str:
+        """Where the finished cell is stored, relative to the grid's folder."""
+        s = self.setting
+        return f"cells/{s.dataset}/{s.partition.label}/{s.model}/{self.attack}__{self.rule}__s{self.seed}.json"
+
+    @property
+    def name(self) -> str:
+        return f"{self.setting.label} {self.attack} × {self.rule} seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Axes of the grid; ``cells()`` is their product, with the clean run and FedAvg always in."""
+
+    datasets: tuple[str, ...] = ("mnist", "fashion-mnist")
+    partitions: tuple[Partition, ...] = (Partition("iid"), Partition("dirichlet", 0.3))
+    attacks: tuple[str, ...] = ()
+    rules: tuple[str, ...] = DEFAULT_RULES
+    seeds: tuple[int, ...] = (1, 2, 3)
+    models: tuple[str, ...] = ("mlp",)
+    base: tuple[tuple[str, Any], ...] = tuple(DEFAULT_BASE.items())
+    plugins: tuple[str, ...] = ()
+    #: Rule names the registry refused (left out of the grid, reported in the summary).
+    skipped_rules: tuple[str, ...] = ()
+
+    @property
+    def settings_list(self) -> list[Setting]:
+        return [Setting(d, p, m) for d in self.datasets for p in self.partitions for m in self.models]
+
+    @property
+    def all_attacks(self) -> tuple[str, ...]:
+        return (CLEAN, *(a for a in self.attacks if a != CLEAN))
+
+    @property
+    def all_rules(self) -> tuple[str, ...]:
+        return self.rules if REFERENCE_RULE in self.rules else (REFERENCE_RULE, *self.rules)
+
+    def cells(self) -> list[Cell]:
+        """Every cell: settings × (``none`` + attacks) × (FedAvg + rules) × seeds."""
+        return [Cell(s, a, r, seed) for s in self.settings_list for a in self.all_attacks for r in self.all_rules
+                for seed in self.seeds]
+
+    def cell_settings(self, cell: Cell, data_root: Path | None = None) -> dict[str, Any]:
+        """The SimConfig mapping of ``cell``."""
+        s = {**dict(self.base), "dataset": cell.setting.dataset, "model": cell.setting.model,
+             **cell.setting.partition.settings(), "attack": cell.attack, "rule": cell.rule, "seed": cell.seed}
+        if self.plugins:
+            s["plugins"] = list(self.plugins)
+        if cell.setting.partition.kind == "dirichlet" and "training" not in s:
+            # Stacked training runs as many steps as the largest client needs (2–2.6× the mean at α = 0.3):
+            # on skewed partitions one client at a time costs less (MNIST, MLP: 18 against 29 CPU s).
+            s["training"] = "sequential"
+        if cell.attack == CLEAN:
+            # The clean run: every row honest, so flagged rows give the clean FPR of the rule configured as
+            # under attack (it still assumes the attacked runs' number of attackers f).
+            if s.get("f") is None:
+                from reshuffle.sim.config import SimConfig
+
+                s["f"] = dataclasses.replace(SimConfig(), clients=s.get("clients", SimConfig.clients),
+                                             malicious=s.get("malicious", SimConfig.malicious)).n_malicious
+            s["malicious"] = 0.0
+        if data_root is not None and cell.setting.dataset != "digits":
+            s["data_dir"] = str(data_root / cell.setting.dataset)
+        if "eval_subset" not in s and _has_sim_field("eval_subset"):
+            s["eval_subset"] = EVAL_SUBSET
+        return s
+
+    def union(self, other: "Grid") -> "Grid":
+        """A grid whose every axis holds this grid's values followed by ``other``'s new ones."""
+        def merge(a: tuple, b: tuple) -> tuple:
+            return (*a, *(x for x in b if x not in a))
+
+        return dataclasses.replace(
+            self, datasets=merge(self.datasets, other.datasets), partitions=merge(self.partitions, other.partitions),
+            attacks=merge(self.attacks, other.attacks), rules=merge(self.rules, other.rules),
+            seeds=merge(self.seeds, other.seeds), models=merge(self.models, other.models),
+            skipped_rules=merge(self.skipped_rules, other.skipped_rules))
+
+    def describe(self) -> dict[str, Any]:
+        """The grid's axes and base settings, JSON-ready."""
+        return {"datasets": list(self.datasets), "partitions": [p.label for p in self.partitions],
+                "models": list(self.models), "attacks": list(self.all_attacks), "rules": list(self.all_rules),
+                "seeds": list(self.seeds), "base": dict(self.base), "skipped_rules": list(self.skipped_rules)}
+
+
+def _has_sim_field(name: str) -> bool:
+    from reshuffle.sim.config import SimConfig
+
+    return any(f.name == name for f in dataclasses.fields(SimConfig))
+
+
+def registered_attacks() -> list[str]:
+    from reshuffle.attacks import attack_names
+
+    return attack_names()
+
+
+def registered_rules() -> list[str]:
+    from reshuffle.server import rule_names
+
+    return list(rule_names())
+
+
+def usable_rules(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(rules the registry accepts, names it refuses)."""
+    from reshuffle.server import check_rule_name
+
+    ok, refused = [], []
+    for r in names:
+        try:
+            check_rule_name(r)
+        except ConfigError:
+            refused.append(r)
+        else:
+            ok.append(r)
+    return ok, refused
+
+
+def default_grid(full: bool = False) -> Grid:
+    """The default decision grid; ``full`` adds every registered rule, Dir(0.5), LeNet-5 and 20 rounds."""
+    rules = list(DEFAULT_RULES)
+    partitions: tuple[Partition, ...] = (Partition("iid"), Partition("dirichlet", 0.3))
+    models, base = ("mlp",), dict(DEFAULT_BASE)
+    if full:
+        rules += [r for r in registered_rules() if r not in rules]
+        partitions += (Partition("dirichlet", 0.5),)
+        models += ("lenet5",)
+        base["rounds"] = 20
+    ok, refused = usable_rules(rules)
+    return Grid(partitions=partitions, attacks=tuple(registered_attacks()), rules=tuple(ok), models=models,
+                base=tuple(base.items()), skipped_rules=tuple(refused))
+
+
+def check_names(kind: str, names: Iterable[str], known: Iterable[str]) -> None:
+    bad = [n for n in names if n not in set(known)]
+    if bad:
+        raise ConfigError(f"unknown {kind}(s) {', '.join(bad)}; registered: {', '.join(sorted(set(known)))}")
+
+
+def load_grid_toml(path: str | Path, base: Grid) -> Grid:
+    """``base`` with the fields a grid TOML file sets."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"grid config {p} not found")
+    try:
+        spec = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid TOML ({exc})") from None
+    unknown = set(spec) - _TOML_KEYS
+    if unknown:
+        raise ConfigError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_TOML_KEYS))}")
+    over: dict[str, Any] = {}
+    for key in ("datasets", "attacks", "rules", "models", "plugins"):
+        if key in spec:
+            v = spec[key]
+            if v == "all" and key in ("attacks", "rules"):
+                continue  # resolved after the plugins are loaded
+            if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+                raise ConfigError(f"{p}: {key} must be a list of names")
+            over[key] = tuple(v)
+    if "partitions" in spec:
+        over["partitions"] = tuple(Partition.parse(x) for x in spec["partitions"])
+    if "seeds" in spec:
+        over["seeds"] = tuple(spec["seeds"])
+    if "base" in spec:
+        if not isinstance(spec["base"], dict):
+            raise ConfigError(f"{p}: [base] must be a table of simulate settings")
+        over["base"] = tuple({**dict(base.base), **spec["base"]}.items())
+    grid = dataclasses.replace(base, **over)
+    if grid.plugins:
+        from reshuffle.sim.config import load_plugins
+
+        load_plugins(list(grid.plugins))
+    if spec.get("attacks") == "all":
+        grid = dataclasses.replace(grid, attacks=tuple(registered_attacks()))
+    if spec.get("rules") == "all":
+        grid = dataclasses.replace(grid, rules=tuple(registered_rules()))
+    return grid
+
+
+def validate(grid: Grid) -> Grid:
+    """Check every axis (names, seeds, base settings through SimConfig); return ``grid``."""
+    from reshuffle.clients import DATASETS, MODELS
+
+    check_names("dataset", grid.datasets, DATASETS)
+    check_names("model", grid.models, MODELS)
+    check_names("attack", grid.attacks, registered_attacks())
+    _, refused = usable_rules(grid.rules)
+    if refused:
+        raise ConfigError(f"unknown rule(s) {', '.join(refused)}; registered: {', '.join(registered_rules())}")
+    for name, axis in (("datasets", grid.datasets), ("partitions", grid.partitions), ("attacks", grid.all_attacks),
+                       ("rules", grid.rules), ("seeds", grid.seeds), ("models", grid.models)):
+        if not axis:
+            raise ConfigError(f"the grid has no {name}")
+    for s in grid.seeds:
+        if not isinstance(s, int) or isinstance(s, bool) or s < 0:
+            raise ConfigError(f"seeds must be non-negative ints, got {s!r}")
+    from reshuffle.sim import from_mapping
+
+    # One representative cell per setting checks the base settings before anything runs.
+    for setting in grid.settings_list:
+        from_mapping(grid.cell_settings(Cell(setting, grid.all_attacks[-1], grid.rules[0], grid.seeds[0])),
+                     source="grid")
+    return grid
+
+
+@dataclass
+class Selection:
+    """Command-line narrowing of a grid (None: keep the grid's axis)."""
+
+    datasets: list[str] | None = None
+    partitions: list[str] | None = None
+    attacks: list[str] | None = None
+    rules: list[str] | None = None
+    seeds: list[int] | None = None
+    models: list[str] | None = None
+    rounds: int | None = None
+
+    def apply(self, grid: Grid) -> Grid:
+        over: dict[str, Any] = {}
+        if self.datasets:
+            over["datasets"] = tuple(self.datasets)
+        if self.partitions:
+            over["partitions"] = tuple(Partition.parse(p) for p in self.partitions)
+        if self.attacks:
+            over["attacks"] = tuple(self.attacks)
+        if self.rules:
+            over["rules"] = tuple(self.rules)
+            over["skipped_rules"] = ()
+        if self.seeds:
+            over["seeds"] = tuple(self.seeds)
+        if self.models:
+            over["models"] = tuple(self.models)
+        return dataclasses.replace(grid, **over)
+
+    def apply_base(self, grid: Grid) -> Grid:
+        """``grid`` with the base settings this selection changes (they change every cell)."""
+        base = dict(grid.base) | ({} if self.rounds is None else {"rounds": self.rounds})
+        return dataclasses.replace(grid, base=tuple(base.items()))

@@ -1,0 +1,308 @@
+"""Tables, heat maps and the generated section of docs/results.md, all from the summary object.
+
+Everything here reads ``summary.json`` (or the same dict in memory), so the
+documentation can be regenerated without the cells.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from reshuffle.errors import ConfigError
+from reshuffle.evaluation.cell import write_atomic
+from reshuffle.evaluation.grid import CLEAN, REFERENCE_RULE
+
+DOCS_BEGIN, DOCS_END = "<!-- grid:begin -->", "<!-- grid:end -->"
+_MISSING, _FAILED = "–", "failed"
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _spread(st: dict | None, scale: float = 100.0, digits: int = 1) -> str:
+    """``mean [min–max]`` (one seed: the value alone)."""
+    if st is None:
+        return _MISSING
+    f = f"{{:.{digits}f}}"
+    text = f.format(scale * st["mean"])
+    if st["n"] > 1:
+        text += f" [{f.format(scale * st['min'])}–{f.format(scale * st['max'])}]"
+    return text
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def _index(summary: dict) -> dict[tuple[str, str, str], dict]:
+    return {(c["setting"], c["attack"], c["rule"]): c for c in summary["cells"]}
+
+
+def _entry(c: dict | None, key: str, scale: float = 100.0, digits: int = 1) -> str:
+    if c is None or (not c["seeds_done"] and not c["failed"]):
+        return _MISSING
+    if not c["seeds_done"]:
+        return _FAILED
+    text = _spread(c[key], scale, digits)
+    total = len(c["seeds_done"]) + len(c["missing_seeds"]) + len(c["failed"])
+    return text if len(c["seeds_done"]) == total else f"{text} ({len(c['seeds_done'])}/{total} seeds)"
+
+
+def _attack_label(c_ref: dict | None, attack: str) -> str:
+    if attack == CLEAN:
+        return "none (clean)"
+    if c_ref is None or c_ref["impact"] is None:
+        return attack
+    imp = f"{attack} (impact {_pts(c_ref['impact']['mean'])})"
+    return imp + (" harmless" if c_ref["harmless"] else "")
+
+
+def worst_case_tables(summary: dict) -> list[str]:
+    """Rows = rules, columns = settings: worst drop, worst seed, worst backdoor, clean FPR, the goal."""
+    settings, rules = summary["settings"], summary["shown"]["rules"]
+    wc = {(w["rule"], w["setting"]): w for w in summary["worst_case"]}
+    g = summary["goal"]
+
+    def table(fmt, mark: bool = True) -> list[str]:
+        def entry(w):
+            text = fmt(w)
+            return text + " *" if mark and w["cells_not_done"] and text != _MISSING else text
+
+        return _table(["rule", *settings], [[r, *(entry(wc[r, s]) if (r, s) in wc else _MISSING for s in settings)]
+                                            for r in rules])
+
+    def drop(w):
+        d = w["worst_drop"]
+        return _MISSING if d is None else f"{_pts(d['value'])} ({d['attack']})"
+
+    def seed(w):
+        d = w["worst_drop_seed"]
+        return _MISSING if d is None else f"{_pts(d['value'])} ({d['attack']}, seed {d['seed']})"
+
+    def backdoor(w):
+        d = w["worst_backdoor"]
+        return _MISSING if d is None else f"{_pts(d['value'])} ({d['attack']})"
+
+    def fpr(w):
+        return _MISSING if w["clean_fpr"] is None else f"{w['clean_fpr']:.3f}"
+
+    def goal(w):
+        if w["goal_met"] is True:
+            return "met"
+        failed = [k.replace("_", " ") for k, v in w["checks"].items() if v is False]
+        if failed:
+            return "not met: " + ", ".join(failed)
+        return f"open ({w['cells_not_done']} cells not done)"
+
+    lines = [
+        "Worst accuracy drop against clean FedAvg (points, mean over seeds; the attack that caused it):", "",
+        *table(drop), "",
+        "Worst single-seed accuracy drop (points):", "", *table(seed), "",
+        "Worst backdoor success over the backdoor attacks (%, mean over seeds):", "", *table(backdoor), "",
+        "Clean FPR (honest rows flagged in the clean run, pooled over rounds, mean over seeds):", "", *table(fpr), "",
+        f"Goal (worst backdoor success ≤ {100 * g['backdoor_max']:.0f} %, worst drop ≤ {g['drop_max_points']:g} points, "
+        f"clean FPR ≤ {g['clean_fpr_max']:.2f}):", "", *table(goal, mark=False),
+    ]
+    if any(w["cells_not_done"] for w in wc.values()):
+        lines += ["", "\\* over the cells done so far: some cells of that rule and setting are not done."]
+    return lines
+
+
+def setting_tables(summary: dict, setting: str) -> list[str]:
+    """Attack × rule tables of one setting: accuracy, backdoor success, TPR / FPR."""
+    idx = _index(summary)
+    rules, attacks = summary["shown"]["rules"], summary["shown"]["attacks"]
+    ref = REFERENCE_RULE
+    attacks = [a for a in attacks if any(idx.get((setting, a, r), {}).get("seeds_done") or
+                                         idx.get((setting, a, r), {}).get("failed") for r in rules)]
+    label = {a: _attack_label(idx.get((setting, a, ref)), a) for a in attacks}
+    out = ["Final accuracy (%, mean [min–max] over seeds; impact = clean FedAvg − FedAvg under the attack, "
+           "points):", ""]
+    out += _table(["attack", *rules], [[label[a], *(_entry(idx.get((setting, a, r)), "accuracy") for r in rules)]
+                                       for a in attacks])
+    bd = [a for a in attacks if any(idx.get((setting, a, r), {}).get("backdoor") for r in rules)]
+    if bd:
+        out += ["", "Backdoor success (%, triggered non-target test inputs classified as the target, final round):", ""]
+        out += _table(["attack", *rules], [[a, *(_entry(idx.get((setting, a, r)), "attack_success") for r in rules)]
+                                           for a in bd])
+    out += ["", "TPR / FPR (flagged malicious / honest rows, pooled over rounds, mean over seeds; clean run: FPR):", ""]
+
+    def rates(c):
+        if c is None or not c["seeds_done"]:
+            return _entry(c, "fpr")
+        tpr = "–" if c["tpr"] is None else f"{c['tpr']['mean']:.2f}"
+        fpr = "–" if c["fpr"] is None else f"{c['fpr']['mean']:.2f}"
+        return f"{tpr} / {fpr}"
+
+    out += _table(["attack", *rules], [[a, *(rates(idx.get((setting, a, r))) for r in rules)] for a in attacks])
+    return out
+
+
+def _cost_lines(summary: dict) -> list[str]:
+    """Cells and core-hours: done, failed, not done (estimated at the measured rate), and CPU seconds per setting."""
+    c, n = summary["cost"], summary["counts"]
+    done_h = (c["core_seconds"] - c["core_seconds_failed"]) / 3600
+    left = f"{c['remaining_core_hours']:.2f} (estimated)"
+    if c["unmeasured_cells"]:
+        left += f", {c['unmeasured_cells']} cells of settings not measured yet left out"
+    lines = _table(["cells", "count", "core-hours"], [
+        ["done", str(n["done"]), f"{done_h:.2f}"],
+        ["failed (run again)", str(n["failed"]), f"{c['core_seconds_failed'] / 3600:.2f}"],
+        ["not done", str(n["failed"] + n["missing"]), left],
+        ["whole grid", str(n["total"]), f"{c['total_core_hours']:.2f}"],
+    ])
+    if c["per_setting"]:
+        lines += ["", *_table(["setting", "cells done", "CPU seconds per cell, mean [min–max]"], [
+            [k, str(v["cells"]), f"{v['mean']:.1f} [{v['min']:.1f}–{v['max']:.1f}]"]
+            for k, v in c["per_setting"].items()])]
+    if summary.get("settings_not_run"):
+        lines += ["", f"Settings with no cell run yet: {', '.join(summary['settings_not_run'])}."]
+    return lines
+
+
+def summary_markdown(summary: dict, heatmaps: dict[str, str]) -> str:
+    g = summary["grid"]
+    md = ["# Decision grid", "", f"Generated by `reshuffle grid` on {summary['generated']}.", ""]
+    md += [f"Datasets {', '.join(g['datasets'])}; partitions {', '.join(g['partitions'])}; models "
+           f"{', '.join(g['models'])}; {len(g['attacks'])} attacks (with the clean run `none`); rules "
+           f"{', '.join(g['rules'])}; seeds {', '.join(map(str, g['seeds']))}. Common settings: "
+           + ", ".join(f"{k} = {v}" for k, v in g["base"].items()) + ".", ""]
+    md += _cost_lines(summary) + [""]
+    if g["skipped_rules"]:
+        md += [f"Warning: rule(s) {', '.join(g['skipped_rules'])} are not registered here and were left out.", ""]
+    md += ["## Worst case per rule", ""] + worst_case_tables(summary) + [""]
+    for setting in summary["settings"]:
+        md += [f"## {setting}", ""] + setting_tables(summary, setting) + [""]
+        if setting in heatmaps:
+            md += [f"![{setting}]({heatmaps[setting]})", ""]
+    failed = [(c, f) for c in summary["cells"] for f in c["failed"]]
+    if failed:
+        md += [f"## Failed cells ({len(failed)}; run again to retry)", ""]
+        md += [f"- {c['setting']} {c['attack']} × {c['rule']} seed {f['seed']}: {f['error']}" for c, f in failed]
+        md.append("")
+    return "\n".join(md)
+
+
+def heatmap(summary: dict, setting: str, path: Path) -> bool:
+    """Rule × attack accuracy drop (points, annotated) and backdoor success; False when no cell is done."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    idx = _index(summary)
+    rules = summary["shown"]["rules"]
+    attacks = [a for a in summary["shown"]["attacks"]
+               if any(idx.get((setting, a, r), {}).get("seeds_done") for r in rules)]
+    bd = [a for a in attacks if any(idx.get((setting, a, r), {}).get("backdoor") for r in rules)]
+
+    def matrix(cols: list[str], key: str) -> np.ndarray:
+        M = np.full((len(rules), len(cols)), np.nan)
+        for i, r in enumerate(rules):
+            for j, a in enumerate(cols):
+                st = idx.get((setting, a, r), {}).get(key)
+                if st is not None:
+                    M[i, j] = 100 * st["mean"]
+        return M
+
+    drop = matrix(attacks, "drop")
+    if np.all(np.isnan(drop)):
+        return False
+    panels = [(drop, attacks, "accuracy drop vs clean FedAvg (points)", "Reds",
+               max(10.0, float(np.nanmax(drop))))]
+    if bd:
+        panels.append((matrix(bd, "attack_success"), bd, "backdoor success (%)", "Purples", 100.0))
+    widths = [max(len(p[1]), 1) for p in panels]
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.2 + 0.55 * sum(widths) + 1.2 * len(panels),
+                                                       1.4 + 0.42 * len(rules)),
+                             gridspec_kw={"width_ratios": widths}, squeeze=False)
+    for ax, (M, cols, title, cmap, vmax) in zip(axes[0], panels):
+        cm = plt.get_cmap(cmap).with_extremes(bad="lightgrey")
+        im = ax.imshow(np.ma.masked_invalid(np.clip(M, 0, None)), cmap=cm, vmin=0, vmax=vmax, aspect="auto")
+        for i in range(M.shape[0]):
+            for j in range(M.shape[1]):
+                v = M[i, j]
+                ax.text(j, i, "–" if np.isnan(v) else f"{v:.1f}", ha="center", va="center", fontsize=7,
+                        color="white" if not np.isnan(v) and v > 0.6 * vmax else "black")
+        ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=7)
+        ax.set_yticks(range(len(rules)), rules, fontsize=7)
+        ax.set_title(title, fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.04).ax.tick_params(labelsize=7)
+    fig.suptitle(f"{setting} (mean over seeds; grey: not done)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_reports(summary: dict, out: Path, plots: bool = True) -> None:
+    """summary.json, summary.md, worst_case.md and (with ``plots``) heatmap_<setting>.png in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    maps = {}
+    for setting in summary["settings"]:
+        name = f"heatmap_{setting}.png"
+        if (plots and heatmap(summary, setting, out / name)) or (not plots and (out / name).is_file()):
+            maps[setting] = name
+    write_atomic(out / "summary.json", summary)
+    _write_text(out / "summary.md", summary_markdown(summary, maps) + "\n")
+    _write_text(out / "worst_case.md", "\n".join(["# Worst case per rule", "", *_cost_lines(summary), "",
+                                                  *worst_case_tables(summary)]) + "\n")
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def docs_section(summary: dict, summary_dir: Path, docs: Path) -> str:
+    """The generated section: grid, cost, worst-case tables, per-setting tables and heat maps."""
+    g = summary["grid"]
+    rel = os.path.relpath(summary_dir.resolve(), docs.resolve().parent)  # for links from the docs file
+    md = [DOCS_BEGIN,
+          f"<!-- Generated by `reshuffle grid --out {summary_dir} --summary-only --docs {docs}` from summary.json "
+          f"({summary['generated']}); edit the grid, not this section. -->",
+          "## The decision grid", "",
+          f"`reshuffle grid --out {summary_dir}` runs the cells that are not done (one file each under "
+          f"`{summary_dir}/cells/`; `--jobs N` local processes, `--ray ADDRESS` a Ray cluster) and rewrites "
+          f"`summary.md`, `worst_case.md`, `summary.json` and the heat maps there; `--docs` regenerates this "
+          "section from `summary.json`.", "",
+          f"Datasets {', '.join(g['datasets'])}; partitions {', '.join(g['partitions'])}; models "
+          f"{', '.join(g['models'])}; attacks {', '.join(g['attacks'])}; rules {', '.join(g['rules'])}; seeds "
+          f"{', '.join(map(str, g['seeds']))}. Common settings: "
+          + ", ".join(f"{k} = {v}" for k, v in g["base"].items()) + ".", ""]
+    md += _cost_lines(summary) + [""]
+    if g["skipped_rules"]:
+        md += [f"Rule(s) {', '.join(g['skipped_rules'])}: not registered when the summary was written, left out.", ""]
+    md += ["### Worst case per rule", ""] + worst_case_tables(summary) + [""]
+    idx = _index(summary)
+    for setting in summary["settings"]:
+        if not any(k[0] == setting and c["seeds_done"] for k, c in idx.items()):
+            continue
+        md += [f"### {setting}", ""] + setting_tables(summary, setting) + [""]
+        png = summary_dir / f"heatmap_{setting}.png"
+        if png.is_file():
+            md += [f"![{setting}]({rel}/{png.name})", ""]
+    md.append(DOCS_END)
+    return "\n".join(md)
+
+
+def update_docs(docs: Path, summary_dir: Path) -> None:
+    """Replace the text between the grid markers of ``docs`` by the section generated from summary.json."""
+    src = summary_dir / "summary.json"
+    if not src.is_file():
+        raise ConfigError(f"{src} not found: run `reshuffle grid --out {summary_dir}` first")
+    if not docs.is_file():
+        raise ConfigError(f"{docs} not found")
+    text = docs.read_text()
+    if text.count(DOCS_BEGIN) != 1 or text.count(DOCS_END) != 1 or text.index(DOCS_BEGIN) > text.index(DOCS_END):
+        raise ConfigError(f"{docs} needs one {DOCS_BEGIN} line followed by one {DOCS_END} line")
+    summary: dict[str, Any] = json.loads(src.read_text())
+    head, rest = text.split(DOCS_BEGIN, 1)
+    _, tail = rest.split(DOCS_END, 1)
+    _write_text(docs, head + docs_section(summary, summary_dir, docs) + tail)

@@ -1,0 +1,200 @@
+"""What the finished cells say: per-cell statistics over seeds, the worst case per rule, the goal.
+
+All quantities are fractions in ``summary.json`` and points / percent in the
+Markdown. Definitions (per setting and seed s):
+
+* drop(attack, rule, s) = acc(none, fedavg, s) − acc(attack, rule, s): the accuracy a
+  rule gives up against clean FedAvg;
+* impact(attack, s) = drop(attack, fedavg, s): the attack's effect without defense;
+  an attack with a mean impact below 1 point is *harmless* in that setting,
+  unless it is a backdoor that succeeds (> 5 %) against FedAvg;
+* the worst case of a rule in a setting is the largest seed-mean drop over all
+  attacks (the clean run included), the largest single-seed drop, and the
+  largest seed-mean backdoor success over the backdoor attacks;
+* the goal: worst backdoor success ≤ 5 %, worst drop ≤ 2 points, clean FPR ≤ 0.10.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from reshuffle.evaluation.cell import read_cell, same_settings
+from reshuffle.evaluation.grid import CLEAN, REFERENCE_RULE, Cell, Grid
+
+HARMLESS_POINTS = 1.0
+GOAL_BACKDOOR = 0.05
+GOAL_DROP_POINTS = 2.0
+GOAL_CLEAN_FPR = 0.10
+
+
+def load_records(cells: Iterable[Cell], out: Path, expected: Mapping[Cell, dict] | None = None
+                 ) -> dict[Cell, dict | None]:
+    """The stored record of every cell in ``cells`` (None when missing, or run with other settings)."""
+    got: dict[Cell, dict | None] = {}
+    for cell in cells:
+        rec = read_cell(out / cell.relpath)
+        if rec is not None and rec.get("status") == "done" and expected is not None and cell in expected:
+            if not same_settings(rec["config"], expected[cell]):
+                rec = None  # run with other settings: stale
+        got[cell] = rec
+    return got
+
+
+def stats(values: Iterable[float | None]) -> dict[str, float] | None:
+    xs = [float(v) for v in values if v is not None]
+    if not xs:
+        return None
+    return {"mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def _done(rec: dict | None) -> bool:
+    return rec is not None and rec.get("status") == "done"
+
+
+def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]:
+    """The summary.json object of ``records`` (cell → record, None where not run).
+
+    ``records`` names the cells the summary covers; ``grid`` gives the order of
+    its settings, attacks and rules and the base settings it reports.
+    """
+    cells = list(records)
+    by_group: dict[tuple[str, str, str], dict[int, dict | None]] = defaultdict(dict)
+    for c in cells:
+        by_group[c.setting.label, c.attack, c.rule][c.seed] = records.get(c)
+
+    def acc(setting: str, attack: str, rule: str, seed: int) -> float | None:
+        rec = by_group.get((setting, attack, rule), {}).get(seed)
+        return rec["final_accuracy"] if _done(rec) and rec.get("final_accuracy") is not None else None
+
+    rows = []
+    for (setting, attack, rule), seeds in by_group.items():
+        done = {s: r for s, r in seeds.items() if _done(r)}
+        drops, impacts = {}, {}
+        for s in seeds:
+            base = acc(setting, CLEAN, REFERENCE_RULE, s)
+            mine, ref = acc(setting, attack, rule, s), acc(setting, attack, REFERENCE_RULE, s)
+            if base is not None and mine is not None:
+                drops[s] = base - mine
+            if base is not None and ref is not None:
+                impacts[s] = base - ref
+        backdoor = any(r.get("backdoor") for r in done.values())
+        ref_success = [by_group.get((setting, attack, REFERENCE_RULE), {}).get(s) for s in seeds]
+        ref_bd = stats(r.get("final_attack_success") for r in ref_success if _done(r))
+        imp = stats(impacts.values())
+        harmless = None
+        if attack != CLEAN and imp is not None:
+            harmless = 100 * imp["mean"] < HARMLESS_POINTS and not (
+                backdoor and ref_bd is not None and ref_bd["mean"] > GOAL_BACKDOOR)
+        rows.append({
+            "setting": setting, "attack": attack, "rule": rule, "backdoor": backdoor,
+            "seeds_done": sorted(done), "missing_seeds": sorted(s for s, r in seeds.items() if r is None),
+            "failed": [{"seed": s, "error": r.get("error", "")} for s, r in sorted(seeds.items())
+                       if r is not None and not _done(r)],
+            "accuracy": stats(r.get("final_accuracy") for r in done.values()),
+            "attack_success": stats(r.get("final_attack_success") for r in done.values()) if backdoor else None,
+            "tpr": stats(r.get("tpr") for r in done.values()),
+            "fpr": stats(r.get("fpr") for r in done.values()),
+            "drop": stats(drops.values()), "drop_by_seed": {str(s): d for s, d in sorted(drops.items())},
+            "impact": imp, "harmless": harmless,
+            "diverged": sum(r.get("diverged_at") is not None for r in done.values()),
+            "cpu_seconds": {str(s): float(r.get("cpu_seconds", 0.0)) for s, r in sorted(seeds.items())
+                            if r is not None},
+        })
+    # Tables show what has a stored record; the cells never run are counted (and costed) all the same.
+    stored = [c for c, r in records.items() if r is not None]
+    settings = [s.label for s in grid.settings_list if any(c.setting == s for c in stored)]
+    not_run = sorted({c.setting.label for c in cells} - set(settings))
+    rules = [r for r in grid.all_rules if any(c.rule == r for c in stored)]
+    attacks = [a for a in grid.all_attacks if any(c.attack == a for c in cells)]
+    rows = [r for r in rows if r["setting"] in settings and r["rule"] in rules]
+    worst = [worst_case(rows, setting, rule) for rule in rules for setting in settings
+             if any(r["setting"] == setting and r["rule"] == rule for r in rows)]
+    recs = [r for r in records.values() if r is not None]
+    n_done = sum(_done(r) for r in recs)
+    return {
+        "generated": time.strftime("%Y-%m-%d %H:%M"),
+        "grid": grid.describe(),
+        "shown": {"attacks": attacks, "rules": rules},
+        "settings": settings,
+        "settings_not_run": not_run,
+        "counts": {"total": len(cells), "done": n_done, "failed": len(recs) - n_done,
+                   "missing": len(cells) - len(recs)},
+        "cost": cost(records),
+        "cells": rows,
+        "worst_case": worst,
+        "goal": {"backdoor_max": GOAL_BACKDOOR, "drop_max_points": GOAL_DROP_POINTS, "clean_fpr_max": GOAL_CLEAN_FPR,
+                 "harmless_points": HARMLESS_POINTS},
+    }
+
+
+def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
+    """CPU seconds spent, and the core-hours the cells not done need at the measured rate.
+
+    A cell not done is estimated by the mean CPU time of the finished cells of
+    its setting, else of its dataset and model; cells with neither are counted
+    as ``unmeasured_cells`` and left out of the estimate.
+    """
+    per_setting: dict[str, list[float]] = defaultdict(list)
+    per_kind: dict[tuple[str, str], list[float]] = defaultdict(list)
+    spent = {"done": 0.0, "failed": 0.0}
+    for c, r in records.items():
+        if r is None:
+            continue
+        secs = float(r.get("cpu_seconds", 0.0))
+        spent["done" if _done(r) else "failed"] += secs
+        if _done(r):
+            per_setting[c.setting.label].append(secs)
+            per_kind[c.setting.dataset, c.setting.model].append(secs)
+    est, unmeasured = 0.0, 0
+    for c, r in records.items():
+        if _done(r):
+            continue
+        xs = per_setting.get(c.setting.label) or per_kind.get((c.setting.dataset, c.setting.model))
+        if xs:
+            est += sum(xs) / len(xs)
+        else:
+            unmeasured += 1
+    every = [x for xs in per_setting.values() for x in xs]
+    return {"core_seconds": spent["done"] + spent["failed"], "core_seconds_failed": spent["failed"],
+            "cells_measured": len(every), "mean_cell_seconds": sum(every) / len(every) if every else None,
+            "per_setting": {k: {"cells": len(xs), "mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs)}
+                            for k, xs in per_setting.items()},
+            "remaining_cells": sum(not _done(r) for r in records.values()), "unmeasured_cells": unmeasured,
+            "remaining_core_hours": est / 3600, "total_core_hours": (sum(every) + est) / 3600}
+
+
+def _argmax(pairs: list[tuple[float, Any]]) -> tuple[float, Any] | None:
+    return max(pairs, key=lambda p: p[0]) if pairs else None
+
+
+def worst_case(rows: list[dict], setting: str, rule: str) -> dict[str, Any]:
+    """The worst case of ``rule`` in ``setting`` over the attacks whose cells exist, and the goal check."""
+    mine = [r for r in rows if r["setting"] == setting and r["rule"] == rule]
+    drop = _argmax([(r["drop"]["mean"], r["attack"]) for r in mine if r["drop"]])
+    seed = _argmax([(d, (r["attack"], int(s))) for r in mine for s, d in r["drop_by_seed"].items()])
+    bd = _argmax([(r["attack_success"]["mean"], r["attack"]) for r in mine if r["backdoor"] and r["attack_success"]])
+    clean = next((r for r in mine if r["attack"] == CLEAN), None)
+    fpr = clean["fpr"]["mean"] if clean and clean["fpr"] else None
+    incomplete = sum(len(r["missing_seeds"]) + len(r["failed"]) for r in mine)
+    # A backdoor attack whose cells are all missing is not known to be one: pending, not passed.
+    checks = {
+        "backdoor": None if bd is None and incomplete else (bd is None or bd[0] <= GOAL_BACKDOOR),
+        "accuracy": None if drop is None else 100 * drop[0] <= GOAL_DROP_POINTS,
+        "clean_fpr": None if fpr is None else fpr <= GOAL_CLEAN_FPR,
+    }
+    if any(v is False for v in checks.values()):
+        met: bool | None = False
+    elif incomplete or any(v is None for v in checks.values()):
+        met = None
+    else:
+        met = True
+    return {
+        "setting": setting, "rule": rule,
+        "worst_drop": None if drop is None else {"value": drop[0], "attack": drop[1]},
+        "worst_drop_seed": None if seed is None else {"value": seed[0], "attack": seed[1][0], "seed": seed[1][1]},
+        "worst_backdoor": None if bd is None else {"value": bd[0], "attack": bd[1]},
+        "clean_fpr": fpr, "cells_not_done": incomplete, "checks": checks, "goal_met": met,
+    }

@@ -1,0 +1,171 @@
+"""The grid's summary math on hand-made cell files: seeds, impact, harmless, worst case, goal, staleness."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reshuffle.evaluation.cell import reduce_metrics, write_atomic
+from reshuffle.evaluation.grid import Cell, Grid, Partition, Selection, Setting
+from reshuffle.evaluation.report import summary_markdown, worst_case_tables
+from reshuffle.evaluation.summary import load_records, summarize
+
+SETTING = Setting("digits", Partition("iid"), "logreg")
+GRID = Grid(datasets=("digits",), partitions=(Partition("iid"),), models=("logreg",),
+            attacks=("alie", "badnets", "sign-flip"), rules=("fedavg", "multi-krum", "median"), seeds=(1, 2))
+BACKDOORS = {"badnets"}
+# (attack, rule) → per seed (accuracy, backdoor success, fpr)
+HAND = {
+    ("none", "fedavg"): [(0.90, None, 0.0), (0.92, None, 0.0)],
+    ("none", "multi-krum"): [(0.89, None, 0.2), (0.92, None, 0.2)],
+    ("none", "median"): [(0.90, None, 0.0), (0.92, None, 0.0)],
+    ("alie", "fedavg"): [(0.85, None, 0.0), (0.89, None, 0.0)],
+    ("alie", "multi-krum"): [(0.87, None, 0.25), (0.86, None, 0.25)],
+    ("alie", "median"): [(0.89, None, 0.0), (0.91, None, 0.0)],
+    ("badnets", "fedavg"): [(0.90, 0.90, 0.0), (0.915, 0.80, 0.0)],
+    ("badnets", "multi-krum"): [(0.895, 0.02, 0.0), (0.92, 0.06, 0.0)],
+    ("badnets", "median"): [(0.90, 0.01, 0.0), (0.92, 0.01, 0.0)],
+    ("sign-flip", "fedavg"): [(0.895, None, 0.0), (0.915, None, 0.0)],
+    ("sign-flip", "multi-krum"): [(0.90, None, 0.0), (0.92, None, 0.0)],
+    ("sign-flip", "median"): [(0.90, None, 0.0), (0.92, None, 0.0)],
+}
+
+
+def _record(cell: Cell, acc: float, success, fpr: float, rounds: int = 2) -> dict:
+    return {"format": 1, "status": "done", "cell": {}, "config": GRID.cell_settings(cell) | {"rounds": rounds},
+            "final_accuracy": acc, "final_attack_success": success, "tpr": None if cell.attack == "none" else 1.0,
+            "fpr": fpr, "diverged_at": None, "backdoor": cell.attack in BACKDOORS, "cpu_seconds": 10.0,
+            "rounds": []}
+
+
+def _write_hand_cells(out):
+    for (attack, rule), seeds in HAND.items():
+        for seed, (acc, success, fpr) in zip((1, 2), seeds):
+            cell = Cell(SETTING, attack, rule, seed)
+            write_atomic(out / cell.relpath, _record(cell, acc, success, fpr))
+
+
+def _by(summary: dict, attack: str, rule: str) -> dict:
+    return next(c for c in summary["cells"] if c["attack"] == attack and c["rule"] == rule)
+
+
+def _worst(summary: dict, rule: str) -> dict:
+    return next(w for w in summary["worst_case"] if w["rule"] == rule)
+
+
+def test_summary_math_on_hand_made_cells(tmp_path):
+    # Prepare
+    _write_hand_cells(tmp_path)
+    # Execute
+    s = summarize(GRID, load_records(GRID.cells(), tmp_path))
+    # Assert: min–max and mean over seeds
+    alie_mk = _by(s, "alie", "multi-krum")
+    assert alie_mk["accuracy"] == pytest.approx({"mean": 0.865, "min": 0.86, "max": 0.87, "n": 2})
+    # impact = clean FedAvg − FedAvg under the attack, per seed then averaged: (0.05 + 0.03) / 2
+    assert _by(s, "alie", "median")["impact"]["mean"] == pytest.approx(0.04)
+    assert _by(s, "alie", "fedavg")["harmless"] is False
+    # sign-flip costs FedAvg 0.5 points: harmless; badnets costs less but its backdoor works against FedAvg
+    assert _by(s, "sign-flip", "multi-krum")["harmless"] is True
+    assert _by(s, "badnets", "multi-krum")["harmless"] is False
+    assert _by(s, "none", "multi-krum")["harmless"] is None
+    # worst case of Multi-Krum: mean drop (0.03 + 0.06) / 2 by ALIE, worst seed 6 points (ALIE, seed 2)
+    w = _worst(s, "multi-krum")
+    assert w["worst_drop"]["attack"] == "alie" and w["worst_drop"]["value"] == pytest.approx(0.045)
+    assert w["worst_drop_seed"] == {"value": pytest.approx(0.06), "attack": "alie", "seed": 2}
+    assert w["worst_backdoor"] == {"value": pytest.approx(0.04), "attack": "badnets"}
+    assert w["clean_fpr"] == pytest.approx(0.2)
+    assert w["checks"] == {"backdoor": True, "accuracy": False, "clean_fpr": False} and w["goal_met"] is False
+    f = _worst(s, "fedavg")
+    assert f["worst_backdoor"]["value"] == pytest.approx(0.85) and f["goal_met"] is False
+    m = _worst(s, "median")
+    assert m["worst_drop"]["value"] == pytest.approx(0.01) and m["goal_met"] is True
+    assert s["counts"] == {"total": 24, "done": 24, "failed": 0, "missing": 0}
+    assert s["cost"]["core_seconds"] == pytest.approx(240.0) and s["cost"]["remaining_cells"] == 0
+    # the tables carry the same numbers
+    md = "\n".join(worst_case_tables(s))
+    assert "| multi-krum | 4.5 (alie) |" in md and "| multi-krum | 6.0 (alie, seed 2) |" in md
+    assert "| median | met |" in md and "| multi-krum | not met: accuracy, clean fpr |" in md
+    text = summary_markdown(s, {})
+    assert "| sign-flip (impact 0.5) harmless | 90.5 [89.5–91.5] | 91.0 [90.0–92.0] | 91.0 [90.0–92.0] |" in text
+
+
+def test_a_missing_cell_leaves_the_goal_open_and_a_failed_one_is_listed(tmp_path):
+    # Prepare: one of median's cells missing, one of Multi-Krum's failed
+    _write_hand_cells(tmp_path)
+    (tmp_path / Cell(SETTING, "badnets", "median", 2).relpath).unlink()
+    failed = Cell(SETTING, "alie", "multi-krum", 1)
+    write_atomic(tmp_path / failed.relpath, {"format": 1, "status": "failed", "cell": {}, "config": {},
+                                             "error": "RuntimeError: boom", "cpu_seconds": 1.0})
+    # Execute
+    s = summarize(GRID, load_records(GRID.cells(), tmp_path))
+    # Assert
+    m = _worst(s, "median")
+    assert m["cells_not_done"] == 1 and m["goal_met"] is None
+    assert _by(s, "badnets", "median")["missing_seeds"] == [2]
+    assert _by(s, "alie", "multi-krum")["failed"] == [{"seed": 1, "error": "RuntimeError: boom"}]
+    assert s["counts"] == {"total": 24, "done": 22, "failed": 1, "missing": 1}
+    assert "alie × multi-krum seed 1: RuntimeError: boom" in summary_markdown(s, {})
+    # the two cells not done are estimated at the measured 10 s each; the failed one's second counts as spent
+    assert s["cost"]["remaining_core_hours"] == pytest.approx(20 / 3600)
+    assert s["cost"]["core_seconds"] == pytest.approx(221.0) and s["cost"]["core_seconds_failed"] == 1.0
+    assert s["cost"]["per_setting"]["digits-iid-logreg"]["cells"] == 22
+
+
+def test_a_cell_run_with_other_settings_is_stale(tmp_path):
+    # Prepare: the hand cells were stored with rounds = 2; the grid now asks for 3
+    _write_hand_cells(tmp_path)
+    now = Selection(rounds=3).apply_base(GRID)
+    expected = {c: now.cell_settings(c) | {"data_dir": "/elsewhere"} for c in now.cells()}
+    # Execute
+    stale = load_records(now.cells(), tmp_path, expected)
+    fresh = load_records(GRID.cells(), tmp_path, {c: _record(c, 0, None, 0)["config"] for c in GRID.cells()})
+    # Assert: none counts as done under the new settings; where the data lies does not matter
+    assert all(r is None for r in stale.values())
+    assert all(r is not None for r in fresh.values())
+    # A setting the stored cells predate counts as its default (root_samples: 100), any other value is stale
+    same = {c: _record(c, 0, None, 0)["config"] | {"root_samples": 100} for c in GRID.cells()}
+    other = {c: _record(c, 0, None, 0)["config"] | {"root_samples": 50} for c in GRID.cells()}
+    assert all(r is not None for r in load_records(GRID.cells(), tmp_path, same).values())
+    assert all(r is None for r in load_records(GRID.cells(), tmp_path, other).values())
+
+
+ACC = st.floats(0.0, 1.0, allow_nan=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(ACC, min_size=len(GRID.cells()), max_size=len(GRID.cells())))
+def test_worst_case_properties(accs):
+    # Prepare: arbitrary accuracies for every cell
+    records = {c: _record(c, a, 0.5 if c.attack in BACKDOORS else None, 0.0) for c, a in zip(GRID.cells(), accs)}
+    acc = {c: a for c, a in zip(GRID.cells(), accs)}
+    # Execute
+    s = summarize(GRID, records)
+    # Assert: the worst mean drop is the largest cell mean; no seed is better than the mean; spreads are ordered
+    for w in s["worst_case"]:
+        mine = [c for c in s["cells"] if c["rule"] == w["rule"]]
+        assert w["worst_drop"]["value"] == pytest.approx(max(c["drop"]["mean"] for c in mine))
+        assert w["worst_drop_seed"]["value"] >= w["worst_drop"]["value"] - 1e-12
+        a, seed = w["worst_drop_seed"]["attack"], w["worst_drop_seed"]["seed"]
+        base = acc[Cell(SETTING, "none", "fedavg", seed)]
+        assert w["worst_drop_seed"]["value"] == pytest.approx(base - acc[Cell(SETTING, a, w["rule"], seed)])
+    for c in s["cells"]:
+        assert c["accuracy"]["min"] <= c["accuracy"]["mean"] + 1e-12 <= c["accuracy"]["max"] + 2e-12
+        if c["attack"] != "none":
+            assert c["impact"] == pytest.approx(_by(s, c["attack"], "fedavg")["drop"])
+
+
+def test_pooled_rates_from_per_round_fields():
+    # Prepare: a simulator result without the pooled keys; 2 attackers (ids 0, 1); client 1 lost in round 2
+    data = {"config": {"attack": "alie"}, "malicious_clients": [0, 1], "final_accuracy": 0.5, "rounds": [
+        {"round": 1, "accuracy": 0.4, "attack_success": None, "tpr": 0.5, "fpr": 0.125, "models_received": 10,
+         "models_accepted": 8, "diverged": False, "lost": {}, "seconds": {"training": 1.0, "training_total": 2.0}},
+        {"round": 2, "accuracy": 0.5, "attack_success": None, "tpr": 1.0, "fpr": 0.0, "models_received": 9,
+         "models_accepted": 8, "diverged": True, "lost": {"1": "dropout at setup"}, "seconds": {}},
+    ]}
+    # Execute
+    m = reduce_metrics(data)
+    # Assert: TPR = (1 + 1) / (2 + 1); FPR = (1 + 0) / (8 + 8); the first diverged round
+    assert m["tpr"] == pytest.approx(2 / 3) and m["fpr"] == pytest.approx(1 / 16)
+    assert m["diverged_at"] == 2 and m["final_accuracy"] == 0.5
+    assert [r["malicious_rows"] for r in m["rounds"]] == [2, 1]
+    # the simulator's own pooled keys win when present
+    assert reduce_metrics(data | {"tpr": 0.9, "fpr": 0.01})["tpr"] == 0.9
