@@ -77,7 +77,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from reshuffle.bench import round as round_bench
 
         results = round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick,
-                                  group_size=args.group_size, workers=args.workers)
+                                  group_size=args.group_size, workers=args.workers, baseline=args.baseline)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -374,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=_positive(int), default=1, help="simulate: torch threads")
     bench.add_argument("--group-size", type=_positive(int), help="round: anonymity group size g")
     bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
+    bench.add_argument("--baseline", metavar="PATH",
+                       help="round: a checkout of another version whose participant CPU is measured alongside")
     bench.set_defaults(func=cmd_bench)
 
     red = sub.add_parser("redteam", help="play every registered protocol adversary against the round")

@@ -165,3 +165,27 @@ def test_share_errors_cannot_be_chosen_to_cancel_in_the_batch_check():
     cpl.verify_share_evidence(r.output.evidence[1], keys_of(ups, r.params, 7), r.params)
     assert r.online == [i for i in range(N) if i != 1]
     assert multiset(r.models) == expected_models(ups, r.online)
+
+
+@pytest.mark.parametrize("dealer,victim,index,delta", [
+    (0, 11, 9, 1),  # the last share of the first dealer
+    (7, 3, 4, -1),  # a middle dealer and share, off by -1
+    (11, 0, 1, 2**200 + 3),  # the last dealer, a large error
+])
+def test_one_bad_share_among_many_dealers_is_caught_and_pinned_on_its_dealer(dealer, victim, index, delta):
+    # Prepare: 12 dealers; one of them is off in one of its 2M shares to one recipient (the case a
+    # check that batches many dealers must still catch and attribute)
+    n = 12
+    ups = make_updates(n, d=4, seed=3)
+    # Execute
+    r = reshuffle.shuffle(ups, seed=3, adversaries=[BadShare(pids=(dealer,), victim=victim, index=index,
+                                                             delta=delta)])
+    # Assert: only the victim complained, about that dealer alone; that dealer alone is named, with
+    # evidence a third party checks; everyone else's model arrives
+    complained = {i: [e for e in v.errors if "Feldman" in str(e)] for i, v in sorted(r.views.items())}
+    assert [i for i, errs in complained.items() if errs] == [victim]
+    assert set(r.blamed) == {dealer}
+    ev = r.output.evidence[dealer]
+    assert ev.kind == cpl.KIND_BAD_ANSWER and ev.subject == victim
+    cpl.verify_share_evidence(ev, keys_of(ups, r.params, 3), r.params)
+    assert r.online == [i for i in range(n) if i != dealer]

@@ -63,7 +63,7 @@ def test_server_sent_attack_and_score_keys_are_refused():
     # Execute
     replies = list(grid.send_and_receive(msgs, timeout=60))
     # Assert: no node trained, poisoned or answered; each said which key it refused
-    assert replies == [] and grid.rounds[-1].roster == 0
+    assert replies == [] and grid.rounds[-1].replies == 0
     assert len(lg.errors) == 3 and all("'attack'" in reason for _, reason in lg.errors)
 
 

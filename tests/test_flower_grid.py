@@ -89,10 +89,11 @@ def test_every_reply_arrives_bit_exact_and_unlinked():
         sent = train_messages(grid, T)
         # Execute
         replies = list(grid.send_and_receive(sent, timeout=60))
-        # Assert: every reply, bit-exact, each on a distinct pushed train message of the round
+        # Assert: every reply, bit-exact, each on a distinct pushed claim message of the round (the ids
+        # push_messages returned to the strategy)
         assert sorted(records.encode_content(r.content) for r in replies) == sorted(b for _, b in produced)
         pushed = {m.metadata.message_id: m for m in lg.sent if m.metadata.group_id == str(T)
-                  and RECORD in m.content and m.content[RECORD]["stage"] == "train"}
+                  and RECORD in m.content and m.content[RECORD]["stage"] == "claim"}
         assert len({r.metadata.reply_to_message_id for r in replies}) == 5
         assert all(r.metadata.reply_to_message_id in pushed for r in replies)
         assert all(r.metadata.src_node_id == pushed[r.metadata.reply_to_message_id].metadata.dst_node_id
@@ -123,6 +124,67 @@ def test_strategy_sees_raw_models_and_the_plain_result():
         np.testing.assert_allclose(b, a, rtol=1e-6)
 
 
+def test_offline_steps_run_before_training_and_three_pushes_follow_it():
+    # Prepare: nodes that note, as they train, how many pushes they had seen
+    seen: dict[int, int] = {}
+    trained_at: dict[int, int] = {}
+
+    def make(msg, ctx):
+        trained_at[ctx.node_id] = seen[ctx.node_id]
+        return noisy_reply([])(msg, ctx)
+
+    lg = LoopbackGrid(toy_client_app(make), 5)
+    counting = lg.push_messages
+
+    def push(messages):
+        msgs = list(messages)
+        for m in msgs:
+            seen[m.metadata.dst_node_id] = seen.get(m.metadata.dst_node_id, 0) + 1
+        return counting(msgs)
+    lg.push_messages = push
+    grid = ReshuffleGrid(lg, phase_timeout=10)
+    # Execute
+    replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
+    # Assert: every node trained in the upload's push, after the claim and every offline step
+    rep = grid.rounds[-1]
+    assert len(replies) == 5 and rep.steps[0] == "claim"
+    upload = rep.steps.index("upload")
+    assert set(trained_at.values()) == {upload + 1}
+    assert all(s.startswith(("claim", "advertise", "share", "ot", "reserve")) for s in rep.steps[:upload])
+    # ... and the train push is the first of the three pushes after training
+    assert rep.round_trips_after_training == 3 == rep.round_trips - upload
+    assert rep.steps[upload:] == ["upload", "upload-consent", "upload-reveal"]
+    stages = [m.content[RECORD]["stage"] for m in lg.sent]
+    assert stages.count("train") == 5 and stages.count("claim") == 5
+
+
+def test_train_content_other_than_the_announced_global_model_is_refused():
+    # Prepare: a PS that announces one global model at the claim, then sends node 1001 another one to train
+    trained: list[int] = []
+
+    def make(msg, ctx):
+        trained.append(ctx.node_id)
+        return noisy_reply([])(msg, ctx)
+
+    lg = LoopbackGrid(toy_client_app(make), 4)
+    honest = lg.push_messages
+
+    def push(messages):
+        msgs = list(messages)
+        for m in msgs:
+            if m.metadata.dst_node_id == 1001 and m.content[RECORD]["stage"] == "train":
+                m.content["arrays"] = ArrayRecord([np.ones(s, np.float32) for s in SHAPES])
+        return honest(msgs)
+    lg.push_messages = push
+    grid = ReshuffleGrid(lg, phase_timeout=10)
+    # Execute
+    replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
+    # Assert: node 1001 never ran the app's handler and dropped out; the others arrive
+    assert 1001 not in trained and sorted(trained) == [1000, 1002, 1003]
+    assert len(replies) == 3 and grid.rounds[-1].dropouts.get("train") == 1
+    assert any("differs from the global model" in reason for _, reason in lg.errors)
+
+
 def test_evaluate_and_query_pass_through_unchanged():
     lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3)
     grid = ReshuffleGrid(lg)
@@ -144,8 +206,9 @@ def test_config_record_in_a_train_reply_is_refused_naming_the_key():
     lg = LoopbackGrid(toy_client_app(make), 4)
     grid = ReshuffleGrid(lg)
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
-    # Assert: that node is out of the round, with the key named; the others arrive
-    assert len(replies) == 3 and grid.rounds[-1].roster == 3 and grid.rounds[-1].dropouts == {"train": 1}
+    # Assert: that node (in the roster: it claimed before training) drops out at the train stage, with the
+    # key named; the others arrive
+    assert len(replies) == 3 and grid.rounds[-1].roster == 4 and grid.rounds[-1].dropouts == {"train": 1}
     assert any("'fitres.status'" in e for e in grid.rounds[-1].errors)
     node0 = lg.node_ids[0]
     err = [r for m, r in lg.errors if m.metadata.dst_node_id == node0]
@@ -225,7 +288,7 @@ def test_a_node_cannot_claim_another_participant(key_dir):
 
     def impostor(msg, ctx, call_next):
         reply = reshuffle_mod(msg, ctx, call_next)
-        if ctx.node_config["reshuffle-participant-id"] == 3 and msg.content[RECORD]["stage"] == "train":
+        if ctx.node_config["reshuffle-participant-id"] == 3 and msg.content[RECORD]["stage"] == "claim":
             reply.content[RECORD]["pid"], reply.content[RECORD]["cert"] = 0, cert0.encode()
         return reply
 
@@ -279,3 +342,10 @@ def test_session_state_keeps_ring_words_bit_exact(values):
     assert st_.words and np.frombuffer(st_.model, "<u4").tobytes() == words.tobytes()
     model = st_.participant()._model
     assert model.dtype == np.uint32 and model.tobytes() == words.tobytes()
+    # Started before training: no model until with_model, which adds it once
+    blank = SessionState.new(0, 1, None, me.key, me.cert, me.ca.verify_key, b"h" * 32, words=True)
+    back = SessionState.decode(blank.encode())
+    assert not back.has_model and back.participant()._model is None
+    assert back.with_model(words).model == st_.model
+    with pytest.raises(ConfigError, match="already has"):
+        st_.with_model(words)

@@ -65,8 +65,9 @@ def test_dropin_example_in_local_simulation(local_runs, tmp_path, monkeypatch):
         assert server["roster"] == NODES and len(produced) == NODES
         assert sorted(x["digest"] for x in server["replies"]) == sorted(produced)
         identity_rounds += all(produced[x["digest"]] == x["node"] for x in server["replies"])
-        # Our grid polls adaptively: protocol phases do not cost Flower's 3 s pull interval each.
-        phases = {k: v for k, v in server["phase_seconds"].items() if k != "train"}
+        # Our grid polls adaptively: protocol phases do not cost Flower's 3 s pull interval each. The
+        # train push holds local training, and round 1's claim push the nodes' start-up.
+        phases = {k: v for k, v in server["phase_seconds"].items() if k != "train" and (rnd, k) != (1, "claim")}
         assert phases and sum(phases.values()) / len(phases) < 3.0, phases
     assert identity_rounds < ROUNDS  # (1/120)^3 for a uniformly random bijection
     # Assert: the same learning as the plain app

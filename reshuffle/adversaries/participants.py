@@ -322,9 +322,10 @@ class BadShare(ParticipantBehaviour):
 
     stopped_by = "§6.4 batched Feldman check, public complaint answer"
 
-    def __init__(self, pids=(1,), victim: int | None = None) -> None:
+    def __init__(self, pids=(1,), victim: int | None = None, index: int = 0, delta: int = 1) -> None:
         super().__init__(pids)
         self.victim = victim  # None: the lowest other participant
+        self.index, self.delta = index, delta  # which of the 2M shares is off, and by how much
 
     class participant_class(Participant):
         def _on_advertise_list(self, m):
@@ -338,7 +339,9 @@ class BadShare(ParticipantBehaviour):
             v = min(j for j in self._dealt if j != self.pid) if v is None else v
             if v not in self._dealt or v == self.pid:
                 return [bundle]
-            self._dealt[v][0] = (self._dealt[v][0] + 1) % g.order
+            b = self.behaviour  # a behaviour reusing this class may set only the victim
+            i = getattr(b, "index", 0) % len(self._dealt[v])
+            self._dealt[v][i] = (self._dealt[v][i] + getattr(b, "delta", 1)) % g.order
             w = Writer()
             for y in self._dealt[v]:
                 w.fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)

@@ -14,7 +14,8 @@ ClientApp in this process: the times are the whole round's CPU work (server and
 all N clients), without network or process start-up. Ratios come from one run.
 ``pushes`` counts, per way, the grid pushes of one training round (each a round
 trip through the SuperLink in a deployment, where it costs seconds), counted at
-the grid; ``reshuffle_pushes_after_training`` those after the train push.
+the grid; ``pushes_after_training`` those from the push in which the nodes' train
+handlers ran (inclusive: the nodes answer it once trained), also counted at the grid.
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ DEFAULT_NS = (10, 20)
 DEFAULT_D = 61_706  # LeNet-5 on 28x28 inputs, as in ``reshuffle bench round``
 
 
+_TRAIN_CALLS = [0]  # train handlers run so far, in this process
+
+
 def _noise(d: int) -> np.ndarray:
+    _TRAIN_CALLS[0] += 1
     return np.random.default_rng().normal(scale=0.01, size=d).astype(np.float32)
 
 
@@ -67,16 +72,27 @@ def _counting_grid(app, N: int):
 
     class CountingGrid(LoopbackGrid):
         pushes = 0
+        trained_at: int | None = None  # the push (1-based) in which a train handler first ran
 
         def push_messages(self, messages):
             msgs = list(messages)
             self.pushes += bool(msgs)
-            return super().push_messages(msgs)
+            before = _TRAIN_CALLS[0]
+            ids = super().push_messages(msgs)
+            if self.trained_at is None and _TRAIN_CALLS[0] > before:
+                self.trained_at = self.pushes
+            return ids
+
+        def after_training(self, first: int = 1) -> int:
+            """Pushes from the one that ran the train handlers on, of those from push ``first`` on."""
+            if self.trained_at is None or self.trained_at < first:
+                raise RuntimeError("no train handler ran in the counted pushes")
+            return self.pushes - self.trained_at + 1
 
     return CountingGrid(app, N)
 
 
-def _message_round(N: int, d: int, reshuffle: bool) -> tuple[float, int, object]:
+def _message_round(N: int, d: int, reshuffle: bool) -> tuple[float, tuple[int, int], object]:
     from flwr.app import ArrayRecord
     from flwr.serverapp.strategy import FedAvg
 
@@ -90,10 +106,10 @@ def _message_round(N: int, d: int, reshuffle: bool) -> tuple[float, int, object]
     dt = time.perf_counter() - t0
     if res.arrays is None or (reshuffle and g.rounds[-1].replies != N):
         raise RuntimeError("the round did not deliver every model")
-    return dt, grid.pushes, (g.rounds[-1] if reshuffle else None)
+    return dt, (grid.pushes, grid.after_training()), (g.rounds[-1] if reshuffle else None)
 
 
-def _secagg_round(N: int, d: int) -> tuple[float, int]:
+def _secagg_round(N: int, d: int) -> tuple[float, tuple[int, int]]:
     from flwr.common import Context, RecordDict, ndarrays_to_parameters
     from flwr.server import LegacyContext, ServerConfig
     from flwr.server.strategy import FedAvg as LegacyFedAvg
@@ -113,11 +129,12 @@ def _secagg_round(N: int, d: int) -> tuple[float, int]:
         secagg(grid_, context_)
         timed["fit"] = time.perf_counter() - t0
         timed["pushes"] = grid.pushes - p0
+        timed["after"] = grid.after_training(p0 + 1)
 
     DefaultWorkflow(fit_workflow=fit)(grid, ctx)
     if "fit" not in timed:
         raise RuntimeError("the SecAgg+ round did not run")
-    return timed["fit"], int(timed["pushes"])
+    return timed["fit"], (int(timed["pushes"]), int(timed["after"]))
 
 
 def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
@@ -135,8 +152,9 @@ def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
         out[f"N={N}"] = {
             "plain_s": plain, "reshuffle_s": ours, "secaggplus_s": secagg,
             # Pushes per training round, counted at the grid: each is a round trip through the SuperLink.
-            "pushes": {"plain": plain_pushes, "reshuffle": ours_pushes, "secaggplus": secagg_pushes},
-            "reshuffle_pushes_after_training": report.round_trips_after_training,
+            "pushes": {"plain": plain_pushes[0], "reshuffle": ours_pushes[0], "secaggplus": secagg_pushes[0]},
+            "pushes_after_training": {"plain": plain_pushes[1], "reshuffle": ours_pushes[1],
+                                      "secaggplus": secagg_pushes[1]},
             "reshuffle_steps": report.steps,
             "reshuffle/secaggplus": ours / secagg, "reshuffle/plain": ours / plain,
             "secaggplus/plain": secagg / plain,

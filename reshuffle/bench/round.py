@@ -67,7 +67,7 @@ from reshuffle.bench.common import best_of
 from reshuffle.crypto.channel import DHKeyPair
 from reshuffle.crypto.group import get_group
 from reshuffle.crypto.rand import SeededRandom
-from reshuffle.crypto import voprf
+from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.ot import OTReceiver, OTSender
 from reshuffle.crypto.prg import accumulate_streams
 from reshuffle.crypto.signatures import SigningKey
@@ -127,6 +127,16 @@ def _mask_time(N: int, L: int, rows: int, repeat: int) -> float:
     return best_of(lambda: mask_in_place(v, g, 1, 5, 0, b, x, peers, bytes(32), rows), repeat)
 
 
+def _feldman_dealers(g, N: int, t: int, S: int, rng) -> list:
+    """(shares at x = 1, Ĉ, weights) of N − 1 dealers of S secrets at threshold t."""
+    out = []
+    for i in range(1, N):
+        shares, coms = feldman.deal([g.random_scalar(rng) for _ in range(S)], t, range(1, N + 1), rng)
+        rho = feldman.weights(coms, i, b"bench")
+        out.append((shares[1], feldman.combine(coms, rho), rho))
+    return out
+
+
 def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
     """Each v2 mechanism timed alone at this round's sizes (§6.2–§9)."""
     p, g = r.params, get_group()
@@ -151,9 +161,13 @@ def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
     members = list(range(N))
     keys = {i: SigningKey.from_seed(bytes([i + 1]) * 32) for i in members}
     stmt = msg.consent_statement(1, p.upload_m, members, bytes(32))
-    sigs = [(i, keys[i].sign(CONSENT_CONTEXT, stmt)) for i in members[: p.t]]
+    sigs_all = [(i, keys[i].sign(CONSENT_CONTEXT, stmt)) for i in members]  # the PS relays every consent
     vks = {i: k.verify_key for i, k in keys.items()}
+    dealers = _feldman_dealers(g, N, p.t, 2 * p.M, rng)
     return {
+        # One participant's share checks of every other dealer at setup (§6.4), one batch per dealer.
+        "feldman_checks_s": best_of(lambda: [feldman.verify_batch(1, ys, comb, rho) for ys, comb, rho in dealers],
+                                    repeat, time.thread_time),
         "sign_upload_s": best_of(lambda: mi.encode(sk), repeat),
         "verify_upload_s": best_of(lambda: msg.verify(msg.decode(enc, ctx), sk.verify_key), repeat),
         "ot_proof_s": best_of(lambda: sender.prove(req, ans, b"bench", rng), repeat),
@@ -164,9 +178,94 @@ def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
             lambda: voprf.finalize(suite, [b"bench"], [blind], [ev], [blinded], C, cproof), repeat),
         "row_checks_s": best_of(lambda: credential.check_rows(lw, p.d * 4, tokens, 1, gamma, g), repeat),
         "certificate_check_s": best_of(
-            lambda: check_certificate(1, p.upload_m, members, bytes(32), sigs, vks, p.t), repeat),
+            lambda: check_certificate(1, p.upload_m, members, bytes(32), sigs_all, vks, p.t), repeat),
+        "certificate_check_every_s": best_of(
+            lambda: check_certificate(1, p.upload_m, members, bytes(32), sigs_all, vks, p.t, every=True), repeat),
         "decoy_upload_fraction": p.decoys / max(rows - p.decoys, 1),
     }
+
+
+# Run in a fresh interpreter for each measurement, against whichever checkout of the package is on
+# PYTHONPATH (this one, or a baseline such as v1): only reshuffle.shuffle, Participant.handle and
+# messages.peek_type are used, which every version has. Each handler call is timed in thread CPU
+# seconds and booked under the PS message type it handled; a call counts as after training when
+# the participant handled the upload's invocation (v1 has no offline part: all of it counts).
+_PARTICIPANT_CPU = r"""
+import json, sys, time
+from collections import defaultdict
+import numpy as np
+import reshuffle
+from reshuffle.protocol import participant as P
+from reshuffle.protocol.messages import peek_type
+N, d, seed, split = map(int, sys.argv[1:5])
+cpu, after = defaultdict(lambda: defaultdict(float)), defaultdict(float)
+orig = P.Participant.handle
+ONLINE = {"MASK_REQUEST", "UNMASK_REQUEST", "CERTIFICATE", "BLAME_REQUEST", "DISPUTE"}
+def handle(self, data):
+    t0 = time.thread_time()
+    try:
+        return orig(self, data)
+    finally:
+        dt = time.thread_time() - t0
+        kind = getattr(peek_type(data), "name", "other")
+        cpu[self.pid][kind] += dt
+        upload = getattr(getattr(self, "params", None), "upload_m", None)
+        if not split or upload is None or (kind in ONLINE and getattr(self, "_m", 0) == upload):
+            after[self.pid] += dt
+P.Participant.handle = handle
+gen = np.random.default_rng(N)  # test data only
+ups = [(gen.normal(size=d) * 0.05).astype(np.float32) for _ in range(N)]
+reshuffle.shuffle(ups, seed=seed)
+kinds = sorted({k for v in cpu.values() for k in v})
+totals = [sum(v.values()) for v in cpu.values()]
+print(json.dumps({"mean_s": sum(totals) / len(totals), "max_s": max(totals),
+                  "after_training_mean_s": sum(after.values()) / len(cpu),
+                  "after_training_max_s": max(after.get(i, 0.0) for i in cpu),
+                  "by_message_s": {k: sum(v[k] for v in cpu.values()) / len(cpu) for k in kinds}}))
+"""
+
+
+def participant_cpu(N: int, d: int, root: str | None = None, seed: int | None = None) -> dict:
+    """A participant's handler CPU seconds in one round (mean and slowest participant; in all and
+    after training; per PS message type), measured in a fresh interpreter on the package at ``root``
+    (default: this checkout; another root is a version without the offline part, all after training)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    split = "0" if root else "1"
+    root = root or str(Path(reshuffle.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": "1"}
+    args = [str(N), str(d), str(N if seed is None else seed), split]
+    out = subprocess.run([sys.executable, "-c", _PARTICIPANT_CPU, *args], env=env, capture_output=True, text=True,
+                         timeout=1800, cwd=root)
+    if out.returncode:
+        raise RuntimeError(f"participant CPU run at {root} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare_participant_cpu(N: int, d: int, baseline: str, repeat: int = 3) -> dict:
+    """This checkout against ``baseline`` (a checkout of another version), alternating in one run;
+    each figure is the least of ``repeat`` rounds (the least noisy on a shared machine)."""
+    runs: dict[str, list[dict]] = {"now": [], "baseline": []}
+    for _ in range(repeat):
+        runs["now"].append(participant_cpu(N, d))
+        runs["baseline"].append(participant_cpu(N, d, baseline))
+    best = {k: min(v, key=lambda r: r["mean_s"]) for k, v in runs.items()}
+    keys = ("mean_s", "max_s", "after_training_mean_s", "after_training_max_s")
+    out = {k: {f: min(r[f] for r in v) for f in keys} for k, v in runs.items()}
+    for k in out:
+        out[k]["by_message_s"] = best[k]["by_message_s"]
+    b = out["baseline"]
+    out["ratios"] = {
+        # The baseline's whole round ran after training: its slowest participant is its critical path.
+        "after_training_max/baseline_max": out["now"]["after_training_max_s"] / b["max_s"],
+        "mean/baseline_mean": out["now"]["mean_s"] / b["mean_s"],
+        "max/baseline_max": out["now"]["max_s"] / b["max_s"],
+    }
+    out["baseline_path"], out["repeat"] = baseline, repeat
+    return out
 
 
 def _pss_kb(pid: int) -> int:
@@ -409,13 +508,17 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
 
 
 def run(Ns=(10, 50, 100), d: int = LENET5_D, quick: bool = False, group_size: int | None = None,
-        workers: int | None = None, blame: bool | None = None) -> dict:
+        workers: int | None = None, blame: bool | None = None, baseline: str | None = None) -> dict:
     """One :func:`bench_N` per N. The blame round (a jammer, for ``blame_extra_s``) runs by
-    default only without groups and for N <= 100, where it costs one more round."""
+    default only without groups and for N <= 100, where it costs one more round. ``baseline``:
+    a checkout of another version (e.g. ``git worktree add /tmp/v1 61dd95d``) whose participants'
+    CPU is measured beside this one's, alternating, per N (:func:`compare_participant_cpu`)."""
     if quick:
         Ns, d = [n for n in Ns if n <= 10] or [10], min(d, 4096)
-    return {
-        str(N): bench_N(N, d, 2 if quick else 3, group_size, workers,
-                        blame if blame is not None else (group_size is None and N <= 100))
-        for N in Ns
-    }
+    out = {}
+    for N in Ns:
+        out[str(N)] = bench_N(N, d, 2 if quick else 3, group_size, workers,
+                              blame if blame is not None else (group_size is None and N <= 100))
+        if baseline is not None:
+            out[str(N)]["participant_cpu_vs_baseline"] = compare_participant_cpu(N, d, baseline, 2 if quick else 3)
+    return out

@@ -2,16 +2,22 @@
 
 It wraps the Grid a ServerApp receives and delegates everything to it, except
 train messages (``train`` or ``train.<action>``): for those it runs one
-Re-Shuffle round (:mod:`reshuffle.protocol.server`) over the wrapped Grid.
+Re-Shuffle round (:mod:`reshuffle.protocol.server`) over the wrapped Grid, with
+its offline steps before the nodes train.
 
-1. *Train*: each train message goes out with the reserved record
-   (:mod:`reshuffle.flower.reserved`): round ``T``, reply length ``d`` words and
-   the key mode. The node's :func:`~reshuffle.flower.mod.reshuffle_mod` runs the
-   app's handler, keeps its reply, and answers only with a claim of its
-   participant id, signed with that participant's key (:mod:`reshuffle.flower.keys`).
-2. *Protocol*: the core's messages, phase by phase, as messages of the same type;
-   a node that does not answer a phase in ``phase_timeout`` is a dropout.
-3. *Replies*: each recovered model is decoded back into a RecordDict
+1. *Claim*: each train message goes out first with only the reserved record
+   (:mod:`reshuffle.flower.reserved`): round ``T``, reply length ``d`` words, the
+   key mode and H(W_g^T) of the strategy's content. The node's
+   :func:`~reshuffle.flower.mod.reshuffle_mod` answers only with a claim of its
+   participant id, signed with that participant's key (:mod:`reshuffle.flower.keys`);
+   the valid claims form the roster.
+2. *Offline*: the core's model-independent steps (setup, shares, OT, reservation;
+   :mod:`reshuffle.protocol.schedule`), phase by phase, as messages of the same type.
+3. *Train*: the first push that needs a node's model (the upload) carries the
+   strategy's content beside the core's messages: the node trains, then answers
+   them. The round's remaining online steps follow; a node that does not answer
+   a phase in ``phase_timeout`` (the train push: ``train_timeout`` more) is a dropout.
+4. *Replies*: each recovered model is decoded back into a RecordDict
    (:mod:`reshuffle.flower.records`, bit-exact) and becomes
    ``Message(content, reply_to=m)`` for a message ``m`` of a surviving node,
    under a uniformly random bijection: no reply's metadata says who produced it.
@@ -39,7 +45,7 @@ from reshuffle.crypto.signatures import Certificate
 from reshuffle.errors import BelowThreshold, ConfigError, ProtocolError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
-from reshuffle.flower.reserved import RECORD, STAGE_PROTOCOL, STAGE_TRAIN
+from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
 from reshuffle.protocol.grouped import GroupedOutput, GroupedServer
 from reshuffle.protocol.groups import check_collusion, check_group_size
 from reshuffle.protocol.params import RoundParams
@@ -64,8 +70,9 @@ class RoundReport:
     seconds: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)  # "train", then the core's phase names
     protocol_bytes: int = 0  # core messages both ways
-    # Pushes through the Grid (round trips): the train push, then one per protocol step
-    # (protocol/schedule.py); those after the train push are after local training.
+    # Pushes through the Grid (round trips): the claim push, then one per protocol step
+    # (protocol/schedule.py). The train stage rides on the first online step's push; that
+    # push and the ones after it are after local training (the node answers once trained).
     round_trips: int = 0
     round_trips_after_training: int = 0
     steps: list[str] = field(default_factory=list)
@@ -99,24 +106,22 @@ class _Round:
         self.report = RoundReport(T, len(train))
         self.replies: list[Message] | None = None
         self.run_id = owner.run.run_id
-        # Phase 0: the strategy's content plus the reserved record.
-        stage = ConfigRecord({"stage": STAGE_TRAIN, "T": T, "words": self.d,
+        self.content = content
+        self.trained: set[int] = set()  # nodes sent the train stage
+        # The claim push: the reserved record only; the strategy's content waits for the train stage.
+        stage = ConfigRecord({"stage": STAGE_CLAIM, "T": T, "words": self.d, "hash": self.hash,
                               "keys": MODE_FILES if owner.key_dir else MODE_SIMULATION})
-        out = []
-        for m in train:
-            c = RecordDict(dict(content.items()))
-            c[RECORD] = stage
-            out.append(_copy_with(m, c, max(1.0, deadline - time.time())))
-        self.train_out = out
+        out = [_copy_with(m, RecordDict({RECORD: stage}), max(1.0, deadline - time.time())) for m in train]
+        self.claim_out = out
         self.phase_t0 = time.monotonic()
         ids = list(owner._grid.push_messages(out))
-        self._trip("train", after_training=False)
+        self._trip(STAGE_CLAIM, after_training=False)
         self.ids = [i for i in ids if i]
         self.by_id = {i: m for i, m in zip(ids, out) if i}
-        self.phase = "train"
+        self.phase = STAGE_CLAIM
         self._open({i: m.metadata.dst_node_id for i, m in self.by_id.items()},
-                   min(deadline, time.time() + owner.train_timeout))
-        self.server: Server | None = None
+                   min(deadline, time.time() + owner.phase_timeout))
+        self.server: Server | GroupedServer | None = None
 
     # --- phase bookkeeping ----------------------------------------------------
     def _trip(self, step: str, after_training: bool) -> None:
@@ -200,16 +205,40 @@ class _Round:
         for pid, data in outbox:
             per_node.setdefault(self.node_of[pid], []).append(data)
             self.report.protocol_bytes += len(data)
-        self.phase = self.server.phase_name
-        msgs = {node: _copy_with(self.train_out_by_node[node], RecordDict({RECORD: ConfigRecord(
-            {"stage": STAGE_PROTOCOL, "T": self.T, "data": items})}), max(1.0, self.deadline - time.time()))
-            for node, items in sorted(per_node.items())}
+        msgs, train = {}, False
+        for node, items in sorted(per_node.items()):
+            m, trains = self._message(node, items)
+            msgs[node], train = m, train or trains
+        self.phase = STAGE_TRAIN if train else self.server.phase_name
         ids = list(self.g._grid.push_messages(list(msgs.values())))
         if msgs:
-            # Every protocol step runs after the train push here: the node trains first.
-            self._trip(self.server.step.name, after_training=True)
+            self._trip(self.server.step.name, after_training=bool(self.trained))
         pending = {i: node for i, node in zip(ids, msgs) if i}
-        self._open(pending, min(self.deadline, time.time() + self.g.phase_timeout))
+        wait = self.g.train_timeout + self.g.phase_timeout if train else self.g.phase_timeout
+        self._open(pending, min(self.deadline, time.time() + wait))
+
+    def _message(self, node: int, items: list[bytes]) -> tuple[Message, bool]:
+        """The push to ``node``: the core's messages, with the strategy's content and the train stage
+        on the first one that needs this node's model. True when it carries the train stage."""
+        ttl = max(1.0, self.deadline - time.time())
+        if node in self.trained or not self._online_for(self.pid_of[node]):
+            rec = ConfigRecord({"stage": STAGE_PROTOCOL, "T": self.T, "data": items})
+            return _copy_with(self.claim_by_node[node], RecordDict({RECORD: rec}), ttl), False
+        self.trained.add(node)
+        c = RecordDict(dict(self.content.items()))
+        c[RECORD] = ConfigRecord({"stage": STAGE_TRAIN, "T": self.T, "words": self.d, "data": items})
+        return _copy_with(self.claim_by_node[node], c, ttl), True
+
+    def _online_for(self, pid: int) -> bool:
+        """Whether the step now pushed to ``pid`` needs its model (with groups: its group's step)."""
+        s = self.server
+        if isinstance(s, GroupedServer):
+            if s.assigning:
+                return False
+            j = s.group_of.get(pid)
+            srv = s.servers.get(j) if j is not None else None
+            return srv is not None and j not in s.failed and not srv.done and not srv.step.offline
+        return not s.step.offline
 
     def _start_protocol(self) -> list[tuple[int, bytes]]:
         g = self.g
@@ -223,17 +252,17 @@ class _Round:
                 verify_claim(g._ca, pid, cert, reserved.field(rec, "claim", bytes),  # type: ignore[arg-type]
                              self.run_id, self.T, node)
             except ProtocolError as exc:
-                self.report.errors.append(f"[train] node {node}: {type(exc).__name__}: {exc}")
+                self.report.errors.append(f"[claim] node {node}: {type(exc).__name__}: {exc}")
                 continue
             if pid in roster:
-                self.report.errors.append(f"[train] node {node}: participant {pid} already claimed")
+                self.report.errors.append(f"[claim] node {node}: participant {pid} already claimed")
                 continue
             roster[pid], self.node_of[pid] = cert, node
         self.pid_of = {node: pid for pid, node in self.node_of.items()}
-        self.train_out_by_node = {m.metadata.dst_node_id: m for m in self.train_out}
+        self.claim_by_node = {m.metadata.dst_node_id: m for m in self.claim_out}
         self.report.roster = len(roster)
         if len(roster) < 2:
-            raise BelowThreshold(f"{len(roster)} node(s) answered the train message with a valid claim")
+            raise BelowThreshold(f"{len(roster)} node(s) answered the claim message with a valid claim")
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
         if g.group_size is not None:
             self.server = GroupedServer(self.T, roster, g._sk, g._cert, g._ca, self.hash, self.d, g.group_size,
@@ -257,7 +286,8 @@ class _Round:
             except ProtocolError as exc:  # an anonymous row that does not decode is dropped
                 self.report.errors.append(f"[deliver] a recovered reply does not decode: {exc}")
         final = out.online[max(out.online)] if out.online else ()
-        survivors = [self.train_out_by_node[self.node_of[pid]] for pid in final]
+        # Replies answer the claim messages: their ids are the ones push_messages returned.
+        survivors = [self.claim_by_node[self.node_of[pid]] for pid in final]
         if len(contents) > len(survivors):
             self.report.errors.append(f"[deliver] {len(contents)} replies for {len(survivors)} survivors")
             contents = contents[: len(survivors)]
@@ -275,7 +305,8 @@ class ReshuffleGrid(Grid):
     key_dir : directory of ``reshuffle ca`` files (the PS's ``server.key``/``.cert`` and
         ``ca.pub``); ``None`` for simulation keys derived from the run id.
     phase_timeout : seconds a protocol phase waits for its answers.
-    train_timeout : seconds the train phase (local training) waits; default half the round's timeout.
+    train_timeout : seconds local training may take: the train push waits this plus ``phase_timeout``;
+        default half the round's timeout.
     metrics_budget : bytes each reply may use beyond the sent arrays' size (MetricRecords, record names).
     poll_interval : longest pause between two pulls (pauses start at 10 ms and grow).
     round_timeout : the round's timeout for :meth:`push_messages` (``send_and_receive`` takes its own).

@@ -3,13 +3,17 @@
 ``ClientApp(mods=[reshuffle_mod])``. Train messages carry the reserved record
 (:mod:`reshuffle.flower.reserved`); the mod handles them by stage:
 
-- ``train``: the app's own handler runs once, on the strategy's content with the
-  reserved record removed. Its reply becomes ``d`` ring words
-  (:mod:`reshuffle.flower.records`) inside a fresh
-  :class:`~reshuffle.protocol.session.SessionState` kept in ``context.state``;
-  the node answers only with its participant id, certificate and a signed claim.
+- ``claim``: the round opens before anyone trains. The node starts a fresh
+  :class:`~reshuffle.protocol.session.SessionState` without a model, kept in
+  ``context.state``, bound to the H(W_g^T) the record announces, and answers only
+  with its participant id, certificate and a signed claim.
 - ``protocol``: each core message goes to the session; the node answers with the
-  participant's replies.
+  participant's replies. The offline steps (setup, shares, OT, reservation) run so.
+- ``train``: the strategy's content arrives with the first message that needs the
+  model (the upload). The mod checks that the content hashes to the announced
+  H(W_g^T), runs the app's handler once on it, turns the reply into ``d`` ring
+  words (:mod:`reshuffle.flower.records`), hands them to the session and then
+  handles the core's messages as ``protocol`` does.
 
 A train message without the reserved record is refused: a node that runs this
 mod never sends a train reply that is linked to it. Evaluate and query messages
@@ -28,31 +32,68 @@ from flwr.app.message.message import make_message
 from flwr.clientapp.typing import ClientAppCallable
 
 from reshuffle.crypto.domain import label
-from reshuffle.errors import ConfigError, DecodeError, ProtocolError, ReShuffleError
+from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, ReShuffleError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_SIMULATION, claim, node_identity, node_mode
-from reshuffle.flower.reserved import RECORD, STAGE_PROTOCOL, STAGE_TRAIN, STATE
+from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN, STATE
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.session import SessionState
+
+HASH_BYTES = 32
+
+
+def _claim(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
+    T = reserved.uint(rec, "T")
+    reserved.uint(rec, "words", reserved.MAX_WORDS)
+    mode = reserved.field(rec, "keys", str)
+    global_hash = reserved.field(rec, "hash", bytes)
+    if len(global_hash) != HASH_BYTES:  # type: ignore[arg-type]
+        raise DecodeError(f"{RECORD!r} field 'hash' has {len(global_hash)} bytes, expected {HASH_BYTES}")
+    if mode == MODE_SIMULATION and node_mode(ctx.node_config) != MODE_SIMULATION:
+        raise ConfigError("the server asks for simulation keys, but this node has Re-Shuffle key files")
+    ident = node_identity(ctx.node_config, ctx.run_id)
+    state = SessionState.new(ident.pid, T, None, ident.key, ident.cert, ident.ca.verify_key,
+                             global_hash, words=True)  # type: ignore[arg-type]
+    _store(ctx, state)
+    proof = claim(ident, ctx.run_id, T, msg.metadata.dst_node_id)
+    return Message(RecordDict({RECORD: ConfigRecord({"pid": ident.pid, "cert": ident.cert.encode(),
+                                                     "claim": proof})}), reply_to=msg)
+
+
+def _load(ctx: Context, T: int, stage: str) -> SessionState:
+    if STATE not in ctx.state:
+        raise DecodeError(f"{stage} message before the claim stage: no session in this node's context")
+    state = SessionState.decode(ctx.state[STATE]["session"])  # type: ignore[arg-type]
+    if state.T != T:
+        raise DecodeError(f"{stage} message for round {T}, this node's session is for round {state.T}")
+    return state
+
+
+def _store(ctx: Context, state: SessionState) -> None:
+    ctx.state[STATE] = ConfigRecord({"session": state.encode()})
 
 
 def _train(msg: Message, ctx: Context, call_next: ClientAppCallable, rec: ConfigRecord) -> Message:
     T, d = reserved.uint(rec, "T"), reserved.uint(rec, "words", reserved.MAX_WORDS)
-    mode = reserved.field(rec, "keys", str)
-    if mode == MODE_SIMULATION and node_mode(ctx.node_config) != MODE_SIMULATION:
-        raise ConfigError("the server asks for simulation keys, but this node has Re-Shuffle key files")
-    ident = node_identity(ctx.node_config, ctx.run_id)
+    state = _load(ctx, T, "train")
+    if state.has_model:
+        raise DecodeError(f"a second train stage in round {T}: this node has trained already")
     content = RecordDict({k: v for k, v in msg.content.items() if k != RECORD})
+    if global_model_hash(content.object_id.encode()) != state.global_hash:
+        # The round's RoundStart, which every member signed, names the announced hash.
+        raise Refused("the train content differs from the global model announced when the round opened")
     reply = call_next(make_message(copy(msg.metadata), content), ctx)
     if reply.has_error():
         raise ConfigError(f"the app's train handler failed: {reply.error.reason}")
     words = records.to_words(reply.content, d)
-    state = SessionState.new(ident.pid, T, words, ident.key, ident.cert, ident.ca.verify_key,
-                             global_model_hash(content.object_id.encode()))
-    ctx.state[STATE] = ConfigRecord({"session": state.encode()})
-    proof = claim(ident, ctx.run_id, T, msg.metadata.dst_node_id)
-    return Message(RecordDict({RECORD: ConfigRecord({"pid": ident.pid, "cert": ident.cert.encode(),
-                                                     "claim": proof})}), reply_to=msg)
+    min_group = _min_group(ctx.node_config)
+    p = _LIVE.pop(_state_key(state), None)
+    if p is None:
+        p = state.participant(None, min_group)
+    p.provide_model(words)  # checks d against the round's parameters
+    state = state.with_model(words)
+    _LIVE[_state_key(state)] = p
+    return _handle_all(msg, ctx, state, rec, min_group)
 
 
 # Participants kept alive between messages when this process lives on (simulation,
@@ -63,8 +104,9 @@ _LIVE_MAX = 256
 
 
 def _state_key(state: SessionState) -> bytes:
-    # The 32-byte seed is fresh for every session, so it stands for the model and keys;
-    # the inbox pins the position. Hashing the whole encoded state would rehash the model.
+    # The 32-byte seed is fresh for every session, so it stands for the keys (the model joins
+    # the live participant and the state together); the inbox pins the position. Hashing the
+    # whole encoded state would rehash the model.
     h = hashlib.sha256(label("flower/live-session", state.pid, state.T) + state.seed)
     for m in state.inbox:
         h.update(hashlib.sha256(m).digest())
@@ -99,21 +141,20 @@ def _advance(state: SessionState, data: bytes, min_group: int | None = None) -> 
 
 
 def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
-    T = reserved.uint(rec, "T")
-    if STATE not in ctx.state:
-        raise DecodeError("protocol message before the train stage: no session in this node's context")
-    state = SessionState.decode(ctx.state[STATE]["session"])  # type: ignore[arg-type]
-    if state.T != T:
-        raise DecodeError(f"protocol message for round {T}, this node's session is for round {state.T}")
+    state = _load(ctx, reserved.uint(rec, "T"), "protocol")
+    return _handle_all(msg, ctx, state, rec, _min_group(ctx.node_config))
+
+
+def _handle_all(msg: Message, ctx: Context, state: SessionState, rec: ConfigRecord,
+                min_group: int | None) -> Message:
     replies: list[bytes] = []
-    min_group = _min_group(ctx.node_config)
     for data in reserved.data_list(rec):
         try:
             state, out = _advance(state, data, min_group)
         except ReShuffleError:
             out = []
         replies.extend(out)
-    ctx.state[STATE] = ConfigRecord({"session": state.encode()})
+    _store(ctx, state)
     return Message(RecordDict({RECORD: ConfigRecord({"data": replies})}), reply_to=msg)
 
 
@@ -129,6 +170,8 @@ def reshuffle_mod(msg: Message, ctx: Context, call_next: ClientAppCallable) -> M
             f"train message without a valid Re-Shuffle record ({exc}): this node answers train messages "
             "only through ReshuffleGrid, never with a reply linked to it"
         ) from None
+    if stage == STAGE_CLAIM:
+        return _claim(msg, ctx, rec)
     if stage == STAGE_TRAIN:
         return _train(msg, ctx, call_next, rec)
     if stage == STAGE_PROTOCOL:

@@ -4,10 +4,12 @@ Flower routes a message to a ClientApp handler by its type before any mod runs,
 so the phase messages reuse the strategy's own message type and are marked by a
 ConfigRecord under :data:`RECORD` (SecAgg+ does the same with its stage record).
 
-Server to node: ``stage`` (:data:`STAGE_TRAIN` or :data:`STAGE_PROTOCOL`), ``T``;
-with ``train`` also ``words`` (reply length d) and ``keys`` (files or simulation);
-with ``protocol`` also ``data`` (the core's messages for this node).
-Node to server: ``pid``, ``cert``, ``claim`` after ``train``; ``data`` after ``protocol``.
+Server to node: ``stage`` (:data:`STAGE_CLAIM`, :data:`STAGE_TRAIN` or
+:data:`STAGE_PROTOCOL`), ``T``; with ``claim`` also ``words`` (reply length d),
+``keys`` (files or simulation) and ``hash`` (H(W_g^T) of the content the train
+stage will carry); with ``train`` also ``words`` and ``data``, beside the
+strategy's content; with ``protocol`` also ``data`` (the core's messages for this node).
+Node to server: ``pid``, ``cert``, ``claim`` after ``claim``; ``data`` after ``train`` and ``protocol``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from reshuffle.errors import DecodeError
 
 RECORD = "reshuffle"  # reserved record key in train messages and their phase replies
 STATE = "reshuffle-session"  # ConfigRecord in the node's Context.state
-STAGE_TRAIN, STAGE_PROTOCOL = "train", "protocol"
+STAGE_CLAIM, STAGE_TRAIN, STAGE_PROTOCOL = "claim", "train", "protocol"
 MAX_WORDS = 1 << 28
 
 

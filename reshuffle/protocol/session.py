@@ -3,7 +3,9 @@
 Flower, for one, may run each message of a ClientApp in a fresh process and
 hands it only its ``Context``. :class:`SessionState` is what such a driver
 stores there: the participant's inputs, namely its identity, model, H(W_g^T), a
-32-byte secret seed for its randomness and every message received so far.
+32-byte secret seed for its randomness and every message received so far. The
+model is empty while the node has not trained yet: the offline steps run
+without it, and :meth:`SessionState.with_model` adds it before the upload.
 :func:`handle` rebuilds the :class:`Participant` by replaying the inbox through
 the same seeded PRG (the state machine is deterministic given its randomness),
 then handles the new message. Replaying costs the earlier phases' work again;
@@ -23,7 +25,7 @@ import numpy as np
 
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.crypto.signatures import Certificate, CertificateAuthority, SigningKey, VerifyKey
-from reshuffle.errors import DecodeError
+from reshuffle.errors import ConfigError, DecodeError
 from reshuffle.protocol.participant import Participant
 from reshuffle.wire import Parser, Writer
 
@@ -43,13 +45,17 @@ _MAX_INBOX = max_inbox(_MAX_R)  # before RoundStart is known; more is a corrupt 
 _SEED_LABEL = b"session"
 
 
+def _model_bytes(model: np.ndarray, words: bool) -> bytes:
+    return np.ascontiguousarray(model, dtype=_DTYPES[int(words)]).tobytes()
+
+
 @dataclass(frozen=True)
 class SessionState:
     """Everything a participant needs to resume; ``encode``/``decode`` are exact inverses."""
 
     pid: int
     T: int
-    model: bytes  # W_i^T, little-endian float32 or (``words``) uint32 ring words
+    model: bytes  # W_i^T, little-endian float32 or (``words``) uint32 ring words; empty before training
     signing_key: bytes  # PEM
     cert: bytes
     ca_key: bytes
@@ -60,17 +66,41 @@ class SessionState:
 
     @classmethod
     def new(
-        cls, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
-        ca_key: VerifyKey, global_hash: bytes, seed: bytes | None = None,
+        cls, pid: int, T: int, model: np.ndarray | None, signing_key: SigningKey, cert: Certificate,
+        ca_key: VerifyKey, global_hash: bytes, seed: bytes | None = None, *, words: bool | None = None,
     ) -> "SessionState":
-        """A fresh round; ``seed`` defaults to 32 bytes of OS randomness; a uint32 model is ring words."""
+        """A fresh round; ``seed`` defaults to 32 bytes of OS randomness; a uint32 model is ring words.
+
+        ``model=None`` starts the round before training (``words`` then says the model's kind).
+        """
         seed = secrets.token_bytes(32) if seed is None else seed
         if len(seed) != 32:
             raise DecodeError(f"session seed must be 32 bytes, got {len(seed)}")
-        words = np.asarray(model).dtype == np.uint32
-        w = np.ascontiguousarray(model, dtype=_DTYPES[int(words)])
-        return cls(pid, T, w.tobytes(), signing_key.to_pem(), cert.encode(), ca_key.to_bytes(), global_hash, seed,
-                   words=words)
+        if model is None:
+            if words is None:
+                raise ConfigError("a session without a model needs words=True or False")
+            raw = b""
+        else:
+            words = np.asarray(model).dtype == np.uint32
+            raw = _model_bytes(model, words)
+        return cls(pid, T, raw, signing_key.to_pem(), cert.encode(), ca_key.to_bytes(), global_hash, seed,
+                   words=bool(words))
+
+    @property
+    def has_model(self) -> bool:
+        return bool(self.model)
+
+    def with_model(self, model: np.ndarray) -> "SessionState":
+        """This state with W_i^T added once training ended (once only, of the session's kind)."""
+        if self.has_model:
+            raise ConfigError(f"participant {self.pid} already has its model for round {self.T}")
+        if (np.asarray(model).dtype == np.uint32) != self.words:
+            raise ConfigError(f"session expects {'ring words' if self.words else 'a float32 model'}, "
+                              f"got {np.asarray(model).dtype}")
+        raw = _model_bytes(model, self.words)
+        if not raw:
+            raise ConfigError("a model has at least one coordinate")
+        return replace(self, model=raw)
 
     def encode(self) -> bytes:
         w = Writer().u8(_VERSION).u8(int(self.words)).u32(self.pid).u64(self.T)
@@ -114,9 +144,10 @@ class SessionState:
         ca = CertificateAuthority.verifier(VerifyKey.from_bytes(self.ca_key))
         opening = self.inbox[0] if self.inbox else first
         grouped = opening is not None and peek_type(opening) is MsgType.GROUP_OPEN
+        model = np.frombuffer(self.model, dtype=_DTYPES[int(self.words)]).astype(
+            np.uint32 if self.words else np.float32) if self.has_model else None
         args = (
-            self.pid, self.T, np.frombuffer(self.model, dtype=_DTYPES[int(self.words)]).astype(
-                np.uint32 if self.words else np.float32),
+            self.pid, self.T, model,
             SigningKey.from_pem(self.signing_key), Certificate.decode(self.cert), ca, self.global_hash,
             SeededRandom(self.seed, _SEED_LABEL),
         )

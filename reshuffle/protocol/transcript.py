@@ -61,12 +61,21 @@ def check_certificate(
     signatures: Iterable[tuple[int, bytes]],
     keys: Mapping[int, VerifyKey],
     t: int,
+    *,
+    every: bool = False,
 ) -> list[int]:
-    """Signers whose signature on ``(T, m, U_m, h)`` verifies; Refused if fewer than t distinct U_m members."""
+    """Signers whose signature on ``(T, m, U_m, h)`` verifies; Refused if fewer than t distinct U_m members.
+
+    The check stops at the first t valid signatures (t members certifying one view is the whole
+    claim; the honest PS relays every consent it got, so checking past t only costs verifications);
+    ``every=True`` checks them all.
+    """
     members = set(online)
     stmt = consent_statement(T, m, sorted(members), h)
-    good = []
+    good: list[int] = []
     for pid, sig in signatures:
+        if len(good) >= t and not every:
+            break
         if pid not in members or pid in good:
             continue
         try:
