@@ -170,25 +170,34 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     data = _run_with_progress(cfg, out, quiet=args.quiet)
-    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds; outputs in {out}")
+    diverged = f"; the global model diverged in round {data['diverged_at']}" if data["diverged_at"] else ""
+    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds{diverged}; outputs in {out}")
     return 0
 
 
 def _run_with_progress(cfg, out: str, quiet: bool) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from reshuffle.sim import Simulation, write_outputs
+    from reshuffle.sim import Simulation, write_metrics, write_outputs
 
     sim = Simulation(cfg)  # loads data and validates before any output
+    records: list = []
+
+    def save(rec) -> None:
+        records.append(rec)
+        write_metrics(out, sim.result(records))  # atomically, so an interrupted run keeps its rounds
+
     if quiet:
-        return write_outputs(out, sim.result(sim.run()))
+        return write_outputs(out, sim.result(sim.run(save)))
     cols = (TextColumn("round"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn())
     with Progress(*cols, transient=False) as bar:
         task = bar.add_task("rounds", total=cfg.rounds, status="training")
 
         def on_round(rec) -> None:
-            det = f" tpr {rec.tpr:.2f} fpr {rec.fpr:.2f}" if rec.tpr is not None and rec.fpr is not None else ""
-            bar.update(task, advance=1, status=f"accuracy {rec.accuracy:.4f}{det}")
+            save(rec)
+            det = "".join(f" {k} {v:.2f}" for k, v in (("tpr", rec.tpr), ("fpr", rec.fpr)) if v is not None)
+            status = f"skipped ({rec.skipped})" if rec.skipped else f"accuracy {rec.accuracy:.4f}{det}"
+            bar.update(task, advance=1, status=status)
 
         data = sim.result(sim.run(on_round))
     write_outputs(out, data)

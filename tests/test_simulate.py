@@ -25,7 +25,17 @@ def clean():
 
 def test_clean_fedavg_learns(clean):
     assert clean["final_accuracy"] > 0.9
-    assert all(r["tpr"] is None and r["fpr"] is None and r["attack_success"] is None for r in clean["rounds"])
+    assert all(r["tpr"] is None and r["attack_success"] is None for r in clean["rounds"])
+    # FedAvg flags nothing: the clean run's FPR is a number, and zero.
+    assert clean["fpr"] == 0.0 and all(r["fpr"] == 0.0 for r in clean["rounds"])
+    assert clean["honest_rows"] == 4 * 10 and clean["malicious_rows"] == 0
+
+
+def test_clean_run_records_the_rules_false_positives():
+    d = simulate(SimConfig(**FAST, shuffle="ideal", rule="multi-krum", f=2))
+    # Multi-Krum keeps n - f rows, so with nobody attacking it flags 2 honest rows per round.
+    assert d["honest_flagged"] == 4 * 2 and d["fpr"] == pytest.approx(0.2)
+    assert d["tpr"] is None
 
 
 @pytest.mark.parametrize("attack", ["sign-flip", "gaussian", "scaling"])

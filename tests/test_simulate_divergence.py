@@ -44,12 +44,15 @@ def test_diverged_local_training_loses_every_model_and_the_run_goes_on():
     start = float(np.mean(predict(sim.model, sim.W_g, sim.data.x_test) == sim.data.y_test))
     # Execute
     recs = sim.run()
-    # Assert: no model reaches the PS, every loss is explained, and W_g stays the initial model
+    # Assert: no model reaches the PS, every loss is explained, W_g stays the initial model, and the
+    # round is marked diverged (every client diverged) and skipped with the reason
     for rec in recs:
         assert rec.models_received == 0
         assert sorted(rec.lost) == list(range(8))
         assert all(c.startswith("local training diverged: ") for c in rec.lost.values())
-        assert rec.accuracy == start and not rec.diverged
+        assert rec.accuracy == start and rec.diverged
+        assert rec.skipped.startswith("no model delivered") and "8 local training diverged" in rec.skipped
+    assert np.isfinite(sim.W_g).all()
 
 
 def test_a_nan_global_model_is_reported_as_diverged_not_as_a_backdoor_hit():

@@ -9,19 +9,33 @@ import importlib
 
 _WHERE = {
     "SHUFFLES": "config", "SimConfig": "config", "from_mapping": "config", "load_toml": "config",
-    "metrics": "report", "write_outputs": "report",
-    "RoundRecord": "simulator", "Simulation": "simulator", "canonical_order": "simulator",
+    "metrics": "report", "write_metrics": "report", "write_outputs": "report",
+    "RoundRecord": "record", "Simulation": "simulator", "canonical_order": "simulator",
     "observed_updates": "simulator",
 }
 
 
 def simulate(cfg, out_dir=None, on_round=None, plots: bool = True) -> dict:
-    """Run ``cfg``; write outputs to ``out_dir`` if given; return the metrics.json object."""
-    from reshuffle.sim.report import write_outputs
+    """Run ``cfg``; return the metrics.json object.
+
+    With ``out_dir``, metrics.json and metrics.csv are rewritten atomically
+    after every round (a run stopped at any point keeps its finished rounds)
+    and the plots are drawn at the end.
+    """
+    from reshuffle.sim.report import write_metrics, write_outputs
     from reshuffle.sim.simulator import Simulation
 
     sim = Simulation(cfg)
-    data = sim.result(sim.run(on_round))
+    records: list = []
+
+    def each(rec) -> None:
+        records.append(rec)
+        if out_dir is not None:
+            write_metrics(out_dir, sim.result(records))
+        if on_round:
+            on_round(rec)
+
+    data = sim.result(sim.run(each))
     if out_dir is not None:
         write_outputs(out_dir, data, plots=plots)
     return data

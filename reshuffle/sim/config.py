@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -64,6 +65,7 @@ class SimConfig:
     plugins: list[str] = field(default_factory=list)
     adversary: str = "none"
     adversary_options: dict[str, Any] = field(default_factory=dict)
+    eval_subset: int | None = None  # test samples evaluated in every round but the last; None: all
 
     @property
     def n_malicious(self) -> int:
@@ -98,14 +100,17 @@ class SimConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{name} must be a positive int, got {v!r}")
+        if self.eval_subset is not None and (not isinstance(self.eval_subset, int) or isinstance(self.eval_subset, bool)
+                                             or self.eval_subset < 1):
+            raise ConfigError(f"eval_subset must be a positive int or absent, got {self.eval_subset!r}")
         if self.clients < 2:
             raise ConfigError(f"a federation needs at least 2 clients, got {self.clients}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative int, got {self.seed!r}")
         for name in ("lr", "alpha"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not v > 0:
-                raise ConfigError(f"{name} must be a positive number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
+                raise ConfigError(f"{name} must be a positive finite number, got {v!r}")
         for name in ("malicious", "dropout"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not 0 <= v < 1:

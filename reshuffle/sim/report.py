@@ -3,54 +3,99 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from reshuffle.errors import ConfigError
-
-if TYPE_CHECKING:
-    from reshuffle.sim.simulator import RoundRecord
+from reshuffle.sim.record import RoundRecord, finite_or_none
 
 
 def default_out_dir(root: str | Path = "outputs/simulate") -> Path:
     return Path(root) / time.strftime("%Y%m%d-%H%M%S")
 
 
-def metrics(config: dict[str, Any], records: Sequence["RoundRecord"], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The metrics.json object: ``config``, ``final_accuracy``, ``rounds`` and ``extra``'s keys."""
+def _rate(num: int, den: int) -> float | None:
+    return num / den if den else None
+
+
+def metrics(config: dict[str, Any], records: Sequence[RoundRecord], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The metrics.json object.
+
+    ``final_accuracy`` and ``final_attack_success`` are the last round's;
+    ``tpr`` and ``fpr`` pool every round's rows (flagged malicious rows over
+    malicious rows delivered, flagged honest rows over honest rows delivered),
+    so ``fpr`` is a number on clean runs and each malicious row counts once;
+    ``diverged_at`` is the first round whose global model diverged (None if
+    none did); ``skipped_rounds`` lists the rounds that left the global model
+    unchanged, with why. NaN/Inf values become null.
+    """
+    last = records[-1] if records else None
+    pooled = {k: sum(getattr(r, k) for r in records)
+              for k in ("honest_rows", "honest_flagged", "malicious_rows", "malicious_flagged")}
     out = {
         "config": config,
-        "final_accuracy": records[-1].accuracy if records else None,
+        "rounds_run": len(records),
+        "final_accuracy": last.accuracy if last else None,
+        "final_attack_success": last.attack_success if last else None,
+        "tpr": _rate(pooled["malicious_flagged"], pooled["malicious_rows"]),
+        "fpr": _rate(pooled["honest_flagged"], pooled["honest_rows"]),
+        **pooled,
+        "diverged_at": next((r.round for r in records if r.diverged), None),
+        "skipped_rounds": {str(r.round): r.skipped for r in records if r.skipped},
         "rounds": [asdict(r) for r in records],
     }
     out.update(extra or {})
-    return out
+    return finite_or_none(out)
 
 
-def write_outputs(out_dir: str | Path, data: dict[str, Any], plots: bool = True) -> dict[str, Any]:
-    """Write metrics.json, metrics.csv and (unless ``plots`` is False) the PNG plots; return ``data``."""
+def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader (or a crash) sees the old file or the new one, never half."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_metrics(out_dir: str | Path, data: dict[str, Any]) -> None:
+    """Write metrics.json and metrics.csv atomically (called after every round)."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create output folder {out}: {exc}") from None
-    (out / "metrics.json").write_text(json.dumps(data, indent=2) + "\n")
+    _atomic_write(out / "metrics.json", json.dumps(data, indent=2, allow_nan=False) + "\n")
     rounds = data["rounds"]
     phases = sorted({k for r in rounds for k in r["seconds"]})
     byte_keys = sorted({k for r in rounds for k in r["bytes"]})
-    with open(out / "metrics.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["round", "accuracy", "attack_success", "tpr", "fpr", "models_received", "models_accepted"]
-                   + [f"seconds_{p}" for p in phases] + [f"bytes_{b}" for b in byte_keys])
-        for r in rounds:
-            w.writerow([r["round"], r["accuracy"], _blank(r["attack_success"]), _blank(r["tpr"]), _blank(r["fpr"]),
-                        r["models_received"], r["models_accepted"]]
-                       + [r["seconds"].get(p, 0.0) for p in phases] + [r["bytes"].get(b, 0) for b in byte_keys])
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["round", "accuracy", "attack_success", "tpr", "fpr", "models_received", "models_accepted", "skipped"]
+               + [f"seconds_{p}" for p in phases] + [f"bytes_{b}" for b in byte_keys])
+    for r in rounds:
+        w.writerow([r["round"], _blank(r["accuracy"]), _blank(r["attack_success"]), _blank(r["tpr"]),
+                    _blank(r["fpr"]), r["models_received"], r["models_accepted"], _blank(r.get("skipped"))]
+                   + [r["seconds"].get(p, 0.0) for p in phases] + [r["bytes"].get(b, 0) for b in byte_keys])
+    _atomic_write(out / "metrics.csv", buf.getvalue())
+
+
+def write_outputs(out_dir: str | Path, data: dict[str, Any], plots: bool = True) -> dict[str, Any]:
+    """Write metrics.json, metrics.csv and (unless ``plots`` is False) the PNG plots; return ``data``."""
+    write_metrics(out_dir, data)
+    rounds = data["rounds"]
     if plots and rounds:
-        _plots(out, rounds, phases)
+        _plots(Path(out_dir), rounds, sorted({k for r in rounds for k in r["seconds"]}))
     return data
 
 
@@ -58,18 +103,24 @@ def _blank(v: Any) -> Any:
     return "" if v is None else v
 
 
+def _nan(v: Any) -> float:
+    return float("nan") if v is None else v
+
+
 def _plots(out: Path, rounds: list[dict], phases: list[str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     xs = [r["round"] for r in rounds]
     fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.plot(xs, [r["accuracy"] for r in rounds], marker="o", label="test accuracy")
+    ax.plot(xs, [_nan(r["accuracy"]) for r in rounds], marker="o", label="test accuracy")
     if any(r["attack_success"] is not None for r in rounds):
-        ax.plot(xs, [r["attack_success"] for r in rounds], marker="x", label="attack success")
+        ax.plot(xs, [_nan(r["attack_success"]) for r in rounds], marker="x", label="attack success")
     ax.set(xlabel="round", ylabel="fraction", ylim=(0, 1), title="Accuracy per round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "accuracy.png", dpi=120)
@@ -77,12 +128,15 @@ def _plots(out: Path, rounds: list[dict], phases: list[str]) -> None:
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
     if any(r["tpr"] is not None for r in rounds):
-        ax.plot(xs, [r["tpr"] for r in rounds], marker="o", label="TPR (malicious rejected)")
-        ax.plot(xs, [r["fpr"] for r in rounds], marker="x", label="FPR (honest rejected)")
+        ax.plot(xs, [_nan(r["tpr"]) for r in rounds], marker="o", label="TPR (malicious flagged)")
+    if any(r["fpr"] is not None for r in rounds):
+        ax.plot(xs, [_nan(r["fpr"]) for r in rounds], marker="x", label="FPR (honest flagged)")
         ax.legend()
     else:
-        ax.text(0.5, 0.5, "no attackers: detection rates undefined", ha="center", va="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no rows delivered: detection rates undefined", ha="center", va="center",
+                transform=ax.transAxes)
     ax.set(xlabel="round", ylabel="rate", ylim=(-0.05, 1.05), title="Detection rates")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(out / "detection.png", dpi=120)
     plt.close(fig)
@@ -94,6 +148,7 @@ def _plots(out: Path, rounds: list[dict], phases: list[str]) -> None:
         ax.bar(xs, vals, bottom=bottom, label=ph)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set(xlabel="round", ylabel="seconds", title="Time per phase")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize="small", ncol=2)
     fig.tight_layout()
     fig.savefig(out / "time.png", dpi=120)

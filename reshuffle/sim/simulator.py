@@ -20,18 +20,25 @@ Per round T (docs/protocol.md §5):
 
 Only the evaluator (``_detection``) uses the ground-truth positions, to score the
 rule's choice; the rule itself sees the anonymous rows alone.
+
+A round never ends the run. When fewer models are delivered than the shuffle
+needs (fewer than max(2, t) participants alive: every client diverged, dropped,
+was banned or blamed; the same rule in every shuffle mode) or the rule refuses
+the rows it gets, the global model stays and the record's ``skipped`` says why.
+A diverged global model is a result: the run goes on to its last round and
+``metrics.json`` names the first diverged round (``diverged_at``).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from reshuffle.attacks import Attack, make_attack
+from reshuffle.attacks import Attack, RoundView, make_attack
 from reshuffle.clients import (
     NO_LABEL, BatchedTrainer, Dataset, TrainConfig, build_model, get_flat, load_dataset, local_train, partition,
     predict,
@@ -42,28 +49,10 @@ from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PHASES
 from reshuffle.server import Rule, make_rule
 from reshuffle.sim.config import SimConfig
+from reshuffle.sim.record import RoundRecord
 from reshuffle.sim.report import metrics
 
-
-@dataclass
-class RoundRecord:
-    round: int
-    accuracy: float
-    attack_success: float | None
-    tpr: float | None
-    fpr: float | None
-    seconds: dict[str, float]
-    bytes: dict[str, float]
-    models_received: int
-    models_accepted: int
-    dropped: list[int] = field(default_factory=list)
-    #: client → why its model is missing from this round ("dropout at <phase>", "no slot", "blamed: ...").
-    lost: dict[int, str] = field(default_factory=dict)
-    #: client → what the protocol named it for in this round, with its evidence (never an honest client).
-    blamed: dict[int, str] = field(default_factory=dict)
-    #: The global model after this round has NaN/Inf parameters or outputs on the test set; such
-    #: outputs predict no class (they count as wrong and never as the backdoor target).
-    diverged: bool = False
+__all__ = ["RoundRecord", "Simulation", "canonical_order", "observed_updates"]
 
 
 def _seed(*parts: int) -> int:
@@ -122,6 +111,15 @@ def unencodable(models: list[np.ndarray], why: str) -> dict[int, str]:
     return out
 
 
+def _loss_summary(lost: dict[int, str]) -> str:
+    """'3 local training diverged, 2 dropout at setup' from client → cause."""
+    kinds: dict[str, int] = {}
+    for cause in lost.values():
+        kind = cause.split(":")[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) or "no client sent one"
+
+
 def canonical_order(models: list[np.ndarray]) -> list[int]:
     """Row order by SHA-256 of each model's bytes: independent of who sent what."""
     return sorted(range(len(models)), key=lambda i: hashlib.sha256(models[i].tobytes()).digest())
@@ -144,11 +142,20 @@ class Simulation:
         self.root = rng.choice(len(self.data.y_train), size=min(cfg.root_samples, len(self.data.y_train)), replace=False)
         self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
-        self.codec = RoundParams.default(cfg.clients, self.W_g.size, group=cfg.group).codec
+        params = RoundParams.default(cfg.clients, self.W_g.size, group=cfg.group)
+        self.codec, self.threshold = params.codec, max(2, params.t)
+        self.eval_idx = self._eval_subset()
         self.pool_x, self.pool_y, self.client_idx = self._client_data()
         self.trainer = self._trainer()
         self._round = 0
         self.banned: dict[int, int] = {}  # client → round in which the protocol named it
+
+    def _eval_subset(self) -> np.ndarray | None:
+        """A fixed test subset for every round but the last (``eval_subset``), or None: the whole test set."""
+        k, n = self.cfg.eval_subset, len(self.data.y_test)
+        if k is None or k >= n:
+            return None
+        return np.sort(np.random.default_rng(_seed(self.cfg.seed, 8)).choice(n, size=k, replace=False))
 
     def _adversaries(self) -> list:
         if self.cfg.adversary == "none":
@@ -206,6 +213,11 @@ class Simulation:
         x, y = self.data.x_train[self.root], self.data.y_train[self.root]
         return local_train(self.model, self.W_g, x, y, self.train_cfg, _seed(self.cfg.seed, self._round, 2)) - self.W_g
 
+    def _trained(self, T: int) -> list[int]:
+        """The clients that train locally (attackers whose attack ignores its own training do not)."""
+        skip = set(self.malicious) if self.attacked and not self.attack.uses_own_training else set()
+        return [i for i in range(self.cfg.clients) if i not in skip]
+
     def _train(self, T: int) -> tuple[list[np.ndarray], float, float]:
         """Local models of all clients; (models, seconds per client, total seconds).
 
@@ -213,9 +225,7 @@ class Simulation:
         sequential, the batched computation's time divided by the clients in it
         otherwise (an estimate of one client's time in a deployment).
         """
-        mal = set(self.malicious)
-        skip = mal if self.attacked and not self.attack.uses_own_training else set()
-        who = [i for i in range(self.cfg.clients) if i not in skip]
+        who = self._trained(T)
         seeds = [_seed(self.cfg.seed, T, 3, i) for i in who]
         models = [self.W_g.copy() for _ in range(self.cfg.clients)]
         t_all = time.perf_counter()
@@ -251,13 +261,33 @@ class Simulation:
         U_own = np.stack([models[i] - self.W_g for i in mal])
         U_honest = np.stack([models[i] - self.W_g for i in honest]) if honest else U_own[:0]
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 4))
-        bad = self.attack(observed_updates(self.attack, U_own, U_honest), len(mal), rng)
+        if self.attack.rule_aware:
+            bad = self.attack.craft(self._round_view(U_own, U_honest, T), rng)
+        else:
+            bad = self.attack(observed_updates(self.attack, U_own, U_honest), len(mal), rng)
         if bad.shape != (len(mal), self.W_g.size):
             raise ConfigError(f"attack {self.cfg.attack!r} returned {bad.shape} (need {(len(mal), self.W_g.size)})")
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is recorded as a cause below
             for row, i in enumerate(mal):
                 models[i] = (self.W_g + bad[row]).astype(np.float32)
         return {i: c for i, c in unencodable(models, "attack output").items() if i in set(mal)}
+
+    def _round_view(self, U_own: np.ndarray, U_honest: np.ndarray, T: int) -> RoundView:
+        """What rule-aware colluders see: both sets of updates and the deployed rule, on their own copy.
+
+        The copy is the run's rule with its configuration, pre-aggregators and
+        seed (the strongest colluders know all of it); the rows they test pass
+        through the same fixed-point encoding as real uploads.
+        """
+        rule = copy.deepcopy(self.rule)
+        W_g, codec = self.W_g, self.codec
+
+        def decide(U: np.ndarray):
+            U = np.asarray(U, dtype=np.float64)
+            rows = codec.roundtrip((W_g + U).astype(np.float32)).astype(np.float64) - W_g
+            return rule.decide(rows, round=T)
+
+        return RoundView(own=U_own, honest=U_honest, decide=decide, round=T)
 
     def _dropouts(self, T: int) -> dict[str, list[int]]:
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 5))
@@ -275,6 +305,7 @@ class Simulation:
             r = shuffle(models, dropouts=dropouts, T=T, global_model=self.W_g.tobytes(), group=cfg.group,
                         adversaries=self._adversaries(), raise_on_failure=False, group_size=cfg.group_size)
             self._blamed = dict(r.blamed)
+            self._failure = r.failure
             secs = {ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()}
             per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in r.stats.values())
             ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in r.stats.values())
@@ -284,6 +315,11 @@ class Simulation:
         lost = {i: f"dropout at {ph}" for ph, ids in dropouts.items() if ph != "unmask" for i in ids}
         alive = [i for i in range(cfg.clients) if i not in lost]
         t0 = time.perf_counter()
+        per_p = 4.0 * self.W_g.size
+        if len(alive) < self.threshold:
+            # As in the real round: below its threshold the shuffle delivers nothing.
+            self._failure = f"{len(alive)} of {cfg.clients} clients alive, the shuffle needs {self.threshold}"
+            return [], {}, lost, {"shuffle": time.perf_counter() - t0}, {"per_participant": per_p, "ps_total": 0.0}
         if cfg.shuffle == "ideal":
             got, pos = ideal_round([models[i] for i in alive], seed=_seed(cfg.seed, T, 6),
                                    b=self.codec.bits, f=self.codec.frac_bits, clip=self.codec.clip)
@@ -291,20 +327,20 @@ class Simulation:
         else:
             # Plaintext, but through the same fixed-point encoding as the real round.
             got, positions = [self.codec.roundtrip(models[i]) for i in alive], {i: row for row, i in enumerate(alive)}
-        per_p = 4.0 * self.W_g.size
         secs = {"shuffle": time.perf_counter() - t0}
         return got, positions, lost, secs, {"per_participant": per_p, "ps_total": per_p * len(alive)}
 
-    def _detection(self, positions: dict[int, int], accepted: set[int]) -> tuple[float | None, float | None]:
-        """TPR = rejected malicious / malicious received; FPR = rejected honest / honest received."""
-        if not self.attacked:
-            return None, None
-        mal = set(self.malicious)
+    def _detection(self, positions: dict[int, int], accepted: set[int]) -> dict[str, int]:
+        """Rows delivered and rows flagged (not accepted), honest and malicious, counted per row.
+
+        Without an attack every client is honest, so clean runs measure the
+        rule's false positives too.
+        """
+        mal = set(self.malicious) if self.attacked else set()
         m_rows = [r for i, r in positions.items() if i in mal]
         h_rows = [r for i, r in positions.items() if i not in mal]
-        tpr = sum(r not in accepted for r in m_rows) / len(m_rows) if m_rows else None
-        fpr = sum(r not in accepted for r in h_rows) / len(h_rows) if h_rows else None
-        return tpr, fpr
+        return {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
+                "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows)}
 
     def step(self) -> RoundRecord:
         """Run one round and return its record."""
@@ -313,6 +349,8 @@ class Simulation:
         seconds: dict[str, float] = {}
         models, seconds["training"], seconds["training_total"] = self._train(T)
         broken = unencodable(models, "local training diverged")
+        # Every client that trained diverged: the run has diverged even if W_g itself is finite.
+        all_diverged = len(broken) > 0 and len(broken) == len(self._trained(T))
         broken.update(self._apply_attack(models, T, broken))
         for i in broken:
             # Never sent (a setup dropout sends nothing); the protocol's participant refuses NaN/Inf models.
@@ -323,6 +361,7 @@ class Simulation:
             # (as a setup dropout would).
             dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(self.banned) | set(broken))
         self._blamed: dict[int, str] = {}
+        self._failure: str | None = None
         got, positions, lost, phase_s, nbytes = self._shuffle(models, dropouts, T)
         seconds.update(phase_s)
         lost.update(broken)
@@ -330,54 +369,70 @@ class Simulation:
             lost[i] = f"banned: blamed in round {self.banned[i]}"
         for i in self._blamed:
             self.banned.setdefault(i, T)
+        skipped, accepted, counts = None, [], self._detection({}, set())
         if not got:
-            # Nothing delivered (e.g. a jammed round that named its jammer, or every model diverged): W_g stays.
-            pred = predict(self.model, self.W_g, self.data.x_test)
-            return RoundRecord(
-                round=T, accuracy=float(np.mean(pred == self.data.y_test)), attack_success=self._success(), tpr=None,
-                fpr=None,
-                seconds=seconds, bytes=nbytes, models_received=0, models_accepted=0,
-                dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
-                diverged=self._diverged(pred),
-            )
+            # Nothing delivered (a jammed round that named its jammer, every model diverged, too few
+            # alive for the shuffle): W_g stays.
+            why = _loss_summary(lost)
+            skipped = f"no model delivered: {self._failure} ({why})" if self._failure else f"no model delivered ({why})"
+        else:
+            t0 = time.perf_counter()
+            order = canonical_order(got)
+            row_of = {old: new for new, old in enumerate(order)}
+            positions = {i: row_of[r] for i, r in positions.items()}
+            U = np.stack([got[j] for j in order]).astype(np.float64) - self.W_g
+            try:
+                decision = self.rule.decide(U, round=T)  # one call: randomized rules draw from (seed, T)
+            except ConfigError as exc:
+                # Too few rows for the rule's assumptions (e.g. Krum needs n > 2f + 2): W_g stays.
+                skipped = f"rule {self.cfg.rule!r} refused {len(got)} rows: {exc}"
+            else:
+                accepted = list(decision.accepted)
+                counts = self._detection(positions, set(accepted))
+                with np.errstate(over="ignore", invalid="ignore"):
+                    self.W_g = (self.W_g + decision.aggregate).astype(np.float32)
+            seconds["detection"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        order = canonical_order(got)
-        row_of = {old: new for new, old in enumerate(order)}
-        positions = {i: row_of[r] for i, r in positions.items()}
-        U = np.stack([got[j] for j in order]).astype(np.float64) - self.W_g
-        decision = self.rule.decide(U, round=T)  # one call: randomized rules draw from (seed, T)
-        accepted, agg = list(decision.accepted), decision.aggregate
-        self.W_g = (self.W_g + agg).astype(np.float32)
-        seconds["detection"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        pred = predict(self.model, self.W_g, self.data.x_test)
-        accuracy = float(np.mean(pred == self.data.y_test))
-        success = self._success()
+        x, y = self._eval_set(last=T == self.cfg.rounds)
+        pred = predict(self.model, self.W_g, x)
+        accuracy = float(np.mean(pred == y))
+        success = self._success(x, y)
         seconds["evaluation"] = time.perf_counter() - t0
-        tpr, fpr = self._detection(positions, set(accepted))
         return RoundRecord(
-            round=T, accuracy=accuracy, attack_success=success, tpr=tpr, fpr=fpr, seconds=seconds, bytes=nbytes,
-            models_received=len(got), models_accepted=len(accepted),
+            round=T, accuracy=accuracy, attack_success=success,
+            tpr=counts["malicious_flagged"] / counts["malicious_rows"] if counts["malicious_rows"] else None,
+            fpr=counts["honest_flagged"] / counts["honest_rows"] if counts["honest_rows"] else None,
+            seconds=seconds, bytes=nbytes, models_received=len(got), models_accepted=len(accepted),
             dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
-            diverged=self._diverged(pred),
+            diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y), **counts,
         )
 
-    def _success(self) -> float | None:
+    def _eval_set(self, last: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The test subset (``eval_subset``) in every round but the last; the whole test set otherwise."""
+        if self.eval_idx is None or last:
+            return self.data.x_test, self.data.y_test
+        return self.data.x_test[self.eval_idx], self.data.y_test[self.eval_idx]
+
+    def _success(self, x: np.ndarray, y: np.ndarray) -> float | None:
         """The attack's success score on the current global model (None without attackers)."""
         if not self.attacked:
             return None
-        return self.attack.success(lambda x: predict(self.model, self.W_g, x), self.data.x_test,
-                                   self.data.y_test, self.data.num_classes)
+        return self.attack.success(lambda x_: predict(self.model, self.W_g, x_), x, y, self.data.num_classes)
 
     def _diverged(self, pred: np.ndarray) -> bool:
         """The global model has NaN/Inf parameters, or outputs that predict no class on the test set."""
         return bool(non_finite(self.W_g) or np.any(pred == NO_LABEL))
 
-    def run(self, on_round: Callable[[RoundRecord], None] | None = None) -> list[RoundRecord]:
-        records = []
-        for _ in range(self.cfg.rounds):
+    def run(self, on_round: Callable[[RoundRecord], None] | None = None,
+            records: list[RoundRecord] | None = None) -> list[RoundRecord]:
+        """Run the remaining rounds; ``on_round`` is called after each with its record.
+
+        ``records`` are rounds already run (a resumed run); they are kept and
+        extended.
+        """
+        records = list(records or [])
+        while self._round < self.cfg.rounds:
             rec = self.step()
             records.append(rec)
             if on_round:
