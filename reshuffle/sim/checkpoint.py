@@ -70,7 +70,7 @@ def path_of(folder: str | Path) -> Path:
 
 
 def _digest(a: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+    return hashlib.sha256(a.tobytes(order="C")).hexdigest()
 
 
 def save(folder: str | Path, ckpt: Checkpoint) -> Path:
@@ -86,7 +86,7 @@ def save(folder: str | Path, ckpt: Checkpoint) -> Path:
                    for n, a in ckpt.arrays.items()},
     }
     members = {META: np.frombuffer(_canonical(meta), dtype=np.uint8)}
-    members.update({_ARRAY + n: np.ascontiguousarray(a) for n, a in ckpt.arrays.items()})
+    members.update({_ARRAY + n: a for n, a in ckpt.arrays.items()})
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -157,3 +157,71 @@ def check_config(ckpt: Checkpoint, config: dict[str, Any], where: str) -> None:
             if _canonical(config.get(k)) != _canonical(ckpt.config.get(k))]
     raise CheckpointError(f"{where} was checkpointed with another configuration ({'; '.join(diff)}); "
                           "a run resumes only with the settings it started with")
+
+
+# --- reshuffle simulate --------------------------------------------------------------
+SIMULATE = "simulate"
+
+
+def run_identity(cfg) -> dict[str, Any]:
+    """A simulation's settings as a checkpoint records them: all but the output folder."""
+    return {k: v for k, v in cfg.as_dict().items() if k != "out"}
+
+
+def simulation_checkpoint(sim, records: list) -> Checkpoint:
+    """The checkpoint of ``sim`` after its last round, with ``records`` (every round so far)."""
+    from dataclasses import asdict
+
+    arrays, state = sim.state()
+    return Checkpoint(SIMULATE, state["round"], run_identity(sim.cfg), arrays,
+                      {"simulation": state, "rounds": [asdict(r) for r in records]})
+
+
+def load_simulation(folder: str | Path) -> tuple[Any, Checkpoint]:
+    """(configuration, checkpoint) of the simulation whose output folder is ``folder``.
+
+    The configuration is rebuilt and validated by this version of Re-Shuffle; one it
+    reads differently (a setting added, removed or changed) is refused.
+    """
+    from reshuffle.sim.config import SimConfig, from_mapping
+
+    ck = load(folder, kind=SIMULATE)
+    try:
+        cfg = from_mapping(dict(ck.config, out=str(folder)), SimConfig(), source=f"checkpoint in {folder}")
+    except ConfigError as exc:
+        raise CheckpointError(str(exc)) from None
+    check_config(ck, run_identity(cfg), f"the simulation in {folder}")
+    return cfg, ck
+
+
+def _record(d: Any, where: Path):
+    from reshuffle.sim.record import RoundRecord
+
+    try:
+        r = RoundRecord(**d)
+        # JSON object keys are strings; the records use client numbers.
+        r.lost = {int(k): v for k, v in r.lost.items()}
+        r.blamed = {int(k): v for k, v in r.blamed.items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"{where}: a round record does not match this version ({exc})") from None
+    return r
+
+
+def restore_simulation(sim, ck: Checkpoint) -> list:
+    """Put ``sim`` (built from the checkpoint's configuration) after the checkpoint's round; return its records."""
+    where = Path("checkpoint") if sim.cfg.out is None else path_of(sim.cfg.out)
+    check_config(ck, run_identity(sim.cfg), "this simulation")
+    W = ck.arrays.get("global_model")
+    if W is None or W.dtype != sim.W_g.dtype or W.shape != sim.W_g.shape:
+        raise CheckpointError(f"{where}: no global model of {sim.W_g.dtype} and shape {sim.W_g.shape}")
+    state, rounds = ck.state.get("simulation"), ck.state.get("rounds")
+    if (not isinstance(state, dict) or state.get("round") != ck.round or not isinstance(state.get("banned"), dict)
+            or not isinstance(rounds, list) or len(rounds) != ck.round):
+        raise CheckpointError(f"{where}: simulation state incomplete for round {ck.round}")
+    if ck.round > sim.cfg.rounds:
+        raise CheckpointError(f"{where}: round {ck.round} is past the run's {sim.cfg.rounds} rounds")
+    records = [_record(r, where) for r in rounds]
+    if [r.round for r in records] != list(range(1, ck.round + 1)):
+        raise CheckpointError(f"{where}: the round records are not rounds 1..{ck.round}")
+    sim.restore({"global_model": W}, state)
+    return records
