@@ -33,7 +33,8 @@ from reshuffle.flower.grid import ReshuffleGrid, RoundReport
 from reshuffle.server import make_rule
 from reshuffle.sim import checkpoint
 from reshuffle.sim.report import metrics, write_outputs
-from reshuffle.sim.simulator import RoundRecord, canonical_order
+from reshuffle.sim.record import RoundRecord
+from reshuffle.sim.simulator import canonical_order
 
 app = ServerApp()
 
@@ -139,7 +140,8 @@ class _Run:
     def _kept(self, T: int, d: Delivery, why: str, seconds: dict) -> None:
         """A round that keeps W_g: recorded, with its reason."""
         print(f"[reshuffle] round {T}: {len(d.models)} usable models; W_g kept ({why})", flush=True)
-        self.records.append(RoundRecord(T, self.accuracy(), None, None, None, seconds, {}, len(d.models), 0))
+        self.records.append(RoundRecord(T, self.accuracy(), None, None, None, seconds, {}, len(d.models), 0,
+                                        skipped=why))
         self.reports[-1]["outcome"] = f"W_g kept: {why}"
 
     def round(self, rgrid: ReshuffleGrid, T: int) -> None:

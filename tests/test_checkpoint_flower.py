@@ -1,0 +1,94 @@
+"""The project's Flower ServerApp resumes from its checkpoint: the right round, the saved model.
+
+The ServerApp is killed in the middle of a round (its Grid raises while the round's
+train messages go out) over the in-process Grid; a new ServerApp with the run-config
+key ``resume`` continues on fresh nodes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from flwr.app import Context, RecordDict
+
+from flower_helpers import LoopbackGrid
+from reshuffle.flower.reserved import RECORD
+from reshuffle.sim import checkpoint
+from reshuffle.sim.checkpoint import CheckpointError
+
+RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 4, "local-epochs": 1, "batch-size": 16,
+              "lr": 0.1, "rule": "multi-krum", "phase-timeout": 10.0}
+NODES = 5
+
+
+class Killed(BaseException):
+    """The ServerApp's process dies here."""
+
+
+def _train_models(lg: LoopbackGrid) -> list[tuple[int, np.ndarray]]:
+    """(round, W_g) of every train message the nodes received, in order."""
+    return [(int(m.content["config"]["server-round"]), m.content["arrays"].to_numpy_ndarrays()[0])
+            for m in lg.sent if RECORD in m.content and m.content[RECORD]["stage"] == "train"]
+
+
+def _server(out, kill_in_round: int | None = None, **run_config) -> LoopbackGrid:
+    from reshuffle.flower import client_app, server_app
+
+    def drop(node, msg):
+        if kill_in_round is not None and "config" in msg.content and \
+                msg.content["config"].get("server-round") == kill_in_round:
+            raise Killed
+        return False
+    lg = LoopbackGrid(client_app.app, NODES, drop=drop)
+    for c in lg.contexts.values():
+        c.run_config = dict(RUN_CONFIG)
+    cfg = {**RUN_CONFIG, "out-dir": str(out), **run_config}
+    server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
+    return lg
+
+
+def _comparable(m: dict) -> dict:
+    m = json.loads(json.dumps(m))
+    m["config"].pop("out")
+    for r in m["rounds"]:
+        r.pop("seconds")
+    for r in m["reshuffle"]:
+        for k in ("seconds", "phase_seconds", "protocol_bytes"):
+            r.pop(k)
+    return m
+
+
+def test_a_killed_server_app_resumes_at_the_next_round_with_the_saved_model(tmp_path):
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    _server(whole)
+    # Execute: killed while round 3's train messages go out; then resumed, on fresh nodes
+    with pytest.raises(Killed):
+        _server(killed, kill_in_round=3)
+    saved = checkpoint.load(killed, kind="flower")
+    assert saved.round == 2
+    lg = _server(tmp_path / "ignored", resume=str(killed), **{"out-dir": ""})
+    # Assert: the resumed app sent round 3 first, with the model saved after round 2
+    sent = _train_models(lg)
+    assert [T for T, _ in sent[::NODES]] == [3, 4]
+    assert sent[0][1].tobytes() == saved.arrays["global_model"].tobytes()
+    # ... wrote into the folder it resumed, and ended where the uninterrupted run ended
+    a, b = checkpoint.load(killed), checkpoint.load(whole)
+    assert a.round == b.round == 4
+    assert a.arrays["global_model"].tobytes() == b.arrays["global_model"].tobytes()
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (killed, whole))
+    assert _comparable(ma) == _comparable(mb)
+    assert [r["round"] for r in ma["reshuffle"]] == [1, 2, 3, 4]
+    assert not (tmp_path / "ignored").exists()
+
+
+def test_resume_refuses_other_settings_and_a_damaged_checkpoint(tmp_path):
+    with pytest.raises(Killed):
+        _server(tmp_path, kill_in_round=2)
+    with pytest.raises(CheckpointError, match="lr: 0.1 in the checkpoint, 0.5 now"):
+        _server(tmp_path, resume=str(tmp_path), lr=0.5)
+    raw = checkpoint.path_of(tmp_path).read_bytes()
+    checkpoint.path_of(tmp_path).write_bytes(raw[:-10])
+    with pytest.raises(CheckpointError, match="damaged or truncated"):
+        _server(tmp_path, resume=str(tmp_path))
