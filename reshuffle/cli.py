@@ -310,6 +310,25 @@ def cmd_redteam(args: argparse.Namespace) -> int:
     return 0 if all(r.holds for r in rows) else 1
 
 
+def cmd_soak(args: argparse.Namespace) -> int:
+    from reshuffle.flower.soak import SoakConfig, run_soak
+
+    cfg = SoakConfig.make(args.quick, args.rounds, args.nodes, args.seed, args.dir)
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else \
+        (lambda line: print(line, flush=True))
+    result = run_soak(cfg, say)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for r in result["rounds"]:
+            print(f"round {r['round']:>3}: {r['outcome']}; {r['models_delivered']}/{r['roster']} models delivered; "
+                  f"blamed {r['blamed'] or 'nobody'}; honest lost {r['honest_lost']}")
+        print(f"final accuracy {result['final_accuracy']:.4f} (fault-free run: {result['fault_free_accuracy']:.4f}); "
+              f"{result['resumes']} resume(s); {result['seconds']:.0f} s; "
+              + ("nothing honest named or lost" if result["ok"] else "FAILED: see the rounds above"))
+    return 0 if result["ok"] else 1
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (the usage stays behind ``--help``)."""
 
@@ -395,6 +414,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue the run whose output folder this is from its last finished round "
                           "(its own settings; only --quiet and --threads may come with it)")
     sim.set_defaults(func=cmd_simulate)
+
+    soak = sub.add_parser("soak", help="the Flower app on a real SuperLink and SuperNodes, under kills, pauses, "
+                                       "malformed messages and a ServerApp kill with resume")
+    soak.add_argument("--quick", action="store_true", help="2 rounds, 5 nodes, one node kill, one ServerApp kill")
+    soak.add_argument("--rounds", type=_positive(int), help="rounds (default 10; 2 with --quick)")
+    soak.add_argument("--nodes", type=_positive(int), help="SuperNodes (default 8; 5 with --quick)")
+    soak.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the fault plan and the run")
+    soak.add_argument("--dir", help="working folder for keys, logs and outputs (default: a new temporary folder)")
+    soak.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
+    soak.set_defaults(func=cmd_soak)
     return p
 
 

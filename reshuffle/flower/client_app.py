@@ -22,8 +22,30 @@ from reshuffle.errors import ConfigError, ReShuffleError
 from reshuffle.flower.common import ARRAYS, ATTACKER_METRIC, CONFIG, FORBIDDEN_CONFIG, METRICS, settings
 from reshuffle.flower.keys import NODE_PARTICIPANT_ID, SIM_PARTITION_ID
 from reshuffle.flower.mod import reshuffle_mod
+from reshuffle.flower.reserved import RECORD
 
-app = ClientApp(mods=[reshuffle_mod])
+NODE_FAULT = "fault"  # node_config: a simulated faulty node, the node's own choice (``reshuffle soak``)
+FAULTS = ("none", "malformed")
+
+
+def fault_mod(msg: Message, ctx: Context, call_next) -> Message:
+    """A node whose own config says ``fault="malformed"`` answers every protocol phase with garbled bytes.
+
+    Its train stage is honest, so it joins the roster; each later message it sends is
+    its real reply with every byte inverted. The round must drop it and go on.
+    """
+    fault = str(ctx.node_config.get(NODE_FAULT, "none"))
+    if fault not in FAULTS:
+        raise ConfigError(f"node_config {NODE_FAULT} must be one of {', '.join(FAULTS)}, got {fault!r}")
+    reply = call_next(msg, ctx)
+    if fault == "none" or reply.has_error() or RECORD not in reply.content or "data" not in reply.content[RECORD]:
+        return reply
+    garbled = [bytes(b ^ 0xFF for b in item) for item in reply.content[RECORD]["data"]]
+    reply.content[RECORD] = ConfigRecord({"data": garbled})
+    return reply
+
+
+app = ClientApp(mods=[fault_mod, reshuffle_mod])
 
 
 class TrainingDiverged(ReShuffleError):
