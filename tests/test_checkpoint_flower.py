@@ -92,3 +92,49 @@ def test_resume_refuses_other_settings_and_a_damaged_checkpoint(tmp_path):
     checkpoint.path_of(tmp_path).write_bytes(raw[:-10])
     with pytest.raises(CheckpointError, match="damaged or truncated"):
         _server(tmp_path, resume=str(tmp_path))
+
+
+def test_dropin_recipe_saves_with_flowers_evaluate_fn_and_resumes_with_initial_arrays(tmp_path):
+    # The recipe of docs/flower.md: a plain Flower strategy over ReshuffleGrid checkpoints its arrays and the
+    # grid's reports after every round through Strategy.start's evaluate_fn; a new run starts from them.
+    from dataclasses import asdict
+
+    from flwr.app import Array, ArrayRecord, MetricRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    from flower_helpers import toy_client_app
+    from reshuffle.flower.grid import ReshuffleGrid
+
+    def make(msg, ctx):
+        p = int(ctx.node_config["partition-id"])
+        arrs = {k: a.numpy() * 0.5 + p for k, a in msg.content["arrays"].items()}
+        return RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrs.items()}),
+                           "metrics": MetricRecord({"num-examples": 10})})
+
+    def run(rounds: int, start: ArrayRecord, done: int = 0, kill_after: int | None = None) -> ArrayRecord:
+        grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), phase_timeout=5)
+
+        def save(server_round: int, arrays: ArrayRecord):
+            if server_round > 0:
+                checkpoint.save(tmp_path, checkpoint.Checkpoint(
+                    "dropin", done + server_round, {"strategy": "fedavg"},
+                    {k: a.numpy() for k, a in arrays.items()},
+                    {"reshuffle": [asdict(r) for r in grid.rounds]}))
+            if server_round == kill_after:
+                raise Killed
+            return None
+        return FedAvg(fraction_evaluate=0.0).start(grid=grid, initial_arrays=start, num_rounds=rounds,
+                                                   evaluate_fn=save).arrays
+
+    first = ArrayRecord({"w": Array(np.full((2, 3), 8.0, np.float32)), "b": Array(np.zeros(2, np.float32))})
+    whole = run(4, first)
+    with pytest.raises(Killed):
+        run(4, first, kill_after=2)
+    ck = checkpoint.load(tmp_path, kind="dropin")
+    assert ck.round == 2 and list(ck.arrays) == ["w", "b"] and len(ck.state["reshuffle"]) == 2
+    resumed = run(4 - ck.round, ArrayRecord({k: Array(v) for k, v in ck.arrays.items()}), done=ck.round)
+    # Each round maps x to x/2 + 1.5 (the mean of p = 0..3): the same four steps either way
+    for a, b in zip(whole.to_numpy_ndarrays(), resumed.to_numpy_ndarrays()):
+        assert a.tobytes() == b.tobytes()
+    np.testing.assert_allclose(resumed["w"].numpy(), 8 / 16 + 1.5 * (1 + 1 / 2 + 1 / 4 + 1 / 8))
+    assert checkpoint.load(tmp_path).round == 4

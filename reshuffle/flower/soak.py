@@ -67,18 +67,45 @@ class SoakConfig:
         n = nodes if nodes is not None else (5 if quick else 8)
         if r < 2:
             raise ConfigError(f"a soak needs at least 2 rounds (the ServerApp is killed and resumed), got {r}")
-        if n < 5:
-            raise ConfigError(f"a soak needs at least 5 nodes (one killed, one malformed, t = N/2 + 1 left), got {n}")
+        if n < (5 if quick else 7):
+            raise ConfigError(f"a {'quick ' if quick else ''}soak needs at least {5 if quick else 7} nodes, so that "
+                              f"the protocol's threshold is met with one node killed"
+                              f"{'' if quick else ' and one malformed'}; got {n}")
         return cls(rounds=r, nodes=n, seed=seed, quick=quick, workdir=workdir)
 
 
 # --------------------------------------------------------------------------- processes
+def _proc_table() -> list[tuple[int, int, int, str]]:
+    """(pid, ppid, session id, command line) of every live process (Linux /proc; zombies left out)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        if fields[0] != "Z":
+            out.append((int(d.name), int(fields[1]), int(fields[3]), cmd))
+    return out
+
+
 class Processes:
-    """Processes started in their own sessions; :meth:`stop_all` ends every one and its children."""
+    """The processes a soak starts, and everything they start in turn.
+
+    Each is started in its own session. Flower's SuperLink and SuperNodes start their
+    SuperExec in a session of its own, which then starts the ServerApp and ClientApps;
+    those all name the runtime port of their SuperLink or SuperNode on their command
+    line. :meth:`ours` finds all of them (by session, by descent, or by one of our ports),
+    and :meth:`stop_all` ends every one.
+    """
 
     def __init__(self) -> None:
         self.started: dict[str, subprocess.Popen] = {}
-        self.sessions: set[int] = set()  # every session ever started, to check that none is left
+        self.sessions: set[int] = set()
+        self.ports: set[int] = set()
         self._lock = threading.Lock()
 
     def start(self, name: str, cmd: list[str], env: dict, log: Path, cwd: Path = ROOT) -> subprocess.Popen:
@@ -90,6 +117,21 @@ class Processes:
             self.sessions.add(p.pid)
         return p
 
+    def ours(self, port: int | None = None) -> list[tuple[int, str]]:
+        """(pid, command line) of every live process of this soak (only those of ``port`` if given)."""
+        table = _proc_table()
+        marks = [f"{HOST}:{q}" for q in ([port] if port is not None else self.ports)]
+        if port is None:
+            mine = {pid for pid, _, sid, cmd in table if sid in self.sessions or any(m in cmd for m in marks)}
+        else:
+            mine = {pid for pid, _, _, cmd in table if any(m in cmd for m in marks)}
+        grew = True
+        while grew:  # and their descendants
+            new = {pid for pid, ppid, _, _ in table if ppid in mine and pid not in mine}
+            mine |= new
+            grew = bool(new)
+        return [(pid, cmd) for pid, _, _, cmd in table if pid in mine and pid != os.getpid()]
+
     def signal(self, name: str, sig: int) -> None:
         p = self.started.get(name)
         if p is not None:
@@ -98,9 +140,12 @@ class Processes:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def kill(self, name: str) -> None:
+    def kill(self, name: str, port: int | None = None) -> None:
+        """SIGKILL ``name``'s group and, with ``port``, every process that names that port (a machine crash)."""
         self.signal(name, signal.SIGCONT)  # a paused group dies only once it runs
         self.signal(name, signal.SIGKILL)
+        if port is not None:
+            _kill_all(pid for pid, _ in self.ours(port))
         p = self.started.pop(name, None)
         if p is not None:
             p.wait(timeout=30)
@@ -113,45 +158,35 @@ class Processes:
             self.signal(name, signal.SIGTERM)
         deadline = time.monotonic() + 5
         for name in names:
-            p = self.started.get(name)
-            if p is not None:
-                try:
-                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
-        for sid in list(self.sessions):  # the groups' children too, and anything that outlived its leader
-            for pid in session_members(sid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            try:
+                self.started[name].wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for _ in range(50):
+            left = self.ours()
+            if not left:
+                break
+            _kill_all(pid for pid, _ in left)
+            time.sleep(0.1)
         for name in names:
             p = self.started.pop(name, None)
             if p is not None:
                 p.wait(timeout=30)
 
 
-def session_members(sid: int) -> list[int]:
-    """Pids of live processes in session ``sid`` (Linux /proc; zombies excluded)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+def leftovers(folder: str | Path, ports) -> list[str]:
+    """Command lines of live processes that name the soak's folder or one of its ports: none once it ended."""
+    marks = [str(folder)] + [f"{HOST}:{q}" for q in ports]
+    return [cmd for pid, _, _, cmd in _proc_table() if pid != os.getpid() and any(m in cmd for m in marks)]
+
+
+def _kill_all(pids) -> None:
+    for pid in pids:
         try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            out.append(int(d.name))
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 # --------------------------------------------------------------------------- the schedule
@@ -199,10 +234,13 @@ class Soak:
         self.dir = Path(cfg.workdir) if cfg.workdir else Path(tempfile.mkdtemp(prefix="reshuffle-soak-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.procs = Processes()
-        self.malformed = random.Random(cfg.seed + 1).randrange(cfg.nodes)
+        # A node answering malformed messages, in the full soak (-1: none); with one node killed as
+        # well, N - 2 must still reach the protocol's threshold t (N = 8: t = 5).
+        self.malformed = -1 if cfg.quick else random.Random(cfg.seed + 1).randrange(cfg.nodes)
         self.plan = schedule(cfg, self.malformed)
         self.events: list[str] = []
         self.node_starts = dict.fromkeys(range(cfg.nodes), 0)
+        self.node_ports: dict[int, int] = {}
         self.out = self.dir / "out"
         self.keys = self.dir / "keys"
         self.home = self.dir / "flwr-home"
@@ -219,6 +257,7 @@ class Soak:
 
     def _start_link(self) -> None:
         self.port = free_port()
+        self.procs.ports.add(self.port)
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "soak"\n\n[superlink.soak]\naddress = "{HOST}:{self.port}"\ninsecure = true\n')
@@ -232,10 +271,12 @@ class Soak:
 
     def _start_node(self, i: int) -> None:
         self.node_starts[i] += 1
+        port = self.node_ports[i] = free_port()
+        self.procs.ports.add(port)
         fault = ' fault="malformed"' if i == self.malformed else ""
         cfg = f'reshuffle-participant-id={i} reshuffle-key-dir="{self.keys}" num-partitions={self.cfg.nodes}{fault}'
         self.procs.start(f"node-{i}", [str(BIN / "flower-supernode"), "--insecure", "--superlink",
-                                       f"{HOST}:{self.port}", "--host", HOST, "--port", str(free_port()),
+                                       f"{HOST}:{self.port}", "--host", HOST, "--port", str(port),
                                        "--node-config", cfg], self.env, self.dir / f"supernode-{i}.log")
 
     def _run_config(self, resume: bool) -> str:
@@ -261,13 +302,12 @@ class Soak:
 
     # --- faults -------------------------------------------------------------------------
     def _server_pids(self) -> list[int]:
-        link = self.procs.started.get("superlink")
-        return [] if link is None else [p for p in session_members(link.pid) if "flwr-serverapp" in _cmdline(p)]
+        return [pid for pid, cmd in self.procs.ours(self.port) if "flwr-serverapp" in cmd]
 
     def _apply(self, f: Fault, log_name: str) -> None:
         f.done = True
         if f.kind == "kill":
-            self.procs.kill(f"node-{f.node}")
+            self.procs.kill(f"node-{f.node}", self.node_ports.get(f.node))
             self.events.append(f"round {f.round}: node {f.node} killed during {f.phase} ({log_name})")
         elif f.kind == "pause":
             secs = self.cfg.phase_timeout / 4
@@ -276,8 +316,9 @@ class Soak:
             self.events.append(f"round {f.round}: node {f.node} paused {secs:.0f} s during the protocol")
         elif f.kind == "server":
             pids = self._server_pids()
-            for pid in pids:
-                os.kill(pid, signal.SIGKILL)
+            if not pids:
+                raise SoakError(f"round {f.round}: no ServerApp process of this SuperLink to kill")
+            _kill_all(pids)
             self.procs.kill("run")
             self.events.append(f"round {f.round}: ServerApp killed during the protocol ({len(pids)} process)")
         self.say(f"soak: {self.events[-1]}")
@@ -329,8 +370,9 @@ class Soak:
         self._start_link()
         for i in range(self.cfg.nodes):
             self._start_node(i)
-        self.say(f"soak: SuperLink on {HOST}:{self.port}, {self.cfg.nodes} SuperNodes (node {self.malformed} "
-                 f"answers malformed messages), {self.cfg.rounds} rounds; folder {self.dir}")
+        bad = f" (node {self.malformed} answers malformed messages)" if self.malformed >= 0 else ""
+        self.say(f"soak: SuperLink on {HOST}:{self.port}, {self.cfg.nodes} SuperNodes{bad}, {self.cfg.rounds} "
+                 f"rounds; folder {self.dir}")
         finished = self._drive(self._start_run(False), 1)
         resumes = 0
         while not finished:
@@ -351,7 +393,7 @@ class Soak:
         return {"ok": ok, "nodes": self.cfg.nodes, "rounds": [asdict(r) for r in rounds], "events": self.events,
                 "malformed_node": self.malformed, "resumes": resumes, "final_accuracy": final,
                 "fault_free_accuracy": reference, "seconds": round(time.monotonic() - t0, 1),
-                "folder": str(self.dir), "sessions": sorted(self.procs.sessions)}
+                "folder": str(self.dir), "ports": sorted(self.procs.ports)}
 
     def _outcomes(self, m: dict) -> list[RoundOutcome]:
         """Per round: what the ServerApp recorded, and honest models lost beyond the faults' own."""
@@ -361,7 +403,8 @@ class Soak:
             faults = [e for e in self.events if e.startswith(f"round {T}: ")]
             killed_in_protocol = sum(f"round {T}: node" in e and "during protocol" in e for e in faults)
             # The roster's honest nodes that stayed up through the round must all be delivered.
-            honest_in_roster = rep["roster"] - (1 if rep["roster"] else 0)  # the malformed node claims honestly
+            # the malformed node's train claim is valid: it is in the roster
+            honest_in_roster = rep["roster"] - (1 if rep["roster"] and self.malformed >= 0 else 0)
             expected = max(0, honest_in_roster - killed_in_protocol)
             out.append(RoundOutcome(T, rep.get("outcome", "completed"), rec["models_received"], rep["roster"],
                                     rep["blamed"], max(0, expected - rec["models_received"]), faults))
@@ -414,17 +457,14 @@ def run_soak(cfg: SoakConfig, say: Callable[[str], None] = print) -> dict:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             previous[sig] = signal.signal(sig, on_signal)
     try:
-        return soak.run()
+        result = soak.run()
     finally:
         soak.close()
         atexit.unregister(soak.close)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    result["left_running"] = leftovers(soak.dir, soak.procs.ports)
+    result["ok"] = result["ok"] and not result["left_running"]
+    return result
 
 
-def main_json(result: dict) -> str:
-    return json.dumps(result, indent=2)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(0 if run_soak(SoakConfig.make(True, None, None, 0, None))["ok"] else 1)
