@@ -373,6 +373,7 @@ class Soak:
         bad = f" (node {self.malformed} answers malformed messages)" if self.malformed >= 0 else ""
         self.say(f"soak: SuperLink on {HOST}:{self.port}, {self.cfg.nodes} SuperNodes{bad}, {self.cfg.rounds} "
                  f"rounds; folder {self.dir}")
+        self.say(f"soak: processes name {self.dir} or ports {sorted(self.procs.ports)}")
         finished = self._drive(self._start_run(False), 1)
         resumes = 0
         while not finished:
