@@ -29,6 +29,7 @@ import atexit
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -386,15 +387,52 @@ class Soak:
             raise SoakError(f"the run wrote no metrics.json; logs in {self.dir}")
         m = json.loads(metrics_path.read_text())
         rounds = self._outcomes(m)
+        dropin = None if self.cfg.quick else self._dropin()
         reference = fault_free_accuracy(self.cfg)
         final = m["final_accuracy"]
         ok = (len(rounds) == self.cfg.rounds and resumes >= 1
               and all(not r.blamed or set(r.blamed) <= {str(self.malformed)} for r in rounds)
-              and all(r.honest_lost == 0 for r in rounds))
+              and all(r.honest_lost == 0 for r in rounds) and (dropin is None or dropin["ok"]))
         return {"ok": ok, "nodes": self.cfg.nodes, "rounds": [asdict(r) for r in rounds], "events": self.events,
-                "malformed_node": self.malformed, "resumes": resumes, "final_accuracy": final,
+                "malformed_node": self.malformed, "resumes": resumes, "dropin": dropin, "final_accuracy": final,
                 "fault_free_accuracy": reference, "seconds": round(time.monotonic() - t0, 1),
                 "folder": str(self.dir), "ports": sorted(self.procs.ports)}
+
+    def _dropin(self) -> dict:
+        """The drop-in once: examples/flower-dropin (Flower's MultiKrum over ``ReshuffleGrid``) on fresh nodes
+        (simulation keys, so no key files), 2 rounds, one node killed in round 1's protocol."""
+        for i in range(self.cfg.nodes):
+            self.procs.kill(f"node-{i}", self.node_ports.get(i))
+        for i in range(self.cfg.nodes):
+            port = self.node_ports[i] = free_port()
+            self.procs.ports.add(port)
+            self.procs.start(f"node-{i}", [str(BIN / "flower-supernode"), "--insecure", "--superlink",
+                                           f"{HOST}:{self.port}", "--host", HOST, "--port", str(port), "--node-config",
+                                           f"partition-id={i} num-partitions={self.cfg.nodes}"],
+                             self.env, self.dir / f"dropin-supernode-{i}.log")
+        env = dict(self.env, PYTHONPATH=os.pathsep.join([str(ROOT / "examples" / "flower-dropin"),
+                                                         self.env["PYTHONPATH"]]))
+        log = self.dir / "dropin.log"
+        run = self.procs.start("dropin", [str(BIN / "flwr"), "run", str(ROOT / "examples" / "flower-dropin"), "soak",
+                                          "--stream", "--run-config", "num-server-rounds=2"], env, log)
+        victim = random.Random(self.cfg.seed + 2).randrange(self.cfg.nodes)
+        if self._wait_text(log, "round 1: roster of", run, 900):
+            self.procs.kill(f"node-{victim}", self.node_ports[victim])
+            self.events.append(f"drop-in round 1: node {victim} killed during the protocol")
+            self.say(f"soak: {self.events[-1]}")
+        try:
+            run.wait(timeout=1800)
+        except subprocess.TimeoutExpired:
+            raise SoakError(f"the drop-in run did not finish; logs in {self.dir}") from None
+        text = log.read_text(errors="replace")
+        rounds = [{"round": int(T), "sent": int(s), "roster": int(r), "replies": int(n), "blamed": b}
+                  for T, s, r, n, b in re.findall(
+                      r"\[reshuffle\] round (\d+): (\d+) sent, (\d+) in roster, (\d+) replies, dropouts .*?, "
+                      r"blamed (.*?) \(", text)]
+        finished = "Strategy execution finished" in text
+        ok = finished and len(rounds) == 2 and all(r["blamed"] == "none" for r in rounds) and \
+            all(r["replies"] >= r["roster"] - (1 if r["round"] == 1 else 0) > 0 for r in rounds)
+        return {"ok": ok, "finished": finished, "rounds": rounds}
 
     def _outcomes(self, m: dict) -> list[RoundOutcome]:
         """Per round: what the ServerApp recorded, and honest models lost beyond the faults' own."""
