@@ -24,7 +24,7 @@ from reshuffle.flower.soak import SoakConfig, leftovers, schedule
 
 # --------------------------------------------------------------------------- plan and fault mod
 def test_soak_settings_are_validated():
-    assert (SoakConfig.make(True, None, None, 0, None).rounds, SoakConfig.make(True, None, None, 0, None).nodes) == (2, 5)
+    assert (SoakConfig.make(True, None, None, 0, None).rounds, SoakConfig.make(True, None, None, 0, None).nodes) == (2, 4)
     assert (SoakConfig.make(False, None, None, 0, None).rounds, SoakConfig.make(False, None, None, 0, None).nodes) == (10, 8)
     with pytest.raises(ConfigError, match="at least 2 rounds"):
         SoakConfig.make(True, 1, None, 0, None)

@@ -65,11 +65,11 @@ class SoakConfig:
     @classmethod
     def make(cls, quick: bool, rounds: int | None, nodes: int | None, seed: int, workdir: str | None) -> "SoakConfig":
         r = rounds if rounds is not None else (2 if quick else 10)
-        n = nodes if nodes is not None else (5 if quick else 8)
+        n = nodes if nodes is not None else (4 if quick else 8)
         if r < 2:
             raise ConfigError(f"a soak needs at least 2 rounds (the ServerApp is killed and resumed), got {r}")
-        if n < (5 if quick else 7):
-            raise ConfigError(f"a {'quick ' if quick else ''}soak needs at least {5 if quick else 7} nodes, so that "
+        if n < (4 if quick else 7):
+            raise ConfigError(f"a {'quick ' if quick else ''}soak needs at least {4 if quick else 7} nodes, so that "
                               f"the protocol's threshold is met with one node killed"
                               f"{'' if quick else ' and one malformed'}; got {n}")
         return cls(rounds=r, nodes=n, seed=seed, quick=quick, workdir=workdir)
@@ -178,7 +178,13 @@ class Processes:
 def leftovers(folder: str | Path, ports) -> list[str]:
     """Command lines of live processes that name the soak's folder or one of its ports: none once it ended."""
     marks = [str(folder)] + [f"{HOST}:{q}" for q in ports]
-    return [cmd for pid, _, _, cmd in _proc_table() if pid != os.getpid() and any(m in cmd for m in marks)]
+    table = _proc_table()
+    parent = {pid: ppid for pid, ppid, _, _ in table}
+    mine, pid = set(), os.getpid()
+    while pid and pid not in mine:  # this process and its ancestors (a wrapper naming the folder, say)
+        mine.add(pid)
+        pid = parent.get(pid, 0)
+    return [cmd for pid, _, _, cmd in table if pid not in mine and any(m in cmd for m in marks)]
 
 
 def _kill_all(pids) -> None:
