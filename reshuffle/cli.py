@@ -417,9 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     soak = sub.add_parser("soak", help="the Flower app on a real SuperLink and SuperNodes, under kills, pauses, "
                                        "malformed messages and a ServerApp kill with resume")
-    soak.add_argument("--quick", action="store_true", help="2 rounds, 5 nodes, one node kill, one ServerApp kill")
+    soak.add_argument("--quick", action="store_true",
+                      help="2 rounds, 4 nodes, one node kill and restart, one ServerApp kill and resume")
     soak.add_argument("--rounds", type=_positive(int), help="rounds (default 10; 2 with --quick)")
-    soak.add_argument("--nodes", type=_positive(int), help="SuperNodes (default 8; 5 with --quick)")
+    soak.add_argument("--nodes", type=_positive(int), help="SuperNodes (default 8; 4 with --quick)")
     soak.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the fault plan and the run")
     soak.add_argument("--dir", help="working folder for keys, logs and outputs (default: a new temporary folder)")
     soak.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
