@@ -311,11 +311,11 @@ class Soak:
     def _server_pids(self) -> list[int]:
         return [pid for pid, cmd in self.procs.ours(self.port) if "flwr-serverapp" in cmd]
 
-    def _apply(self, f: Fault, log_name: str) -> None:
+    def _apply(self, f: Fault) -> None:
         f.done = True
         if f.kind == "kill":
             self.procs.kill(f"node-{f.node}", self.node_ports.get(f.node))
-            self.events.append(f"round {f.round}: node {f.node} killed during {f.phase} ({log_name})")
+            self.events.append(f"round {f.round}: node {f.node} killed during {f.phase}")
         elif f.kind == "pause":
             secs = self.cfg.phase_timeout / 4
             self.procs.signal(f"node-{f.node}", signal.SIGSTOP)
@@ -357,7 +357,7 @@ class Soak:
                 due = started if f.phase == "protocol" else time.monotonic() - round_t0 >= f.delay
                 if not due:
                     continue
-                self._apply(f, log.name)
+                self._apply(f)
                 if f.kind == "kill":
                     pending_restart.add(f.node)
                 if f.kind == "server":
