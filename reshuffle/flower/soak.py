@@ -350,7 +350,8 @@ class Soak:
                 pending_restart.clear()
             T = ended + 1
             text = log.read_text(errors="replace") if log.exists() else ""
-            started = f"round {T}: roster of" in text
+            # The grid of a resumed ServerApp counts its own rounds from 1.
+            started = f"round {T - first + 1}: roster of" in text
             for f in self.plan:
                 if f.done or f.round != T:
                     continue
