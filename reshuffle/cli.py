@@ -156,6 +156,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from reshuffle.sim.config import SimConfig
     from reshuffle.sim.report import default_out_dir
 
+    if args.resume is not None:
+        return _resume_simulation(args)
     values = load_toml(args.config) if args.config else {}
     cfg = from_mapping(values, SimConfig(), source=args.config or "config")
     explicit = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _SIM_OPTIONS}
@@ -177,23 +179,50 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_with_progress(cfg, out: str, quiet: bool) -> dict:
+# Options that leave a run's results unchanged, so they may come with --resume.
+_RESUME_ALLOWS = {"resume", "quiet", "threads", "func", "cmd"}
+
+
+def _resume_simulation(args: argparse.Namespace) -> int:
+    from reshuffle.sim.checkpoint import load_simulation
+
+    given = sorted(f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+                   if k not in _RESUME_ALLOWS and v not in (None, []))
+    if given:
+        raise ReShuffleError(f"--resume continues a run with the settings it started with; "
+                             f"leave out {', '.join(given)}")
+    cfg, ck = load_simulation(args.resume)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    print(f"resuming {args.resume} after round {ck.round} of {cfg.rounds}")
+    data = _run_with_progress(cfg, args.resume, quiet=args.quiet, resume=ck)
+    diverged = f"; the global model diverged in round {data['diverged_at']}" if data["diverged_at"] else ""
+    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds{diverged}; outputs in {args.resume}")
+    return 0
+
+
+def _run_with_progress(cfg, out: str, quiet: bool, resume=None) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from reshuffle.sim import Simulation, write_metrics, write_outputs
+    from reshuffle.sim import Simulation, checkpoint, write_metrics, write_outputs
 
     sim = Simulation(cfg)  # loads data and validates before any output
-    records: list = []
+    records: list = [] if resume is None else checkpoint.restore_simulation(sim, resume)
+    done = list(records)
 
     def save(rec) -> None:
         records.append(rec)
+        # The checkpoint first: metrics.json never shows a round that a resumed run would redo.
+        checkpoint.save(out, checkpoint.simulation_checkpoint(sim, records))
         write_metrics(out, sim.result(records))  # atomically, so an interrupted run keeps its rounds
 
     if quiet:
-        return write_outputs(out, sim.result(sim.run(save)))
+        return write_outputs(out, sim.result(sim.run(save, records=done)))
     cols = (TextColumn("round"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn())
     with Progress(*cols, transient=False) as bar:
-        task = bar.add_task("rounds", total=cfg.rounds, status="training")
+        task = bar.add_task("rounds", total=cfg.rounds, completed=len(done), status="training")
 
         def on_round(rec) -> None:
             save(rec)
@@ -201,7 +230,7 @@ def _run_with_progress(cfg, out: str, quiet: bool) -> dict:
             status = f"skipped ({rec.skipped})" if rec.skipped else f"accuracy {rec.accuracy:.4f}{det}"
             bar.update(task, advance=1, status=status)
 
-        data = sim.result(sim.run(on_round))
+        data = sim.result(sim.run(on_round, records=done))
     write_outputs(out, data)
     return data
 
@@ -331,6 +360,25 @@ def cmd_grid(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
+def cmd_soak(args: argparse.Namespace) -> int:
+    from reshuffle.flower.soak import SoakConfig, run_soak
+
+    cfg = SoakConfig.make(args.quick, args.rounds, args.nodes, args.seed, args.dir)
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else \
+        (lambda line: print(line, flush=True))
+    result = run_soak(cfg, say)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for r in result["rounds"]:
+            print(f"round {r['round']:>3}: {r['outcome']}; {r['models_delivered']}/{r['roster']} models delivered; "
+                  f"blamed {r['blamed'] or 'nobody'}; honest lost {r['honest_lost']}")
+        print(f"final accuracy {result['final_accuracy']:.4f} (fault-free run: {result['fault_free_accuracy']:.4f}); "
+              f"{result['resumes']} resume(s); {result['seconds']:.0f} s; "
+              + ("nothing honest named or lost" if result["ok"] else "FAILED: see the rounds above"))
+    return 0 if result["ok"] else 1
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (the usage stays behind ``--help``)."""
 
@@ -441,7 +489,21 @@ def build_parser() -> argparse.ArgumentParser:
                      help="pre-aggregator in front of the rule: nnm, bucketing, clip (repeat or comma-separate)")
     sim.add_argument("--threads", type=_positive(int), help="torch threads")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
+    sim.add_argument("--resume", metavar="OUT_DIR",
+                     help="continue the run whose output folder this is from its last finished round "
+                          "(its own settings; only --quiet and --threads may come with it)")
     sim.set_defaults(func=cmd_simulate)
+
+    soak = sub.add_parser("soak", help="the Flower app on a real SuperLink and SuperNodes, under kills, pauses, "
+                                       "malformed messages and a ServerApp kill with resume")
+    soak.add_argument("--quick", action="store_true",
+                      help="2 rounds, 4 nodes, one node kill and restart, one ServerApp kill and resume")
+    soak.add_argument("--rounds", type=_positive(int), help="rounds (default 10; 2 with --quick)")
+    soak.add_argument("--nodes", type=_positive(int), help="SuperNodes (default 8; 4 with --quick)")
+    soak.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the fault plan and the run")
+    soak.add_argument("--dir", help="working folder for keys, logs and outputs (default: a new temporary folder)")
+    soak.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
+    soak.set_defaults(func=cmd_soak)
     return p
 
 

@@ -58,6 +58,7 @@ collect_ignore = ["flower_probe_app"]
 # their scenarios end.
 DEPLOYMENT_TEST = "test_flower_deployment.py::test_real_deployment_with_a_node_killed_mid_round"
 LOCAL_SIMULATION_TESTS = "test_flower_sim.py::"
+SOAK_TESTS = ("test_soak.py::test_quick_soak", "test_soak.py::test_an_interrupted_soak")
 
 
 def pytest_configure(config):
@@ -97,17 +98,20 @@ def _claim(folder: Path) -> bool:
 def pytest_collection_modifyitems(session, config, items):
     deployment = any(item.nodeid.endswith(DEPLOYMENT_TEST) for item in items)
     simulation = any(LOCAL_SIMULATION_TESTS in item.nodeid for item in items)
-    if not (deployment or simulation) or config.option.collectonly:
+    soak = any(s in item.nodeid for item in items for s in SOAK_TESTS)
+    if not (deployment or simulation or soak) or config.option.collectonly:
         return
-    # The simulations end first, the deployment run last.
-    items.sort(key=lambda item: (item.nodeid.endswith(DEPLOYMENT_TEST), LOCAL_SIMULATION_TESTS in item.nodeid))
+    # The simulations end first, then the deployment run, the soak last.
+    items.sort(key=lambda item: (any(s in item.nodeid for s in SOAK_TESTS), item.nodeid.endswith(DEPLOYMENT_TEST),
+                                 LOCAL_SIMULATION_TESTS in item.nodeid))
     from flower_helpers import DeploymentRun, LocalSimulationRuns
+    from test_soak import SoakRuns
 
     root = Path(config.workerinput["reshuffle_background_dir"] if hasattr(config, "workerinput")
                 else config.reshuffle_background_dir.name)
     config.reshuffle_background = root
     config.reshuffle_started = []
-    for cls, wanted in ((DeploymentRun, deployment), (LocalSimulationRuns, simulation)):
+    for cls, wanted in ((DeploymentRun, deployment), (LocalSimulationRuns, simulation), (SoakRuns, soak)):
         folder = root / cls.__name__
         if wanted and _claim(folder):
             config.reshuffle_started.append(cls(folder).start())

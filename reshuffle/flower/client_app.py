@@ -5,7 +5,9 @@ new model (one float32 array). Re-Shuffle is the mod's business. Simulated attac
 and scoring are the node's own choice: only its ``node_config`` enables them
 (``attack="sign-flip"``, ``score=true``); a train message that asks for them is
 refused with an error naming the key, so a server cannot make an honest node
-poison or label its model.
+poison or label its model. A node whose model holds NaN/Inf values (its training
+diverged) sends none: it raises :class:`TrainingDiverged`, which reaches the server
+as the node's error, and the round goes on without it.
 """
 
 from __future__ import annotations
@@ -16,12 +18,38 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from reshuffle.errors import ConfigError
+from reshuffle.errors import ConfigError, ReShuffleError
 from reshuffle.flower.common import ARRAYS, ATTACKER_METRIC, CONFIG, FORBIDDEN_CONFIG, METRICS, settings
 from reshuffle.flower.keys import NODE_PARTICIPANT_ID, SIM_PARTITION_ID
 from reshuffle.flower.mod import reshuffle_mod
+from reshuffle.flower.reserved import RECORD
 
-app = ClientApp(mods=[reshuffle_mod])
+NODE_FAULT = "fault"  # node_config: a simulated faulty node, the node's own choice (``reshuffle soak``)
+FAULTS = ("none", "malformed")
+
+
+def fault_mod(msg: Message, ctx: Context, call_next) -> Message:
+    """A node whose own config says ``fault="malformed"`` answers every protocol phase with garbled bytes.
+
+    Its train stage is honest, so it joins the roster; each later message it sends is
+    its real reply with every byte inverted. The round must drop it and go on.
+    """
+    fault = str(ctx.node_config.get(NODE_FAULT, "none"))
+    if fault not in FAULTS:
+        raise ConfigError(f"node_config {NODE_FAULT} must be one of {', '.join(FAULTS)}, got {fault!r}")
+    reply = call_next(msg, ctx)
+    if fault == "none" or reply.has_error() or RECORD not in reply.content or "data" not in reply.content[RECORD]:
+        return reply
+    garbled = [bytes(b ^ 0xFF for b in item) for item in reply.content[RECORD]["data"]]
+    reply.content[RECORD] = ConfigRecord({"data": garbled})
+    return reply
+
+
+app = ClientApp(mods=[fault_mod, reshuffle_mod])
+
+
+class TrainingDiverged(ReShuffleError):
+    """This node's new model has NaN/Inf values: it takes no part in the round."""
 
 
 @lru_cache(maxsize=4)
@@ -79,7 +107,12 @@ def train(msg: Message, context: Context) -> Message:
     if attack != "none":
         U = a((W - W_g)[None, :].astype(np.float64), 1, np.random.default_rng(seed))
         W = (W_g + U[0]).astype(np.float32)
-    content = RecordDict({ARRAYS: ArrayRecord([W.astype(np.float32)])})
+    W = W.astype(np.float32)
+    bad = int(W.size - np.count_nonzero(np.isfinite(W)))
+    if bad:
+        raise TrainingDiverged(f"local training diverged: {bad} of {W.size} values are NaN/Inf; "
+                               "this node sends no model this round")
+    content = RecordDict({ARRAYS: ArrayRecord([W])})
     if score:
         content[METRICS] = MetricRecord({ATTACKER_METRIC: 1})
     return Message(content, reply_to=msg)

@@ -15,7 +15,7 @@ ATTACKER_METRIC = "reshuffle-attacker"  # only in replies of nodes whose own nod
 FORBIDDEN_CONFIG = ("attack", "score", "score-detection", "malicious", "attack-options")
 
 # Run-config keys that are not SimConfig settings.
-FLOWER_KEYS = {"out-dir", "phase-timeout", "train-timeout", "round-timeout", "key-dir", "r-max"}
+FLOWER_KEYS = {"out-dir", "phase-timeout", "train-timeout", "round-timeout", "key-dir", "r-max", "resume"}
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class FlowerSettings:
     round_timeout: float
     key_dir: str
     r_max: int | None = None  # reservation iterations (RoundParams.R_max); None: the protocol's default
+    resume: str = ""  # output folder of an earlier run to continue from its checkpoint; "": a new run
 
 
 def _positive(run_config: dict[str, Any], key: str, default: float) -> float:
@@ -57,5 +58,16 @@ def settings(run_config: dict[str, Any]) -> FlowerSettings:
     return FlowerSettings(
         sim, str(run_config.get("out-dir", "")), phase, train,
         _positive(run_config, "round-timeout", train + 30 * phase), str(run_config.get("key-dir", "")),
-        None if r_max == "" else r_max,
+        None if r_max == "" else r_max, str(run_config.get("resume", "")),
     )
+
+
+def resume_identity(s: FlowerSettings) -> dict[str, Any]:
+    """The settings a resumed run must share with the run it continues.
+
+    Everything that shapes the model's trajectory; not the output folder, the timeouts
+    or the number of nodes, which a restarted deployment may change.
+    """
+    ident = {k: v for k, v in s.sim.as_dict().items() if k not in ("out", "clients")}
+    ident["r_max"] = s.r_max
+    return ident

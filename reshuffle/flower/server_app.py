@@ -5,13 +5,19 @@ Per round it sends W_g as an ordinary train message to every node through
 hands back the raw models, unlinked from their senders. The recovered models go
 through the same canonical order, rule and evaluation as ``reshuffle simulate``;
 ``metrics.json`` has the same format plus, per round, the grid's report
-(roster, dropouts per phase, ``blamed``).
+(roster, dropouts per phase, ``blamed``) and the round's ``outcome``.
+
+A round that yields fewer usable models than the rule needs (every node's training
+diverged, too few nodes answered, the shuffle failed) is recorded with its reason
+and keeps W_g; the run goes on. After every round the app saves a checkpoint in its
+output folder (:mod:`reshuffle.sim.checkpoint`); the run-config key ``resume``
+(that folder) continues a killed run from its last finished round.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +26,24 @@ from flwr.serverapp import Grid, ServerApp
 
 from reshuffle.clients import build_model, get_flat, load_dataset, predict
 from reshuffle.errors import ConfigError
-from reshuffle.flower.common import ARRAYS, ATTACKER_METRIC, CONFIG, METRICS, FlowerSettings, settings
-from reshuffle.flower.grid import ReshuffleGrid
+from reshuffle.flower.common import (
+    ARRAYS, ATTACKER_METRIC, CONFIG, METRICS, FlowerSettings, resume_identity, settings,
+)
+from reshuffle.flower.grid import ReshuffleGrid, RoundReport
 from reshuffle.server import make_rule
+from reshuffle.sim import checkpoint
 from reshuffle.sim.report import metrics, write_outputs
-from reshuffle.sim.simulator import RoundRecord, canonical_order
+from reshuffle.sim.record import RoundRecord
+from reshuffle.sim.simulator import canonical_order
 
 app = ServerApp()
 
+KIND = "flower"
+COMPLETED = "completed"
+
 
 def _model_of(reply: Message, size: int) -> tuple[np.ndarray, bool] | None:
-    """(W, attacker flag) of a reply, or None if it is not one flat model of the right size."""
+    """(W, attacker flag) of a reply, or None if it is not one finite flat float32 model of the right size."""
     c = reply.content
     if ARRAYS not in c or len(c[ARRAYS]) != 1:
         return None
@@ -47,75 +60,152 @@ def make_grid(grid: Grid, s: FlowerSettings) -> ReshuffleGrid:
                          train_timeout=s.train_timeout, group=s.sim.group, group_size=s.sim.group_size, **extra)
 
 
-def run_round(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarray) -> tuple[list[np.ndarray], list[bool]]:
-    """One round: W_g out as train messages, the unlinked models (and their self-declared flags) back."""
+@dataclass
+class Delivery:
+    """What one round handed back: usable models, their flags, and the replies that were not usable."""
+
+    models: list[np.ndarray]
+    flags: list[bool]
+    rejected: int = 0  # replies that are not one finite float32 model of W_g's size
+
+
+def collect(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarray) -> Delivery:
+    """One round: W_g out as train messages, the unlinked usable models (and self-declared flags) back."""
     content = RecordDict({ARRAYS: ArrayRecord([W_g]), CONFIG: ConfigRecord({"server-round": T,
                                                                           "train-seed": s.sim.seed * 7919 + T})})
     msgs = [Message(content, dst_node_id=n, message_type="train", group_id=str(T)) for n in sorted(rgrid.get_node_ids())]
-    models, flags = [], []
+    out = Delivery([], [])
     for r in rgrid.send_and_receive(msgs, timeout=s.round_timeout):
         got = None if r.has_error() else _model_of(r, W_g.size)
-        if got is not None:
-            models.append(got[0])
-            flags.append(got[1])
-    return models, flags
-
-
-@app.main()
-def main(grid: Grid, context: Context) -> None:
-    s = settings(dict(context.run_config))
-    sim = s.sim
-    out_dir = Path(s.out_dir) if s.out_dir else Path("outputs/flower") / time.strftime("%Y%m%d-%H%M%S")
-    ds = load_dataset(sim.dataset, sim.data_dir)
-    model = build_model(sim.model, ds.input_shape, ds.num_classes, seed=sim.seed)
-    W_g = get_flat(model)
-    rgrid = make_grid(grid, s)
-    initial = float(np.mean(predict(model, W_g, ds.x_test) == ds.y_test))
-    records, reports = [], []
-    nodes = 0
-    for T in range(1, sim.rounds + 1):
-        nodes = len(list(rgrid.get_node_ids()))
-        t0 = time.perf_counter()
-        models, flags = run_round(rgrid, s, T, W_g)
-        rep = rgrid.rounds[-1]
-        reports.append({"round": T, **{k: v for k, v in asdict(rep).items() if k != "T"}})
-        seconds = dict(rep.phase_seconds)
-        if len(models) < 2:
-            print(f"[reshuffle] round {T}: {len(models)} models ({rep.failed or 'too few replies'}); W_g kept",
-                  flush=True)
-            acc = float(np.mean(predict(model, W_g, ds.x_test) == ds.y_test))
-            records.append(RoundRecord(T, acc, None, None, None, seconds, {}, len(models), 0))
+        if got is None:
+            out.rejected += 1
             continue
+        out.models.append(got[0])
+        out.flags.append(got[1])
+    return out
+
+
+def run_round(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarray) -> tuple[list[np.ndarray], list[bool]]:
+    """One round's usable models and their flags (see :func:`collect`)."""
+    d = collect(rgrid, s, T, W_g)
+    return d.models, d.flags
+
+
+class _Run:
+    """The ServerApp's loop state: global model, records, reports; saved after every round."""
+
+    def __init__(self, s: FlowerSettings, out_dir: Path) -> None:
+        self.s, self.out_dir = s, out_dir
+        sim = s.sim
+        self.ds = load_dataset(sim.dataset, sim.data_dir)
+        self.model = build_model(sim.model, self.ds.input_shape, self.ds.num_classes, seed=sim.seed)
+        self.W_g = get_flat(self.model)
+        self.initial = self.accuracy()
+        self.records: list[RoundRecord] = []
+        self.reports: list[dict] = []
+        self.nodes = 0
+        self.identity = resume_identity(s)
+
+    def accuracy(self) -> float:
+        return float(np.mean(predict(self.model, self.W_g, self.ds.x_test) == self.ds.y_test))
+
+    # --- checkpoint -----------------------------------------------------------------
+    def save(self) -> None:
+        T = self.records[-1].round
+        state = {"rounds": [asdict(r) for r in self.records], "reshuffle": self.reports,
+                 "initial_accuracy": self.initial, "nodes": self.nodes}
+        checkpoint.save(self.out_dir, checkpoint.Checkpoint(KIND, T, self.identity, {"global_model": self.W_g}, state))
+
+    def restore(self, folder: Path) -> int:
+        """Load ``folder``'s checkpoint (same settings only); return the last finished round."""
+        ck = checkpoint.load(folder, kind=KIND)
+        checkpoint.check_config(ck, self.identity, f"the Flower run in {folder}")
+        W = ck.arrays.get("global_model")
+        if W is None or W.dtype != np.float32 or W.shape != self.W_g.shape:
+            raise checkpoint.CheckpointError(f"{checkpoint.path_of(folder)}: no global model of shape {self.W_g.shape}")
+        try:
+            self.records = [RoundRecord(**r) for r in ck.state["rounds"]]
+            self.reports = list(ck.state["reshuffle"])
+            self.initial = float(ck.state["initial_accuracy"])
+            self.nodes = int(ck.state["nodes"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise checkpoint.CheckpointError(f"{checkpoint.path_of(folder)}: state incomplete ({exc})") from None
+        if len(self.records) != ck.round or len(self.reports) != ck.round:
+            raise checkpoint.CheckpointError(f"{checkpoint.path_of(folder)}: {len(self.records)} rounds recorded "
+                                             f"for round {ck.round}")
+        self.W_g = W.copy()
+        return ck.round
+
+    # --- one round --------------------------------------------------------------------
+    def _kept(self, T: int, d: Delivery, why: str, seconds: dict) -> None:
+        """A round that keeps W_g: recorded, with its reason."""
+        print(f"[reshuffle] round {T}: {len(d.models)} usable models; W_g kept ({why})", flush=True)
+        self.records.append(RoundRecord(T, self.accuracy(), None, None, None, seconds, {}, len(d.models), 0,
+                                        skipped=why))
+        self.reports[-1]["outcome"] = f"W_g kept: {why}"
+
+    def round(self, rgrid: ReshuffleGrid, T: int) -> None:
+        sim = self.s.sim
+        self.nodes = len(list(rgrid.get_node_ids()))
+        before = len(rgrid.rounds)
+        d = collect(rgrid, self.s, T, self.W_g)
+        # No node connected: no train message went out, so the grid ran no round.
+        rep = rgrid.rounds[-1] if len(rgrid.rounds) > before else RoundReport(T, 0, failed="no node connected")
+        self.reports.append({"round": T, **{k: v for k, v in asdict(rep).items() if k != "T"},
+                             "rejected": d.rejected, "outcome": COMPLETED})
+        seconds = dict(rep.phase_seconds)
+        if len(d.models) < 2:
+            why = rep.failed or (f"{rep.replies} replies, {d.rejected} of them not a finite model of the "
+                                 f"global model's size" if rep.replies else "no replies")
+            self._kept(T, d, why, seconds)
+            return
         t0 = time.perf_counter()
-        order = canonical_order(models)
-        U = np.stack([models[j] for j in order]).astype(np.float64) - W_g
-        is_mal = [flags[j] for j in order]
+        order = canonical_order(d.models)
+        U = np.stack([d.models[j] for j in order]).astype(np.float64) - self.W_g
+        is_mal = [d.flags[j] for j in order]
         f = sim.f if sim.f is not None else sum(is_mal)
         rule = make_rule(sim.rule, f, seed=sim.seed, pre=sim.pre, pre_options=sim.pre_options, **sim.rule_options)
         try:
             decision = rule.decide(U, round=T)  # randomized rules draw from (seed, T), as in simulate
-            accepted = set(decision.accepted)
         except ConfigError as exc:  # e.g. dropouts left fewer models than the rule needs
-            print(f"[reshuffle] round {T}: {len(models)} models, rule not applicable ({exc}); W_g kept", flush=True)
-            acc = float(np.mean(predict(model, W_g, ds.x_test) == ds.y_test))
-            records.append(RoundRecord(T, acc, None, None, None, seconds, {}, len(models), 0))
-            continue
-        W_g = (W_g + decision.aggregate).astype(np.float32)
+            self._kept(T, d, f"rule not applicable: {exc}", seconds)
+            return
+        accepted = set(decision.accepted)
+        self.W_g = (self.W_g + decision.aggregate).astype(np.float32)
         seconds["detection"] = time.perf_counter() - t0
-        acc = float(np.mean(predict(model, W_g, ds.x_test) == ds.y_test))
+        acc = self.accuracy()
         mal = [i for i, b in enumerate(is_mal) if b]
         hon = [i for i, b in enumerate(is_mal) if not b]
         # Only nodes whose own config enables scoring label their model, so TPR needs such nodes.
         tpr = sum(i not in accepted for i in mal) / len(mal) if mal else None
         fpr = sum(i not in accepted for i in hon) / len(hon) if mal and hon else None
         nbytes = {"ps_total": rep.protocol_bytes, "per_participant": rep.protocol_bytes / max(rep.roster, 1)}
-        records.append(RoundRecord(T, acc, None, tpr, fpr, seconds, nbytes, len(models), len(accepted)))
-        print(f"[reshuffle] round {T}: accuracy {acc:.4f}, models {len(models)}/{nodes}, accepted {len(accepted)}, "
-              f"blamed {rep.blamed or 'none'}", flush=True)
-    if not records:
+        self.records.append(RoundRecord(T, acc, None, tpr, fpr, seconds, nbytes, len(d.models), len(accepted)))
+        print(f"[reshuffle] round {T}: accuracy {acc:.4f}, models {len(d.models)}/{self.nodes}, "
+              f"accepted {len(accepted)}, blamed {rep.blamed or 'none'}", flush=True)
+
+    def outputs(self) -> dict:
+        cfg = replace(self.s.sim, clients=self.nodes, out=str(self.out_dir)).as_dict()
+        cfg.update({"driver": "flower", "phase_timeout": self.s.phase_timeout})
+        return metrics(cfg, self.records, {"model_size": int(self.W_g.size), "initial_accuracy": self.initial,
+                                           "reshuffle": self.reports})
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    s = settings(dict(context.run_config))
+    out = s.out_dir or s.resume or str(Path("outputs/flower") / time.strftime("%Y%m%d-%H%M%S"))
+    run = _Run(s, Path(out))
+    first = 1
+    if s.resume:
+        first = run.restore(Path(s.resume)) + 1
+        print(f"[reshuffle] resuming {s.resume} after round {first - 1} of {s.sim.rounds}", flush=True)
+    rgrid = make_grid(grid, s)
+    for T in range(first, s.sim.rounds + 1):
+        run.round(rgrid, T)
+        run.save()
+        write_outputs(run.out_dir, run.outputs(), plots=False)  # what is finished so far, readable at once
+    if not run.records:
         raise ConfigError("rounds must be at least 1")
-    cfg = replace(sim, clients=nodes, out=str(out_dir)).as_dict()
-    cfg.update({"driver": "flower", "phase_timeout": s.phase_timeout})
-    write_outputs(out_dir, metrics(cfg, records, {"model_size": int(W_g.size), "initial_accuracy": initial,
-                                                  "reshuffle": reports}))
-    print(f"[reshuffle] final accuracy {records[-1].accuracy:.4f}; outputs in {out_dir}", flush=True)
+    write_outputs(run.out_dir, run.outputs())
+    print(f"[reshuffle] final accuracy {run.records[-1].accuracy:.4f}; outputs in {run.out_dir}", flush=True)

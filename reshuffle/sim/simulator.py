@@ -451,6 +451,21 @@ class Simulation:
                 on_round(rec)
         return records
 
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """What the next round depends on beyond the configuration: (arrays, JSON data).
+
+        Every other attribute is rebuilt from the configuration, and each round's
+        randomness from ``(seed, T, ...)``; :mod:`reshuffle.sim.checkpoint` saves this.
+        """
+        return {"global_model": self.W_g.copy()}, {"round": self._round,
+                                                   "banned": {str(i): T for i, T in self.banned.items()}}
+
+    def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
+        """Continue after round ``state["round"]`` (checked by :func:`reshuffle.sim.checkpoint.restore`)."""
+        self.W_g = arrays["global_model"].copy()
+        self._round = state["round"]
+        self.banned = {int(i): T for i, T in state["banned"].items()}
+
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""
         return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious, "model_size": int(self.W_g.size)})

@@ -1,0 +1,144 @@
+"""The project's Flower ServerApp resumes from its checkpoint: the right round, the saved model.
+
+The ServerApp is killed in the middle of a round (its Grid raises while the round's
+train messages go out) over the in-process Grid; a new ServerApp with the run-config
+key ``resume`` continues on fresh nodes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from flwr.app import Context, RecordDict
+
+from flower_helpers import LoopbackGrid
+from reshuffle.flower.reserved import RECORD
+from reshuffle.sim import checkpoint
+from reshuffle.sim.checkpoint import CheckpointError
+
+RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 4, "local-epochs": 1, "batch-size": 16,
+              "lr": 0.1, "rule": "multi-krum", "phase-timeout": 10.0}
+NODES = 5
+
+
+class Killed(BaseException):
+    """The ServerApp's process dies here."""
+
+
+def _train_models(lg: LoopbackGrid) -> list[tuple[int, np.ndarray]]:
+    """(round, W_g) of every train message the nodes received, in order."""
+    return [(int(m.content["config"]["server-round"]), m.content["arrays"].to_numpy_ndarrays()[0])
+            for m in lg.sent if RECORD in m.content and m.content[RECORD]["stage"] == "train"]
+
+
+def _server(out, kill_in_round: int | None = None, **run_config) -> LoopbackGrid:
+    from reshuffle.flower import client_app, server_app
+
+    def drop(node, msg):
+        if kill_in_round is not None and "config" in msg.content and \
+                msg.content["config"].get("server-round") == kill_in_round:
+            raise Killed
+        return False
+    lg = LoopbackGrid(client_app.app, NODES, drop=drop)
+    for c in lg.contexts.values():
+        c.run_config = dict(RUN_CONFIG)
+    cfg = {**RUN_CONFIG, "out-dir": str(out), **run_config}
+    server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
+    return lg
+
+
+REPORT_KEYS = ("round", "sent", "roster", "replies", "dropouts", "blamed", "failed", "rejected", "outcome")
+
+
+def _comparable(m: dict) -> dict:
+    """metrics.json without times, the output folder and the protocol's cost (its reservation draws OS
+    randomness, and with it its length); the reports' outcomes only."""
+    m = json.loads(json.dumps(m))
+    m["config"].pop("out")
+    for r in m["rounds"]:
+        r.pop("seconds")
+        r.pop("bytes")
+    m["reshuffle"] = [{k: r[k] for k in REPORT_KEYS} for r in m["reshuffle"]]
+    return m
+
+
+def test_a_killed_server_app_resumes_at_the_next_round_with_the_saved_model(tmp_path):
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    _server(whole)
+    # Execute: killed while round 3's train messages go out; then resumed, on fresh nodes
+    with pytest.raises(Killed):
+        _server(killed, kill_in_round=3)
+    saved = checkpoint.load(killed, kind="flower")
+    assert saved.round == 2
+    lg = _server(tmp_path / "ignored", resume=str(killed), **{"out-dir": ""})
+    # Assert: the resumed app sent round 3 first, with the model saved after round 2
+    sent = _train_models(lg)
+    assert [T for T, _ in sent[::NODES]] == [3, 4]
+    assert sent[0][1].tobytes() == saved.arrays["global_model"].tobytes()
+    # ... wrote into the folder it resumed, and ended where the uninterrupted run ended
+    a, b = checkpoint.load(killed), checkpoint.load(whole)
+    assert a.round == b.round == 4
+    assert a.arrays["global_model"].tobytes() == b.arrays["global_model"].tobytes()
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (killed, whole))
+    assert _comparable(ma) == _comparable(mb)
+    assert [r["round"] for r in ma["reshuffle"]] == [1, 2, 3, 4]
+    assert not (tmp_path / "ignored").exists()
+
+
+def test_resume_refuses_other_settings_and_a_damaged_checkpoint(tmp_path):
+    with pytest.raises(Killed):
+        _server(tmp_path, kill_in_round=2)
+    with pytest.raises(CheckpointError, match="lr: 0.1 in the checkpoint, 0.5 now"):
+        _server(tmp_path, resume=str(tmp_path), lr=0.5)
+    raw = checkpoint.path_of(tmp_path).read_bytes()
+    checkpoint.path_of(tmp_path).write_bytes(raw[:-10])
+    with pytest.raises(CheckpointError, match="damaged or truncated"):
+        _server(tmp_path, resume=str(tmp_path))
+
+
+def test_dropin_recipe_saves_with_flowers_evaluate_fn_and_resumes_with_initial_arrays(tmp_path):
+    # The recipe of docs/flower.md: a plain Flower strategy over ReshuffleGrid checkpoints its arrays and the
+    # grid's reports after every round through Strategy.start's evaluate_fn; a new run starts from them.
+    from dataclasses import asdict
+
+    from flwr.app import Array, ArrayRecord, MetricRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    from flower_helpers import toy_client_app
+    from reshuffle.flower.grid import ReshuffleGrid
+
+    def make(msg, ctx):
+        p = int(ctx.node_config["partition-id"])
+        arrs = {k: a.numpy() * 0.5 + p for k, a in msg.content["arrays"].items()}
+        return RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrs.items()}),
+                           "metrics": MetricRecord({"num-examples": 10})})
+
+    def run(rounds: int, start: ArrayRecord, done: int = 0, kill_after: int | None = None) -> ArrayRecord:
+        grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), phase_timeout=5)
+
+        def save(server_round: int, arrays: ArrayRecord):
+            if server_round > 0:
+                checkpoint.save(tmp_path, checkpoint.Checkpoint(
+                    "dropin", done + server_round, {"strategy": "fedavg"},
+                    {k: a.numpy() for k, a in arrays.items()},
+                    {"reshuffle": [asdict(r) for r in grid.rounds]}))
+            if server_round == kill_after:
+                raise Killed
+            return None
+        return FedAvg(fraction_evaluate=0.0).start(grid=grid, initial_arrays=start, num_rounds=rounds,
+                                                   evaluate_fn=save).arrays
+
+    first = ArrayRecord({"w": Array(np.full((2, 3), 8.0, np.float32)), "b": Array(np.zeros(2, np.float32))})
+    whole = run(4, first)
+    with pytest.raises(Killed):
+        run(4, first, kill_after=2)
+    ck = checkpoint.load(tmp_path, kind="dropin")
+    assert ck.round == 2 and list(ck.arrays) == ["w", "b"] and len(ck.state["reshuffle"]) == 2
+    resumed = run(4 - ck.round, ArrayRecord({k: Array(v) for k, v in ck.arrays.items()}), done=ck.round)
+    # Each round maps x to x/2 + 1.5 (the mean of p = 0..3): the same four steps either way
+    for a, b in zip(whole.to_numpy_ndarrays(), resumed.to_numpy_ndarrays()):
+        assert a.tobytes() == b.tobytes()
+    np.testing.assert_allclose(resumed["w"].numpy(), 8 / 16 + 1.5 * (1 + 1 / 2 + 1 / 4 + 1 / 8))
+    assert checkpoint.load(tmp_path).round == 4
