@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "experiments" / "configs"
 EXPERIMENTS = ("detection", "overhead", "rawness-real", "rawness")
 PROTOCOL_PHASES = ("setup", "ot", "reserve", "upload", "unmask")
-# Targets of issue 4, checked here rather than in tests (they need the full runs).
+# Targets checked here rather than in tests (they need the full runs).
 TARGET_ACC_POINTS = 1.5
 TARGET_TPR, TARGET_FPR = 0.95, 0.05
 ACC_ATTACKS = ("sign-flip", "gaussian", "scaling", "label-flip")

@@ -11,7 +11,7 @@ from reshuffle.sim.config import SimConfig, from_mapping
 ARRAYS, CONFIG, METRICS = "arrays", "config", "metrics"
 ATTACKER_METRIC = "reshuffle-attacker"  # only in replies of nodes whose own node_config enables scoring
 
-# Keys a server might send to make a node attack or score; a node refuses them (issue 11).
+# Keys a server might send to make a node attack or score; a node refuses them (docs/security/threat-model.md).
 FORBIDDEN_CONFIG = ("attack", "score", "score-detection", "malicious", "attack-options")
 
 # Run-config keys that are not SimConfig settings.
