@@ -85,9 +85,10 @@ def test_nodes_uploading_nan_models_leave_the_round_recorded_and_the_run_going(t
 
 def test_nodes_whose_training_diverges_send_nothing_and_say_why(tmp_path):
     m = _run_project_app(tmp_path, huge_lr)
-    _assert_round_kept(m, "answered the train message")
+    # The nodes claimed their slots before training (the offline phase); they drop at the upload
+    _assert_round_kept(m, "uploads: 0 participants")
     rep = m["reshuffle"][DIVERGING_ROUND - 1]
-    assert rep["roster"] == 0 and rep["dropouts"] == {"train": 4}
+    assert rep["roster"] == 4 and rep["dropouts"] == {"train": 4}
     assert len(rep["errors"]) == 4 and all("local training diverged" in e for e in rep["errors"])
 
 
@@ -107,6 +108,6 @@ def test_plain_flower_strategy_keeps_its_model_through_a_round_of_failing_nodes(
     # Assert: rounds 1 and 3 each add the mean 2.5, round 2 is recorded as failed and adds nothing
     np.testing.assert_allclose(result.arrays.to_numpy_ndarrays()[0], 5.0)
     failed = grid.rounds[DIVERGING_ROUND - 1]
-    assert failed.replies == 0 and failed.roster == 0 and "answered the train message" in failed.failed
+    assert failed.replies == 0 and failed.roster == 4 and "uploads: 0 participants" in failed.failed
     assert sum("local training diverged" in e for e in failed.errors) == 4
     assert [r.failed for r in grid.rounds] == ["", failed.failed, ""]
