@@ -22,7 +22,6 @@ attack without defense).
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -236,13 +235,10 @@ def check_names(kind: str, names: Iterable[str], known: Iterable[str]) -> None:
 
 def load_grid_toml(path: str | Path, base: Grid) -> Grid:
     """``base`` with the fields a grid TOML file sets."""
+    from reshuffle.sim.config import read_toml
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"grid config {p} not found")
-    try:
-        spec = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: not valid TOML ({exc})") from None
+    spec = read_toml(p, "grid config")
     unknown = set(spec) - _TOML_KEYS
     if unknown:
         raise ConfigError(f"{p}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(_TOML_KEYS))}")

@@ -197,13 +197,18 @@ def _coerce(name: str, v: Any, source: str) -> Any:
     return v
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
+def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """The parsed TOML file at ``path``; a missing or invalid file is a ConfigError naming it."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file {p} not found")
+        raise ConfigError(f"{what} {p} not found")
     try:
-        data = tomllib.loads(p.read_text())
+        return tomllib.loads(p.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: not valid TOML ({exc})") from None
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    data = read_toml(path)
     # Accept either top-level keys or a [simulate] table.
     return data.get("simulate", data)
