@@ -306,9 +306,10 @@ class ConstrainScale(RuleAware, ModelReplacement):
     model replacement's n/η, n the number of clients) and, with
     ``norm_quantile`` = q, at most the factor that brings :math:`\lVert s_i x_i \rVert`
     to the q-quantile of the honest norms (the constraint). All rows are
-    searched together by :func:`halving_search`, each on its own scale; then the
-    chosen scales are checked jointly, and rows rejected together are halved
-    and checked again. ``max_calls`` bounds the rule calls (a quarter of
+    searched together by :func:`halving_search`, each on its own scale (a row
+    accepted at no scale tried falls back to min(1, hi_i), its unboosted
+    update); then the chosen scales are checked jointly, and rows rejected
+    together are halved and checked again. ``max_calls`` bounds the rule calls (a quarter of
     them, at least one, is kept for the joint checks). ``success`` is the
     backdoor success.
     """
@@ -342,9 +343,10 @@ class ConstrainScale(RuleAware, ModelReplacement):
         own, H = check_view(view, self)
         probe = Probe(view, H, own.shape[0], rng, self.max_calls, self.name)
         checks = max(1, self.max_calls // 4)
-        best, smallest = halving_search(lambda s: probe(s[:, None] * own), self.caps(own, H),
-                                        self.max_calls - checks, self.tol)
-        s = np.where(np.isnan(best), smallest, best)
+        hi = self.caps(own, H)
+        best, _ = halving_search(lambda s: probe(s[:, None] * own), hi, self.max_calls - checks, self.tol)
+        # A row accepted at no scale tried falls back to its unboosted update (within the constraint).
+        s = np.where(np.isnan(best), np.minimum(hi, 1.0), best)
         for k in range(checks):  # joint checks: rows rejected together shrink; s is always the last checked
             ok = probe(s[:, None] * own)
             if ok.all() or k == checks - 1:
