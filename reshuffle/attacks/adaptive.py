@@ -193,7 +193,7 @@ def _spread(H: np.ndarray) -> float:
     return s if s > 0 else 1.0
 
 
-def direction(H: np.ndarray, kind: str) -> np.ndarray:
+def perturbation(H: np.ndarray, kind: str) -> np.ndarray:
     r"""Shejwalkar & Houmansadr's perturbation, scaled to norm ‖σ‖ (``std`` is −σ itself).
 
     ``std``: −σ; ``unit-vec``: −μ/‖μ‖; ``sign``: −sign(μ); σ and μ the honest
@@ -237,7 +237,7 @@ class AGRTailored(RuleAware):
     def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
         own, H = check_view(view, self)
         m = own.shape[0]
-        mu, p = H.mean(axis=0), direction(H, self.direction)
+        mu, p = H.mean(axis=0), perturbation(H, self.direction)
         probe = Probe(view, H, m, rng, self.max_calls, self.name)
         best, smallest = halving_search(lambda g: np.array([probe(np.tile(mu + g[0] * p, (m, 1))).all()]),
                                         np.array([self.gamma_max]), self.max_calls, self.tol)
