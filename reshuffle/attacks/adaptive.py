@@ -193,7 +193,7 @@ def _spread(H: np.ndarray) -> float:
     return s if s > 0 else 1.0
 
 
-def direction(H: np.ndarray, kind: str) -> np.ndarray:
+def perturbation(H: np.ndarray, kind: str) -> np.ndarray:
     r"""Shejwalkar & Houmansadr's perturbation, scaled to norm ‖σ‖ (``std`` is −σ itself).
 
     ``std``: −σ; ``unit-vec``: −μ/‖μ‖; ``sign``: −sign(μ); σ and μ the honest
@@ -237,7 +237,7 @@ class AGRTailored(RuleAware):
     def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
         own, H = check_view(view, self)
         m = own.shape[0]
-        mu, p = H.mean(axis=0), direction(H, self.direction)
+        mu, p = H.mean(axis=0), perturbation(H, self.direction)
         probe = Probe(view, H, m, rng, self.max_calls, self.name)
         best, smallest = halving_search(lambda g: np.array([probe(np.tile(mu + g[0] * p, (m, 1))).all()]),
                                         np.array([self.gamma_max]), self.max_calls, self.tol)
@@ -306,9 +306,10 @@ class ConstrainScale(RuleAware, ModelReplacement):
     model replacement's n/η, n the number of clients) and, with
     ``norm_quantile`` = q, at most the factor that brings :math:`\lVert s_i x_i \rVert`
     to the q-quantile of the honest norms (the constraint). All rows are
-    searched together by :func:`halving_search`, each on its own scale; then the
-    chosen scales are checked jointly, and rows rejected together are halved
-    and checked again. ``max_calls`` bounds the rule calls (a quarter of
+    searched together by :func:`halving_search`, each on its own scale (a row
+    accepted at no scale tried falls back to min(1, hi_i), its unboosted
+    update); then the chosen scales are checked jointly, and rows rejected
+    together are halved and checked again. ``max_calls`` bounds the rule calls (a quarter of
     them, at least one, is kept for the joint checks). ``success`` is the
     backdoor success.
     """
@@ -342,9 +343,10 @@ class ConstrainScale(RuleAware, ModelReplacement):
         own, H = check_view(view, self)
         probe = Probe(view, H, own.shape[0], rng, self.max_calls, self.name)
         checks = max(1, self.max_calls // 4)
-        best, smallest = halving_search(lambda s: probe(s[:, None] * own), self.caps(own, H),
-                                        self.max_calls - checks, self.tol)
-        s = np.where(np.isnan(best), smallest, best)
+        hi = self.caps(own, H)
+        best, _ = halving_search(lambda s: probe(s[:, None] * own), hi, self.max_calls - checks, self.tol)
+        # A row accepted at no scale tried falls back to its unboosted update (within the constraint).
+        s = np.where(np.isnan(best), np.minimum(hi, 1.0), best)
         for k in range(checks):  # joint checks: rows rejected together shrink; s is always the last checked
             ok = probe(s[:, None] * own)
             if ok.all() or k == checks - 1:

@@ -52,7 +52,10 @@ class RoundView:
         the deployed rule on an (n, d) array of updates, returning its
         :class:`~reshuffle.server.rules.base.Decision` (``accepted`` row
         indices, ``aggregate``); the attackers' copy, so calls have no effect
-        on the real round.
+        on the real round. It should judge the rows as the PS recovers them
+        (after the upload's float32 cast and fixed-point encoding): rounding
+        moves small coordinates to or from zero, which sign-statistics rules
+        see, so a row accepted unrounded may be rejected in the round.
     ``round``
         the round number T.
     """
