@@ -473,11 +473,7 @@ class ParallelRunner(InProcessRunner):
         for w in self._workers:
             w.conn.send_bytes(_frame(VIEWS))
         for w in self._workers:
-            kind, p = _parse(self._recv(w), f"frame of worker {w.index}")
-            if kind == FAILED:
-                _raise_failure(w, p)
-            if kind != VIEWDATA:
-                raise WorkerFailed(f"worker {w.index} sent frame kind {kind} instead of its views")
+            p = self._expect(w, VIEWDATA, "its views")
             n = p.u32("views")
             for _ in range(n):
                 vp = Parser(p.var("view"), f"view from worker {w.index}")
@@ -528,11 +524,16 @@ class ParallelRunner(InProcessRunner):
         for w, body, n in zip(self._workers, per_worker, counts):
             w.conn.send_bytes(_frame(MODELS, Writer().u32(n).raw(body.bytes())))
         for w in self._workers:
-            kind, p = _parse(self._recv(w), f"frame of worker {w.index}")
-            if kind == FAILED:
-                _raise_failure(w, p)
-            if kind != DONE:
-                raise WorkerFailed(f"worker {w.index} sent frame kind {kind} instead of taking its models")
+            self._expect(w, DONE, "taking its models")
+
+    def _expect(self, w, want: int, what: str):
+        """The body of worker ``w``'s next frame, which must be of kind ``want`` (a FAILED frame re-raises)."""
+        kind, p = _parse(self._recv(w), f"frame of worker {w.index}")
+        if kind == FAILED:
+            _raise_failure(w, p)
+        if kind != want:
+            raise WorkerFailed(f"worker {w.index} sent frame kind {kind} instead of {what}")
+        return p
 
     def _drain_and_fetch_views(self) -> None:
         """After the PS gave up mid-phase: let the workers finish the batch, then read the views."""
