@@ -205,7 +205,7 @@ class DeploymentRun(_Background):
                      for i in range(self.NODES)]
             run = start([str(BIN / "flwr"), "run", ".", "deploy", "--stream", "--run-config",
                          f'out-dir="{out}" key-dir="{keys}" rounds=1 model="logreg" rule="fedavg" '
-                         'phase-timeout=30.0 r-max=3'], env, log)
+                         'phase-timeout=60.0 r-max=3'], env, log)
             # Kill the last node once the protocol has started (it is then in the roster).
             killed = _wait_for(log, f"round 1: roster of {self.NODES} participants", run, time.monotonic() + 600)
             if killed:
@@ -264,7 +264,7 @@ class LocalSimulationRuns(_Background):
         env = self._env()
         try:
             self._flwr_run(env, "probe", ROOT / "tests" / "flower_probe_app", 'probe-dir="{out}"')
-            self._flwr_run(env, "project", ROOT, 'out-dir="{out}" rounds=2 phase-timeout=30.0')
+            self._flwr_run(env, "project", ROOT, 'out-dir="{out}" rounds=2 phase-timeout=120.0')
         finally:
             kill_superlinks_of(self.dir / "flwr-home")
 
