@@ -272,7 +272,8 @@ class Soak:
         self.env["OMP_NUM_THREADS"] = "1"
         log = self.dir / "superlink.log"
         p = self.procs.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--host", HOST, "--port",
-                                           str(self.port), "--database", str(self.dir / "link.db")], self.env, log)
+                                           str(self.port), "--database", str(self.dir / "link.db")], self.env, log,
+                         cwd=self.dir)  # the ServerApps run here: what they write to their cwd stays in the soak folder
         if not self._wait_text(log, "Application startup complete", p, 90):
             raise SoakError("the SuperLink did not start:\n" + log.read_text(errors="replace")[-2000:])
 
