@@ -210,19 +210,18 @@ def _run_with_progress(cfg, out: str, quiet: bool, resume=None) -> dict:
 
     sim = Simulation(cfg)  # loads data and validates before any output
     records: list = [] if resume is None else checkpoint.restore_simulation(sim, resume)
-    done = list(records)
+    done = len(records)  # sim.run extends records before each callback
 
     def save(rec) -> None:
-        records.append(rec)
         # The checkpoint first: metrics.json never shows a round that a resumed run would redo.
         checkpoint.save(out, checkpoint.simulation_checkpoint(sim, records))
         write_metrics(out, sim.result(records))  # atomically, so an interrupted run keeps its rounds
 
     if quiet:
-        return write_outputs(out, sim.result(sim.run(save, records=done)))
+        return write_outputs(out, sim.result(sim.run(save, records)))
     cols = (TextColumn("round"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn())
     with Progress(*cols, transient=False) as bar:
-        task = bar.add_task("rounds", total=cfg.rounds, completed=len(done), status="training")
+        task = bar.add_task("rounds", total=cfg.rounds, completed=done, status="training")
 
         def on_round(rec) -> None:
             save(rec)
@@ -230,7 +229,7 @@ def _run_with_progress(cfg, out: str, quiet: bool, resume=None) -> dict:
             status = f"skipped ({rec.skipped})" if rec.skipped else f"accuracy {rec.accuracy:.4f}{det}"
             bar.update(task, advance=1, status=status)
 
-        data = sim.result(sim.run(on_round, records=done))
+        data = sim.result(sim.run(on_round, records))
     write_outputs(out, data)
     return data
 

@@ -26,16 +26,15 @@ def simulate(cfg, out_dir=None, on_round=None, plots: bool = True) -> dict:
     from reshuffle.sim.simulator import Simulation
 
     sim = Simulation(cfg)
-    records: list = []
+    records: list = []  # sim.run extends it before each callback
 
     def each(rec) -> None:
-        records.append(rec)
         if out_dir is not None:
             write_metrics(out_dir, sim.result(records))
         if on_round:
             on_round(rec)
 
-    data = sim.result(sim.run(each))
+    data = sim.result(sim.run(each, records))
     if out_dir is not None:
         write_outputs(out_dir, data, plots=plots)
     return data

@@ -440,10 +440,11 @@ class Simulation:
             records: list[RoundRecord] | None = None) -> list[RoundRecord]:
         """Run the remaining rounds; ``on_round`` is called after each with its record.
 
-        ``records`` are rounds already run (a resumed run); they are kept and
-        extended.
+        ``records`` holds the rounds already run (a resumed run) and is extended in
+        place before each ``on_round`` call, so a callback that holds the list sees
+        every record so far (to write metrics or a checkpoint after each round).
         """
-        records = list(records or [])
+        records = [] if records is None else records
         while self._round < self.cfg.rounds:
             rec = self.step()
             records.append(rec)
