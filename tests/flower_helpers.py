@@ -1,23 +1,21 @@
 """Shared helpers for the Flower tests: the in-process Grid, a toy ClientApp, process management.
 
 :class:`~reshuffle.flower.loopback.LoopbackGrid` replaces only the transport:
-strategies, mods and the protocol are the real ones. Tests that need Flower's own
-engine (simulation, SuperLink, SuperNodes) use the process helpers below.
+strategies, mods and the protocol are the real ones. The local simulations
+(Flower's own engine) run in the background with the session (:class:`LocalSimulationRuns`).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
 from flwr.app import Context, Message, RecordDict
 
 from reshuffle.flower import local
-from reshuffle.flower.local import BIN, free_port  # noqa: F401  (used by the runs below)
+from reshuffle.flower.local import BIN
 from reshuffle.flower.loopback import LoopbackGrid  # noqa: F401  (re-exported for the tests)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,32 +85,6 @@ def flwr_env(home: Path) -> dict:
     return local.flwr_env(home, ROOT)
 
 
-def kill_group(p: subprocess.Popen) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    p.wait(timeout=30)
-
-
-@contextmanager
-def processes():
-    """``start(cmd, env, log)`` starts a process in its own group; all are killed on exit."""
-    started: list[subprocess.Popen] = []
-
-    def start(cmd, env, log: Path, cwd: Path = ROOT) -> subprocess.Popen:
-        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
-        started.append(p)
-        return p
-
-    try:
-        yield start
-    finally:
-        for p in started:
-            kill_group(p)
-
-
 def toy_client_app(make_reply: Callable[[Message, Context], RecordDict], mods=None):
     """A ClientApp with ``reshuffle_mod`` (unless ``mods`` says otherwise) whose train handler is ``make_reply``."""
     from flwr.app import MetricRecord
@@ -139,83 +111,6 @@ def forgetful_mod(msg: Message, ctx: Context, call_next):
 
     mod._LIVE.clear()
     return mod.reshuffle_mod(msg, ctx, call_next)
-
-
-def _wait_for(path: Path, text: str, proc: subprocess.Popen, deadline: float) -> bool:
-    import time
-
-    while time.monotonic() < deadline and proc.poll() is None:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return True
-        time.sleep(0.2)
-    return False
-
-
-class DeploymentRun(_Background):
-    """A real deployment on loopback, run in a background thread so it can overlap other tests.
-
-    A SuperLink, three SuperNodes (each naming its own ``reshuffle ca`` key files in
-    its node config) and ``flwr run`` of the project's app for one round (``r-max=3``);
-    node 2 is killed once the protocol has started. Every process is killed when it
-    ends. :meth:`load` waits and returns (killed, run log, metrics.json or None).
-    """
-
-    NODES = 3
-
-    def _results(self) -> list[Path]:
-        return [self.dir / "result.json"]
-
-    def _run(self) -> None:
-        import time
-
-        t0 = time.monotonic()
-        killed, text, metrics = self._scenario()
-        _write_result(self.dir / "result.json", {"killed": killed, "text": text, "metrics": metrics,
-                                                 "seconds": time.monotonic() - t0})
-
-    @staticmethod
-    def load(workdir: Path, timeout: float = 900) -> tuple:
-        out = _read_result(Path(workdir) / "result.json", timeout)
-        return out["killed"], out["text"], out["metrics"]
-
-    def _scenario(self) -> tuple:
-        import json
-        import time
-
-        d, keys, home = self.dir, self.dir / "keys", self.dir / "flwr-home"
-        home.mkdir(parents=True, exist_ok=True)
-        for args in (["ca", "init", "--dir", str(keys)],
-                     ["ca", "issue", "--dir", str(keys), "--ids", f"0-{self.NODES - 1}", "--server"]):
-            subprocess.run([str(BIN / "reshuffle"), *args], check=True, capture_output=True, timeout=60)
-        port = free_port()
-        (home / "config.toml").write_text(
-            f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\naddress = "127.0.0.1:{port}"\ninsecure = true\n'
-        )
-        env = flwr_env(home)
-        out, log = d / "out", d / "run.log"
-        with processes() as start:
-            link = start([str(BIN / "flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
-                          "--database", str(d / "link.db")], env, d / "superlink.log")
-            if not _wait_for(d / "superlink.log", "Application startup complete", link, time.monotonic() + 60):
-                raise RuntimeError("SuperLink did not start:\n" + (d / "superlink.log").read_text()[-2000:])
-            nodes = [start([str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
-                            "--host", "127.0.0.1", "--port", str(free_port()), "--node-config",
-                            f'reshuffle-participant-id={i} reshuffle-key-dir="{keys}" num-partitions={self.NODES}'],
-                           env, d / f"supernode-{i}.log")
-                     for i in range(self.NODES)]
-            run = start([str(BIN / "flwr"), "run", ".", "deploy", "--stream", "--run-config",
-                         f'out-dir="{out}" key-dir="{keys}" rounds=1 model="logreg" rule="fedavg" '
-                         'phase-timeout=60.0 r-max=3'], env, log)
-            # Kill the last node once the protocol has started (it is then in the roster).
-            killed = _wait_for(log, f"round 1: roster of {self.NODES} participants", run, time.monotonic() + 600)
-            if killed:
-                kill_group(nodes[-1])
-            try:
-                run.wait(timeout=600)
-            except subprocess.TimeoutExpired:
-                pass
-        metrics = json.loads((out / "metrics.json").read_text()) if (out / "metrics.json").is_file() else None
-        return killed, log.read_text(errors="replace"), metrics
 
 
 kill_superlinks_of = local.stop_processes_of

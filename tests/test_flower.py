@@ -1,6 +1,6 @@
 """The project's own Flower apps: run config, and attacks only by a node's own choice.
 
-The real deployment is in tests/test_flower_deployment.py.
+A real deployment on loopback is the quick soak's (tests/test_soak.py).
 """
 
 from __future__ import annotations
