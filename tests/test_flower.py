@@ -69,7 +69,7 @@ def test_server_sent_attack_and_score_keys_are_refused():
 
 def test_only_a_nodes_own_config_makes_it_attack_and_label_its_model():
     from reshuffle.flower.common import FlowerSettings
-    from reshuffle.flower.server_app import make_grid, run_round
+    from reshuffle.flower.server_app import collect, make_grid
 
     # Prepare: node 0 chose, in its own node_config, to sign-flip and to label its model for scoring
     def cfg(i):
@@ -80,7 +80,8 @@ def test_only_a_nodes_own_config_makes_it_attack_and_label_its_model():
     assert grid.round_params["R_max"] == 5  # the run config's r-max reaches the protocol
     W_g = _w_g()
     # Execute
-    models, flags = run_round(grid, s, 1, W_g)
+    d = collect(grid, s, 1, W_g)
+    models, flags = d.models, d.flags
     # Assert: four unlinked models, exactly one labelled, and that one moved against the others
     assert len(models) == 4 and sum(flags) == 1
     U = np.stack(models) - W_g

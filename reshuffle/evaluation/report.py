@@ -19,13 +19,13 @@ DOCS_BEGIN, DOCS_END = "<!-- grid:begin -->", "<!-- grid:end -->"
 _MISSING, _FAILED = "–", "failed"
 
 
-
 def _axes_line(g: dict, attacks: str) -> str:
     """One sentence naming the grid's axes and common settings."""
     return (f"Datasets {', '.join(g['datasets'])}; partitions {', '.join(g['partitions'])}; models "
             f"{', '.join(g['models'])}; {attacks}; rules {', '.join(g['rules'])}; seeds "
             f"{', '.join(map(str, g['seeds']))}. Common settings: "
             + ", ".join(f"{k} = {v}" for k, v in g["base"].items()) + ".")
+
 
 def _pts(x: float) -> str:
     return f"{100 * x:.1f}"

@@ -85,12 +85,6 @@ def collect(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarray) ->
     return out
 
 
-def run_round(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarray) -> tuple[list[np.ndarray], list[bool]]:
-    """One round's usable models and their flags (see :func:`collect`)."""
-    d = collect(rgrid, s, T, W_g)
-    return d.models, d.flags
-
-
 class _Run:
     """The ServerApp's loop state: global model, records, reports; saved after every round."""
 
@@ -120,18 +114,19 @@ class _Run:
         """Load ``folder``'s checkpoint (same settings only); return the last finished round."""
         ck = checkpoint.load(folder, kind=KIND)
         checkpoint.check_config(ck, self.identity, f"the Flower run in {folder}")
+        where = checkpoint.path_of(folder)
         W = ck.arrays.get("global_model")
         if W is None or W.dtype != np.float32 or W.shape != self.W_g.shape:
-            raise checkpoint.CheckpointError(f"{checkpoint.path_of(folder)}: no global model of shape {self.W_g.shape}")
+            raise checkpoint.CheckpointError(f"{where}: no global model of shape {self.W_g.shape}")
         try:
-            self.records = [RoundRecord(**r) for r in ck.state["rounds"]]
+            self.records = [checkpoint.round_record(r, where) for r in ck.state["rounds"]]
             self.reports = list(ck.state["reshuffle"])
             self.initial = float(ck.state["initial_accuracy"])
             self.nodes = int(ck.state["nodes"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise checkpoint.CheckpointError(f"{checkpoint.path_of(folder)}: state incomplete ({exc})") from None
+            raise checkpoint.CheckpointError(f"{where}: state incomplete ({exc})") from None
         if len(self.records) != ck.round or len(self.reports) != ck.round:
-            raise checkpoint.CheckpointError(f"{checkpoint.path_of(folder)}: {len(self.records)} rounds recorded "
+            raise checkpoint.CheckpointError(f"{where}: {len(self.records)} rounds recorded "
                                              f"for round {ck.round}")
         self.W_g = W.copy()
         return ck.round

@@ -277,15 +277,27 @@ class Soak:
         if not self._wait_text(log, "Application startup complete", p, 90):
             raise SoakError("the SuperLink did not start:\n" + log.read_text(errors="replace")[-2000:])
 
-    def _start_node(self, i: int) -> None:
-        self.node_starts[i] += 1
+    def _launch_node(self, i: int, node_config: str, log: Path) -> None:
+        """SuperNode ``node-{i}`` on a fresh port, with ``node_config``."""
         port = self.node_ports[i] = free_port()
         self.procs.ports.add(port)
-        fault = ' fault="malformed"' if i == self.malformed else ""
-        cfg = f'reshuffle-participant-id={i} reshuffle-key-dir="{self.keys}" num-partitions={self.cfg.nodes}{fault}'
         self.procs.start(f"node-{i}", [str(BIN / "flower-supernode"), "--insecure", "--superlink",
                                        f"{HOST}:{self.port}", "--host", HOST, "--port", str(port),
-                                       "--node-config", cfg], self.env, self.dir / f"supernode-{i}.log")
+                                       "--node-config", node_config], self.env, log)
+
+    def _start_node(self, i: int) -> None:
+        self.node_starts[i] += 1
+        fault = ' fault="malformed"' if i == self.malformed else ""
+        self._launch_node(i, f'reshuffle-participant-id={i} reshuffle-key-dir="{self.keys}" '
+                             f'num-partitions={self.cfg.nodes}{fault}', self.dir / f"supernode-{i}.log")
+
+    def _restart(self, nodes: set[int], T: int, suffix: str = "") -> None:
+        """Start the killed ``nodes`` again (round ``T``'s event lines end with ``suffix``)."""
+        for i in sorted(nodes):
+            self._start_node(i)
+            self.events.append(f"round {T}: node {i} restarted{suffix}")
+            self.say(f"soak: {self.events[-1]}")
+        nodes.clear()
 
     def _run_config(self, resume: bool) -> str:
         rc = (f'out-dir="{self.out}" key-dir="{self.keys}" rounds={self.cfg.rounds} dataset="digits" '
@@ -344,11 +356,7 @@ class Soak:
             done = _checkpoint_round(self.out)
             if done > ended:
                 ended, round_t0 = done, time.monotonic()
-                for i in sorted(pending_restart):
-                    self._start_node(i)
-                    self.events.append(f"round {ended}: node {i} restarted after the round")
-                    self.say(f"soak: {self.events[-1]}")
-                pending_restart.clear()
+                self._restart(pending_restart, ended, " after the round")
             T = ended + 1
             text = log.read_text(errors="replace") if log.exists() else ""
             # The grid of a resumed ServerApp counts its own rounds from 1.
@@ -363,9 +371,7 @@ class Soak:
                 if f.kind == "kill":
                     pending_restart.add(f.node)
                 if f.kind == "server":
-                    for i in sorted(pending_restart):
-                        self._start_node(i)
-                        self.events.append(f"round {T}: node {i} restarted")
+                    self._restart(pending_restart, T)
                     return False
             if run.poll() is not None:
                 return True
@@ -412,12 +418,8 @@ class Soak:
         for i in range(self.cfg.nodes):
             self.procs.kill(f"node-{i}", self.node_ports.get(i))
         for i in range(self.cfg.nodes):
-            port = self.node_ports[i] = free_port()
-            self.procs.ports.add(port)
-            self.procs.start(f"node-{i}", [str(BIN / "flower-supernode"), "--insecure", "--superlink",
-                                           f"{HOST}:{self.port}", "--host", HOST, "--port", str(port), "--node-config",
-                                           f"partition-id={i} num-partitions={self.cfg.nodes}"],
-                             self.env, self.dir / f"dropin-supernode-{i}.log")
+            self._launch_node(i, f"partition-id={i} num-partitions={self.cfg.nodes}",
+                              self.dir / f"dropin-supernode-{i}.log")
         env = dict(self.env, PYTHONPATH=os.pathsep.join([str(ROOT / "examples" / "flower-dropin"),
                                                          self.env["PYTHONPATH"]]))
         log = self.dir / "dropin.log"

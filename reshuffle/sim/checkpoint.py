@@ -195,7 +195,8 @@ def load_simulation(folder: str | Path) -> tuple[Any, Checkpoint]:
     return cfg, ck
 
 
-def _record(d: Any, where: Path):
+def round_record(d: Any, where: Path):
+    """The :class:`~reshuffle.sim.record.RoundRecord` stored as ``d`` (``asdict``) in the checkpoint at ``where``."""
     from reshuffle.sim.record import RoundRecord
 
     try:
@@ -221,7 +222,7 @@ def restore_simulation(sim, ck: Checkpoint) -> list:
         raise CheckpointError(f"{where}: simulation state incomplete for round {ck.round}")
     if ck.round > sim.cfg.rounds:
         raise CheckpointError(f"{where}: round {ck.round} is past the run's {sim.cfg.rounds} rounds")
-    records = [_record(r, where) for r in rounds]
+    records = [round_record(r, where) for r in rounds]
     if [r.round for r in records] != list(range(1, ck.round + 1)):
         raise CheckpointError(f"{where}: the round records are not rounds 1..{ck.round}")
     sim.restore({"global_model": W}, state)

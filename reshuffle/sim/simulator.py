@@ -462,7 +462,7 @@ class Simulation:
                                                    "banned": {str(i): T for i, T in self.banned.items()}}
 
     def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
-        """Continue after round ``state["round"]`` (checked by :func:`reshuffle.sim.checkpoint.restore`)."""
+        """Continue after round ``state["round"]`` (checked by :func:`reshuffle.sim.checkpoint.restore_simulation`)."""
         self.W_g = arrays["global_model"].copy()
         self._round = state["round"]
         self.banned = {int(i): T for i, T in state["banned"].items()}
