@@ -23,10 +23,12 @@ def test_scaled_rows_weigh_no_more_than_a_median_row():
     # Execute
     d = ConeClip().decide(U)
     # Assert: they point the honest way, so they are inside the cone, but clipped to the median norm
+    # (and, being four copies of one row, they count once)
     S = np.median(np.linalg.norm(U, axis=1))
     assert set(range(16, 20)) <= set(d.accepted)
     assert np.linalg.norm(d.aggregate) <= S * (1 + 1e-9)
-    assert np.allclose(d.weights[16:] * np.linalg.norm(U[16:], axis=1), S)
+    assert np.allclose(ConeClip(dedup=0).decide(U).weights[16:] * np.linalg.norm(U[16:], axis=1), S)
+    assert 0.85 * S <= (d.weights[16:] * np.linalg.norm(U[16:], axis=1)).sum() <= S * (1 + 1e-9)
 
 
 def test_rows_pointing_away_from_the_majority_are_rejected():
@@ -93,3 +95,53 @@ def test_a_group_outside_the_majority_cluster_keeps_only_its_trust():
     full = ConeClip(trust=1.0).decide(U)
     bd = backdoor / np.linalg.norm(backdoor)
     assert d.aggregate @ bd < full.aggregate @ bd  # less of the backdoor direction reaches W_g
+
+
+
+def _mimic_round(seed=11, n_honest=16, m=4, d=300):
+    # Non-IID honest rows: a shared direction, each client far from the others; the attackers all
+    # upload a copy of the straggler with the largest spread (as `mimic` picks it)
+    rng = np.random.default_rng(seed)
+    H = rng.normal(size=d) + rng.normal(0, 1.5, size=(n_honest, d))
+    target = int(np.argmax(np.linalg.norm(H - H.mean(axis=0), axis=1)))
+    return H, np.vstack([H, np.tile(H[target], (m, 1))]), target
+
+
+def test_mimic_copies_share_one_row_s_weight():
+    # Prepare: mimic, four exact copies of one honest row
+    H, U, target = _mimic_round()
+    group = [target, 16, 17, 18, 19]
+    # Execute
+    d, plain = ConeClip().decide(U), ConeClip(dedup=0).decide(U)
+    # Assert: the target and its copies together weigh what the target alone weighs without the step
+    assert target in d.accepted
+    assert 0.9 * plain.weights[target] <= d.weights[group].sum() <= plain.weights[target] * (1 + 1e-9)
+    # and the aggregate leans towards the copied row far less than without the step
+    u = H[target] / np.linalg.norm(H[target])
+    lean, plain_lean = (x.aggregate @ u - ConeClip().decide(H).aggregate @ u for x in (d, plain))
+    assert lean < 0.5 * plain_lean
+
+
+def test_distinct_honest_rows_keep_their_relative_weight():
+    # Rows no closer to each other than honest rows are to their nearest neighbours are barely touched
+    H, _, _ = _mimic_round(seed=12)
+    a, b = ConeClip().decide(H), ConeClip(dedup=0).decide(H)
+    assert a.accepted == b.accepted
+    assert np.allclose(a.weights / a.weights.sum(), b.weights / b.weights.sum(), rtol=0.1)
+    assert np.linalg.norm(a.aggregate - b.aggregate) < 0.05 * np.linalg.norm(b.aggregate)
+
+
+def test_exact_duplicates_collapse_even_when_most_nearest_neighbours_are_duplicates():
+    # The median nearest-neighbour distance is zero here (bandwidth 0): exact copies still count once
+    rng = np.random.default_rng(2)
+    rows = rng.normal(1.0, 1.0, size=(3, 50))
+    U = np.vstack([rows[0]] * 4 + [rows[1]] * 3 + [rows[2]])
+    d, plain = ConeClip(trust=1.0).decide(U), ConeClip(trust=1.0, dedup=0).decide(U)
+    assert np.isfinite(d.aggregate).all() and d.accepted == plain.accepted == tuple(range(8))
+    assert np.allclose(d.weights, plain.weights / np.array([4] * 4 + [3] * 3 + [1]))
+
+
+def test_bad_dedup_is_refused():
+    for bad in (-0.1, float("inf"), float("nan"), True, "1"):
+        with pytest.raises(ConfigError, match="dedup"):
+            ConeClip(dedup=bad)
