@@ -140,7 +140,7 @@ def test_the_call_bound_holds_and_rows_are_finite(name, options, rule):
     assert bad.shape == (M, D) and bad.dtype == np.float64 and np.isfinite(bad).all()
 
 
-@pytest.mark.parametrize("name", ["agr-tailored", "sign-match", "constrain-scale"])
+@pytest.mark.parametrize("name", ["agr-tailored", "sign-match", "constrain-scale", "mimic-spread"])
 def test_deterministic_for_a_fixed_rng(name):
     rule = make_rule("geomed+signstat+cosine", f=M, seed=5)
     attack = constrain_scale() if name == "constrain-scale" else make_attack(name)
@@ -165,6 +165,10 @@ def test_deterministic_for_a_fixed_rng(name):
     ("constrain-scale", {"eta": 0}, "eta"),
     ("constrain-scale", {"target": -1}, "target"),
     ("sign-match", {"gamma": 1.0}, "unexpected keyword"),
+    ("mimic-spread", {"levels": ()}, "levels"),
+    ("mimic-spread", {"levels": (0.0, -1.0)}, "levels"),
+    ("mimic-spread", {"levels": (float("nan"),)}, "levels"),
+    ("mimic-spread", {"levels": tuple(range(MAX_CALLS + 1))}, "levels"),
 ])
 def test_bad_options_are_refused(name, options, match):
     with pytest.raises(ConfigError, match=match):
@@ -276,3 +280,35 @@ def test_the_documented_plug_in_example_runs():
     assert calls >= 1 and out.shape == (M, D)
     out, calls = craft(attack, make_rule("fedavg", f=M))
     assert calls == 1 and np.allclose(out, -4.0 * HONEST.mean(axis=0))
+
+
+def _skewed_round(seed=11, h=16, d=400):
+    """Non-IID honest rows: a shared direction, each client far from the others."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=d) + rng.normal(0, 1.5, size=(h, d))
+
+
+def _lean(rule, honest, bad, target):
+    u = honest[target] / np.linalg.norm(honest[target])
+    return (rule.decide(np.vstack([honest, bad]), round=1).aggregate - rule.decide(honest, round=1).aggregate) @ u
+
+
+def test_mimic_spread_gets_back_the_weight_cone_clip_takes_from_mimic():
+    # Prepare: cone-clip counts mimic's exact copies once
+    from reshuffle.attacks import Mimic
+
+    H = _skewed_round()
+    own = np.zeros((M, H.shape[1]))
+    target = Mimic().choose(H)
+    rule = make_rule("cone-clip", f=M)
+    copies = make_attack("mimic")(H, M, np.random.default_rng(0))
+    # Execute
+    attack = make_attack("mimic-spread")
+    spread, calls = craft(attack, rule, own=own, honest=H)
+    # Assert: it chose noisy copies, and they lean the aggregate further towards the copied row
+    assert attack.last_rho > 0 and calls == len(attack.levels)
+    assert _lean(rule, H, spread, target) > 1.5 * _lean(rule, H, copies, target)
+    # against a rule that does not count copies once, the exact copies (rho = 0) lean furthest
+    plain = make_rule("cone-clip", f=M, dedup=0)
+    craft(attack, plain, own=own, honest=H)
+    assert attack.last_rho == 0.0

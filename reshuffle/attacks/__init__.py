@@ -18,7 +18,7 @@ from reshuffle.attacks.base import (
     Attack, RoundView, attack_names, check_observed, check_view, make_attack, register_attack,
 )
 from reshuffle.attacks.backdoor import DBA, Backdoor, BadNets, ModelReplacement
-from reshuffle.attacks.adaptive import AGRTailored, ConstrainScale, RuleAware, SignMatch
+from reshuffle.attacks.adaptive import AGRTailored, ConstrainScale, MimicSpread, RuleAware, SignMatch
 from reshuffle.attacks.fang import FangKrum, FangTrimmedMean
 from reshuffle.attacks.mimic import Mimic
 from reshuffle.attacks.omniscient import ALIE, IPM, MinMax, MinSum
@@ -26,7 +26,7 @@ from reshuffle.attacks.simple import GaussianNoise, LabelFlip, NoAttack, Scaling
 
 __all__ = [
     "AGRTailored", "ALIE", "Attack", "Backdoor", "BadNets", "ConstrainScale", "DBA", "FangKrum", "FangTrimmedMean",
-    "GaussianNoise", "IPM", "LabelFlip", "MinMax", "MinSum", "Mimic", "ModelReplacement", "NoAttack", "RoundView",
-    "RuleAware", "Scaling", "SignFlip", "SignMatch", "attack_names", "check_observed", "check_view", "make_attack",
-    "register_attack",
+    "GaussianNoise", "IPM", "LabelFlip", "MinMax", "MinSum", "Mimic", "MimicSpread", "ModelReplacement", "NoAttack",
+    "RoundView", "RuleAware", "Scaling", "SignFlip", "SignMatch", "attack_names", "check_observed", "check_view",
+    "make_attack", "register_attack",
 ]

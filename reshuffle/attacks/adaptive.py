@@ -14,7 +14,10 @@ a given ``rng`` and rule.
 * ``sign-match``: ALIE's μ − zσ with each row's sign statistics set to those of
   an honest row, and the largest z accepted;
 * ``constrain-scale``: BadNets training, then each attacker's update boosted
-  by the largest factor the rule accepts (Bagdasaryan et al., AISTATS 2020).
+  by the largest factor the rule accepts (Bagdasaryan et al., AISTATS 2020);
+* ``mimic-spread``: ``mimic`` with its own noise on each copy, at the level
+  whose aggregate leans furthest towards the copied row (against rules that
+  count near-copies once, as ``cone-clip`` does).
 
 A plug-in becomes rule-aware by setting ``rule_aware = True`` and implementing
 ``craft(view, rng)`` instead of ``__call__``::
@@ -95,15 +98,19 @@ class Probe:
         self.calls = 0
         self._name = name
 
-    def __call__(self, M: np.ndarray) -> np.ndarray:
+    def decision(self, M: np.ndarray):
+        """The rule's Decision on the round with M as the malicious rows (one call)."""
         if self.calls >= self.budget:
             raise ConfigError(f"{self._name}: more than {self.budget} calls to the rule in one round")
         self.calls += 1
         self._U[self.rows] = M
         decision = self._decide(self._U.copy())
-        accepted = getattr(decision, "accepted", None)
-        if accepted is None:
+        if getattr(decision, "accepted", None) is None:
             raise ConfigError(f"{self._name}: view.decide must return a Decision, got {type(decision).__name__}")
+        return decision
+
+    def __call__(self, M: np.ndarray) -> np.ndarray:
+        accepted = self.decision(M).accepted
         ok = np.zeros(self._U.shape[0], dtype=bool)
         ok[np.asarray(accepted, dtype=np.int64)] = True
         return ok[self.rows]
@@ -354,3 +361,47 @@ class ConstrainScale(RuleAware, ModelReplacement):
             s = np.where(ok, s, s / 2)
         self.last_scales = s
         return s[:, None] * own
+
+
+@register_attack("mimic-spread")
+class MimicSpread(RuleAware):
+    r"""``mimic`` against rules that count near-copies once: every copy carries its own noise.
+
+    Row k is :math:`u^\star + \rho \lVert u^\star\rVert z_k`, :math:`u^\star` the
+    honest row ``mimic`` copies and :math:`z_k` independent uniform unit
+    directions from ``rng``. ρ is the entry of ``levels`` (one rule call each)
+    whose aggregate, on the attackers' copy of the round, leans furthest
+    towards :math:`u^\star` (largest :math:`\langle \mathrm{aggregate}, u^\star\rangle`).
+    ρ = 0 is ``mimic`` itself, so the attack picks exact copies wherever they
+    lean further. ``last_rho`` is the level chosen in the last round.
+    """
+
+    uses_own_training = False
+
+    def __init__(self, levels: tuple[float, ...] = (0.0, 0.125, 0.25, 0.5, 0.75, 1.0, 1.5)) -> None:
+        try:
+            lv = tuple(float(x) for x in levels if not isinstance(x, bool))
+        except (TypeError, ValueError):
+            lv = ()
+        if not 1 <= len(lv) <= MAX_CALLS or len(lv) != len(levels) or not all(np.isfinite(x) and x >= 0 for x in lv):
+            raise ConfigError(f"mimic-spread levels must be 1 to {MAX_CALLS} finite numbers >= 0, got {levels!r}")
+        self.levels = lv
+        self.last_rho: float | None = None
+
+    def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
+        from reshuffle.attacks.mimic import Mimic
+
+        own, H = check_view(view, self)
+        m = own.shape[0]
+        target = H[Mimic().choose(H)]
+        size = float(np.linalg.norm(target))
+        Z = rng.standard_normal((m, H.shape[1]))
+        Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+        probe = Probe(view, H, m, rng, len(self.levels), self.name)
+        best, best_lean = None, -np.inf
+        for rho in self.levels:
+            rows = target + rho * size * Z
+            lean = float(np.asarray(probe.decision(rows).aggregate) @ target)
+            if best is None or lean > best_lean:
+                best, best_lean, self.last_rho = rows, lean, rho
+        return best
