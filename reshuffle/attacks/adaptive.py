@@ -51,6 +51,7 @@ import numpy as np
 
 from reshuffle.attacks.backdoor import ModelReplacement
 from reshuffle.attacks.base import Attack, RoundView, check_view, register_attack
+from reshuffle.attacks.mimic import Mimic
 from reshuffle.attacks.omniscient import ALIE, _PERTURBATIONS
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.signguard import sign_statistics
@@ -389,8 +390,6 @@ class MimicSpread(RuleAware):
         self.last_rho: float | None = None
 
     def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
-        from reshuffle.attacks.mimic import Mimic
-
         own, H = check_view(view, self)
         m = own.shape[0]
         target = H[Mimic().choose(H)]
