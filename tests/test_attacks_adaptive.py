@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reshuffle.attacks.adaptive as adaptive
-from reshuffle.attacks import RoundView, make_attack
+from reshuffle.attacks import Mimic, RoundView, make_attack
 from reshuffle.attacks.adaptive import MAX_CALLS, halving_search, match_signs, sign_targets
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules import Decision, make_rule
@@ -295,8 +295,6 @@ def _lean(rule, honest, bad, target):
 
 def test_mimic_spread_gets_back_the_weight_cone_clip_takes_from_mimic():
     # Prepare: cone-clip counts mimic's exact copies once
-    from reshuffle.attacks import Mimic
-
     H = _skewed_round()
     own = np.zeros((M, H.shape[1]))
     target = Mimic().choose(H)

@@ -97,10 +97,9 @@ def test_a_group_outside_the_majority_cluster_keeps_only_its_trust():
     assert d.aggregate @ bd < full.aggregate @ bd  # less of the backdoor direction reaches W_g
 
 
-
 def _mimic_round(seed=11, n_honest=16, m=4, d=300):
     # Non-IID honest rows: a shared direction, each client far from the others; the attackers all
-    # upload a copy of the straggler with the largest spread (as `mimic` picks it)
+    # upload a copy of the honest row furthest from the mean (`mimic` too copies a straggler)
     rng = np.random.default_rng(seed)
     H = rng.normal(size=d) + rng.normal(0, 1.5, size=(n_honest, d))
     target = int(np.argmax(np.linalg.norm(H - H.mean(axis=0), axis=1)))
