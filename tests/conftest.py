@@ -61,8 +61,12 @@ SOAK_TESTS = ("test_soak.py::test_quick_soak", "test_soak.py::test_an_interrupte
 
 
 def pytest_configure(config):
+    import os
+
+    # Flower posts a telemetry event from every process it starts (and waits for it on exit): no test
+    # reaches the network.
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     if not hasattr(config, "workerinput"):  # the xdist controller, or a run without xdist
-        import os
         import tempfile
 
         if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):

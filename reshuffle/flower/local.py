@@ -35,6 +35,8 @@ def flwr_env(home: Path, root: Path) -> dict:
         "PYTHONUNBUFFERED": "1",
         # A SuperNode's SuperExec polls for tasks every second by default; each protocol phase is a task.
         "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.05",
+        # Every Flower process posts a telemetry event and waits up to 4 s for it on exit.
+        "FLWR_TELEMETRY_ENABLED": "0",
     })
     return env
 

@@ -20,7 +20,8 @@ is set against the same run without faults, over the in-process Grid.
 
 Every process it starts leads its own process group (session); all of them are
 stopped when it ends, whether it succeeds, fails, or is interrupted (SIGINT,
-SIGTERM, or interpreter exit).
+SIGTERM, SIGHUP, or interpreter exit). SIGINT stops it even where it was
+started with SIGINT ignored, as a shell does for a command put in the background.
 """
 
 from __future__ import annotations
@@ -503,7 +504,7 @@ def run_soak(cfg: SoakConfig, say: Callable[[str], None] = print) -> dict:
     def on_signal(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             previous[sig] = signal.signal(sig, on_signal)
     try:
         result = soak.run()
