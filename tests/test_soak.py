@@ -81,7 +81,7 @@ class SoakRuns(_Background):
     """``reshuffle soak --quick --json``, then a second quick soak interrupted with SIGINT once its nodes run.
 
     The second starts with SIGINT ignored, as a shell starts a command put in the background: the soak
-    must stop on it all the same (it once ran on, past the test session, when CI was started that way)."""
+    must stop on it all the same (without a SIGINT handler of its own it ran on, past its caller's end)."""
 
     def _results(self) -> list[Path]:
         return [self.dir / "quick.json", self.dir / "interrupted.json"]
@@ -105,8 +105,8 @@ class SoakRuns(_Background):
         _write_result(self.dir / "quick.json", {"returncode": r.returncode, "stdout": r.stdout,
                                                 "stderr": r.stderr[-6000:], "folder": str(self.dir / "quick")})
         folder = self.dir / "interrupted"
-        p = subprocess.Popen(self._cmd(folder, sigint_ignored=True), cwd=ROOT, env=self._env(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+        p = subprocess.Popen(self._cmd(folder, sigint_ignored=True), cwd=ROOT, env=self._env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
         ports, lines = [], []
         for line in p.stderr:  # the soak names its ports, then starts the run: interrupt it there
             lines.append(line)
