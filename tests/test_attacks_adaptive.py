@@ -169,6 +169,8 @@ def test_deterministic_for_a_fixed_rng(name):
     ("mimic-spread", {"levels": (0.0, -1.0)}, "levels"),
     ("mimic-spread", {"levels": (float("nan"),)}, "levels"),
     ("mimic-spread", {"levels": tuple(range(MAX_CALLS + 1))}, "levels"),
+    ("mimic-spread", {"levels": "12"}, "levels"),
+    ("mimic-spread", {"levels": (0.5, True)}, "levels"),
 ])
 def test_bad_options_are_refused(name, options, match):
     with pytest.raises(ConfigError, match=match):

@@ -380,13 +380,12 @@ class MimicSpread(RuleAware):
     uses_own_training = False
 
     def __init__(self, levels: tuple[float, ...] = (0.0, 0.125, 0.25, 0.5, 0.75, 1.0, 1.5)) -> None:
-        try:
-            lv = tuple(float(x) for x in levels if not isinstance(x, bool))
-        except (TypeError, ValueError):
-            lv = ()
-        if not 1 <= len(lv) <= MAX_CALLS or len(lv) != len(levels) or not all(np.isfinite(x) and x >= 0 for x in lv):
+        ok = (isinstance(levels, (list, tuple)) and 1 <= len(levels) <= MAX_CALLS
+              and all(isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) and x >= 0
+                      for x in levels))
+        if not ok:
             raise ConfigError(f"mimic-spread levels must be 1 to {MAX_CALLS} finite numbers >= 0, got {levels!r}")
-        self.levels = lv
+        self.levels = tuple(float(x) for x in levels)
         self.last_rho: float | None = None
 
     def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
