@@ -183,3 +183,43 @@ def test_reservation_ends_only_when_no_honest_party_can_still_settle(members, de
             return
     # Not done: someone is unsettled.
     assert any(p_.slot is None for p_ in parties)
+
+
+# -- slots sized for one reservation iteration (docs/protocol.md §11) -- #
+@settings(max_examples=60, deadline=None)
+@given(picks=st.integers(2, 400), d=st.integers(1, 1 << 20), b=st.sampled_from([32, 64]))
+def test_default_slots_is_the_least_n_for_one_iteration_within_the_table_budget(picks, d, b):
+    from reshuffle.crypto.ot import TOKEN_BYTES
+    from reshuffle.protocol.params import MAX_SLOTS, ONE_ITERATION, SLOT_BUDGET, default_slots, p_one_iteration
+
+    # Execute
+    n = default_slots(picks, d, b)
+    # Assert: never fewer than 4 slots a party, never more than the wire allows.
+    assert 4 * picks <= n <= max(4 * picks, MAX_SLOTS)
+    if n > 4 * picks:
+        # Above the floor, the OT table stays within its share of one upload ...
+        assert n * TOKEN_BYTES * SLOT_BUDGET <= picks * d * b // 8
+        # ... and n is the least count that reaches the target, unless the budget stopped it first.
+        if p_one_iteration(picks, n) >= ONE_ITERATION:
+            assert p_one_iteration(picks, n - 1) < ONE_ITERATION
+        else:
+            assert (n + 1) * TOKEN_BYTES * SLOT_BUDGET > picks * d * b // 8 or n == MAX_SLOTS
+
+
+def test_one_iteration_chance_in_closed_form_matches_a_simulated_reservation():
+    from reshuffle.bench.round import reservation_monte_carlo
+
+    # Execute: the default parameters for a LeNet-sized model, 400 seeded reservations.
+    mc = reservation_monte_carlo(20, 400, d=61_706, seed=3)
+    # Assert: the closed form is the target, and the simulated rate agrees within 4 standard errors.
+    assert mc["one_iteration_closed_form"] >= 0.9
+    assert abs(mc["iterations"]["1"] - mc["one_iteration_closed_form"]) < 4 * (0.9 * 0.1 / 400) ** 0.5
+    assert mc["participant_without_slot"] == 0
+
+
+def test_small_models_keep_four_slots_a_party():
+    # A 64-word model cannot pay for a large OT table: n stays at 4·(N + d_y), as the tests' rounds use.
+    p = RoundParams.default(20, 64)
+    assert p.n == 4 * (20 + p.decoys)
+    # A LeNet-sized one buys n = 2,200 at N = 20: one iteration with chance 0.9.
+    assert RoundParams.default(20, 61_706).n == 2200

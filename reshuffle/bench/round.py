@@ -388,31 +388,35 @@ def _trips(r, N: int, group_size: int | None, workers: int | None) -> dict:
     return out
 
 
-def reservation_monte_carlo(N: int, trials: int, R_max: int = 4, seed: int = 0) -> dict:
-    """Monte Carlo of the reservation with default n, k and decoys (honest parties, no dropouts).
+def reservation_monte_carlo(N: int, trials: int, R_max: int = 4, seed: int = 0, d: int = 1) -> dict:
+    """Monte Carlo of the reservation with the default n, k and decoys for N and model length d
+    (honest parties, no dropouts).
 
     Returns the distribution of iterations run (the reservation ends once every party has
-    settled, at most R_max) and the fraction of participants left without a slot.
+    settled, at most R_max), the chance of one iteration computed in closed form beside it,
+    and the fraction of participants left without a slot.
     """
     from reshuffle.crypto.ot import sample_distinct
     from reshuffle.protocol.opening import slots_done
     from reshuffle.protocol.params import RoundParams
     from reshuffle.protocol.reservation import Reservation, settled_slots
 
-    p = RoundParams.default(N, 1)
+    from reshuffle.protocol.params import p_one_iteration
+
+    p = RoundParams.default(N, d)
     rng = SeededRandom(seed, b"bench/reservation")
     iterations: dict[int, int] = {}
     unslotted = 0
     for _ in range(trials):
         parties = [Reservation(sample_distinct(p.n, p.k, rng), rng) for _ in range(N + p.decoys)]
-        history: list[tuple[int, ...]] = []
+        history: list[np.ndarray] = []
         for _ in range(R_max):
             counts = np.zeros(p.n, dtype=np.int64)
             for q in parties:
                 pick = q.choose()
                 if pick is not None:
                     counts[pick] += 1
-            history.append(tuple(int(c) for c in counts))
+            history.append(counts)
             for q in parties:
                 q.observe(counts)
             if slots_done(N, p.decoys, len(settled_slots(history)), 0):
@@ -420,8 +424,9 @@ def reservation_monte_carlo(N: int, trials: int, R_max: int = 4, seed: int = 0) 
         iterations[len(history)] = iterations.get(len(history), 0) + 1
         unslotted += sum(q.slot is None for q in parties[:N])
     mean = sum(r * c for r, c in iterations.items()) / trials
-    return {"trials": trials, "n": p.n, "k": p.k, "decoys": p.decoys, "R_max": R_max,
+    return {"trials": trials, "d": d, "n": p.n, "k": p.k, "decoys": p.decoys, "R_max": R_max,
             "iterations": {str(r): c / trials for r, c in sorted(iterations.items())},
+            "one_iteration_closed_form": p_one_iteration(N + p.decoys, p.n),
             "mean_iterations": mean, "mean_round_trips": 3 + 3 * mean + 3,
             "participant_without_slot": unslotted / (trials * N)}
 
@@ -472,7 +477,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         "participant_after_training_s": sum(v["participant_s"] for v in online),
         "participant_after_training_critical_s": sum(v["participant_max_s"] for v in online),
         **_trips(r, N, group_size, workers),
-        "reservation_monte_carlo": reservation_monte_carlo(N, 200 if repeat < 3 else 1000 if N <= 50 else 300),
+        "reservation_monte_carlo": reservation_monte_carlo(N, 200 if repeat < 3 else 1000 if N <= 50 else 300, d=d),
         "ps_s": sum(v["ps_s"] for v in phase_stats.values()),
         "peak_rss_mb": mem.mb,
         "critical_path_s": critical,

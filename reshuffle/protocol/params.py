@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from reshuffle.crypto.encoding import FixedPoint, RawWords
 from reshuffle.crypto.group import get_group
 from reshuffle.crypto.ot import TOKEN_BYTES
@@ -17,6 +19,39 @@ MAX_PARTICIPANTS = 1 << 16
 MAX_SLOTS = 1 << 20
 MAX_MODEL = 1 << 28
 ASSIGNMENT_BYTES = 32  # digest of the anonymity-group assignment (docs/protocol.md, "Anonymity groups")
+ONE_ITERATION = 0.9  # default n: one reservation iteration suffices with at least this chance
+SLOT_BUDGET = 16  # ... unless the OT table would exceed 1/SLOT_BUDGET of a participant's upload
+
+
+def p_one_iteration(picks: int, n: int) -> float:
+    """Chance that ``picks`` uniform picks among ``n`` slots are distinct: one iteration settles all."""
+    if picks > n:
+        return 0.0
+    return float(np.exp(np.log1p(-np.arange(picks, dtype=np.float64) / n).sum()))
+
+
+def default_slots(picks: int, d: int, b: int = 32) -> int:
+    """Default n for ``picks`` = N + d_y parties and models of ``d`` words of ``b`` bits.
+
+    The smallest n at which one reservation iteration settles everyone with chance
+    ``ONE_ITERATION`` (no collision among the picks), capped so that the OT table
+    (n tokens) stays within 1/SLOT_BUDGET of a participant's upload (picks rows of d
+    words), and never below 4·picks (docs/protocol.md §11).
+    """
+    floor = 4 * picks
+    cap = min(MAX_SLOTS, picks * d * b // (8 * TOKEN_BYTES * SLOT_BUDGET))
+    if cap <= floor:
+        return floor
+    lo, hi = floor, cap  # p_one_iteration grows with n: the least n in [lo, hi] that reaches the target
+    if p_one_iteration(picks, hi) < ONE_ITERATION:
+        return hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if p_one_iteration(picks, mid) >= ONE_ITERATION:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _pos_int(name: str, v: object) -> int:
@@ -62,13 +97,13 @@ class RoundParams:
 
     @classmethod
     def default(cls, N: int, d: int, **overrides) -> "RoundParams":
-        """Defaults: decoys d = 2 (1 below N = 10), n = 4·(N + d), k = min(8, n), c = ⌊N/5⌋,
-        t = ⌊(N + c)/2⌋ + 1, R_max = 4 (docs/protocol.md §5, §6.2–6.3, §8)."""
+        """Defaults: decoys d_y = 2 (1 below N = 10), n = :func:`default_slots` (N + d_y, d, b),
+        k = min(8, n), c = ⌊N/5⌋, t = ⌊(N + c)/2⌋ + 1, R_max = 4 (docs/protocol.md §5, §6.2–6.3, §8, §11)."""
         _pos_int("N", N)
         decoys = overrides.pop("decoys", None)
         decoys = (2 if N >= 10 else 1) if decoys is None else decoys
         overrides["decoys"] = decoys
-        n = overrides.pop("n", None) or 4 * (N + decoys)
+        n = overrides.pop("n", None) or default_slots(N + decoys, d, overrides.get("b", 32))
         k = overrides.pop("k", None) or min(8, n)
         c = overrides.pop("c", None)
         c = N // 5 if c is None else c
