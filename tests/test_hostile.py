@@ -253,13 +253,15 @@ def test_both_share_request_is_refused_by_state():
     assert multiset(r.models) == expected_models(ups, r.online)
 
 
-def test_tagged_ot_answer_is_refused_before_any_reservation_vector():
+def test_tagged_ot_answer_is_refused_before_anything_is_unmasked():
     ups = make_updates(8, d=6, seed=5)
     r = reshuffle.shuffle(ups, seed=5, adversaries=[make_adversary("tagged-ot", target=3)])
     from reshuffle.errors import InvalidProof
 
+    # The target's first reservation vector left with its OT request, masked; it stops at the
+    # answer's proof, so it never consents to U_1, reveals no share and uploads no model.
     assert isinstance(r.views[3].errors[0], InvalidProof)
-    assert r.views[3].uploaded == set()
+    assert r.views[3].uploaded == {1} and r.views[3].revealed == {}
     assert 3 not in r.online and multiset(r.models) == expected_models(ups, r.online)
 
 

@@ -226,7 +226,7 @@ class _SilentAbuser(ParticipantBehaviour):
         def _reservation_vector(self):
             v = super()._reservation_vector()
             if self._m == 1:
-                v[sorted(self._tokens)] = 1
+                v[self._reservation.candidates] = 1
             return v
 
         def _on_open_request(self, m):

@@ -91,11 +91,12 @@ def test_inbox_bound_scales_with_R_max():
     resumed = {i: Resumed(pp, bytes([i]) * 32) for i, pp in parts.items()}
     InProcessRunner(server, resumed).run()
     st_ = SessionState.decode(resumed[0].blob)
-    # no complaints, no blame step, no slot-phase restart (3 messages per restart, R_max of them)
-    assert len(st_.inbox) == session.max_inbox(1) - 3 - 3 * 1
+    # no complaints, no blame step, no slot-phase restart (3 messages per restart, R_max of them),
+    # and no MASK_REQUEST for the first iteration, whose vector answers the share delivery
+    assert len(st_.inbox) == session.max_inbox(1) - 3 - 3 * 1 - 1
     # Execute / Assert: one message more than a round with R_max = 1 can have is a corrupt state.
     from dataclasses import replace
 
     with pytest.raises(DecodeError, match="R_max=1"):
-        replace(st_, inbox=st_.inbox + st_.inbox[-1:] * 7).participant()
+        replace(st_, inbox=st_.inbox + st_.inbox[-1:] * (session.max_inbox(1) - len(st_.inbox) + 1)).participant()
     assert session.max_inbox(4) > session.max_inbox(1)

@@ -108,7 +108,7 @@ class MultiSlot(ParticipantBehaviour):
     class participant_class(Participant):
         def _reservation_vector(self) -> np.ndarray:
             v = np.zeros(self.params.n, dtype=np.uint32)
-            v[sorted(self._tokens)] = 1
+            v[self._reservation.candidates] = 1
             return v
 
         def _model_list(self):
@@ -166,7 +166,7 @@ class CountAbuse(ParticipantBehaviour):
                 return v
             self._abused = True
             if b.mode == "k-hot":
-                v[sorted(self._tokens)] = 1
+                v[self._reservation.candidates] = 1  # its k OT choices
             elif b.mode == "large":
                 v[self._reservation.pick if self._reservation.pick is not None else 0] = 5
             else:
@@ -218,7 +218,7 @@ class FalseObjection(ParticipantBehaviour):
             from reshuffle.protocol.phases import PPhase
 
             self.phase = PPhase.OBJECTED
-            slot = pick if pick is not None else min(self._tokens)
+            slot = pick if pick is not None else min(self._reservation.candidates)
             return [msg.Objection(self.T, m.m, self.pid, slot, self._h[m.m])]
 
     def holds(self, result, honest) -> Verdict:

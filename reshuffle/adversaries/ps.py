@@ -149,7 +149,11 @@ class TaggedOT(_PSAttack):
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
         errs = [type(e).__name__ for e in result.views[self.target].errors]
-        v.holds = v.holds and "InvalidProof" in errs and not result.views[self.target].uploaded
+        view = result.views[self.target]
+        # Its first reservation vector left with its OT request (§5a); it stopped at the answer's proof,
+        # before it consented to anything or revealed a share, and it never uploaded a model.
+        v.holds = (v.holds and errs[:1] == ["InvalidProof"] and view.uploaded <= {1} and not view.revealed
+                   and result.params.upload_m not in view.uploaded)
         v.detail += f"; target errors: {errs}"
         return v
 

@@ -427,7 +427,7 @@ def reservation_monte_carlo(N: int, trials: int, R_max: int = 4, seed: int = 0, 
     return {"trials": trials, "d": d, "n": p.n, "k": p.k, "decoys": p.decoys, "R_max": R_max,
             "iterations": {str(r): c / trials for r, c in sorted(iterations.items())},
             "one_iteration_closed_form": p_one_iteration(N + p.decoys, p.n),
-            "mean_iterations": mean, "mean_round_trips": 3 + 3 * mean + 3,
+            "mean_iterations": mean, "mean_round_trips": 5 + 3 * mean,
             "participant_without_slot": unslotted / (trials * N)}
 
 

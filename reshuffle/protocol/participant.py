@@ -133,6 +133,7 @@ class Participant:
         self._mask_sets: dict[int, list[int]] = {}  # m -> U_{m-1}, the mask set of invocation m
         self._revealed = self.view.revealed  # m -> owner -> kind revealed
         self._last_certified = 0  # the last reservation iteration certified (the one an opening may name)
+        self._abandoned = False  # the PS abandoned the first iteration after complaints (§5a)
         if model is not None:
             self.provide_model(model)
 
@@ -314,9 +315,16 @@ class Participant:
         self._cred_blind, self._cred_blinded = voprf.blind(
             suite, credential.cred_input(self.T, self._cred_r), self._rng
         )
+        # §5a: the first reservation vector rides on the OT request. It needs the candidate slots,
+        # not their tokens, and it is unmasked only after the OT answers' proofs have been checked
+        # and t members certified U_1; if a complaint is raised the PS abandons it unrevealed.
+        self._reservation = Reservation(self._ot.choices, self._rng)
+        self._counts: list[tuple[int, ...]] = []  # of the current slot phase
+        self._phase_start = 1
+        first = self._masked_input(1, self._tx.absorb_counts(1, (), ()))
         self.phase = PPhase.AWAIT_OT
         return [msg.OTRequestMsg(self.T, 0, self.pid, self._ot_request.encode(), self._cred_blinded,
-                                 tuple(complaints))]
+                                 tuple(complaints)), first]
 
     # §6.4: a dealer answers complaints by publishing the disputed shares, signed.
     def _on_complaints(self, m: msg.Complaints) -> list[msg.Message]:
@@ -325,7 +333,7 @@ class Participant:
             raise Refused(f"complaints from {sorted(bad)}, who hold no shares dealt by this participant")
         return [msg.ComplaintAnswer(self.T, 0, self.pid, tuple((j, tuple(self._dealt[j])) for j in m.complainers))]
 
-    # §7.1–7.2: both proofs are checked before the first reservation vector.
+    # §7.1–7.2: both proofs are checked before U_1 is certified, hence before any vector is unmasked.
     def _on_ot_response(self, m: msg.OTResponseMsg) -> list[msg.Message]:
         g = self._ctx.group
         suite = credential.suite(g)
@@ -350,9 +358,20 @@ class Participant:
             except ProtocolError as exc:
                 self.view.errors.append(exc)
         self._end_setup()
-        self._phase_start = 1
-        self.phase = PPhase.AWAIT_MASK
+        self.phase = PPhase.AWAIT_FIRST
         return []
+
+    # §5a: after complaints the PS abandons the first iteration (masked before the complaint step
+    # could exclude a dealer): nothing of invocation 1 is ever revealed, the slot phase starts at 2.
+    def _on_first_abandoned(self, m: msg.MaskRequest) -> list[msg.Message]:
+        if m.m != 2 or m.counts:
+            raise UnexpectedMessage(f"mask request for invocation {m.m} while U_1 is awaited")
+        if self.params.R_max < 2:
+            raise Refused("the first iteration is abandoned, but R_max=1 leaves no other")
+        self._reservation.withdraw()
+        self._phase_start = 2
+        self._abandoned = True
+        return self._on_mask_request(m)
 
     def _end_setup(self) -> None:
         """Setup is over (§6.4): drop what only dealing, checking and complaints needed.
@@ -375,8 +394,6 @@ class Participant:
             voprf.Proof.decode(g, proof), ot_proof_context(self.T),
         )
         self._tokens = self._ot.recover(self._ot_table, resp)
-        self._reservation = Reservation(self._tokens, self._rng)
-        self._counts: list[tuple[int, ...]] = []  # of the current slot phase
 
     # §6.1 for §5 steps 3–4: reservation vectors, then the model list, masked under h_m.
     def _on_mask_request(self, m: msg.MaskRequest) -> list[msg.Message]:
@@ -389,15 +406,16 @@ class Participant:
             raise DecodeError(f"invocation {m.m} carries {len(m.counts)} counts")
         if m.m > p.upload_m:
             raise UnexpectedMessage(f"invocation {m.m} beyond the upload ({p.upload_m})")
-        if m.excluded and (m.m != 1 or not set(m.excluded) <= set(self._mask_set) or self.pid in m.excluded):
+        # Only the request that replaces an abandoned first iteration names the dealers the complaint step excluded.
+        first = self._abandoned and m.m == 2
+        if m.excluded and (not first or not set(m.excluded) <= set(self._mask_set) or self.pid in m.excluded):
             raise Refused(f"invocation {m.m} excludes {list(m.excluded)} from the mask set")
-        if m.m == 1:
+        if first:
             self._mask_set = sorted(set(self._mask_set) - set(m.excluded))
             if len(self._mask_set) < p.t:
                 raise Refused(f"U_0 after the complaint step has {len(self._mask_set)} members, t={p.t}")
         h = self._tx.absorb_counts(m.m, m.counts, m.excluded)
-        self._h[m.m] = h
-        self._m = m.m
+        self._h[m.m], self._m = h, m.m
         if m.counts:
             # §8.2: counts no honest PS publishes stop the round; a lost own pick is objected to.
             bound = opening.count_bound(len(self._mask_set), p.decoys, len(settled_slots(self._counts)),
@@ -420,18 +438,22 @@ class Participant:
                               "the upload comes next")
             if not done and m.m != nxt:
                 raise Refused(f"invocation {m.m} skips iterations {nxt}..{p.R_max} while parties may still pick")
-        if m.m <= p.R_max:
+        self.phase = PPhase.AWAIT_LIST
+        return [self._masked_input(m.m, h)]
+
+    def _masked_input(self, m: int, h: bytes) -> msg.MaskedInput:
+        """Invocation m's vector (a reservation vector, or LW for the upload), masked under h_m."""
+        self._h[m], self._m = h, m
+        if m <= self.params.R_max:
             v, rows = self._reservation_vector(), 1
         else:
             v, rows = self._model_list()
-        g = self._ctx.group
-        self._mask_sets[m.m] = list(self._mask_set)
-        peers = {j: self._adverts[j].mask_keys[m.m - 1] for j in self._mask_set}
-        mask_in_place(v, g, self.T, m.m, self.pid, self._keys.seeds[m.m - 1],
-                      self._keys.mask[m.m - 1].secret, peers, h, rows)
-        self.view.uploaded.add(m.m)
-        self.phase = PPhase.AWAIT_LIST
-        return [msg.MaskedInput(self.T, m.m, self.pid, h, rows, v.tobytes())]
+        self._mask_sets[m] = list(self._mask_set)
+        peers = {j: self._adverts[j].mask_keys[m - 1] for j in self._mask_set}
+        mask_in_place(v, self._ctx.group, self.T, m, self.pid, self._keys.seeds[m - 1],
+                      self._keys.mask[m - 1].secret, peers, h, rows)
+        self.view.uploaded.add(m)
+        return msg.MaskedInput(self.T, m, self.pid, h, rows, v.tobytes())
 
     def _reservation_vector(self) -> np.ndarray:
         """One-hot at this iteration's pick, or all zeros (settled, or no free candidate left)."""
@@ -510,6 +532,8 @@ class Participant:
         if m.m != self._phase_start:
             raise UnexpectedMessage(f"slot response for invocation {m.m}, the slot phase restarts at {self._phase_start}")
         self._take_tokens(m.response, m.ot_proof)
+        self._reservation = Reservation(self._tokens, self._rng)
+        self._counts = []
         self.phase = PPhase.AWAIT_MASK
         return []
 

@@ -39,6 +39,7 @@ class PPhase(enum.Enum):
     AWAIT_ADVERTS = "await ADVERTISE_LIST (§5.1)"
     AWAIT_SHARES = "await SHARE_DELIVERY (§5.1–5.2)"
     AWAIT_OT = "await OT_RESPONSE (§5.2)"
+    AWAIT_FIRST = "await UNMASK_REQUEST of iteration 1, or MASK_REQUEST 2 that abandons it after complaints (§5a)"
     AWAIT_MASK = "await MASK_REQUEST (§6.1), or OPEN_REQUEST of the last iteration (§8.2)"
     AWAIT_LIST = "await UNMASK_REQUEST with U_m (§6.2–6.3), or OPEN_REQUEST of the last iteration (§8.2)"
     OBJECTED = "objected to the counts: await OPEN_REQUEST (§8.2)"
@@ -57,6 +58,7 @@ PARTICIPANT_TABLE: dict[PPhase, dict[MsgType, str]] = {
     PPhase.AWAIT_ADVERTS: {MsgType.ADVERTISE_LIST: "_on_advertise_list"},
     PPhase.AWAIT_SHARES: {MsgType.SHARE_DELIVERY: "_on_share_delivery"},
     PPhase.AWAIT_OT: {MsgType.OT_RESPONSE: "_on_ot_response", MsgType.COMPLAINTS: "_on_complaints"},
+    PPhase.AWAIT_FIRST: {MsgType.UNMASK_REQUEST: "_on_unmask_request", MsgType.MASK_REQUEST: "_on_first_abandoned"},
     PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request", MsgType.OPEN_REQUEST: "_on_open_request"},
     PPhase.AWAIT_LIST: {MsgType.UNMASK_REQUEST: "_on_unmask_request", MsgType.OPEN_REQUEST: "_on_open_request"},
     PPhase.OBJECTED: {MsgType.OPEN_REQUEST: "_on_open_request"},
@@ -76,7 +78,7 @@ class SPhase(enum.Enum):
     START = "not started"
     ADVERTS = "collect ADVERTISE (§5.1)"
     BUNDLES = "collect SHARE_BUNDLE (§5.1)"
-    OT = "collect OT_REQUEST (§5.2)"
+    OT = "collect OT_REQUEST with the first reservation vector (§5.2, §5a)"
     COMPLAINTS = "collect COMPLAINT_ANSWER (§6.4)"
     MASKED = "collect MASKED_INPUT (§6.1) or OBJECTION (§8.2)"
     OPEN = "collect OPEN_REVEAL of a failed iteration (§8.2)"
@@ -92,7 +94,7 @@ SERVER_TABLE: dict[SPhase, dict[MsgType, str]] = {
     SPhase.START: {},
     SPhase.ADVERTS: {MsgType.ADVERTISE: "_on_advertise"},
     SPhase.BUNDLES: {MsgType.SHARE_BUNDLE: "_on_share_bundle"},
-    SPhase.OT: {MsgType.OT_REQUEST: "_on_ot_request"},
+    SPhase.OT: {MsgType.OT_REQUEST: "_on_ot_request", MsgType.MASKED_INPUT: "_on_masked_input"},
     SPhase.COMPLAINTS: {MsgType.COMPLAINT_ANSWER: "_on_complaint_answer"},
     SPhase.MASKED: {MsgType.MASKED_INPUT: "_on_masked_input", MsgType.OBJECTION: "_on_objection"},
     SPhase.OPEN: {MsgType.OPEN_REVEAL: "_on_open_reveal"},

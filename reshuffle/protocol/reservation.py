@@ -50,6 +50,12 @@ class Reservation:
         self.collided |= set(np.flatnonzero(counts >= 2).tolist())
         self.pick = None
 
+    def withdraw(self) -> None:
+        """Forget this iteration's pick: its iteration was abandoned before anything was unmasked."""
+        if self.pick is not None:
+            self.tried.discard(self.pick)
+            self.pick = None
+
     def choose(self) -> int | None:
         """The slot to submit this iteration, or None for an all-zero vector."""
         if self.slot is not None:

@@ -12,7 +12,10 @@ Properties of a step:
   while participants train. Setup, share checks, OT, the credential and every
   reservation iteration are offline; the upload's MaskedSum and the blame step
   are not (docs/protocol.md, "Offline and online").
-- ``per_iteration``: it repeats once per reservation iteration.
+- ``per_iteration``: it repeats once per reservation iteration. The first iteration's
+  vectors ride on the ``ot`` step (its replies carry the OT request and the first
+  vector), so a round that runs r iterations runs the ``reserve`` step r − 1 times,
+  or r times after complaints, which abandon the first iteration unrevealed.
 - ``when``: ``always`` on the happy path, else the event that adds it.
 
 Invocations share one PS state per kind of step (MASKED, CONSENT, UNMASK): the
@@ -51,12 +54,13 @@ _M = (MsgType.MASK_REQUEST,)
 SCHEDULE: tuple[Step, ...] = (
     Step("advertise", SPhase.ADVERTS, (MsgType.ROUND_START,), "_close_adverts", True),
     Step("share", SPhase.BUNDLES, (MsgType.ADVERTISE_LIST,), "_close_bundles", True),
-    Step("ot", SPhase.OT, (MsgType.SHARE_DELIVERY,), "_close_ot", True),
+    Step("ot", SPhase.OT, (MsgType.SHARE_DELIVERY,), "_close_ot", True),  # + the first reservation vector
     Step("complaints", SPhase.COMPLAINTS, (MsgType.COMPLAINTS,), "_close_complaints", True,
          when="a recipient complains about a dealer's shares"),
-    Step("reserve", SPhase.MASKED, (MsgType.OT_RESPONSE,) + _M, "_close_masked", True, True, invocation=RESERVE),
-    Step("reserve-consent", SPhase.CONSENT, (MsgType.UNMASK_REQUEST,), "_close_consent", True, True,
-         invocation=RESERVE),
+    Step("reserve", SPhase.MASKED, _M, "_close_masked", True, True, invocation=RESERVE),
+    # Of iteration 1 the OT answers go with it (after complaints, with the MASK_REQUEST of iteration 2).
+    Step("reserve-consent", SPhase.CONSENT, (MsgType.OT_RESPONSE, MsgType.UNMASK_REQUEST), "_close_consent", True,
+         True, invocation=RESERVE),
     Step("reserve-reveal", SPhase.UNMASK, (MsgType.CERTIFICATE,), "_close_unmask", True, True, invocation=RESERVE),
     Step("open", SPhase.OPEN, (MsgType.OPEN_REQUEST,), "_close_open", True,
          when="an iteration fails a count check or draws an objection"),
@@ -100,11 +104,12 @@ def closer_of(phase: SPhase) -> str:
 
 
 def happy_path(R: int) -> list[Step]:
-    """The steps of a round whose reservation runs ``R`` iterations and nothing goes wrong."""
+    """The steps of a round whose reservation runs ``R`` iterations and nothing goes wrong:
+    6 + 3R − 1 round trips (the first iteration's vectors ride on the ``ot`` step)."""
     steps = [s for s in SCHEDULE if s.when == "always"]
     block = [s for s in steps if s.per_iteration]  # contiguous in the table: one iteration
     at = steps.index(block[0])
-    return steps[:at] + block * R + steps[at + len(block):]
+    return steps[:at] + block[1:] + block * (R - 1) + steps[at + len(block):]
 
 
 @dataclass

@@ -46,7 +46,7 @@ from reshuffle.protocol.decoys import Decoys, commitment, decoy_positions
 from reshuffle.protocol.masking import unmask_in_place
 from reshuffle.protocol.participant import ot_proof_context
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, Transcript
-from reshuffle.protocol.messages import Context, ShareKind
+from reshuffle.protocol.messages import Context, MsgType, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names, phase_of
 from reshuffle.protocol.reservation import settled_slots
@@ -211,8 +211,10 @@ class Server:
                 raise UnexpectedMessage(
                     f"PS in state '{self.phase.value}' got {m.TYPE.name}; expected {expected_names(handlers)}"
                 )
-            if m.m != self.m:
-                raise UnexpectedMessage(f"message for invocation {m.m}, current is {self.m}")
+            # The OT request (invocation 0) shares its step with the first vector (invocation 1).
+            want = 0 if m.TYPE is MsgType.OT_REQUEST else self.m
+            if m.m != want:
+                raise UnexpectedMessage(f"message for invocation {m.m}, current is {want}")
             getattr(self, handlers[m.TYPE])(sender, m)
         except ProtocolError as exc:
             self.errors.append(ErrorRecord(self.phase_name, sender, exc))
@@ -295,6 +297,8 @@ class Server:
                         .encode(self._sk)))
         self._ot_answers: dict[int, msg.OTResponseMsg] = {}
         self._complaints: dict[int, set[int]] = {}  # dealer -> complainers
+        # §5a: every member answers the delivery with its OT request and its first reservation vector.
+        self._prepare_invocation(1, U0, ())
         self.phase = SPhase.OT
         return out
 
@@ -339,8 +343,18 @@ class Server:
         self._setup_excluded: set[int] = set()
         accused = {d: c for d, c in self._complaints.items() if d not in self.excluded and c - self.excluded}
         if not accused:
-            return self._answer_ot()
-        # §6.4: every accused dealer must publish the disputed shares before anyone masks anything.
+            # The OT answers come first: every member checks their proofs before it consents to U_1.
+            self._setup_excluded = {d for d in self.online[0] if d in self.excluded}
+            return self._ot_answers_out() + self._close_masked()
+        # §6.4: every accused dealer must publish the disputed shares before anything is unmasked. The
+        # first iteration was masked under a U_0 that may lose a dealer: it is abandoned, never unmasked,
+        # and the slot phase starts at invocation 2 (its decoys start afresh from the committed seed).
+        if self.params.R_max < 2:
+            raise BelowThreshold("complaints abandon the first reservation iteration and R_max=1 leaves no other")
+        self._vectors.pop(1, None)
+        self.m = 0  # back to the setup's invocation: the complaint answers carry 0
+        self._decoys = Decoys(self._decoy_seed, self.T, self.params.n, self.params.k, self.params.decoys)
+        self._phase_start = 2
         self.phase = SPhase.COMPLAINTS
         return [(d, msg.Complaints(self.T, 0, SERVER_ID, tuple(sorted(c))).encode(self._sk))
                 for d, c in sorted(accused.items())]
@@ -365,9 +379,12 @@ class Server:
     def _close_complaints(self) -> Outbox:
         # A dealer that answered badly is named (and excluded by receive()); one that is silent is a dropout.
         self._setup_excluded = {d for d in self._complaints if d not in self._answers}
-        return self._answer_ot()
+        out = self._ot_answers_out()
+        self._setup_excluded |= {d for d in self.online[0] if d in self.excluded}
+        excluded = tuple(sorted(self._setup_excluded & set(self.online[0])))
+        return out + self._open_invocation(2, sorted(set(self.online[0]) - self._setup_excluded), (), excluded)
 
-    def _answer_ot(self) -> Outbox:
+    def _ot_answers_out(self) -> Outbox:
         out = []
         for i, a in sorted(self._ot_answers.items()):
             if i in self.excluded or i in self._setup_excluded:
@@ -375,11 +392,16 @@ class Server:
             resolved = tuple((d, self._answers[d]) for d in sorted(self._answers) if i in self._complaints[d])
             a = msg.OTResponseMsg(a.T, a.m, a.sender, a.response, a.ot_proof, a.cred_eval, a.cred_proof, resolved)
             out.append((i, a.encode(self._sk)))
-        self._setup_excluded |= {d for d in self.online[0] if d in self.excluded}
-        return out + self._open_invocation(1, sorted(set(self.online[0]) - self._setup_excluded), ())
+        return out
 
     # §6: one MaskedSum invocation
-    def _open_invocation(self, m: int, mask_set, counts: tuple[int, ...]) -> Outbox:
+    def _open_invocation(self, m: int, mask_set, counts: tuple[int, ...], excluded: tuple[int, ...] = ()) -> Outbox:
+        live = self._prepare_invocation(m, mask_set, counts, excluded)
+        self.phase = SPhase.MASKED
+        return self._broadcast(live, msg.MaskRequest(self.T, m, SERVER_ID, counts, excluded))
+
+    def _prepare_invocation(self, m: int, mask_set, counts: tuple[int, ...], excluded: tuple[int, ...] = ()) -> list[int]:
+        """Ready the accumulator of invocation m and absorb its counts; returns the live members to ask."""
         p = self.params
         self.m = m
         # Participants mask against the whole list U_{m-1}; members excluded since
@@ -403,10 +425,8 @@ class Server:
         else:
             self._decoy_pos = decoy_positions(self._phase_counts, self._decoys.slots)
             self._blame = BlameCollector(self, self._decoy_pos)
-        excluded = tuple(sorted(self._setup_excluded & set(self.online[0]))) if m == 1 else ()
         self._h = self._tx.absorb_counts(m, counts, excluded)
-        self.phase = SPhase.MASKED
-        return self._broadcast(live, msg.MaskRequest(self.T, m, SERVER_ID, counts, excluded))
+        return live
 
     def _on_masked_input(self, sender: int, mi: msg.MaskedInput) -> None:
         if sender not in self._mask_set:
