@@ -8,6 +8,7 @@ from reshuffle.adversaries import ByteTamper, adversary_names, make_adversary
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import (
     AlreadyAnswered,
+    BelowThreshold,
     DecodeError,
     InvalidElement,
     InvalidShare,
@@ -321,3 +322,49 @@ def test_lying_share_holder_is_caught_and_round_recovers():
     assert r.blamed == {}
     assert r.online == list(range(N))
     assert multiset(r.models) == expected_models(ups, range(N))
+
+
+# -- the first reservation vector rides on the OT request (docs/protocol.md §5a) -- #
+def test_a_member_asked_to_consent_before_its_ot_answer_refuses():
+    # A PS withholds P2's OT answer (and so its proofs) but asks it to consent to U_1 like everyone.
+    def withhold(env):
+        return [] if is_(env, SERVER_ID, MsgType.OT_RESPONSE) and env.recipient == 2 else [env]
+
+    ups, r = run(withhold)
+    # P2 refuses: it never consents, never reveals a share and never uploads its model.
+    assert isinstance(r.views[2].errors[0], UnexpectedMessage), r.views[2].errors
+    assert r.views[2].uploaded == {1} and r.views[2].revealed == {}
+    assert 2 not in r.online and multiset(r.models) == expected_models(ups, r.online)
+
+
+def test_complaints_abandon_the_first_iteration_unrevealed():
+    ups = make_updates(N, d=10, seed=4)
+    r = reshuffle.shuffle(ups, seed=4, adversaries=[make_adversary("bad-share")])
+    # The accused dealer is named; the iteration masked before the complaint step is never unmasked:
+    # nobody revealed a share of invocation 1, and the slot phase ran from invocation 2.
+    assert list(r.blamed) == [1]
+    assert all(1 not in v.revealed for v in r.views.values())
+    steps = r.round_trips["steps"]
+    assert steps[:5] == ["advertise", "share", "ot", "complaints", "reserve"]
+    assert 1 not in r.online and multiset(r.models) == expected_models(ups, r.online)
+
+
+def test_a_ps_that_skips_u1_to_counts_of_a_second_iteration_is_refused():
+    from reshuffle.protocol.api import build_round
+    from reshuffle.protocol.params import RoundParams
+    from reshuffle.protocol.runner import InProcessRunner
+
+    ups = make_updates(N, d=10, seed=6)
+    server, parts = build_round(ups, RoundParams.default(N, 10), seed=6)
+    honest_close_ot = server._close_ot
+
+    def close_ot():
+        # Instead of U_1, counts for a second iteration, as if the first had been unmasked.
+        fake = msg.MaskRequest(server.T, 2, SERVER_ID, (1,) + (0,) * (server.params.n - 1), ()).encode(server._sk)
+        return [(i, fake if peek_type(d) is MsgType.UNMASK_REQUEST else d) for i, d in honest_close_ot()]
+
+    server._close_ot = close_ot
+    with pytest.raises(BelowThreshold):
+        InProcessRunner(server, parts).run()
+    # Every member refused it and revealed nothing.
+    assert all(isinstance(p.view.errors[0], UnexpectedMessage) and not p.view.revealed for p in parts.values())
