@@ -318,8 +318,7 @@ class Participant:
         # §5a: the first reservation vector rides on the OT request. It needs the candidate slots,
         # not their tokens, and it is unmasked only after the OT answers' proofs have been checked
         # and t members certified U_1; if a complaint is raised the PS abandons it unrevealed.
-        self._reservation = Reservation(self._ot.choices, self._rng)
-        self._counts: list[tuple[int, ...]] = []  # of the current slot phase
+        self._start_reservation()
         self._phase_start = 1
         first = self._masked_input(1, self._tx.absorb_counts(1, (), ()))
         self.phase = PPhase.AWAIT_OT
@@ -384,7 +383,7 @@ class Participant:
         self._polys = self._dealt = self._dealers = self._own_shares_payload = self._my_advert = None
 
     def _take_tokens(self, response: bytes, proof: bytes) -> None:
-        """Verify the OT answers' proof against B (§7.1) and start a slot phase with the tokens."""
+        """Verify the OT answers' proof against B (§7.1) and recover the tokens of this participant's choices."""
         g = self._ctx.group
         resp = OTResponse.decode(g, response, self.params.k)
         if len(resp.answers) != len(self._ot_request.blinded):
@@ -394,6 +393,11 @@ class Participant:
             voprf.Proof.decode(g, proof), ot_proof_context(self.T),
         )
         self._tokens = self._ot.recover(self._ot_table, resp)
+
+    def _start_reservation(self) -> None:
+        """A slot phase's reservation over this participant's k OT choices (its candidate slots)."""
+        self._reservation = Reservation(self._ot.choices, self._rng)
+        self._counts: list[tuple[int, ...]] = []  # of the current slot phase
 
     # §6.1 for §5 steps 3–4: reservation vectors, then the model list, masked under h_m.
     def _on_mask_request(self, m: msg.MaskRequest) -> list[msg.Message]:
@@ -532,8 +536,7 @@ class Participant:
         if m.m != self._phase_start:
             raise UnexpectedMessage(f"slot response for invocation {m.m}, the slot phase restarts at {self._phase_start}")
         self._take_tokens(m.response, m.ot_proof)
-        self._reservation = Reservation(self._tokens, self._rng)
-        self._counts = []
+        self._start_reservation()
         self.phase = PPhase.AWAIT_MASK
         return []
 

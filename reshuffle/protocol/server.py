@@ -340,12 +340,10 @@ class Server:
 
     def _close_ot(self) -> Outbox:
         self._answers: dict[int, bytes] = {}
-        self._setup_excluded: set[int] = set()
         accused = {d: c for d, c in self._complaints.items() if d not in self.excluded and c - self.excluded}
         if not accused:
             # The OT answers come first: every member checks their proofs before it consents to U_1.
-            self._setup_excluded = {d for d in self.online[0] if d in self.excluded}
-            return self._ot_answers_out() + self._close_masked()
+            return self._ot_answers_out(set()) + self._close_masked()
         # §6.4: every accused dealer must publish the disputed shares before anything is unmasked. The
         # first iteration was masked under a U_0 that may lose a dealer: it is abandoned, never unmasked,
         # and the slot phase starts at invocation 2 (its decoys start afresh from the committed seed).
@@ -378,16 +376,16 @@ class Server:
 
     def _close_complaints(self) -> Outbox:
         # A dealer that answered badly is named (and excluded by receive()); one that is silent is a dropout.
-        self._setup_excluded = {d for d in self._complaints if d not in self._answers}
-        out = self._ot_answers_out()
-        self._setup_excluded |= {d for d in self.online[0] if d in self.excluded}
-        excluded = tuple(sorted(self._setup_excluded & set(self.online[0])))
-        return out + self._open_invocation(2, sorted(set(self.online[0]) - self._setup_excluded), (), excluded)
+        silent = {d for d in self._complaints if d not in self._answers}  # complaints only name members of U_0
+        out = self._ot_answers_out(silent)
+        gone = silent | (set(self.online[0]) & self.excluded)
+        return out + self._open_invocation(2, sorted(set(self.online[0]) - gone), (), tuple(sorted(gone)))
 
-    def _ot_answers_out(self) -> Outbox:
+    def _ot_answers_out(self, silent: set[int]) -> Outbox:
+        """Each member's OT answer with the dealers' answers to its complaints; none to ``silent`` dealers."""
         out = []
         for i, a in sorted(self._ot_answers.items()):
-            if i in self.excluded or i in self._setup_excluded:
+            if i in self.excluded or i in silent:
                 continue
             resolved = tuple((d, self._answers[d]) for d in sorted(self._answers) if i in self._complaints[d])
             a = msg.OTResponseMsg(a.T, a.m, a.sender, a.response, a.ot_proof, a.cred_eval, a.cred_proof, resolved)
