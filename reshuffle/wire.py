@@ -117,6 +117,13 @@ class Parser:
     def fixed(self, size: int, field: str) -> bytes:
         return self._take(size, field)
 
+    def fixed_list(self, size: int, count: int, field: str) -> list[bytes]:
+        """``count`` consecutive fields of ``size`` bytes, read in one bounds check."""
+        if size < 1 or count < 0:
+            raise DecodeError(f"{self._what}: field '{field}' with {count} items of {size} bytes")
+        raw = self._take(size * count, f"{field}[0..{count})")
+        return [raw[i : i + size] for i in range(0, len(raw), size)]
+
     def var(self, field: str, max_len: int = MAX_VAR_BYTES) -> bytes:
         n = self.u32(field + ".length")
         if n > max_len:

@@ -37,3 +37,20 @@ def test_errors_name_the_field():
         Parser(b"\x00\x01").finish()
     with pytest.raises(DecodeError, match="expected bytes"):
         Parser("text")
+
+
+@given(st.integers(1, 20), st.lists(st.binary(min_size=1, max_size=1), max_size=30), st.binary(max_size=8))
+def test_fixed_list_splits_like_fixed_reads(size, seeds, tail):
+    items = [s * size for s in seeds]
+    data = b"".join(items) + tail
+    one_by_one = Parser(data)
+    batched = Parser(data)
+    assert batched.fixed_list(size, len(items), "c") == [one_by_one.fixed(size, "c") for _ in items]
+    assert batched.rest() == tail
+
+
+def test_fixed_list_needs_every_item():
+    with pytest.raises(DecodeError, match=r"'c\[0\.\.3\)' needs 48 bytes, 47 left"):
+        Parser(bytes(47)).fixed_list(16, 3, "c")
+    with pytest.raises(DecodeError, match="items of 0 bytes"):
+        Parser(bytes(4)).fixed_list(0, 3, "c")

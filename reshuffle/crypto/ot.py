@@ -58,10 +58,9 @@ class OTTable:
 
     def encode(self) -> bytes:
         w = Writer().u64(self.T).fixed(self.B.to_bytes(), self.B.group.element_size)
-        w.u32(len(self.cipher))
-        for c in self.cipher:
-            w.fixed(c, TOKEN_BYTES)
-        return w.bytes()
+        if any(len(c) != TOKEN_BYTES for c in self.cipher):
+            raise ValueError(f"OT table entries must be {TOKEN_BYTES} bytes")
+        return w.u32(len(self.cipher)).raw(b"".join(self.cipher)).bytes()
 
     @classmethod
     def decode(cls, group: Group, data: bytes, max_n: int) -> "OTTable":
@@ -71,7 +70,7 @@ class OTTable:
         n = p.u32("n")
         if not 0 < n <= max_n:
             raise DecodeError(f"OT table: n={n} not in [1, {max_n}]")
-        cipher = tuple(p.fixed(TOKEN_BYTES, f"c[{i}]") for i in range(n))
+        cipher = tuple(p.fixed_list(TOKEN_BYTES, n, "c"))
         p.finish()
         return cls(T, B, cipher)
 

@@ -253,10 +253,10 @@ class Participant:
                 per_peer[j].fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)
         self._own_shares_payload = per_peer[self.pid].bytes()
         cts = []
-        for j in peers:
-            if j == self.pid:
-                continue
-            ch = Channel(self._keys.enc, adverts[j].enc_key, self.pid, j, self.T, self._rng)
+        # Kept for opening the peers' shares at delivery: one DH per peer, not two.
+        self._channels = {j: Channel(self._keys.enc, adverts[j].enc_key, self.pid, j, self.T, self._rng)
+                          for j in peers if j != self.pid}
+        for j, ch in self._channels.items():
             cts.append((j, ch.seal(SETUP_PHASE_AD, per_peer[j].bytes())))
         self.phase = PPhase.AWAIT_SHARES
         # Ĉ under weights bound to these ciphertexts (§6.4): the shares are fixed before the weights.
@@ -299,8 +299,7 @@ class Participant:
             try:
                 if s not in got:
                     raise DecodeError(f"no shares delivered from {s}")
-                ch = Channel(self._keys.enc, self._adverts[s].enc_key, self.pid, s, self.T)
-                ys = self._parse_shares(s, ch.open(SETUP_PHASE_AD, got[s]))
+                ys = self._parse_shares(s, self._channels[s].open(SETUP_PHASE_AD, got[s]))
                 check_shares(self._dealers[s], self.pid + 1, ys)
                 self._hold(s, ys)
             except ProtocolError as exc:
@@ -457,7 +456,8 @@ class Participant:
         mask_in_place(v, self._ctx.group, self.T, m, self.pid, self._keys.seeds[m - 1],
                       self._keys.mask[m - 1].secret, peers, h, rows)
         self.view.uploaded.add(m)
-        return msg.MaskedInput(self.T, m, self.pid, h, rows, v.tobytes())
+        v.setflags(write=False)  # the message views v: its words are copied once, into the encoding
+        return msg.MaskedInput(self.T, m, self.pid, h, rows, memoryview(v).cast("B"))
 
     def _reservation_vector(self) -> np.ndarray:
         """One-hot at this iteration's pick, or all zeros (settled, or no free candidate left)."""
