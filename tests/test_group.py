@@ -100,6 +100,16 @@ def test_rfc9496_invalid_encodings_rejected(ristretto, enc):
         ristretto.element_from_bytes(bytes.fromhex(enc))
 
 
+@pytest.mark.parametrize("i", range(1, len(MULTIPLES)))
+def test_high_bit_set_is_not_a_second_encoding(ristretto, i):
+    # libsodium's validity check ignores bit 255; RFC 9496 rejects it (s must be < p), so one
+    # element has exactly one accepted encoding and byte equality is element equality.
+    enc = bytearray.fromhex(MULTIPLES[i])
+    enc[31] |= 0x80
+    with pytest.raises(InvalidElement, match="canonical"):
+        ristretto.element_from_bytes(bytes(enc))
+
+
 @pytest.mark.parametrize("uniform,expected", FROM_UNIFORM)
 def test_rfc9496_from_uniform_bytes(ristretto, uniform, expected):
     assert ristretto.from_uniform_bytes(bytes.fromhex(uniform)).hex() == expected

@@ -233,8 +233,10 @@ class Ristretto255(Group):
         return a
 
     def _decode(self, data: bytes) -> bytes:
-        # libsodium's check is the RFC 9496 decode: canonical and on the group.
-        if not self._r.crypto_core_ristretto255_is_valid_point(data):
+        # libsodium's check is the RFC 9496 decode (canonical and on the group) except that it
+        # ignores bit 255, which RFC 9496 requires to be zero (s < p): without the first test one
+        # element would have two accepted encodings.
+        if data[31] & 0x80 or not self._r.crypto_core_ristretto255_is_valid_point(data):
             raise InvalidElement("not a canonical ristretto255 encoding")
         return data
 
