@@ -6,7 +6,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from reshuffle.bench.common import best_of
-from reshuffle.crypto import feldman, voprf
+from reshuffle.crypto import feldman, vartime, voprf
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Ristretto255, available_groups, get_group
 from reshuffle.crypto.ot import OTReceiver, OTSender
@@ -199,9 +199,38 @@ def bench_feldman(S: int, t: int, repeat: int) -> dict:
     x = t  # a typical participant index
     out["verify_batch_s"], out["verify_batch_exps"] = _timed(
         g, lambda: feldman.verify_batch(x, shares[x], c_hat, rho), repeat)
+    saved, vartime.AVAILABLE = vartime.AVAILABLE, False  # the same check through libsodium alone
+    try:
+        out["verify_batch_libsodium_s"], out["verify_batch_libsodium_exps"] = _timed(
+            g, lambda: feldman.verify_batch(x, shares[x], c_hat, rho), repeat)
+    finally:
+        vartime.AVAILABLE = saved
+    out["ratio_libsodium_to_vartime"] = out["verify_batch_libsodium_s"] / out["verify_batch_s"]
     out["verify_each_share_s"], out["verify_each_share_exps"] = _timed(
         g, lambda: [feldman.verify_share(x, y, row) for y, row in zip(shares[x], coms)], repeat)
     out["ratio_each_to_batch"] = out["verify_each_share_s"] / out["verify_batch_s"]
+    return out
+
+
+def bench_signatures(repeat: int) -> dict:
+    """Ed25519: signing (OpenSSL), verification (libsodium) and OpenSSL's verification of the same bytes."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from reshuffle.crypto.signatures import SigningKey, _msg
+
+    sk = SigningKey.from_seed(bytes(range(32)))
+    vk = sk.verify_key
+    message = bytes(200)  # a consent statement's size
+    sig = sk.sign("bench", message)
+    openssl = Ed25519PublicKey.from_public_bytes(vk.to_bytes())
+    n = 50
+    out = {
+        "sign_s": best_of(lambda: [sk.sign("bench", message) for _ in range(n)], repeat) / n,
+        "verify_s": best_of(lambda: [vk.verify("bench", message, sig) for _ in range(n)], repeat) / n,
+        "verify_openssl_s": best_of(lambda: [openssl.verify(sig, _msg("bench", message)) for _ in range(n)],
+                                    repeat) / n,
+    }
+    out["ratio_openssl_to_libsodium"] = out["verify_openssl_s"] / out["verify_s"]
     return out
 
 
@@ -217,4 +246,5 @@ def run(quick: bool = False) -> dict:
         },
         "voprf": bench_voprf(8, 3 if quick else 7),
         "feldman": bench_feldman(10, 13, 3 if quick else 7),
+        "signatures": bench_signatures(3 if quick else 7),
     }
