@@ -16,8 +16,8 @@ Given Ĉ this costs one fixed-base exponentiation and an evaluation of Ĉ at x
 (:func:`evaluates_to`: Horner's rule in variable time on ristretto255, t
 exponentiations otherwise); computing Ĉ costs S·t. A wrong share
 passes only if its error is cancelled by the weights, probability 1/q per
-dealer. :func:`verify_share` checks one share (t + 1 exponentiations) to
-pinpoint the bad one, and :func:`check_secret` a reconstructed secret against
+dealer. :func:`verify_share` checks one share (one fixed-base exponentiation and
+one evaluation) to pinpoint the bad one, and :func:`check_secret` a reconstructed secret against
 ``C_{s,0} = g^{secret}``.
 """
 
@@ -28,8 +28,8 @@ import hashlib
 import hmac
 from typing import Iterable, Sequence
 
-from reshuffle.crypto.domain import label
 from reshuffle.crypto import vartime
+from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group, Ristretto255, get_group
 from reshuffle.crypto.rand import RandomSource, as_source
 from reshuffle.crypto.shamir import Shamir
