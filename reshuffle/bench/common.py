@@ -19,6 +19,17 @@ def best_of(fn: Callable[[], Any], repeat: int = 5, clock: Callable[[], float] =
     return best
 
 
+def without_vartime(fn: Callable[[], Any]) -> Any:
+    """Run fn with the variable-time Feldman evaluation switched off (the libsodium path), for a ratio."""
+    from reshuffle.crypto import vartime
+
+    saved, vartime.AVAILABLE = vartime.AVAILABLE, False
+    try:
+        return fn()
+    finally:
+        vartime.AVAILABLE = saved
+
+
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     """Nested dict → dotted keys, for printing."""
     out: dict[str, Any] = {}

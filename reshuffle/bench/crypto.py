@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from reshuffle.bench.common import best_of
-from reshuffle.crypto import feldman, vartime, voprf
+from reshuffle.bench.common import best_of, without_vartime
+from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Ristretto255, available_groups, get_group
 from reshuffle.crypto.ot import OTReceiver, OTSender
@@ -199,12 +199,8 @@ def bench_feldman(S: int, t: int, repeat: int) -> dict:
     x = t  # a typical participant index
     out["verify_batch_s"], out["verify_batch_exps"] = _timed(
         g, lambda: feldman.verify_batch(x, shares[x], c_hat, rho), repeat)
-    saved, vartime.AVAILABLE = vartime.AVAILABLE, False  # the same check through libsodium alone
-    try:
-        out["verify_batch_libsodium_s"], out["verify_batch_libsodium_exps"] = _timed(
-            g, lambda: feldman.verify_batch(x, shares[x], c_hat, rho), repeat)
-    finally:
-        vartime.AVAILABLE = saved
+    out["verify_batch_libsodium_s"], out["verify_batch_libsodium_exps"] = without_vartime(lambda: _timed(
+        g, lambda: feldman.verify_batch(x, shares[x], c_hat, rho), repeat))  # the same check, libsodium alone
     out["ratio_libsodium_to_vartime"] = out["verify_batch_libsodium_s"] / out["verify_batch_s"]
     out["verify_each_share_s"], out["verify_each_share_exps"] = _timed(
         g, lambda: [feldman.verify_share(x, y, row) for y, row in zip(shares[x], coms)], repeat)

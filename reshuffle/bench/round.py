@@ -63,11 +63,11 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 import reshuffle
-from reshuffle.bench.common import best_of
+from reshuffle.bench.common import best_of, without_vartime
 from reshuffle.crypto.channel import DHKeyPair
 from reshuffle.crypto.group import get_group
 from reshuffle.crypto.rand import SeededRandom
-from reshuffle.crypto import feldman, vartime, voprf
+from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.ot import OTReceiver, OTSender
 from reshuffle.crypto.prg import accumulate_streams
 from reshuffle.crypto.signatures import SigningKey
@@ -137,15 +137,6 @@ def _feldman_dealers(g, N: int, t: int, S: int, x: int, rng) -> list:
     return out
 
 
-def _without_vartime(fn):
-    """Run fn with the variable-time Feldman evaluation switched off (the libsodium path)."""
-    saved, vartime.AVAILABLE = vartime.AVAILABLE, False
-    try:
-        return fn()
-    finally:
-        vartime.AVAILABLE = saved
-
-
 def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
     """Each v2 mechanism timed alone at this round's sizes (§6.2–§9)."""
     p, g = r.params, get_group()
@@ -180,7 +171,7 @@ def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
         "feldman_checks_s": best_of(lambda: [feldman.verify_batch(x, ys, comb, rho) for ys, comb, rho in dealers],
                                     repeat, time.thread_time),
         # The same checks with t − 1 libsodium exponentiations per dealer instead of Horner's rule.
-        "feldman_checks_libsodium_s": best_of(lambda: _without_vartime(
+        "feldman_checks_libsodium_s": best_of(lambda: without_vartime(
             lambda: [feldman.verify_batch(x, ys, comb, rho) for ys, comb, rho in dealers]), repeat, time.thread_time),
         "sign_upload_s": best_of(lambda: mi.encode(sk), repeat),
         "verify_upload_s": best_of(lambda: msg.verify(msg.decode(enc, ctx), sk.verify_key), repeat),

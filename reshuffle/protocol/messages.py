@@ -672,7 +672,7 @@ class MaskedInput(Message):
         limit = (ctx.params.n + 64) if ctx.params else 1 << 20
         if not 1 <= rows <= limit:
             raise DecodeError(f"masked vector with {rows} rows, expected 1..{limit}")
-        hashes = [p.fixed(HASH_BYTES, f"row_hash[{r}]") for r in range(rows)]
+        hashes = p.fixed_list(HASH_BYTES, rows, "row_hash")
         if p.u16("pad") != 0:
             raise DecodeError("masked vector padding is not zero")
         words = p.var_view("words", 1 << 31)
