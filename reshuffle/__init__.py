@@ -11,7 +11,7 @@ from reshuffle.errors import (
     ReShuffleError,
 )
 
-from reshuffle.protocol.api import PreparedRound, ShuffleResult, ideal_shuffle, prepare, shuffle
+from reshuffle.harness.api import PreparedRound, ShuffleResult, ideal_shuffle, prepare, shuffle
 
 __version__ = "0.1.0"
 

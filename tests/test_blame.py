@@ -10,7 +10,7 @@ import reshuffle
 from reshuffle.adversaries import make_adversary
 from reshuffle.adversaries.participants import TamperOneRow
 from reshuffle.errors import InvalidSignature, ProtocolError, Refused
-from reshuffle.protocol.api import build_round
+from reshuffle.harness.api import build_round
 from reshuffle.protocol.blame import KIND_FALSE_OPENING, KIND_NONZERO, verify_evidence
 from reshuffle.protocol.phases import PHASES
 from tests.protocol_helpers import expected_models, make_updates, multiset

@@ -10,7 +10,7 @@ from reshuffle.adversaries.participants import BadShare
 from reshuffle.errors import ProtocolError
 from reshuffle.protocol import complaints as cpl
 from reshuffle.protocol import messages as msg
-from reshuffle.protocol.api import build_round
+from reshuffle.harness.api import build_round
 from reshuffle.protocol.messages import MsgType
 from reshuffle.protocol.participant import Participant
 from reshuffle.adversaries.base import ParticipantBehaviour

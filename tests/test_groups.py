@@ -22,7 +22,7 @@ from reshuffle.errors import (
 )
 from reshuffle.protocol import groups as gr
 from reshuffle.protocol import messages as msg
-from reshuffle.protocol.api import shuffle
+from reshuffle.harness.api import shuffle
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState
 from reshuffle.protocol.groups import (
     Assignment,
@@ -36,7 +36,7 @@ from reshuffle.protocol.groups import (
 )
 from reshuffle.protocol.messages import Context, MsgType
 from reshuffle.protocol.params import RoundParams
-from reshuffle.protocol.runner import Envelope
+from reshuffle.harness.runner import Envelope
 from tests.protocol_helpers import make_updates
 
 CA = CertificateAuthority.from_seed(bytes(32))
@@ -399,8 +399,8 @@ def test_reveals_dropped_in_every_attempt_end_the_round():
 
 def _run_with_forged_round_start(make_bad):
     """The PS replaces participant 0's group ROUND_START by ``make_bad(rs, server)``, signed with its own key."""
-    from reshuffle.protocol.api import build_round
-    from reshuffle.protocol.runner import InProcessRunner
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
 
     ups = make_updates(6, d=4, seed=8)
     server, parts = build_round(ups, RoundParams.default(6, 4), seed=9, group_size=3, overrides={})
@@ -446,7 +446,7 @@ def test_a_round_start_off_the_computed_partition_is_refused(attack):
 
 def test_round_start_before_the_assignment_is_refused():
     # A PS that skips the assignment and sends ROUND_START at once gets a refusal from every participant.
-    from reshuffle.protocol.api import build_round
+    from reshuffle.harness.api import build_round
 
     ups = make_updates(4, d=4, seed=1)
     server, parts = build_round(ups, RoundParams.default(4, 4), seed=2, group_size=2, overrides={})

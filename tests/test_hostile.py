@@ -19,7 +19,7 @@ from reshuffle.errors import (
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.messages import MsgType, peek_type
 from reshuffle.protocol.participant import Participant
-from reshuffle.protocol.runner import Envelope
+from reshuffle.harness.runner import Envelope
 from tests.protocol_helpers import expected_models, make_updates, multiset, rewrite_header
 
 N = 6  # t = 4
@@ -194,7 +194,7 @@ def test_participant_refuses_tampered_server_signature():
 
 def test_participant_refuses_wrong_global_model():
     ups = make_updates(N, d=5)
-    from reshuffle.protocol import api
+    from reshuffle.harness import api
 
     orig = api.Participant
 
@@ -281,7 +281,7 @@ class SlotThief(Participant):
 
 
 def test_writing_without_token_only_destroys_that_position(monkeypatch):
-    from reshuffle.protocol import api
+    from reshuffle.harness import api
 
     made = {}
 
@@ -350,9 +350,9 @@ def test_complaints_abandon_the_first_iteration_unrevealed():
 
 
 def test_a_ps_that_skips_u1_to_counts_of_a_second_iteration_is_refused():
-    from reshuffle.protocol.api import build_round
+    from reshuffle.harness.api import build_round
     from reshuffle.protocol.params import RoundParams
-    from reshuffle.protocol.runner import InProcessRunner
+    from reshuffle.harness.runner import InProcessRunner
 
     ups = make_updates(N, d=10, seed=6)
     server, parts = build_round(ups, RoundParams.default(N, 10), seed=6)

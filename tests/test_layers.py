@@ -11,14 +11,15 @@ rank only, so units that share a rank stay independent of each other.
     0  errors                     the exceptions
     1  wire, registry             binary encoding; the table of named plug-ins
     2  crypto, clients            building blocks; datasets, models, local training
-    3  protocol                   the round
-    4  reshuffle, adversaries,    the package API (``reshuffle.shuffle``); deviating
+    3  protocol                   the round as a deployment runs it
+    4  harness                    the in-process drivers (``shuffle``, the runners)
+    5  reshuffle, adversaries,    the package API (``reshuffle.shuffle``); deviating
        games, server              parties; security games; rules on unlinked models
-    5  attacks                    poisoning (omniscient attacks run the rules)
-    6  sim                        the simulator
-    7  flower, evaluation, soak   the Flower drop-in and apps; the decision grid; the fault soak
-    8  bench                      benchmarks and the detection probe
-    9  cli                        the ``reshuffle`` command
+    6  attacks                    poisoning (omniscient attacks run the rules)
+    7  sim                        the simulator
+    8  flower, evaluation, soak   the Flower drop-in and apps; the decision grid; the fault soak
+    9  bench                      benchmarks and the detection probe
+    10 cli                        the ``reshuffle`` command
 
 A new subpackage gets a rank here before it can pass.
 """
@@ -40,12 +41,13 @@ RANKS: dict[str, int] = {
     "wire": 1, "registry": 1,
     "crypto": 2, "clients": 2,
     "protocol": 3,
-    "reshuffle": 4, "adversaries": 4, "games": 4, "server": 4,
-    "attacks": 5,
-    "sim": 6,
-    "flower": 7, "evaluation": 7, "soak": 7,
-    "bench": 8,
-    "cli": 9,
+    "harness": 4,
+    "reshuffle": 5, "adversaries": 5, "games": 5, "server": 5,
+    "attacks": 6,
+    "sim": 7,
+    "flower": 8, "evaluation": 8, "soak": 8,
+    "bench": 9,
+    "cli": 10,
 }
 
 

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 import reshuffle
 from reshuffle.adversaries import make_adversary
 from reshuffle.errors import ConfigError, DecodeError, InvalidShare, Refused
-from reshuffle.protocol import parallel
-from reshuffle.protocol.api import build_round
+from reshuffle.harness import parallel
+from reshuffle.harness.api import build_round
 from reshuffle.protocol.messages import MsgType, ShareKind, peek_type
-from reshuffle.protocol.parallel import ParallelRunner, WorkerFailed, decode_view, encode_view
+from reshuffle.harness.parallel import ParallelRunner, WorkerFailed, decode_view, encode_view
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, ParticipantView
 from reshuffle.wire import Parser

@@ -22,10 +22,10 @@ from reshuffle.errors import ConfigError, ProtocolError, Refused
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol import opening
 from reshuffle.protocol import server as server_mod
-from reshuffle.protocol.api import build_round
+from reshuffle.harness.api import build_round
 from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.reservation import Reservation, settled_slots
-from reshuffle.protocol.runner import InProcessRunner
+from reshuffle.harness.runner import InProcessRunner
 from reshuffle.protocol.server import Server
 from tests.protocol_helpers import expected_models, make_updates, multiset
 

@@ -10,10 +10,10 @@ from reshuffle.crypto.ot import sample_distinct
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError, Refused, UnexpectedMessage
 from reshuffle.protocol import opening
-from reshuffle.protocol.api import build_round
+from reshuffle.harness.api import build_round
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.reservation import Reservation, settled_slots
-from reshuffle.protocol.runner import InProcessRunner
+from reshuffle.harness.runner import InProcessRunner
 from reshuffle.protocol.phases import SERVER_TABLE, SPhase
 from reshuffle.protocol.schedule import RESERVE, SCHEDULE, UPLOAD, closer_of, happy_path, step_of
 from reshuffle.protocol.server import Server

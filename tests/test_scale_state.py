@@ -141,8 +141,8 @@ def test_decode_shared_keys_on_the_round_parameters():
 # ------------------------------------------------------------- participant state after setup
 def test_participants_share_adverts_and_drop_dealing_state_after_setup():
     # Prepare: one real in-process round of 8
-    from reshuffle.protocol.api import build_round
-    from reshuffle.protocol.runner import InProcessRunner
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
 
     ups = make_updates(8, d=6, seed=1)
     server, parts = build_round(ups, RoundParams.default(8, 6, R_max=2), seed=4)

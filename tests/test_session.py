@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.errors import DecodeError
 from reshuffle.protocol import session
-from reshuffle.protocol.api import build_round
+from reshuffle.harness.api import build_round
 from reshuffle.protocol.params import RoundParams
-from reshuffle.protocol.runner import InProcessRunner
+from reshuffle.harness.runner import InProcessRunner
 from reshuffle.protocol.session import SessionState
 
 

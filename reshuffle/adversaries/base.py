@@ -22,7 +22,7 @@ from reshuffle.errors import ConfigError
 from reshuffle.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
-    from reshuffle.protocol.api import ShuffleResult
+    from reshuffle.harness.api import ShuffleResult
     from reshuffle.protocol.participant import Participant
     from reshuffle.protocol.server import Server
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from reshuffle.adversaries.base import adversary_names, make_adversary
 from reshuffle.errors import ConfigError
-from reshuffle.protocol.api import shuffle
+from reshuffle.harness.api import shuffle
 
 
 @dataclass

@@ -23,7 +23,7 @@ With ``group_size`` g the round runs in anonymity groups (``reshuffle.shuffle(..
 group_size=g)``) and both floors are those of the groups: per group, its |U_j|
 uploads of its own length and |U_j| streams of it, summed over the groups;
 ``workers`` runs the participants in that many processes
-(:mod:`reshuffle.protocol.parallel`). Per N it also reports ``wall_s``, ``cpu_s``
+(:mod:`reshuffle.harness.parallel`). Per N it also reports ``wall_s``, ``cpu_s``
 (CPU seconds of the round, workers included: on a shared machine ``cpu_s`` /
 cores is what the round needs), ``participant_critical_s`` (the slowest participant per phase, summed: what
 participants put on the round's critical path), ``participant_cpu_s`` (a

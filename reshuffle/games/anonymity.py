@@ -30,7 +30,7 @@ from reshuffle.crypto.shamir import Shamir
 from reshuffle.errors import ProtocolError
 from reshuffle.games.framework import Estimate, estimate
 from reshuffle.protocol import messages as msg
-from reshuffle.protocol.api import build_round
+from reshuffle.harness.api import build_round
 from reshuffle.protocol import credential
 from reshuffle.protocol.masking import pair_key, pair_sign, self_key
 from reshuffle.protocol.messages import Context, ShareKind
@@ -38,7 +38,7 @@ from reshuffle.protocol.groups import ASSIGNMENT_TYPES
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, PPhase
 from reshuffle.protocol.reservation import settled_slots
-from reshuffle.protocol.runner import InProcessRunner
+from reshuffle.harness.runner import InProcessRunner
 from reshuffle.crypto.prg import accumulate_streams
 from reshuffle.crypto.signatures import SERVER_ID
 

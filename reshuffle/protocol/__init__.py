@@ -1,12 +1,10 @@
-"""The Re-Shuffle round: messages, participant and PS state machines, in-process runner."""
+"""The Re-Shuffle round as a deployment runs it: messages, the participant and PS phase tables.
 
-from reshuffle.protocol.api import PreparedRound, ShuffleResult, ideal_shuffle, prepare, shuffle
+The in-process drivers (``shuffle``, ``prepare``, the runners) are in :mod:`reshuffle.harness`.
+"""
+
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
-from reshuffle.protocol.runner import Envelope, InProcessRunner
 from reshuffle.protocol.server import RoundOutput, Server
 
-__all__ = [
-    "Envelope", "InProcessRunner", "Participant", "PreparedRound", "prepare", "RoundOutput", "RoundParams", "Server",
-    "ShuffleResult", "global_model_hash", "ideal_shuffle", "shuffle",
-]
+__all__ = ["Participant", "RoundOutput", "RoundParams", "Server", "global_model_hash"]

@@ -44,7 +44,7 @@ from reshuffle.clients import (
     predict,
 )
 from reshuffle.errors import ConfigError
-from reshuffle.protocol.api import ShuffleResult, ideal_round, shuffle
+from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PHASES
 from reshuffle.server import Rule, make_rule

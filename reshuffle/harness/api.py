@@ -17,8 +17,8 @@ from reshuffle.protocol.grouped import GroupedOutput, GroupedParticipant, Groupe
 from reshuffle.protocol.groups import CheckCache, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
-from reshuffle.protocol.parallel import make_runner
-from reshuffle.protocol.runner import InProcessRunner, Interceptor
+from reshuffle.harness.parallel import make_runner
+from reshuffle.harness.runner import InProcessRunner, Interceptor
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
 
 

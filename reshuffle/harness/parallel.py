@@ -1,7 +1,7 @@
 """Parallel in-process driver: the participants' local work runs in worker processes.
 
 :class:`ParallelRunner` drives the same :class:`~reshuffle.protocol.server.Server`
-as :class:`~reshuffle.protocol.runner.InProcessRunner`, in this process, and
+as :class:`~reshuffle.harness.runner.InProcessRunner`, in this process, and
 hands each participant's messages to the worker that owns it. Workers are forked
 once the round is built, so each inherits its participants' state machines and
 model vectors (copy-on-write pages, never copied or pickled) and keeps them for
@@ -61,7 +61,7 @@ from reshuffle.errors import ConfigError, DecodeError, ProtocolError, ReShuffleE
 from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant, ParticipantView
 from reshuffle.protocol.phases import PHASES
-from reshuffle.protocol.runner import Envelope, InProcessRunner, Interceptor
+from reshuffle.harness.runner import Envelope, InProcessRunner, Interceptor
 from reshuffle.protocol.server import RoundOutput, Server
 from reshuffle.wire import Parser, Writer
 
