@@ -84,8 +84,9 @@ def test_the_attacks_linked_every_model_on_the_protocol_they_were_found_on():
     r = reshuffle.shuffle(_updates(4), seed=4, adversaries=[b], n=N_SLOTS)
     view: PSView = b.server.view
     for pid, p in b.coalition.items():
-        view.colluders[pid] = {(m + 1, ShareKind.SELF_SEED): s for m, s in enumerate(p._keys.seeds)}
-        view.colluders[pid].update({(m + 1, ShareKind.DH_SECRET): k.secret for m, k in enumerate(p._keys.mask)})
+        keys = p.state.session.keys
+        view.colluders[pid] = {(m + 1, ShareKind.SELF_SEED): s for m, s in enumerate(keys.seeds)}
+        view.colluders[pid].update({(m + 1, ShareKind.DH_SECRET): k.secret for m, k in enumerate(keys.mask)})
     truth = {i: r.views[i].model_digest for i in range(N)}
     assert correct_links(link(view), truth, r.params) == list(range(N))
 

@@ -15,12 +15,15 @@ the PS links no honest participant to its model.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from reshuffle.adversaries.base import PSBehaviour, Verdict, register_adversary
 from reshuffle.adversaries.linker import PSView, correct_links, link
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant
+from reshuffle.protocol.phases import PPhase
 from reshuffle.protocol.server import Server
 
 
@@ -79,7 +82,7 @@ class LinkingPS(PSBehaviour):
         """Honest participants the PS linked to their own model."""
         view = self.server.view
         for pid, p in self.coalition.items():
-            keys = getattr(p, "_keys", None)
+            keys = p.state.session.keys if p.state.session else None
             if keys is not None:
                 view.colluders[pid] = {
                     **{(m + 1, ShareKind.SELF_SEED): b for m, b in enumerate(keys.seeds)},
@@ -121,14 +124,12 @@ class OpenAfterUpload(LinkingPS):
 class _FalseObjector(Participant):
     """Objects to the counts that end the reservation instead of uploading, though its pick settled."""
 
-    def _masked_input(self, m: int, h: bytes):
-        slot = self._reservation.slot
-        if m != self.params.upload_m or slot is None:
-            return super()._masked_input(m, h)
-        from reshuffle.protocol.phases import PPhase
-
-        self.phase = PPhase.OBJECTED
-        return msg.Objection(self.T, m, self.pid, slot, h)
+    def _on_mask_request(self, s, m):
+        nxt, out = super()._on_mask_request(s, m)
+        slot = nxt.slots.reservation.slot
+        if m.m != self.params.upload_m or slot is None:
+            return nxt, out
+        return replace(nxt, phase=PPhase.OBJECTED), [msg.Objection(self.T, m.m, self.pid, slot, nxt.inv.h[m.m])]
 
 
 @register_adversary("object-at-upload")
