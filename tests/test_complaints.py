@@ -98,10 +98,11 @@ class WrongCombined(ParticipantBehaviour):
 
 
 def test_inconsistent_combined_commitment_names_the_dealer_before_the_upload():
-    # Honest recipients' shares fail the wrong Ĉ: they complain; the dealer's answer fails too.
+    # Honest recipients' shares fail the wrong Ĉ: they complain, and the PS checks the accused dealer's
+    # Ĉ against its commitments: its signed advertisement and bundle name it, whatever it answers.
     ups = make_updates(N, d=6, seed=5)
     r = reshuffle.shuffle(ups, seed=5, adversaries=[WrongCombined(pids=(3,))])
-    assert set(r.blamed) == {3} and r.output.evidence[3].kind in (cpl.KIND_BAD_COMMITMENT, cpl.KIND_BAD_ANSWER)
+    assert set(r.blamed) == {3} and r.output.evidence[3].kind == cpl.KIND_BAD_COMMITMENT
     cpl.verify_share_evidence(r.output.evidence[3], keys_of(ups, r.params, 5), r.params)
     assert r.online == [i for i in range(N) if i != 3]
 

@@ -116,3 +116,15 @@ def test_a_flower_ps_that_replays_a_round_gets_no_answer_from_nodes_that_took_pa
     grid._T = 0  # the PS replays round 1 without the first node
     assert list(grid.send_and_receive(train(nodes[1:]), timeout=60)) == []
     assert len(lg.errors) >= 4 and all("round 1" in why and "took part" in why for _, why in lg.errors[-4:])
+
+
+def test_a_ps_that_complains_in_everyone_s_name_gets_no_secret():
+    # Before: each dealer answered the PS's complaint list with every complainer's shares in the
+    # clear, so one COMPLAINTS message per dealer gave the PS t shares of all its b and x.
+    b, r, honest = _play("complain-for-shares", 1)
+    assert b.links(r, honest) == []
+    from reshuffle.adversaries.linker import _secrets
+
+    assert not [k for k in _secrets(b.server.view) if k[0] in honest and k[1] == r.params.upload_m
+                and k[2].name == "DH_SECRET"]
+    assert not set(r.blamed) & set(honest)

@@ -52,6 +52,15 @@ class CuriousServer(Server):
         return live
 
 
+def colluder_secrets(p: Participant) -> dict:
+    """Everything a colluding participant hands the PS: its own secrets and the shares it holds."""
+    keys = p.state.session.keys
+    held = {(owner, idx // 2 + 1, ShareKind.DH_SECRET if idx % 2 else ShareKind.SELF_SEED): y
+            for owner, ys in p.state.held.items() for idx, y in enumerate(ys)}
+    return {**{(m + 1, ShareKind.SELF_SEED): b for m, b in enumerate(keys.seeds)},
+            **{(m + 1, ShareKind.DH_SECRET): kp.secret for m, kp in enumerate(keys.mask)}, "held": held}
+
+
 class LinkingPS(PSBehaviour):
     """A PS behaviour scored by the links its :class:`CuriousServer` can compute.
 
@@ -84,10 +93,7 @@ class LinkingPS(PSBehaviour):
         for pid, p in self.coalition.items():
             keys = p.state.session.keys if p.state.session else None
             if keys is not None:
-                view.colluders[pid] = {
-                    **{(m + 1, ShareKind.SELF_SEED): b for m, b in enumerate(keys.seeds)},
-                    **{(m + 1, ShareKind.DH_SECRET): kp.secret for m, kp in enumerate(keys.mask)},
-                }
+                view.colluders[pid] = colluder_secrets(p)
         truth = {i: result.views[i].model_digest for i in honest if result.views[i].model_digest}
         return correct_links(link(view), truth, view.params)
 
@@ -139,3 +145,22 @@ class ObjectAtUpload(LinkingPS):
     stopped_by = "after the reservation ended, an objection ends the round"
     colluders = (1,)
     colluder_class = _FalseObjector
+
+
+@register_adversary("complain-for-shares")
+class ComplainForShares(LinkingPS):
+    """Sends every dealer complaints in the names of all the others, to have every share published.
+
+    Complaints are the PS's to relay: it can also induce honest ones, by withholding a dealer's
+    ciphertexts from its recipients. Each answer publishes the complainers' shares of all 2M
+    secrets of the dealer; t of them give the PS every b and x of that dealer, hence its upload.
+    """
+
+    stopped_by = "a dealer answers complaints once, for at most t − 1 − c complainers (§6.4)"
+
+    class server_class(CuriousServer):
+        def _on_ot_request(self, sender, m):
+            super()._on_ot_request(sender, m)
+            for dealer in self.online[0]:
+                if dealer != sender:
+                    self._complaints.setdefault(dealer, set()).add(sender)

@@ -442,13 +442,19 @@ class Participant:
         ot_req = msg.OTRequestMsg(self.T, 0, self.pid, request.encode(), blinded, tuple(complaints))
         return replace(s, phase=PPhase.AWAIT_OT), [ot_req, first]
 
-    # §6.4: a dealer answers complaints by publishing the disputed shares, signed.
+    # §6.4: a dealer answers complaints by publishing the disputed shares, signed: once, and for at most
+    # t − 1 − c complainers. The PS relays the ciphertexts, so it can make honest recipients complain by
+    # withholding them; with the c shares of its colluders, more published shares would reach t.
     def _on_complaints(self, s: ParticipantState, m: msg.Complaints) -> Replies:
-        dealt = s.dealing.dealt
+        p, dealt = s.session.params, s.dealing.dealt
         bad = (set(m.complainers) - set(dealt)) | ({self.pid} & set(m.complainers))
         if bad:
             raise Refused(f"complaints from {sorted(bad)}, who hold no shares dealt by this participant")
-        return s, [msg.ComplaintAnswer(self.T, 0, self.pid, tuple((j, tuple(dealt[j])) for j in m.complainers))]
+        if len(set(m.complainers)) > p.t - 1 - p.c:
+            raise Refused(f"{len(set(m.complainers))} complaints: publishing that many shares would give the PS "
+                          f"and c={p.c} colluders t={p.t} of them; at most {p.t - 1 - p.c} are answered")
+        answer = msg.ComplaintAnswer(self.T, 0, self.pid, tuple((j, tuple(dealt[j])) for j in m.complainers))
+        return replace(s, phase=PPhase.ANSWERED), [answer]
 
     # §7.1–7.2: both proofs are checked before U_1 is certified, hence before any vector is unmasked.
     def _on_ot_response(self, s: ParticipantState, m: msg.OTResponseMsg) -> Replies:
