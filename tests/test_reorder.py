@@ -123,8 +123,8 @@ def test_a_ps_that_complains_in_everyone_s_name_gets_no_secret():
     # clear, so one COMPLAINTS message per dealer gave the PS t shares of all its b and x.
     b, r, honest = _play("complain-for-shares", 1)
     assert b.links(r, honest) == []
-    from reshuffle.adversaries.linker import _secrets
+    from reshuffle.adversaries.linker import secrets_of
 
-    assert not [k for k in _secrets(b.server.view) if k[0] in honest and k[1] == r.params.upload_m
+    assert not [k for k in secrets_of(b.server.view) if k[0] in honest and k[1] == r.params.upload_m
                 and k[2].name == "DH_SECRET"]
     assert not set(r.blamed) & set(honest)

@@ -40,15 +40,15 @@ class CuriousServer(Server):
 
     def _new_slot_phase(self):
         out = super()._new_slot_phase()
-        self.view.tables.append(list(self._ot.tokens))
+        self.view.tables = (*self.view.tables, tuple(self._ot.tokens))
         return out
 
     def _prepare_invocation(self, m, mask_set, counts, excluded=()):
         live = super()._prepare_invocation(m, mask_set, counts, excluded)
+        v = self.view
         if m <= self.params.R_max:
-            self.view.table_of[self._h] = len(self.view.tables) - 1
-        for i in self._mask_set:
-            self.view.mask_sets[(i, m, self._h)] = tuple(self._mask_set)
+            v.table_of = {**v.table_of, self._h: len(v.tables) - 1}
+        v.mask_sets = {**v.mask_sets, **{(i, m, self._h): tuple(self._mask_set) for i in self._mask_set}}
         return live
 
 

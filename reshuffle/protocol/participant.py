@@ -226,6 +226,9 @@ class Participant:
     EncodingError : a float model holds NaN or Inf (checked before anything is masked).
     """
 
+    #: which message each state accepts, and the handler (a subclass may deviate here too)
+    TABLE = PARTICIPANT_TABLE
+
     def __init__(
         self,
         pid: int,
@@ -267,7 +270,9 @@ class Participant:
             raise ConfigError("only a participant with a seeded randomness source can be forked")
         out = copy.copy(self)
         out._rng = self._rng.copy()
-        out.view = copy.deepcopy(self.view)
+        v = self.view
+        out.view = replace(v, uploaded=set(v.uploaded), errors=list(v.errors),
+                           revealed={m: dict(plan) for m, plan in v.revealed.items()})
         return out
 
     def provide_model(self, model: np.ndarray) -> None:
@@ -295,7 +300,7 @@ class Participant:
         s = self.state
         try:
             m = msg.decode(data, self.ctx)
-            handlers = PARTICIPANT_TABLE[s.phase]
+            handlers = self.TABLE[s.phase]
             if m.TYPE not in handlers:
                 raise UnexpectedMessage(
                     f"participant {self.pid} in state '{s.phase.value}' got {m.TYPE.name}; "
@@ -517,6 +522,10 @@ class Participant:
             raise UnexpectedMessage(f"mask request for invocation {m.m}, expected {nxt}")
         if (m.m == slots.start) != (len(m.counts) == 0) or (m.counts and len(m.counts) != p.n):
             raise DecodeError(f"invocation {m.m} carries {len(m.counts)} counts")
+        if m.counts and not slots.start <= inv.m == inv.last_certified:
+            # Counts publish the last certified iteration of this slot phase; there is none yet.
+            raise UnexpectedMessage(f"counts with the request for invocation {m.m}, but no iteration of this slot "
+                                    f"phase (from {slots.start}) is certified")
         if m.m > p.upload_m:
             raise UnexpectedMessage(f"invocation {m.m} beyond the upload ({p.upload_m})")
         # Only the request that replaces an abandoned first iteration names the dealers the complaint step excluded.
@@ -559,9 +568,7 @@ class Participant:
     def _masked_input(self, s: ParticipantState, m: int, h: bytes) -> tuple[ParticipantState, msg.MaskedInput]:
         """Invocation m's vector (a reservation vector, or LW for the upload), masked under h_m."""
         ses, inv = s.session, s.inv
-        if m in inv.sent:
-            # One key, one plaintext: never a second vector under the keys of one invocation.
-            raise Refused(f"invocation {m}'s vector was sent already: its keys mask one plaintext")
+        self._check_fresh(s, m)
         s = replace(s, inv=replace(inv, h={**inv.h, m: h}, m=m, mask_sets={**inv.mask_sets, m: inv.mask_set},
                                    sent=inv.sent | {m}))
         if m <= ses.params.R_max:
@@ -574,6 +581,11 @@ class Participant:
         self.view.uploaded.add(m)
         v.setflags(write=False)  # the message views v: its words are copied once, into the encoding
         return s, msg.MaskedInput(self.T, m, self.pid, h, rows, memoryview(v).cast("B"))
+
+    def _check_fresh(self, s: ParticipantState, m: int) -> None:
+        """One key, one plaintext: never a second vector under the keys of one invocation."""
+        if m in s.inv.sent:
+            raise Refused(f"invocation {m}'s vector was sent already: its keys mask one plaintext")
 
     def _reservation_vector(self, s: ParticipantState) -> tuple[ParticipantState, np.ndarray, int]:
         """One-hot at this iteration's pick, or all zeros (settled, or no free candidate left)."""
