@@ -358,10 +358,11 @@ def test_a_ps_that_skips_u1_to_counts_of_a_second_iteration_is_refused():
     server, parts = build_round(ups, RoundParams.default(N, 10), seed=6)
     honest_close_ot = server._close_ot
 
-    def close_ot():
+    def close_ot(st):
         # Instead of U_1, counts for a second iteration, as if the first had been unmasked.
         fake = msg.MaskRequest(server.T, 2, SERVER_ID, (1,) + (0,) * (server.params.n - 1), ()).encode(server._sk)
-        return [(i, fake if peek_type(d) is MsgType.UNMASK_REQUEST else d) for i, d in honest_close_ot()]
+        nxt, out = honest_close_ot(st)
+        return nxt, [(i, fake if peek_type(d) is MsgType.UNMASK_REQUEST else d) for i, d in out]
 
     server._close_ot = close_ot
     with pytest.raises(BelowThreshold):

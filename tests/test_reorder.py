@@ -68,13 +68,13 @@ def test_the_attacks_linked_every_model_on_the_protocol_they_were_found_on():
     # The linker is the attacker: on a round where the PS learns both the picks and the first model
     # list's self seeds it must link every honest model (a blind linker would pass the tests above).
     from reshuffle.adversaries.linker import PSView, correct_links, link
-    from reshuffle.adversaries.reorder import CuriousServer
+    from reshuffle.adversaries.ps import CuriousServer
     from reshuffle.protocol.messages import ShareKind
 
     class Omniscient(CuriousServer):
         """An honest round whose PS is also handed every participant's secrets."""
 
-    from reshuffle.adversaries.reorder import LinkingPS
+    from reshuffle.adversaries.ps import LinkingPS
 
     class Everyone(LinkingPS):
         server_class = Omniscient

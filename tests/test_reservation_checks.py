@@ -138,16 +138,16 @@ def test_evidence_against_an_honest_participant_cannot_be_made():
     seen = {}
     orig = server._close_open
 
-    def spy():
-        seen.update(reveals=dict(server._opening.reveals), vectors=dict(server._opening.vectors),
-                    seeds=dict(server._opening.seeds))
-        return orig()
+    def spy(st):
+        seen.update(reveals=dict(st.collector.reveals), vectors=dict(st.collector.vectors),
+                    seeds=dict(st.collector.seeds))
+        return orig(st)
 
     server._close_open = spy
     InProcessRunner(server, parts).run()
     keys = {i: c.key for i, c in server._roster.items()}
     for i in (0, 2):
-        ev = opening.CountEvidence(opening.KIND_BAD_COUNT, i, 1, msg.relay_bytes(server._adverts[i]),
+        ev = opening.CountEvidence(opening.KIND_BAD_COUNT, i, 1, msg.relay_bytes(server.adverts[i]),
                                    seen["vectors"][i], seen["reveals"][i], seen["seeds"][i])
         with pytest.raises(Refused, match="one-hot or zero"):
             opening.verify_count_evidence(ev, keys, p)
@@ -280,12 +280,13 @@ def test_participants_refuse_counts_an_honest_ps_would_have_opened(monkeypatch):
 class _StaleOpen(Server):
     """Asks to open iteration 1 after iteration 2 was published."""
 
-    def _open_invocation(self, m, mask_set, counts):
+    def _open_invocation(self, m, mask_set, counts, excluded=()):
+        st, out = super()._open_invocation(m, mask_set, counts, excluded)
         if m == 3 and not getattr(self, "_done_once", False):
             self._done_once = True
-            self._objections = {}
-            return self._open(1, "stale")
-        return super()._open_invocation(m, mask_set, counts)
+            self.opened = self._open(st, 1, "stale")
+            return self.opened
+        return st, out
 
 
 def test_participants_refuse_to_open_an_older_iteration():
@@ -297,20 +298,20 @@ def test_participants_refuse_to_open_an_older_iteration():
         InProcessRunner(server, parts).run()
     for pp in parts.values():
         assert any(isinstance(e, Refused) and "asked to open iteration 1" in str(e) for e in pp.view.errors)
-    assert not getattr(server, "_opening", None) or not server._opening.reveals
+    assert not server.opened[0].collector.reveals
 
 
 def test_a_restart_naming_an_honest_member_is_refused():
     # The PS relabels the culprit's evidence as P2's: the honest members refuse the restart.
     class Framer(Server):
-        def _close_open(self):
-            out = super()._close_open()
-            ev = self._share_evidence[1]
+        def _close_open(self, st):
+            nxt, out = super()._close_open(st)
+            ev = self.culprits[1]
             fake = dataclasses.replace(ev, pid=2).encode()
             rs = msg.decode(out[0][1], self._ctx)
             forged = msg.Restart(rs.T, rs.m, rs.sender, rs.opened, rs.ot_table, rs.decoy_commit,
                                  rs.evidence + (fake,), rs.silent)
-            return [(i, forged.encode(self._sk)) for i, _ in out]
+            return nxt, [(i, forged.encode(self._sk)) for i, _ in out]
 
     ups = make_updates(N, d=12, seed=13)
     p = reshuffle.protocol.params.RoundParams.default(N, 12)
@@ -369,11 +370,11 @@ def test_a_restart_without_a_reservation_iteration_is_refused():
     # After an abuse in iteration R_max, a PS that "restarts" at the upload invocation would re-run
     # the upload under keys of a vector it already holds: the members refuse.
     class LateRestart(Server):
-        def _close_open(self):
+        def _close_open(self, st):
             p = self.params
             self.params = dataclasses.replace(p, R_max=p.R_max + 1)  # skips its own check
             try:
-                return super()._close_open()
+                return super()._close_open(st)
             finally:
                 self.params = p
 

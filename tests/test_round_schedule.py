@@ -122,19 +122,19 @@ def test_grouped_prepare_then_upload():
 class _EarlyUpload(Server):
     """Jumps to the upload right after iteration 1, whatever the counts."""
 
-    def _open_invocation(self, m, mask_set, counts):
+    def _open_invocation(self, m, mask_set, counts, excluded=()):
         if 1 < m <= self.params.R_max:
             m = self.params.upload_m
-        return super()._open_invocation(m, mask_set, counts)
+        return super()._open_invocation(m, mask_set, counts, excluded)
 
 
 class _ExtraIteration(Server):
     """Runs another iteration although the counts settled every party."""
 
-    def _open_invocation(self, m, mask_set, counts):
-        if m == self.params.upload_m and self._phase_start + len(self._phase_counts) <= self.params.R_max:
-            m = self._phase_start + len(self._phase_counts)
-        return super()._open_invocation(m, mask_set, counts)
+    def _open_invocation(self, m, mask_set, counts, excluded=()):
+        if m == self.params.upload_m and self.slots.last < self.params.R_max:
+            m = self.slots.last + 1
+        return super()._open_invocation(m, mask_set, counts, excluded)
 
 
 def _run_with(server_cls, n, seed):

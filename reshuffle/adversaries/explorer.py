@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from reshuffle.adversaries.linker import PSView, correct_links, link, read_sum, secrets_of
-from reshuffle.adversaries.reorder import colluder_secrets
+from reshuffle.adversaries.ps import colluder_secrets
 from reshuffle.crypto import voprf
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.ot import OTRequest, OTSender

@@ -1,8 +1,8 @@
-"""PS attacks that compose legal steps in an unusual order, and the curious PS that scores them.
+"""PS attacks that compose legal steps in an unusual order or relay what they should not.
 
-Every PS behaviour here is judged by :func:`~reshuffle.adversaries.linker.link` on
-what the PS holds at the end (:class:`CuriousServer`): the attack holds off only if
-the PS links no honest participant to its model.
+Each is judged, as every PS behaviour, by the links the curious PS can compute at
+the end (:class:`~reshuffle.adversaries.ps.LinkingPS`): it holds only if the PS
+links no honest participant to its model.
 
 - ``open-after-upload``: let the reservation end early, collect every member's masked
   model list, ask for an opening of the last iteration (its picks are the slots of that
@@ -11,98 +11,20 @@ the PS links no honest participant to its model.
   row is whose.
 - ``object-at-upload``: the same with the shipped PS and one colluding participant that
   sends a false objection instead of its model list.
+- ``complain-for-shares``: complaints in everyone's name, to have every dealer publish
+  every share of its secrets.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from reshuffle.adversaries.base import PSBehaviour, Verdict, register_adversary
-from reshuffle.adversaries.linker import PSView, correct_links, link
+from reshuffle.adversaries.base import register_adversary
+from reshuffle.adversaries.ps import CuriousServer, LinkingPS
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.protocol import messages as msg
-from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.phases import PPhase
-from reshuffle.protocol.server import Server
-
-
-class CuriousServer(Server):
-    """The shipped PS, filing everything it receives and draws into a :class:`PSView`."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.view = PSView(self.params, self.T)
-
-    def receive(self, sender: int, data: bytes) -> None:
-        self.view.absorb(sender, data)
-        super().receive(sender, data)
-
-    def _new_slot_phase(self):
-        out = super()._new_slot_phase()
-        self.view.tables = (*self.view.tables, tuple(self._ot.tokens))
-        return out
-
-    def _prepare_invocation(self, m, mask_set, counts, excluded=()):
-        live = super()._prepare_invocation(m, mask_set, counts, excluded)
-        v = self.view
-        if m <= self.params.R_max:
-            v.table_of = {**v.table_of, self._h: len(v.tables) - 1}
-        v.mask_sets = {**v.mask_sets, **{(i, m, self._h): tuple(self._mask_set) for i in self._mask_set}}
-        return live
-
-
-def colluder_secrets(p: Participant) -> dict:
-    """Everything a colluding participant hands the PS: its own secrets and the shares it holds."""
-    keys = p.state.session.keys
-    held = {(owner, idx // 2 + 1, ShareKind.DH_SECRET if idx % 2 else ShareKind.SELF_SEED): y
-            for owner, ys in p.state.held.items() for idx, y in enumerate(ys)}
-    return {**{(m + 1, ShareKind.SELF_SEED): b for m, b in enumerate(keys.seeds)},
-            **{(m + 1, ShareKind.DH_SECRET): kp.secret for m, kp in enumerate(keys.mask)}, "held": held}
-
-
-class LinkingPS(PSBehaviour):
-    """A PS behaviour scored by the links its :class:`CuriousServer` can compute.
-
-    ``colluders`` are participant ids that share every secret with the PS; they run
-    ``colluder_class`` (the honest participant by default).
-    """
-
-    colluders: tuple[int, ...] = ()
-    colluder_class: type = Participant
-    server_class = CuriousServer
-
-    def __init__(self) -> None:
-        self.coalition: dict[int, Participant] = {}
-        self.server: CuriousServer | None = None
-
-    def make(self, *args, **kwargs) -> CuriousServer:
-        s = super().make(*args, **kwargs)
-        self.server = s
-        return s
-
-    def make_participant(self, pid: int, *args, **kwargs) -> Participant:
-        p = self.colluder_class(pid, *args, **kwargs)
-        p.behaviour = self
-        self.coalition[pid] = p
-        return p
-
-    def links(self, result, honest) -> list[int]:
-        """Honest participants the PS linked to their own model."""
-        view = self.server.view
-        for pid, p in self.coalition.items():
-            keys = p.state.session.keys if p.state.session else None
-            if keys is not None:
-                view.colluders[pid] = colluder_secrets(p)
-        truth = {i: result.views[i].model_digest for i in honest if result.views[i].model_digest}
-        return correct_links(link(view), truth, view.params)
-
-    def holds(self, result, honest) -> Verdict:
-        linked = self.links(result, honest)
-        wrong = sorted(set(result.blamed) & set(honest))
-        got = sum(i in result.positions for i in honest)
-        return Verdict(not linked and not wrong, got, len(honest), True, wrong, self.stopped_by,
-                       f"honest models linked: {linked or 'none'}")
 
 
 @register_adversary("open-after-upload")
@@ -114,17 +36,17 @@ class OpenAfterUpload(LinkingPS):
     class server_class(CuriousServer):
         _reordered = False
 
-        def _close_masked(self):
-            if self.m == self.params.upload_m and not self._reordered and not self._objections:
+        def _close_masked(self, st):
+            if st.inv == self.params.upload_m and not self._reordered and not st.objections:
                 self._reordered = True
-                r = self._phase_start + len(self._phase_counts) - 1
+                r = self.slots.last
                 reason = f"counts of iteration {r} fail a check"
-                self._open(r, reason)
-                # It asks every member of U_r, the ones that uploaded included.
+                nxt, _ = self._open(st, r, reason)
+                # It asks every member of U_r, the ones that uploaded included, and resumes at r + 1.
                 ask = self._live(self.online[r])
-                self._opening.members = ask
-                return self._broadcast(ask, msg.OpenRequest(self.T, r, SERVER_ID, reason))
-            return super()._close_masked()
+                nxt.collector.members, nxt.resume = ask, r + 1
+                return nxt, self._broadcast(ask, msg.OpenRequest(self.T, r, SERVER_ID, reason))
+            return super()._close_masked(st)
 
 
 class _FalseObjector(Participant):
@@ -159,8 +81,8 @@ class ComplainForShares(LinkingPS):
     stopped_by = "a dealer answers complaints once, for at most t − 1 − c complainers (§6.4)"
 
     class server_class(CuriousServer):
-        def _on_ot_request(self, sender, m):
-            super()._on_ot_request(sender, m)
+        def _on_ot_request(self, st, sender, m):
+            super()._on_ot_request(st, sender, m)
             for dealer in self.online[0]:
                 if dealer != sender:
-                    self._complaints.setdefault(dealer, set()).add(sender)
+                    st.complaints.setdefault(dealer, set()).add(sender)
