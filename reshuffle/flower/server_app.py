@@ -3,7 +3,8 @@
 Per round it sends W_g as an ordinary train message to every node through
 :class:`~reshuffle.flower.grid.ReshuffleGrid`, which runs the Re-Shuffle round and
 hands back the raw models, unlinked from their senders. The recovered models go
-through the same canonical order, rule and evaluation as ``reshuffle simulate``;
+through the same FL step as ``reshuffle simulate`` (:class:`reshuffle.server.aggregate.FLStep`:
+canonical order, rule, server optimiser; built once per run) and the same evaluation;
 ``metrics.json`` has the same format plus, per round, the grid's report
 (roster, dropouts per phase, ``blamed``) and the round's ``outcome``.
 
@@ -31,10 +32,11 @@ from reshuffle.flower.common import (
 )
 from reshuffle.flower.grid import ReshuffleGrid, RoundReport
 from reshuffle.server import make_rule
+from reshuffle.server.aggregate import FLStep
+from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim import checkpoint
 from reshuffle.sim.report import metrics, write_outputs
 from reshuffle.sim.record import RoundRecord
-from reshuffle.sim.simulator import canonical_order
 
 app = ServerApp()
 
@@ -58,6 +60,22 @@ def make_grid(grid: Grid, s: FlowerSettings) -> ReshuffleGrid:
     extra = {"R_max": s.r_max} if s.r_max is not None else {}
     return ReshuffleGrid(grid, key_dir=s.key_dir or None, phase_timeout=s.phase_timeout,
                          train_timeout=s.train_timeout, group=s.sim.group, group_size=s.sim.group_size, **extra)
+
+
+#: Checkpoint array-name prefix of the server optimiser's state.
+OPT = "opt."
+
+
+def make_step(s: FlowerSettings) -> FLStep:
+    """The run's FL step: its rule and server optimiser, built once.
+
+    The rule assumes the run config's ``f`` attackers (0 when unset): the PS cannot
+    count them, and a node's self-declared label only scores the rule afterwards.
+    """
+    sim = s.sim
+    rule = make_rule(sim.rule, sim.rule_f, seed=sim.seed, pre=sim.pre, pre_options=sim.pre_options,
+                     **sim.rule_options)
+    return FLStep(rule, make_server_optimizer(sim.server_opt, sim.server_lr, **sim.server_options), sim.rule)
 
 
 @dataclass
@@ -99,6 +117,7 @@ class _Run:
         self.reports: list[dict] = []
         self.nodes = 0
         self.identity = resume_identity(s)
+        self.fl = make_step(s)
 
     def accuracy(self) -> float:
         return float(np.mean(predict(self.model, self.W_g, self.ds.x_test) == self.ds.y_test))
@@ -108,7 +127,8 @@ class _Run:
         T = self.records[-1].round
         state = {"rounds": [asdict(r) for r in self.records], "reshuffle": self.reports,
                  "initial_accuracy": self.initial, "nodes": self.nodes}
-        checkpoint.save(self.out_dir, checkpoint.Checkpoint(KIND, T, self.identity, {"global_model": self.W_g}, state))
+        arrays = {"global_model": self.W_g, **{OPT + k: v for k, v in self.fl.state().items()}}
+        checkpoint.save(self.out_dir, checkpoint.Checkpoint(KIND, T, self.identity, arrays, state))
 
     def restore(self, folder: Path) -> int:
         """Load ``folder``'s checkpoint (same settings only); return the last finished round."""
@@ -128,6 +148,10 @@ class _Run:
         if len(self.records) != ck.round or len(self.reports) != ck.round:
             raise checkpoint.CheckpointError(f"{where}: {len(self.records)} rounds recorded "
                                              f"for round {ck.round}")
+        try:
+            self.fl.restore({k[len(OPT):]: v for k, v in ck.arrays.items() if k.startswith(OPT)})
+        except ConfigError as exc:
+            raise checkpoint.CheckpointError(f"{where}: {exc}") from None
         self.W_g = W.copy()
         return ck.round
 
@@ -140,7 +164,6 @@ class _Run:
         self.reports[-1]["outcome"] = f"W_g kept: {why}"
 
     def round(self, rgrid: ReshuffleGrid, T: int) -> None:
-        sim = self.s.sim
         self.nodes = len(list(rgrid.get_node_ids()))
         before = len(rgrid.rounds)
         d = collect(rgrid, self.s, T, self.W_g)
@@ -155,27 +178,19 @@ class _Run:
             self._kept(T, d, why, seconds)
             return
         t0 = time.perf_counter()
-        order = canonical_order(d.models)
-        U = np.stack([d.models[j] for j in order]).astype(np.float64) - self.W_g
-        is_mal = [d.flags[j] for j in order]
-        f = sim.f if sim.f is not None else sum(is_mal)
-        rule = make_rule(sim.rule, f, seed=sim.seed, pre=sim.pre, pre_options=sim.pre_options, **sim.rule_options)
-        try:
-            decision = rule.decide(U, round=T)  # randomized rules draw from (seed, T), as in simulate
-        except ConfigError as exc:  # e.g. dropouts left fewer models than the rule needs
-            self._kept(T, d, f"rule not applicable: {exc}", seconds)
+        # Only nodes whose own config enables scoring label their model: without any, no row is labelled.
+        res = self.fl(self.W_g, d.models, T, d.flags if any(d.flags) else None)
+        if res.skipped:  # e.g. dropouts left fewer models than the rule needs
+            self._kept(T, d, res.skipped, seconds)
             return
-        accepted = set(decision.accepted)
-        self.W_g = (self.W_g + decision.aggregate).astype(np.float32)
+        accepted, c = set(res.accepted), res.counts
+        self.W_g = res.W_g
         seconds["detection"] = time.perf_counter() - t0
         acc = self.accuracy()
-        mal = [i for i, b in enumerate(is_mal) if b]
-        hon = [i for i, b in enumerate(is_mal) if not b]
-        # Only nodes whose own config enables scoring label their model, so TPR needs such nodes.
-        tpr = sum(i not in accepted for i in mal) / len(mal) if mal else None
-        fpr = sum(i not in accepted for i in hon) / len(hon) if mal and hon else None
+        tpr = c["malicious_flagged"] / c["malicious_rows"] if c["malicious_rows"] else None
+        fpr = c["honest_flagged"] / c["honest_rows"] if c["honest_rows"] else None
         nbytes = {"ps_total": rep.protocol_bytes, "per_participant": rep.protocol_bytes / max(rep.roster, 1)}
-        self.records.append(RoundRecord(T, acc, None, tpr, fpr, seconds, nbytes, len(d.models), len(accepted)))
+        self.records.append(RoundRecord(T, acc, None, tpr, fpr, seconds, nbytes, len(d.models), len(accepted), **c))
         print(f"[reshuffle] round {T}: accuracy {acc:.4f}, models {len(d.models)}/{self.nodes}, "
               f"accepted {len(accepted)}, blamed {rep.blamed or 'none'}", flush=True)
 

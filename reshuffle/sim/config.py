@@ -33,7 +33,9 @@ class SimConfig:
     first malicious client, or client 0, unless ``adversary_options`` says
     otherwise); a participant it blames takes no part in later rounds. ``training`` is ``batched`` (all
     clients in one stacked computation), ``sequential``, or ``auto`` (batched
-    when it is faster: models without convolutions, with SGD).
+    when it is faster: models without convolutions, with SGD). ``server_opt`` is the
+    server optimiser that steps from the rule's aggregate (:mod:`reshuffle.server.optimizers`),
+    with step ``server_lr`` and ``server_options`` (``momentum``; ``beta1``, ``beta2``, ``tau``).
     """
 
     dataset: str = "digits"
@@ -67,6 +69,9 @@ class SimConfig:
     adversary: str = "none"
     adversary_options: dict[str, Any] = field(default_factory=dict)
     eval_subset: int | None = None  # test samples evaluated in every round but the last; None: all
+    server_opt: str = "sgd"
+    server_lr: float | None = None  # None: the optimiser's default (1 for sgd and momentum)
+    server_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_malicious(self) -> int:
@@ -92,6 +97,9 @@ class SimConfig:
         _choice("training", self.training, TRAININGS)
         _choice("group", self.group, GROUPS)
         _choice("attack", self.attack, attack_names())
+        from reshuffle.server.optimizers import make_server_optimizer
+
+        make_server_optimizer(self.server_opt, self.server_lr, **self.server_options)
         from reshuffle.adversaries import adversary_names
 
         _choice("adversary", self.adversary, ["none", *adversary_names()])
@@ -183,14 +191,14 @@ def from_mapping(values: dict[str, Any], base: SimConfig | None = None, source: 
 
 
 def _coerce(name: str, v: Any, source: str) -> Any:
-    expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float}
+    expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float, "server_lr": float}
     if name in expected and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
     if name == "pre" and isinstance(v, str):
         v = [p for p in v.split(",") if p]
     if name == "pre" and not (isinstance(v, list) and all(isinstance(p, str) for p in v)):
         raise ConfigError(f"{source}: pre must be a list of pre-aggregator names")
-    if name in ("attack_options", "rule_options", "pre_options") and not isinstance(v, dict):
+    if name in ("attack_options", "rule_options", "pre_options", "server_options") and not isinstance(v, dict):
         raise ConfigError(f"{source}: {name} must be a table, got {type(v).__name__}")
     if name == "plugins" and not (isinstance(v, list) and all(isinstance(p, str) for p in v)):
         raise ConfigError(f"{source}: plugins must be a list of module names")

@@ -14,11 +14,13 @@ Per round T (docs/protocol.md §5):
    its cause. A model with NaN/Inf values (local training diverged, or an
    attack's output overflowed float32) cannot be encoded: its client takes no
    part in the round (a setup dropout) and the cause says why;
-6. the PS sorts the recovered models into a canonical order (by hash, so the
-   result cannot depend on the shuffle's permutation), forms U = W − W_g, runs the
-   rule and sets W_g^{T+1} = W_g^T + rule(U).
+6. the FL step (:class:`reshuffle.server.aggregate.FLStep`, the same as the
+   Flower ServerApp's): the PS sorts the recovered models into a canonical order
+   (by hash, so the result cannot depend on the shuffle's permutation), forms
+   U = W − W_g, runs the rule, and the server optimiser steps from its aggregate:
+   W_g^{T+1} = opt(W_g^T, rule(U)) (``sgd`` with step 1: W_g^T + rule(U)).
 
-Only the evaluator (``_detection``) uses the ground-truth positions, to score the
+Only the evaluator (``_labels``) uses the ground-truth positions, to score the
 rule's choice; the rule itself sees the anonymous rows alone.
 
 A round never ends the run. When fewer models are delivered than the shuffle
@@ -32,7 +34,6 @@ A diverged global model is a result: the run goes on to its last round and
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
 from typing import Callable
 
@@ -48,11 +49,17 @@ from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PHASES
 from reshuffle.server import Rule, make_rule
+from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
+from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim.config import SimConfig
 from reshuffle.sim.record import RoundRecord
 from reshuffle.sim.report import metrics
 
 __all__ = ["RoundRecord", "Simulation", "canonical_order", "observed_updates"]
+
+
+#: Checkpoint array-name prefix of the server optimiser's state.
+OPT = "opt."
 
 
 def _seed(*parts: int) -> int:
@@ -120,11 +127,6 @@ def _loss_summary(lost: dict[int, str]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) or "no client sent one"
 
 
-def canonical_order(models: list[np.ndarray]) -> list[int]:
-    """Row order by SHA-256 of each model's bytes: independent of who sent what."""
-    return sorted(range(len(models)), key=lambda i: hashlib.sha256(models[i].tobytes()).digest())
-
-
 class Simulation:
     """A federation built from a :class:`SimConfig`; ``run()`` yields one RoundRecord per round."""
 
@@ -142,6 +144,7 @@ class Simulation:
         self.root = rng.choice(len(self.data.y_train), size=min(cfg.root_samples, len(self.data.y_train)), replace=False)
         self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
+        self.fl = FLStep(self.rule, make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options), cfg.rule)
         params = RoundParams.default(cfg.clients, self.W_g.size, group=cfg.group)
         self.codec, self.threshold = params.codec, max(2, params.t)
         self.eval_idx = self._eval_subset()
@@ -336,23 +339,17 @@ class Simulation:
         secs = {"shuffle": time.perf_counter() - t0}
         return got, positions, lost, secs, {"per_participant": per_p, "ps_total": per_p * len(alive)}
 
-    def _detection(self, positions: dict[int, int], accepted: set[int], weights: np.ndarray | None = None) -> dict:
-        """Rows delivered and rows flagged (not accepted), honest and malicious, counted per row.
+    def _labels(self, positions: dict[int, int], rows: int) -> list[bool | None]:
+        """Per delivered row, whether a malicious client sent it (None: no client's row).
 
         Without an attack every client is honest, so clean runs measure the
-        rule's false positives too. With the Decision's ``weights``, also the
-        mean weight of each kind of row (how much of it reached the aggregate).
+        rule's false positives too.
         """
         mal = set(self.malicious) if self.attacked else set()
-        m_rows = [r for i, r in positions.items() if i in mal]
-        h_rows = [r for i, r in positions.items() if i not in mal]
-
-        def mean_weight(rows):
-            return float(np.mean(weights[rows])) if rows and weights is not None else None
-
-        return {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
-                "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows),
-                "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows)}
+        labels: list[bool | None] = [None] * rows
+        for i, r in positions.items():
+            labels[r] = i in mal
+        return labels
 
     def step(self) -> RoundRecord:
         """Run one round and return its record."""
@@ -381,7 +378,7 @@ class Simulation:
             lost[i] = f"banned: blamed in round {self.banned[i]}"
         for i in self._blamed:
             self.banned.setdefault(i, T)
-        skipped, accepted, counts = None, [], self._detection({}, set())
+        skipped, accepted, counts = None, [], row_counts(None, ())
         if not got:
             # Nothing delivered (a jammed round that named its jammer, every model diverged, too few
             # alive for the shuffle): W_g stays.
@@ -389,20 +386,8 @@ class Simulation:
             skipped = f"no model delivered: {self._failure} ({why})" if self._failure else f"no model delivered ({why})"
         else:
             t0 = time.perf_counter()
-            order = canonical_order(got)
-            row_of = {old: new for new, old in enumerate(order)}
-            positions = {i: row_of[r] for i, r in positions.items()}
-            U = np.stack([got[j] for j in order]).astype(np.float64) - self.W_g
-            try:
-                decision = self.rule.decide(U, round=T)  # one call: randomized rules draw from (seed, T)
-            except ConfigError as exc:
-                # Too few rows for the rule's assumptions (e.g. Krum needs n > 2f + 2): W_g stays.
-                skipped = f"rule {self.cfg.rule!r} refused {len(got)} rows: {exc}"
-            else:
-                accepted = list(decision.accepted)
-                counts = self._detection(positions, set(accepted), decision.weights)
-                with np.errstate(over="ignore", invalid="ignore"):
-                    self.W_g = (self.W_g + decision.aggregate).astype(np.float32)
+            res = self.fl(self.W_g, got, T, self._labels(positions, len(got)))
+            skipped, accepted, counts, self.W_g = res.skipped, list(res.accepted), res.counts, res.W_g
             seconds["detection"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -457,13 +442,15 @@ class Simulation:
 
         Every other attribute is rebuilt from the configuration, and each round's
         randomness from ``(seed, T, ...)``; :mod:`reshuffle.sim.checkpoint` saves this.
+        The server optimiser's arrays are ``opt.<name>``.
         """
-        return {"global_model": self.W_g.copy()}, {"round": self._round,
-                                                   "banned": {str(i): T for i, T in self.banned.items()}}
+        arrays = {"global_model": self.W_g.copy(), **{OPT + k: v for k, v in self.fl.state().items()}}
+        return arrays, {"round": self._round, "banned": {str(i): T for i, T in self.banned.items()}}
 
     def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
         """Continue after round ``state["round"]`` (checked by :func:`reshuffle.sim.checkpoint.restore_simulation`)."""
         self.W_g = arrays["global_model"].copy()
+        self.fl.restore({k[len(OPT):]: v for k, v in arrays.items() if k.startswith(OPT)})
         self._round = state["round"]
         self.banned = {int(i): T for i, T in state["banned"].items()}
 
