@@ -108,10 +108,10 @@ def non_finite(W: np.ndarray) -> int:
     return int(W.size - np.count_nonzero(np.isfinite(W)))
 
 
-def unencodable(models: list[np.ndarray], why: str) -> dict[int, str]:
-    """client → cause, for the models in ``models`` that hold NaN/Inf values."""
+def unencodable(models: dict[int, np.ndarray], why: str) -> dict[int, str]:
+    """client → cause, for the models in ``models`` (client → model) that hold NaN/Inf values."""
     out = {}
-    for i, W in enumerate(models):
+    for i, W in models.items():
         k = non_finite(W)
         if k:
             out[i] = f"{why}: {k} of {W.size} values non-finite, not encodable"
@@ -145,7 +145,8 @@ class Simulation:
         self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
         self.fl = FLStep(self.rule, make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options), cfg.rule)
-        params = RoundParams.default(cfg.clients, self.W_g.size, group=cfg.group)
+        # The protocol runs among a round's cohort (every client without sampling).
+        params = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group)
         self.codec, self.threshold = params.codec, max(2, params.t)
         self.eval_idx = self._eval_subset()
         self.pool_x, self.pool_y, self.client_idx = self._client_data()
@@ -160,18 +161,23 @@ class Simulation:
             return None
         return np.sort(np.random.default_rng(_seed(self.cfg.seed, 8)).choice(n, size=k, replace=False))
 
-    def _adversaries(self) -> list:
+    def _adversaries(self, cohort: list[int]) -> list:
+        """The protocol adversary of this round, its participants numbered within ``cohort``."""
         if self.cfg.adversary == "none":
             return []
         from reshuffle.adversaries import make_adversary
 
         opts = dict(self.cfg.adversary_options)
         b = make_adversary(self.cfg.adversary, **opts)
-        if b.role == "participant" and "pids" not in opts:
-            b = make_adversary(self.cfg.adversary, pids=(self.malicious[0] if self.malicious else 0,), **opts)
-        if getattr(b, "pids", ()) and set(b.pids) & set(self.banned):
+        if b.role != "participant":
+            return [b]
+        pids = tuple(opts.pop("pids", (self.malicious[0] if self.malicious else 0,)))
+        if set(pids) & set(self.banned):
             return []  # a named participant takes no part any more
-        return [b]
+        local = {i: j for j, i in enumerate(cohort)}
+        if not set(pids) <= set(local):
+            return []  # not sampled this round
+        return [make_adversary(self.cfg.adversary, pids=tuple(local[i] for i in pids), **opts)]
 
     def _client_data(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """One sample pool and each client's indices into it.
@@ -216,21 +222,28 @@ class Simulation:
         x, y = self.data.x_train[self.root], self.data.y_train[self.root]
         return local_train(self.model, self.W_g, x, y, self.train_cfg, _seed(self.cfg.seed, self._round, 2)) - self.W_g
 
-    def _trained(self, T: int) -> list[int]:
-        """The clients that train locally (attackers whose attack ignores its own training do not)."""
-        skip = set(self.malicious) if self.attacked and not self.attack.uses_own_training else set()
-        return [i for i in range(self.cfg.clients) if i not in skip]
+    def _cohort(self, T: int) -> list[int]:
+        """The clients sampled for round T (sorted); every client without sampling."""
+        n, m = self.cfg.clients, self.cfg.cohort_size
+        if m == n:
+            return list(range(n))
+        return sorted(np.random.default_rng(_seed(self.cfg.seed, T, 9)).choice(n, size=m, replace=False).tolist())
 
-    def _train(self, T: int) -> tuple[list[np.ndarray], float, float]:
-        """Local models of all clients; (models, seconds per client, total seconds).
+    def _trained(self, cohort: list[int]) -> list[int]:
+        """The clients of ``cohort`` that train locally (attackers whose attack ignores its own training do not)."""
+        skip = set(self.malicious) if self.attacked and not self.attack.uses_own_training else set()
+        return [i for i in cohort if i not in skip]
+
+    def _train(self, T: int, cohort: list[int]) -> tuple[dict[int, np.ndarray], float, float]:
+        """Local models of the cohort's clients; (client → model, seconds per client, total seconds).
 
         Seconds per client is the slowest client's time when training is
         sequential, the batched computation's time divided by the clients in it
         otherwise (an estimate of one client's time in a deployment).
         """
-        who = self._trained(T)
+        who = self._trained(cohort)
         seeds = [_seed(self.cfg.seed, T, 3, i) for i in who]
-        models = [self.W_g.copy() for _ in range(self.cfg.clients)]
+        models = {i: self.W_g.copy() for i in cohort}
         t_all = time.perf_counter()
         if self.trainer is not None:
             for i, W in zip(who, self.trainer.train(self.W_g, [self.client_idx[i] for i in who], seeds)):
@@ -245,18 +258,18 @@ class Simulation:
             slowest = max(slowest, time.perf_counter() - t0)
         return models, slowest, time.perf_counter() - t_all
 
-    def _apply_attack(self, models: list[np.ndarray], T: int, broken: dict[int, str]) -> dict[int, str]:
-        """Replace the attackers' models by the attack's; return client → cause for those it cannot form.
+    def _apply_attack(self, models: dict[int, np.ndarray], T: int, broken: dict[int, str]) -> dict[int, str]:
+        """Replace the sampled attackers' models by the attack's; return client → cause for those it cannot form.
 
-        Clients in ``broken`` (their training diverged) take no part: the
+        The attack sees the updates of this round's cohort (the keys of ``models``) only. Clients in ``broken`` (their training diverged) take no part: the
         attack sees neither their updates nor runs for them. An attack output
         that is non-finite in float32 (e.g. a scaled update beyond its range)
         is reported, like a diverged model, as not encodable.
         """
         if not self.attacked:
             return {}
-        mal = [i for i in self.malicious if i not in broken]
-        honest = [i for i in range(self.cfg.clients) if i not in set(self.malicious) and i not in broken]
+        mal = [i for i in self.malicious if i in models and i not in broken]
+        honest = [i for i in models if i not in set(self.malicious) and i not in broken]
         if not mal:
             return {}
         if self.attack.omniscient and len(honest) < 2:
@@ -298,36 +311,46 @@ class Simulation:
 
         return RoundView(own=U_own, honest=U_honest, decide=decide, round=T)
 
-    def _dropouts(self, T: int) -> dict[str, list[int]]:
+    def _dropouts(self, T: int, cohort: list[int]) -> dict[str, list[int]]:
+        """phase → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random phases)."""
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 5))
-        who = rng.choice(self.cfg.clients, size=self.cfg.n_dropout, replace=False)
+        who = rng.choice(len(cohort), size=self.cfg.n_dropout, replace=False)
         out: dict[str, list[int]] = {}
-        for i in sorted(who.tolist()):
-            out.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(i)
+        for j in sorted(who.tolist()):
+            out.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(cohort[j])
         return out
 
-    def _shuffle(self, models: list[np.ndarray], dropouts: dict[str, list[int]], T: int):
-        """(recovered models, client → row, client → cause of loss, seconds per phase, bytes)."""
+    def _shuffle(self, models: dict[int, np.ndarray], dropouts: dict[str, list[int]], T: int):
+        """(recovered models, client → row, client → cause of loss, seconds per phase, bytes).
+
+        The shuffle runs among the clients in ``models`` (the round's cohort), numbered
+        0..m−1 in client order as the protocol's participants.
+        """
         cfg = self.cfg
+        cohort = sorted(models)
         if cfg.shuffle == "real":
+            local = {i: j for j, i in enumerate(cohort)}
+            drops = {ph: [local[i] for i in ids] for ph, ids in dropouts.items()}
             # OS randomness: the protocol's secrets are never seeded in a simulation.
-            r = shuffle(models, dropouts=dropouts, T=T, global_model=self.W_g.tobytes(), group=cfg.group,
-                        adversaries=self._adversaries(), raise_on_failure=False, group_size=cfg.group_size)
-            self._blamed = dict(r.blamed)
+            r = shuffle([models[i] for i in cohort], dropouts=drops, T=T, global_model=self.W_g.tobytes(),
+                        group=cfg.group, adversaries=self._adversaries(cohort), raise_on_failure=False,
+                        group_size=cfg.group_size)
+            self._blamed = {cohort[j]: why for j, why in r.blamed.items()}
             self._failure = r.failure
             secs = {ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()}
             per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in r.stats.values())
             ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in r.stats.values())
-            lost = loss_causes(r, cfg.clients, dropouts)
-            return r.models, r.positions, lost, secs, {"per_participant": per_p, "ps_total": ps}
+            lost = {cohort[j]: why for j, why in loss_causes(r, len(cohort), drops).items()}
+            positions = {cohort[j]: row for j, row in r.positions.items()}
+            return r.models, positions, lost, secs, {"per_participant": per_p, "ps_total": ps}
         # Before the unmask phase, a dropped participant's model is lost; at unmask it is recovered.
         lost = {i: f"dropout at {ph}" for ph, ids in dropouts.items() if ph != "unmask" for i in ids}
-        alive = [i for i in range(cfg.clients) if i not in lost]
+        alive = [i for i in cohort if i not in lost]
         t0 = time.perf_counter()
         per_p = 4.0 * self.W_g.size
         if len(alive) < self.threshold:
             # As in the real round: below its threshold the shuffle delivers nothing.
-            self._failure = f"{len(alive)} of {cfg.clients} clients alive, the shuffle needs {self.threshold}"
+            self._failure = f"{len(alive)} of {len(cohort)} clients alive, the shuffle needs {self.threshold}"
             return [], {}, lost, {"shuffle": time.perf_counter() - t0}, {"per_participant": per_p, "ps_total": 0.0}
         if cfg.shuffle == "ideal":
             got, pos = ideal_round([models[i] for i in alive], seed=_seed(cfg.seed, T, 6),
@@ -356,26 +379,28 @@ class Simulation:
         self._round += 1
         T = self._round
         seconds: dict[str, float] = {}
-        models, seconds["training"], seconds["training_total"] = self._train(T)
+        cohort = self._cohort(T)
+        banned = {i: self.banned[i] for i in cohort if i in self.banned}
+        models, seconds["training"], seconds["training_total"] = self._train(T, cohort)
         broken = unencodable(models, "local training diverged")
         # Every client that trained diverged: the run has diverged even if W_g itself is finite.
-        all_diverged = len(broken) > 0 and len(broken) == len(self._trained(T))
+        all_diverged = len(broken) > 0 and len(broken) == len(self._trained(cohort))
         broken.update(self._apply_attack(models, T, broken))
         for i in broken:
             # Never sent (a setup dropout sends nothing); the protocol's participant refuses NaN/Inf models.
             models[i] = self.W_g
-        dropouts = self._dropouts(T)
-        if self.banned or broken:
+        dropouts = self._dropouts(T, cohort)
+        if banned or broken:
             # Named with evidence in an earlier round, or holding no encodable model: it takes no part
             # (as a setup dropout would).
-            dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(self.banned) | set(broken))
+            dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(banned) | set(broken))
         self._blamed: dict[int, str] = {}
         self._failure: str | None = None
         got, positions, lost, phase_s, nbytes = self._shuffle(models, dropouts, T)
         seconds.update(phase_s)
         lost.update(broken)
-        for i in self.banned:
-            lost[i] = f"banned: blamed in round {self.banned[i]}"
+        for i in banned:
+            lost[i] = f"banned: blamed in round {banned[i]}"
         for i in self._blamed:
             self.banned.setdefault(i, T)
         skipped, accepted, counts = None, [], row_counts(None, ())
@@ -402,7 +427,9 @@ class Simulation:
             fpr=counts["honest_flagged"] / counts["honest_rows"] if counts["honest_rows"] else None,
             seconds=seconds, bytes=nbytes, models_received=len(got), models_accepted=len(accepted),
             dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
-            diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y), **counts,
+            diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y),
+            sampled=len(cohort), malicious_sampled=len(set(cohort) & set(self.malicious)) if self.attacked else 0,
+            **counts,
         )
 
     def _eval_set(self, last: bool) -> tuple[np.ndarray, np.ndarray]:
