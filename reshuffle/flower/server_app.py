@@ -35,6 +35,7 @@ from reshuffle.server import make_rule
 from reshuffle.server.aggregate import FLStep
 from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim import checkpoint
+from reshuffle.sim.config import SimConfig
 from reshuffle.sim.report import metrics, write_outputs
 from reshuffle.sim.record import RoundRecord
 
@@ -156,7 +157,7 @@ class _Run:
         nodes take part in each round number once.
         """
         ck = checkpoint.load(folder, kind=KIND)
-        checkpoint.check_config(ck, self.identity, f"the Flower run in {folder}")
+        checkpoint.check_config(ck, self.identity, f"the Flower run in {folder}", SimConfig().as_dict())
         where = checkpoint.path_of(folder)
         W = ck.arrays.get("global_model")
         if W is None or W.dtype != np.float32 or W.shape != self.W_g.shape:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
 import math
-import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -15,6 +13,7 @@ from reshuffle.clients import DATASETS, MODELS, OPTIMIZERS, PARTITIONS
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.params import GROUPS
 from reshuffle.server import check_pre_names, check_rule_name
+from reshuffle.sim.plugins import load_plugins
 
 SHUFFLES = ("real", "ideal", "none")
 TRAININGS = ("auto", "batched", "sequential")
@@ -179,28 +178,6 @@ class SimConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def load_plugins(modules: list[str]) -> None:
-    """Import user modules that register attacks, rules or pre-aggregators (``--plugin``).
-
-    A name is imported as a module; one not found on the path is looked up in
-    the current folder too (``--plugin myrules`` beside ``myrules.py``), as
-    ``python -m`` would.
-    """
-    for mod in modules:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod.split(".")[0] or str(Path.cwd()) in sys.path:
-                raise ConfigError(f"cannot import plugin {mod!r}: {exc}") from None
-            sys.path.insert(0, str(Path.cwd()))
-            try:
-                importlib.import_module(mod)
-            except ImportError as exc2:
-                raise ConfigError(f"cannot import plugin {mod!r}: {exc2}") from None
-        except ImportError as exc:
-            raise ConfigError(f"cannot import plugin {mod!r}: {exc}") from None
 
 
 def _choice(name: str, value: str, options) -> None:

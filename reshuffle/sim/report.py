@@ -16,8 +16,25 @@ from reshuffle.errors import ConfigError
 from reshuffle.sim.record import RoundRecord, finite_or_none
 
 
+#: The files a run writes into its output folder.
+RUN_FILES = ("metrics.json", "metrics.csv", "checkpoint.npz", "accuracy.png", "detection.png", "time.png")
+
+
 def default_out_dir(root: str | Path = "outputs/simulate") -> Path:
     return Path(root) / time.strftime("%Y%m%d-%H%M%S")
+
+
+def claim_out_dir(out: str | Path, overwrite: bool = False) -> None:
+    """Refuse an output folder that holds a run, unless ``overwrite`` (then its run's files are removed)."""
+    out = Path(out)
+    held = [f for f in RUN_FILES if (out / f).exists()]
+    if not held:
+        return
+    if not overwrite:
+        raise ConfigError(f"{out} holds a run ({', '.join(held)}): pass --overwrite to replace it, "
+                          f"--resume {out} to continue it, or another --out")
+    for f in held:
+        (out / f).unlink()
 
 
 def _rate(num: int, den: int) -> float | None:

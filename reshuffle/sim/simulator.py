@@ -52,6 +52,8 @@ from reshuffle.server import Rule, make_rule
 from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
 from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim.config import SimConfig
+from reshuffle.sim.plugins import load_plugins
+from reshuffle.sim.provenance import provenance
 from reshuffle.sim.record import RoundRecord
 from reshuffle.sim.report import metrics
 
@@ -132,6 +134,7 @@ class Simulation:
 
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg.validated()
+        self.plugins = load_plugins(cfg.plugins)  # name → SHA-256 of the source imported (already imported)
         self.data: Dataset = load_dataset(cfg.dataset, cfg.data_dir)
         self.parts = partition(self.data.y_train, cfg.clients, cfg.partition, cfg.seed, cfg.alpha)
         self.model = build_model(cfg.model, self.data.input_shape, self.data.num_classes, seed=cfg.seed)
@@ -483,6 +486,7 @@ class Simulation:
 
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""
-        return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious, "model_size": int(self.W_g.size)})
+        return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious, "model_size": int(self.W_g.size),
+                                                     "provenance": provenance(self.plugins)})
 
 
