@@ -385,9 +385,12 @@ def cmd_grid(args: argparse.Namespace) -> int:
     if args.config:
         whole = load_grid_toml(args.config, whole)
     sel = Selection(datasets=args.datasets, partitions=args.partitions, attacks=args.attacks, rules=args.rules,
-                    seeds=args.seeds, models=args.models, rounds=args.rounds)
+                    seeds=args.seeds, models=args.models, rounds=args.rounds, fraction=args.fraction,
+                    server_opt=args.server_opt, server_lr=args.server_lr)
     whole = sel.apply_base(whole)
     grid = validate(sel.apply(whole))
+    if any((args.datasets, args.partitions, args.attacks, args.rules, args.seeds, args.models)):
+        whole = None  # a subset named on the command line is summarised against its own cells
     out = Path(args.out)
     data_root = Path(args.data_dir_root) if args.data_dir_root else default_data_root()
     if args.summary_only:
@@ -530,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5)")
     grid.add_argument("--seeds", nargs="+", type=_non_negative_int, metavar="S", help="seeds (default 1 2 3)")
     grid.add_argument("--rounds", type=_positive(int), help="rounds per run")
+    grid.add_argument("--fraction", type=_share, help="fraction of the clients sampled for each round (default: all)")
+    grid.add_argument("--server-opt", help="server optimiser: sgd, momentum, adam, yogi (default: sgd)")
+    grid.add_argument("--server-lr", type=_positive(float), help="server step size (default: the optimiser's)")
     grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding mnist/ and fashion-mnist/ (default: data/)")
     grid.add_argument("--max-cells", type=_positive(int), metavar="N", help="run at most N cells, then stop")
     grid.add_argument("--summary-only", action="store_true", help="only rebuild the summary from the stored cells")

@@ -115,9 +115,17 @@ class SimConfig:
         from reshuffle.server.optimizers import make_server_optimizer
 
         make_server_optimizer(self.server_opt, self.server_lr, **self.server_options)
+        from reshuffle.sim.options import (
+            check_adversary_options, check_attack_options, check_pre_options, check_rule_options,
+        )
+
+        check_rule_options(self.rule, self.rule_options)
+        check_pre_options(self.pre, self.pre_options)
+        check_attack_options(self.attack, self.attack_options)
         from reshuffle.adversaries import adversary_names
 
         _choice("adversary", self.adversary, ["none", *adversary_names()])
+        check_adversary_options(self.adversary, self.adversary_options)
         if self.adversary != "none" and self.shuffle != "real":
             raise ConfigError(f"adversary {self.adversary!r} deviates from the protocol: it needs shuffle='real'")
         for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples"):
@@ -227,6 +235,19 @@ def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
+    """The settings of a simulate TOML file: its top-level keys and those of its ``[simulate]`` table.
+
+    Either layout works, and both together (``[rule_options]`` beside ``[simulate]``, say); a
+    setting given in both places is refused, and every key is then checked by :func:`from_mapping`.
+    """
     data = read_toml(path)
-    # Accept either top-level keys or a [simulate] table.
-    return data.get("simulate", data)
+    if "simulate" not in data:
+        return data
+    table = data["simulate"]
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: simulate must be a table of settings, got {type(table).__name__}")
+    rest = {k: v for k, v in data.items() if k != "simulate"}
+    both = sorted(set(rest) & set(table))
+    if both:
+        raise ConfigError(f"{path}: {', '.join(both)} set both at top level and in [simulate]; keep one")
+    return {**rest, **table}

@@ -121,8 +121,18 @@ def write_outputs(out_dir: str | Path, data: dict[str, Any], plots: bool = True)
     write_metrics(out_dir, data)
     rounds = data["rounds"]
     if plots and rounds:
-        _plots(Path(out_dir), rounds, sorted({k for r in rounds for k in r["seconds"]}))
+        _plots(Path(out_dir), rounds, stacked_phases(rounds))
     return data
+
+
+#: Per-round seconds that are not a phase of the round's time line: the total of every client's
+#: training, beside ``training`` (the slowest client's, or the batched computation's per client).
+_NOT_PHASES = {"training_total"}
+
+
+def stacked_phases(rounds: list[dict]) -> list[str]:
+    """The phases stacked in time.png: each a part of the round's duration, none counted twice."""
+    return sorted({k for r in rounds for k in r["seconds"]} - _NOT_PHASES)
 
 
 def _blank(v: Any) -> Any:

@@ -52,6 +52,7 @@ from reshuffle.server import Rule, make_rule
 from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
 from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim.config import SimConfig
+from reshuffle.sim.feasible import check_feasible
 from reshuffle.sim.plugins import load_plugins
 from reshuffle.sim.provenance import provenance
 from reshuffle.sim.record import RoundRecord
@@ -147,6 +148,7 @@ class Simulation:
         self.root = rng.choice(len(self.data.y_train), size=min(cfg.root_samples, len(self.data.y_train)), replace=False)
         self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
+        check_feasible(cfg, self.rule)
         self.fl = FLStep(self.rule, make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options), cfg.rule)
         # The protocol runs among a round's cohort (every client without sampling).
         params = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group)
