@@ -24,15 +24,19 @@ def default_out_dir(root: str | Path = "outputs/simulate") -> Path:
     return Path(root) / time.strftime("%Y%m%d-%H%M%S")
 
 
-def claim_out_dir(out: str | Path, overwrite: bool = False) -> None:
-    """Refuse an output folder that holds a run, unless ``overwrite`` (then its run's files are removed)."""
+def claim_out_dir(out: str | Path, overwrite: bool = False, options: tuple[str, str, str] | None = None) -> None:
+    """Refuse an output folder that holds a run, unless ``overwrite`` (then its run's files are removed).
+
+    ``options`` names the settings that overwrite, resume and choose another folder (the CLI's by default).
+    """
     out = Path(out)
     held = [f for f in RUN_FILES if (out / f).exists()]
     if not held:
         return
     if not overwrite:
-        raise ConfigError(f"{out} holds a run ({', '.join(held)}): pass --overwrite to replace it, "
-                          f"--resume {out} to continue it, or another --out")
+        replace_, resume, other = options or ("--overwrite", f"--resume {out}", "another --out")
+        raise ConfigError(f"{out} holds a run ({', '.join(held)}): {replace_} replaces it, {resume} continues it, "
+                          f"or choose {other}")
     for f in held:
         (out / f).unlink()
 
