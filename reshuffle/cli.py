@@ -349,10 +349,38 @@ def cmd_games(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+def cmd_explore(args: argparse.Namespace) -> int:
+    from reshuffle.adversaries import weak
+    from reshuffle.adversaries.explorer import ExploreConfig, explore
+    from reshuffle.protocol.participant import Participant
+
+    cls = {"none": Participant, "reopens-after-upload": weak.ReopensAfterUpload,
+           "answers-every-complaint": weak.AnswersEveryComplaint}[args.weak]
+    cfg = ExploreConfig(N=args.N or 4, R_max=args.r_max, depth=args.depth, budget=args.budget, split=args.split,
+                        seed=args.seed)
+    r = explore(cfg, cls)
+    if args.json:
+        print(json.dumps(r.as_dict(), indent=2))
+    else:
+        done = "all reachable states" if r.complete else f"stopped at the budget of {args.budget} states"
+        print(f"explored {r.states} states and {r.schedules} schedules of the PS ({done}), paths up to "
+              f"{r.max_depth} moves, {r.uploads} with an honest upload, in {r.seconds:.1f} s "
+              f"(N={cfg.N}, R_max={cfg.R_max}, {'each recipient apart too' if cfg.split else 'broadcast moves'})")
+        print("moves accepted: " + ", ".join(f"{k} {v}" for k, v in sorted(r.kinds.items())))
+        print(f"honest models linked on any path: {r.links}")
+        for v in r.violations:
+            print(f"VIOLATION {v}")
+        if not r.violations:
+            print("no violation: no key masked two plaintexts, no uploader revealed its slot phase, nothing linked")
+    return 1 if r.violations else 0
+
+
 def cmd_redteam(args: argparse.Namespace) -> int:
     from reshuffle.adversaries.redteam import run_redteam
 
-    rows = run_redteam(rounds=args.rounds, N=args.N, names=args.only or None)
+    if args.explore:
+        return cmd_explore(args)
+    rows = run_redteam(rounds=args.rounds, N=args.N or 8, names=args.only or None)
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
     else:
@@ -360,7 +388,7 @@ def cmd_redteam(args: argparse.Namespace) -> int:
         from rich.markup import escape
         from rich.table import Table
 
-        t = Table(title=f"reshuffle redteam (N={args.N}, {args.rounds} rounds each)")
+        t = Table(title=f"reshuffle redteam (N={args.N or 8}, {args.rounds} rounds each)")
         for col in ("behaviour", "role", "rounds", "honest delivered", "culprit named", "honest named",
                     "detected by", "extra s", "result"):
             t.add_column(col)
@@ -489,11 +517,24 @@ def build_parser() -> argparse.ArgumentParser:
                        help="round: a checkout of another version whose participant CPU is measured alongside")
     bench.set_defaults(func=cmd_bench)
 
-    red = sub.add_parser("redteam", help="play every registered protocol adversary against the round")
+    red = sub.add_parser("redteam", help="play every registered protocol adversary against the round",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     red.add_argument("--rounds", type=_positive(int), default=2, help="rounds per behaviour (seeds 1..R)")
-    red.add_argument("--N", type=_positive(int), default=8, help="participants per round (>= 4)")
+    red.add_argument("--N", type=_positive(int), default=None,
+                     help="participants per round (>= 4; default 8, or 4 with --explore)")
     red.add_argument("--only", nargs="+", metavar="NAME", help="only these behaviours")
-    red.add_argument("--json", action="store_true", help="print a JSON list of rows")
+    red.add_argument("--json", action="store_true", help="print JSON")
+    ex = red.add_argument_group("explorer of PS schedules (--explore)")
+    ex.add_argument("--explore", action="store_true",
+                    help="play a PS that sends any message a participant accepts, in every order, over a small real "
+                         "round; check one key per plaintext, no reveal about an uploaded slot, no link")
+    ex.add_argument("--depth", type=_positive(int), default=60, help="moves per schedule at most")
+    ex.add_argument("--budget", type=_positive(int), default=3000, help="distinct states at most")
+    ex.add_argument("--split", action="store_true", help="also deliver each message to each recipient alone")
+    ex.add_argument("--r-max", type=_positive(int), default=2, help="reservation iterations of the explored round")
+    ex.add_argument("--seed", type=int, default=1, help="seed of the explored round's keys and randomness")
+    ex.add_argument("--weak", choices=("none", "reopens-after-upload", "answers-every-complaint"), default="none",
+                    help="explore participants with one fix undone, to see the explorer find the break")
     red.set_defaults(func=cmd_redteam)
 
     games = sub.add_parser("games", help="run the security games (docs/security/)")

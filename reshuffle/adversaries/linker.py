@@ -26,6 +26,7 @@ compute. Tests and the explorer compare the links with the truth.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -44,43 +45,67 @@ from reshuffle.protocol.params import RoundParams
 
 @dataclass
 class PSView:
-    """What a PS holds: the participants' messages, its tokens, its announced mask sets, colluders' secrets."""
+    """What a PS holds: the participants' messages, its tokens, its announced mask sets, colluders' secrets.
+
+    :meth:`absorb` never changes a container in place (it builds new tuples and dicts), so a
+    shallow copy (:meth:`fork`) is an independent view for the explorer of PS schedules.
+    """
 
     params: RoundParams
     T: int
     adverts: dict[int, msg.Advertise] = field(default_factory=dict)
-    vectors: list[msg.MaskedInput] = field(default_factory=list)
-    shares: list[msg.UnmaskResponse] = field(default_factory=list)
-    reveals: list[msg.OpenReveal] = field(default_factory=list)
+    bundles: dict[int, msg.ShareBundle] = field(default_factory=dict)
+    ot_requests: dict[int, msg.OTRequestMsg] = field(default_factory=dict)
+    vectors: tuple[msg.MaskedInput, ...] = ()
+    consents: tuple[msg.Consent, ...] = ()
+    shares: tuple[msg.UnmaskResponse, ...] = ()
+    reveals: tuple[msg.OpenReveal, ...] = ()
+    answers: tuple[msg.ComplaintAnswer, ...] = ()  # shares published against complaints
+    slot_requests: tuple[msg.SlotRequest, ...] = ()
     #: every OT table it drew: the tokens by slot (the PS is the OT sender)
-    tables: list[list[bytes]] = field(default_factory=list)
+    tables: tuple[tuple[bytes, ...], ...] = ()
     #: h_m of a reservation iteration -> index in ``tables`` of its slot phase's table
     table_of: dict[bytes, int] = field(default_factory=dict)
     #: (sender, m, h) -> the mask set that sender was led to use
     mask_sets: dict[tuple[int, int, bytes], tuple[int, ...]] = field(default_factory=dict)
-    #: colluding participant -> {(m, kind): secret}
-    colluders: dict[int, dict[tuple[int, ShareKind], int]] = field(default_factory=dict)
+    #: colluding participant -> {(m, kind): its secret, "held": {(owner, m, kind): its share of owner's secret}}
+    colluders: dict[int, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.group = self.params.group_obj()
         self._ctx = msg.Context(self.group, self.params)
+        self.known: frozenset[bytes] = frozenset()  # digests of every message filed (the PS's knowledge)
 
-    def absorb(self, sender: int, data: bytes) -> None:
-        """File one participant message (bytes as received); anything undecodable is ignored."""
-        try:
-            m = msg.decode(data, self._ctx)
-        except ProtocolError:
-            return
+    def fork(self) -> "PSView":
+        return copy.copy(self)
+
+    def absorb(self, sender: int, data: bytes, decoded: msg.Message | None = None) -> msg.Message | None:
+        """File one participant message (bytes as received, or already ``decoded`` from them); returns it
+        decoded, or None if it does not decode or names another sender."""
+        m = decoded
+        if m is None:
+            try:
+                m = msg.decode(data, self._ctx)
+            except ProtocolError:
+                return None
         if m.sender != sender:
-            return
+            return None
+        self.known = self.known | {hashlib.sha256(data).digest()}
         if isinstance(m, msg.Advertise):
-            self.adverts.setdefault(sender, m)
-        elif isinstance(m, msg.MaskedInput):
-            self.vectors.append(m)
-        elif isinstance(m, msg.UnmaskResponse):
-            self.shares.append(m)
-        elif isinstance(m, msg.OpenReveal):
-            self.reveals.append(m)
+            self.adverts = {sender: m, **self.adverts}
+        elif isinstance(m, msg.ShareBundle):
+            self.bundles = {sender: m, **self.bundles}
+        elif isinstance(m, msg.OTRequestMsg):
+            self.ot_requests = {sender: m, **self.ot_requests}
+        else:
+            name = _FILED.get(type(m))
+            if name is not None:
+                setattr(self, name, (*getattr(self, name), m))
+        return m
+
+
+_FILED = {msg.MaskedInput: "vectors", msg.Consent: "consents", msg.UnmaskResponse: "shares",
+          msg.OpenReveal: "reveals", msg.ComplaintAnswer: "answers", msg.SlotRequest: "slot_requests"}
 
 
 @dataclass
@@ -93,12 +118,15 @@ class Links:
     direct: set[int]  # participants whose own model list it read
 
 
-def _secrets(view: PSView) -> dict[tuple[int, int, ShareKind], int]:
+def secrets_of(view: PSView) -> dict[tuple[int, int, ShareKind], int]:
+    """Every b_{i,m} and x_{i,m} the PS can get: colluders', opened, or rebuilt from t shares (checked)."""
     g, p = view.group, view.params
     out: dict[tuple[int, int, ShareKind], int] = {}
     for pid, known in view.colluders.items():
-        for (m, kind), s in known.items():
-            out[(pid, m, kind)] = s
+        for key, s in known.items():
+            if key != "held":
+                m, kind = key
+                out[(pid, m, kind)] = s
     for rv in view.reveals:
         adv = view.adverts.get(rv.sender)
         if adv is not None and 1 <= rv.m <= p.M and g.base_mul(rv.x) == adv.mask_keys[rv.m - 1]:
@@ -107,6 +135,16 @@ def _secrets(view: PSView) -> dict[tuple[int, int, ShareKind], int]:
     for resp in view.shares:
         for owner, kind, sh in resp.shares:
             pooled[(owner, resp.m, kind)][sh.x] = sh.y
+    for ans in view.answers:
+        # A dealer's published shares at complainer j's point, in commitment order b_1, x_1, b_2, ...
+        for j, ys in ans.shares:
+            for idx, y in enumerate(ys[: 2 * p.M]):
+                kind = ShareKind.DH_SECRET if idx % 2 else ShareKind.SELF_SEED
+                pooled[(ans.sender, idx // 2 + 1, kind)][j + 1] = y
+    for pid, known in view.colluders.items():
+        # A colluder's shares of everyone's secrets: what it holds at its own point (not revealed).
+        for (owner, m, kind), y in known.get("held", {}).items():
+            pooled[(owner, m, kind)][pid + 1] = y
     shamir = Shamir(g.order, p.t)
     for (owner, m, kind), ys in pooled.items():
         adv = view.adverts.get(owner)
@@ -128,27 +166,59 @@ def _token_of(row: np.ndarray, p: RoundParams) -> bytes:
     return row.tobytes()[off: off + credential.TRAILER_BYTES][: 16]
 
 
+def _groups(view: PSView) -> dict[tuple[int, bytes], dict[int, msg.MaskedInput]]:
+    """The masked vectors by (m, h_m), one per sender (its first)."""
+    groups: dict[tuple[int, bytes], dict[int, msg.MaskedInput]] = defaultdict(dict)
+    for v in view.vectors:
+        groups[(v.m, bytes(v.h))].setdefault(v.sender, v)
+    return groups
+
+
+def read_sum(view: PSView, secrets, m: int, h: bytes, members: dict[int, msg.MaskedInput] | None = None
+             ) -> np.ndarray | None:
+    """The plaintext sum of the vectors of (m, h) if the PS can remove their masks: every sender's self
+    seed and, for each member of the mask set that did not upload, its DH secret. Count vectors must come
+    out plausible and model lists must hold a row with one of the PS's tokens; else None."""
+    p, g = view.params, view.group
+    members = members if members is not None else _groups(view).get((m, bytes(h)), {})
+    ids = sorted(members)
+    if not ids or not all((i, m, ShareKind.SELF_SEED) in secrets for i in ids):
+        return None
+    dtype = np.dtype(f"<u{p.vector_bits(m) // 8}")
+    rows = members[ids[0]].rows
+    for mask_set in _sum_sets(view, ids, m, h, secrets):
+        dropped = {j: secrets[(j, m, ShareKind.DH_SECRET)] for j in set(mask_set) - set(ids)}
+        acc = np.zeros(len(members[ids[0]].words) // dtype.itemsize, dtype=dtype)
+        for i in ids:
+            acc += np.frombuffer(members[i].words, dtype=dtype)
+        keys = {j: view.adverts[j].mask_keys[m - 1] for j in ids if j in view.adverts}
+        unmask_in_place(acc, g, view.T, m, ids, {i: secrets[(i, m, ShareKind.SELF_SEED)] for i in ids}, dropped,
+                        keys, h, rows)
+        if m <= p.R_max and _plausible_counts(acc, p):
+            return acc
+        if m > p.R_max and _model_rows(view, acc, rows):
+            return acc
+    return None
+
+
+def _model_rows(view: PSView, plain: np.ndarray, rows: int) -> list[np.ndarray]:
+    """The nonzero rows of a model list that carry a token of one of the PS's tables."""
+    tokens = {tok for table in view.tables for tok in table}
+    return [row for row in plain.reshape(rows, -1) if row.any() and _token_of(row, view.params) in tokens]
+
+
 def link(view: PSView) -> Links:
     """Every link the PS can compute from ``view`` (see the module docstring)."""
     p, g, T = view.params, view.group, view.T
-    secrets = _secrets(view)
-    token_slot = {tok: (ti, s) for ti, table in enumerate(view.tables) for s, tok in enumerate(table)}
+    secrets = secrets_of(view)
     picks: list[tuple[int, int, int]] = []
     found_rows: dict[bytes, np.ndarray] = {}  # token -> a row read from some model list
     direct: dict[int, bytes] = {}
 
-    groups: dict[tuple[int, bytes], dict[int, msg.MaskedInput]] = defaultdict(dict)
-    for v in view.vectors:
-        groups[(v.m, bytes(v.h))].setdefault(v.sender, v)
-
     def keys_of(m: int, ids) -> dict[int, object]:
         return {j: view.adverts[j].mask_keys[m - 1] for j in ids if j in view.adverts}
 
-    def read_model_list(plain: np.ndarray, rows: int) -> list[np.ndarray]:
-        lw = plain.reshape(rows, -1)
-        return [row for row in lw if row.any() and _token_of(row, p) in token_slot]
-
-    for (m, h), members in groups.items():
+    for (m, h), members in _groups(view).items():
         upload = m > p.R_max
         dtype = np.dtype(f"<u{p.vector_bits(m) // 8}")
         # 1. Each vector alone: its self seed and its own DH secret.
@@ -167,29 +237,16 @@ def link(view: PSView) -> Links:
                     picks.extend((i, ti, s) for s in np.flatnonzero(plain == 1).tolist() for ti in tables)
                     break
                 if upload:
-                    own = read_model_list(plain, v.rows)
+                    own = _model_rows(view, plain, v.rows)
                     if len(own) == 1:
                         direct[i] = own[0].tobytes()
                         break
         # 2. Their sum, where the pairwise masks cancel or are known.
-        ids = sorted(members)
-        if not all((i, m, ShareKind.SELF_SEED) in secrets for i in ids):
-            continue
-        for mask_set in _sum_sets(view, ids, m, h, secrets):
-            dropped = {j: secrets[(j, m, ShareKind.DH_SECRET)] for j in set(mask_set) - set(ids)}
-            acc = np.zeros(len(members[ids[0]].words) // dtype.itemsize, dtype=dtype)
-            for i in ids:
-                acc += np.frombuffer(members[i].words, dtype=dtype)
-            unmask_in_place(acc, g, T, m, ids, {i: secrets[(i, m, ShareKind.SELF_SEED)] for i in ids}, dropped,
-                            keys_of(m, ids), h, members[ids[0]].rows)
-            if not upload and _plausible_counts(acc, p):
-                break
-            if upload:
-                rows = read_model_list(acc, members[ids[0]].rows)
-                if rows:
-                    for row in rows:
-                        found_rows[_token_of(row, p)] = row
-                    break
+        if upload:
+            acc = read_sum(view, secrets, m, h, members)
+            if acc is not None:
+                for row in _model_rows(view, acc, members[min(members)].rows):
+                    found_rows[_token_of(row, p)] = row
     # 3. Picks to rows through the tokens; a slot picked by two participants links neither.
     pickers: dict[bytes, set[int]] = defaultdict(set)
     for i, ti, s in picks:

@@ -62,7 +62,7 @@ from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant, ParticipantView
 from reshuffle.protocol.phases import PHASES
 from reshuffle.harness.runner import Envelope, InProcessRunner, Interceptor
-from reshuffle.protocol.server import RoundOutput, Server
+from reshuffle.protocol.server import Server
 from reshuffle.wire import Parser, Writer
 
 BATCH, ACK, SLOT, VIEWS, STOP, REPLY, GROW, DONE, VIEWDATA, FAILED, MODELS = range(1, 12)
