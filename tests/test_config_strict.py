@@ -10,6 +10,7 @@ import pytest
 
 from reshuffle.cli import main
 from reshuffle.errors import ConfigError
+from reshuffle.server.rules import DEFAULT_RULE
 from reshuffle.sim.config import SimConfig, from_mapping, load_toml
 
 
@@ -59,7 +60,7 @@ def test_a_setting_in_both_layouts_is_refused(tmp_path):
     ({"rule": "signguard+flame", "rule_options": {"flame": {"nois": 0.1}}},
      "rule_options.flame: rule 'flame' has no option 'nois'; valid: noise, seed"),
     ({"rule": "signguard+flame", "rule_options": {"flam": {}}}, "'flam' is none of them"),
-    ({"rule": "default", "rule_options": {"kapa": 2.0}}, "rule 'default' (cone-clip) has no option 'kapa'; valid: kappa"),
+    ({"rule": "default", "rule_options": {"kapa": 2.0}}, f"rule 'default' ({DEFAULT_RULE}) has no option 'kapa'"),
     ({"pre": ["clip"], "pre_options": {"clip": {"bnd": 1.0}}},
      "pre_options.clip: pre-aggregator 'clip' has no option 'bnd'; valid: bound"),
     ({"pre": ["clip"], "pre_options": {"nnm": {"f": 1}}}, "one table per pre-aggregator in use (clip)"),

@@ -87,7 +87,8 @@ def test_make_flower_output_has_no_colour_codes_off_a_terminal_and_no_contradict
              "\x1b[93mWARNING \x1b[0m:   Since flwr 1.32, default simulated SuperNodes changed from 10 to 2.\n",
              "\x1b[92mINFO \x1b[0m:      Federation `@none/default` (10 simulated SuperNodes)\n",
              "\x1b[92mINFO \x1b[0m:      To change federation size, use the following command:\n",
-             "\x1b[92mINFO \x1b[0m:      \tflwr federation simulation-config @none/default <superlink> --num-supernodes <N>\n"]
+             "\x1b[92mINFO \x1b[0m:      \tflwr federation simulation-config @none/default <superlink> "
+             "--num-supernodes <N>\n"]
     shown = [x for x in (clean(line, colour=False) for line in lines) if x is not None]
     assert shown == ["INFO :      Starting Flower Simulation\n",
                      "INFO :      Federation `@none/default` (10 simulated SuperNodes)\n"]

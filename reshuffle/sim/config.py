@@ -98,7 +98,9 @@ class SimConfig:
         """The attackers the rule assumes among a round's rows: ``f``, else the expected number in a cohort."""
         if self.f is not None:
             return self.f
-        return self.n_malicious if self.cohort_size == self.clients else math.floor(self.malicious * self.cohort_size + 0.5)
+        if self.cohort_size == self.clients:
+            return self.n_malicious
+        return math.floor(self.malicious * self.cohort_size + 0.5)
 
     def validated(self) -> "SimConfig":
         load_plugins(self.plugins)

@@ -45,7 +45,8 @@ def _more_rows(cfg: SimConfig) -> str | None:
         return None
     for k in range(cfg.cohort_size + 1, cfg.clients + 1):
         if _needs(cfg, replace(cfg, clients_per_round=k, fraction=1.0).rule_f) <= k:
-            return f"--clients-per-round {k}" if cfg.clients_per_round is not None else f"--fraction {k / cfg.clients:g}"
+            return (f"--clients-per-round {k}" if cfg.clients_per_round is not None
+                    else f"--fraction {k / cfg.clients:g}")
     return None
 
 

@@ -149,7 +149,8 @@ class Simulation:
         self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
         check_feasible(cfg, self.rule)
-        self.fl = FLStep(self.rule, make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options), cfg.rule)
+        optimizer = make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options)
+        self.fl = FLStep(self.rule, optimizer, cfg.rule)
         # The protocol runs among a round's cohort (every client without sampling).
         params = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group)
         self.codec, self.threshold = params.codec, max(2, params.t)
@@ -266,7 +267,8 @@ class Simulation:
     def _apply_attack(self, models: dict[int, np.ndarray], T: int, broken: dict[int, str]) -> dict[int, str]:
         """Replace the sampled attackers' models by the attack's; return client → cause for those it cannot form.
 
-        The attack sees the updates of this round's cohort (the keys of ``models``) only. Clients in ``broken`` (their training diverged) take no part: the
+        The attack sees the updates of this round's cohort (the keys of ``models``)
+        only. Clients in ``broken`` (their training diverged) take no part: the
         attack sees neither their updates nor runs for them. An attack output
         that is non-finite in float32 (e.g. a scaled update beyond its range)
         is reported, like a diverged model, as not encodable.
@@ -488,7 +490,8 @@ class Simulation:
 
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""
-        return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious, "model_size": int(self.W_g.size),
+        return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious,
+                                                     "model_size": int(self.W_g.size),
                                                      "provenance": provenance(self.plugins)})
 
 
