@@ -173,3 +173,14 @@ def test_a_new_run_refuses_an_out_dir_holding_a_run_unless_overwrite(tmp_path):
     assert (tmp_path / "metrics.json").read_bytes() == first
     _server(tmp_path, rounds=1, overwrite=True)
     assert json.loads((tmp_path / "metrics.json").read_text())["rounds_run"] == 1
+
+
+def test_grid_round_numbers_only_go_up():
+    from reshuffle.errors import ConfigError
+    from reshuffle.flower.grid import ReshuffleGrid
+
+    grid = ReshuffleGrid(LoopbackGrid(lambda m, c: None, 2))
+    grid.skip_to(5)
+    assert grid.next_round == 5
+    with pytest.raises(ConfigError, match="round numbers only go up; the next round is 5"):
+        grid.skip_to(4)

@@ -1,6 +1,7 @@
 """The project's Flower ServerApp: ``reshuffle simulate``'s rules and outputs over :class:`ReshuffleGrid`.
 
-Per round it sends W_g as an ordinary train message to every node through
+Per round it sends W_g as an ordinary train message to the round's nodes (every
+node, or those ``fraction`` / ``clients-per-round`` samples) through
 :class:`~reshuffle.flower.grid.ReshuffleGrid`, which runs the Re-Shuffle round and
 hands back the raw models, unlinked from their senders. The recovered models go
 through the same FL step as ``reshuffle simulate`` (:class:`reshuffle.server.aggregate.FLStep`:
@@ -12,7 +13,8 @@ A round that yields fewer usable models than the rule needs (every node's traini
 diverged, too few nodes answered, the shuffle failed) is recorded with its reason
 and keeps W_g; the run goes on. After every round the app saves a checkpoint in its
 output folder (:mod:`reshuffle.sim.checkpoint`); the run-config key ``resume``
-(that folder) continues a killed run from its last finished round.
+(that folder) continues a killed run after its last finished round. A round the
+kill interrupted is lost, never run again: nodes take part in each round number once.
 """
 
 from __future__ import annotations

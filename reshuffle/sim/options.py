@@ -56,6 +56,8 @@ def check_rule_options(rule: str, options: dict[str, Any], table: str = "rule_op
     from reshuffle.server import Rule
     from reshuffle.server.rules import DEFAULT_RULE, JOIN, THEN
 
+    if not isinstance(options, dict):
+        raise ConfigError(f"{table} must be a table, got {type(options).__name__}")
     parts = [p for stage in rule.split(THEN) for p in stage.split(JOIN)]
     if len(parts) > 1:
         stray = sorted(set(options) - set(parts))
@@ -74,6 +76,8 @@ def check_rule_options(rule: str, options: dict[str, Any], table: str = "rule_op
 def check_pre_options(pre: list[str], options: dict[str, Any]) -> None:
     from reshuffle.server import PreAggregator
 
+    if not isinstance(options, dict):
+        raise ConfigError(f"pre_options must be a table, got {type(options).__name__}")
     stray = sorted(set(options) - set(pre))
     if stray:
         raise ConfigError(f"pre_options holds one table per pre-aggregator in use ({', '.join(pre) or 'none'}); "
