@@ -71,8 +71,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.what == "simulate":
         from reshuffle.bench import simulate as sim_bench
 
-        results = sim_bench.run(args.dataset, args.model, args.clients, args.data_dir,
+        results = sim_bench.run(args.dataset, args.model, args.clients or 20, args.data_dir,
                                 samples=256 if args.quick else None, threads=args.threads)
+    elif args.what == "models":
+        from reshuffle.bench import models as models_bench
+
+        results = models_bench.run(clients=args.clients or 8, threads=args.threads, quick=args.quick,
+                                   models=tuple(args.models) if args.models else None)
+        if not args.json:
+            models_bench.print_models_table(results)
+            return 0
     else:
         from reshuffle.bench import round as round_bench
 
@@ -253,9 +261,9 @@ def cmd_data(args: argparse.Namespace) -> int:
         use = "" if args.dir is None else f"; pass --data-dir {folder} to use it"
         print(f"{args.name}: {len(results)} files in {folder}, SHA-256 verified{use}")
         return 0
-    names = args.names or [n for n in dl.SOURCES if (root / n).exists()]
+    names = args.names or [n for n in dl.downloadable() if (root / n).exists()]
     if not names:
-        raise DataError(f"no dataset in {root}; get one with `reshuffle data fetch mnist|fashion-mnist` "
+        raise DataError(f"no dataset in {root}; get one with `reshuffle data fetch {'|'.join(dl.downloadable())}` "
                         f"or pass --data-dir to the commands that load data")
     bad = 0
     for name in names:
@@ -409,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=cmd_ca)
 
     bench = sub.add_parser("bench", help="benchmarks (ratios measured in one run)")
-    bench.add_argument("what", choices=["crypto", "round", "flower", "simulate"])
+    bench.add_argument("what", choices=["crypto", "round", "flower", "simulate", "models"])
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     bench.add_argument("--N", type=int, nargs="+", help="round, flower: participants (10 50 100; 10 20)")
@@ -417,8 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dataset", default="mnist", help="simulate: digits, mnist, fashion-mnist")
     bench.add_argument("--data-dir", help="simulate: folder with the idx files")
     bench.add_argument("--model", default="lenet5", help="simulate: logreg, mlp, lenet5")
-    bench.add_argument("--clients", type=_positive(int), default=20, help="simulate: clients trained")
-    bench.add_argument("--threads", type=_positive(int), default=1, help="simulate: torch threads")
+    bench.add_argument("--clients", type=_positive(int), help="simulate, models: clients trained (20; 8)")
+    bench.add_argument("--threads", type=_positive(int), default=1, help="simulate, models: torch threads")
+    bench.add_argument("--models", nargs="+", metavar="NAME",
+                       help="models: only these built-in models (logreg mlp lenet5 cnn resnet18)")
     bench.add_argument("--group-size", type=_positive(int), help="round: anonymity group size g")
     bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
     bench.add_argument("--baseline", metavar="PATH",
@@ -437,13 +447,16 @@ def build_parser() -> argparse.ArgumentParser:
     games.add_argument("--json", action="store_true", help="print a JSON list of results")
     games.set_defaults(func=cmd_games)
 
-    data = sub.add_parser("data", help="download and verify MNIST / Fashion-MNIST (default folder: data/)")
+    from reshuffle.clients.data import dataset_names, dataset_spec
+
+    fetchable = [n for n in dataset_names() if dataset_spec(n).download is not None]
+    data = sub.add_parser("data", help=f"download and verify {', '.join(fetchable)} (default folder: data/)")
     data_sub = data.add_subparsers(dest="data_cmd", required=True)
     dir_help = "data folder holding NAME/ per dataset (default: data/ in the repository)"
-    fetch = data_sub.add_parser("fetch", help="download a dataset's four idx files and check their SHA-256")
-    fetch.add_argument("name", help="mnist or fashion-mnist")
+    fetch = data_sub.add_parser("fetch", help="download a dataset's files and check their SHA-256")
+    fetch.add_argument("name", help=" or ".join(fetchable))
     fetch.add_argument("--dir", help=dir_help)
-    fetch.add_argument("--url", help="base URL of a mirror holding the four .gz files (default: the public source)")
+    fetch.add_argument("--url", help="base URL of a mirror holding the dataset's files (default: the public source)")
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
     verify = data_sub.add_parser("verify", help="check the files in place against their known SHA-256")
     verify.add_argument("names", nargs="*", help="datasets to check (default: every dataset folder present)")

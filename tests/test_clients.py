@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reshuffle.clients import (
-    DataError, TrainConfig, build_model, dirichlet, get_flat, iid, load_dataset, local_train, parse_idx, predict,
-    read_idx, set_flat,
+    DataError, TrainConfig, build_model, dirichlet, dirichlet_legacy, get_flat, iid, load_dataset, local_train,
+    parse_idx, predict, read_idx, set_flat,
 )
 from reshuffle.errors import ConfigError
 
@@ -107,11 +107,26 @@ def test_iid_is_a_partition(n, seed):
 
 @given(st.integers(2, 20), st.sampled_from([0.05, 0.5, 5.0]), st.integers(0, 2**31))
 @settings(max_examples=30, deadline=None)
-def test_dirichlet_is_a_seeded_partition(n, alpha, seed):
+def test_dirichlet_legacy_is_a_seeded_partition(n, alpha, seed):
     labels = np.arange(1000) % 10
-    parts = dirichlet(labels, n, alpha, seed)
+    parts = dirichlet_legacy(labels, n, alpha, seed)
     assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(1000))
     assert min(map(len, parts)) >= 2
+    assert all(np.array_equal(a, b) for a, b in zip(parts, dirichlet_legacy(labels, n, alpha, seed)))
+
+
+@given(st.integers(2, 12), st.sampled_from([0.1, 0.5, 5.0]), st.integers(0, 2**31))
+@settings(max_examples=15, deadline=None)
+def test_dirichlet_is_a_seeded_partition_or_a_clear_refusal(n, alpha, seed):
+    # Flower's partitioner redraws (10 times) until every client holds 10 samples, then gives up.
+    labels = np.arange(600) % 10
+    try:
+        parts = dirichlet(labels, n, alpha, seed)
+    except ConfigError as exc:
+        assert "DirichletPartitioner refused" in str(exc) and "attempts" in str(exc)
+        return
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(600))
+    assert min(map(len, parts)) >= 10
     assert all(np.array_equal(a, b) for a, b in zip(parts, dirichlet(labels, n, alpha, seed)))
 
 

@@ -225,8 +225,9 @@ def test_base_url_gets_one_trailing_slash(scheme, host, segments, slash):
     assert check_base_url(out) == out
 
 
-@pytest.mark.parametrize("name, why", [("cifar", "unknown dataset 'cifar'; the downloadable ones are mnist, "
-                                                 "fashion-mnist"), ("digits", "embedded")])
+@pytest.mark.parametrize("name, why", [("cifar", "unknown dataset 'cifar'; the downloadable ones are cifar10, "
+                                                 "fashion-mnist, mnist"), ("digits", "embedded"),
+                                       ("femnist", "no download: FEMNIST as LEAF's preprocess.sh writes it")])
 def test_unknown_dataset(name, why, tmp_path):
     with pytest.raises(ConfigError, match=why):
         fetch(name, tmp_path)
@@ -284,10 +285,11 @@ def test_cli_fetch_then_verify(mnist_mirror, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["data", "fetch", "cifar", "--quiet"], "unknown dataset 'cifar'; the downloadable ones are mnist, fashion-mnist"),
+    (["data", "fetch", "cifar", "--quiet"], "unknown dataset 'cifar'; the downloadable ones are cifar10, "
+                                            "fashion-mnist, mnist"),
     (["data", "fetch", "mnist", "--url", "ftp://x/"], "--url 'ftp://x/': the scheme must be http or https"),
-    (["data", "verify"], r"no dataset in .*; get one with `reshuffle data fetch mnist\|fashion-mnist` or pass "
-                         "--data-dir"),
+    (["data", "verify"], r"no dataset in .*; get one with `reshuffle data fetch cifar10\|fashion-mnist\|mnist` or "
+                         "pass --data-dir"),
 ])
 def test_cli_errors_are_one_line(argv, message, tmp_path, capsys):
     rc = main([*argv, "--dir", str(tmp_path / "empty")])

@@ -47,10 +47,22 @@ class BatchedTrainer:
     x_pool, y_pool : one array holding every client's samples; clients index into it.
     cfg : the local training settings (plain SGD, optionally with momentum).
     layout : which entries the flat vector carries (default: every floating-point one).
+    engine : ``func`` (``torch.func``, any model) or ``stacked`` (the hand-written
+        forward and backward of :mod:`reshuffle.clients.stacked`, for logreg, mlp
+        and lenet5 only; ``reshuffle bench models`` compares the two).
     """
 
+    ENGINES = ("func", "stacked")
+
     def __init__(self, model: nn.Module, x_pool: np.ndarray, y_pool: np.ndarray, cfg: TrainConfig,
-                 layout: FlatLayout | None = None) -> None:
+                 layout: FlatLayout | None = None, engine: str = "func") -> None:
+        if engine not in self.ENGINES:
+            raise ConfigError(f"unknown batched engine {engine!r}; choose one of {', '.join(self.ENGINES)}")
+        if engine == "stacked":
+            from reshuffle.clients.stacked import StackedNet
+
+            if not StackedNet.supports(model):
+                raise ConfigError(f"the stacked engine knows logreg, mlp and lenet5, not {type(model).__name__}")
         if not self.supports(model, cfg):
             raise ConfigError(f"batched training needs plain SGD on a model without dropout (optimizer "
                               f"{cfg.optimizer!r}, model {type(model).__name__})")
@@ -65,7 +77,12 @@ class BatchedTrainer:
         self.params = [n for n, _ in model.named_parameters()]
         self.buffers = [n for n, _ in model.named_buffers()]
         self.pad_free = _mixes_samples(model)
-        self._grad = vmap(grad(self._loss, has_aux=True), in_dims=(0, 0, 0, 0, 0))
+        self.engine = engine
+        if engine == "func":
+            self._grad = vmap(grad(self._loss, has_aux=True), in_dims=(0, 0, 0, 0, 0))
+        else:
+            stacked = StackedNet(model)
+            self._grad = lambda params, buffers, x, y, w: (stacked.gradients(params, x, y, w), buffers)
 
     @staticmethod
     def supports(model: nn.Module, cfg: TrainConfig) -> bool:
@@ -174,10 +191,11 @@ class BatchedTrainer:
             params = {n: state[n] for n in self.params}
             buffers = {n: state[n].clone() for n in self.buffers}
             grads, new_buffers = self._grad(params, buffers, self.x[at], self.y[at], w)
+            everyone = bool(active.all())
             with torch.no_grad():
                 for name in self.buffers:
                     mask = active.view(C, *([1] * (state[name].dim() - 1)))
-                    state[name] = torch.where(mask, new_buffers[name], state[name])
+                    state[name] = new_buffers[name] if everyone else torch.where(mask, new_buffers[name], state[name])
                 for name in self.params:
                     g = grads[name]
                     mask = active.view(C, *([1] * (g.dim() - 1)))
@@ -186,9 +204,12 @@ class BatchedTrainer:
                             bufs = {n: torch.zeros_like(state[n]) for n in self.params}
                         first = (~started).view_as(mask)
                         new_buf = torch.where(first, g, bufs[name] * mom + g)
-                        bufs[name] = torch.where(mask, new_buf, bufs[name])
+                        bufs[name] = new_buf if everyone else torch.where(mask, new_buf, bufs[name])
                         g = bufs[name]
-                    state[name] = torch.where(mask, state[name] - lr * g, state[name])
+                    if everyone:
+                        state[name].sub_(g, alpha=lr)  # a padded client's gradient is exactly zero, but not its momentum
+                    else:
+                        state[name] = torch.where(mask, state[name] - lr * g, state[name])
             started |= active
         carried = torch.cat([state[n].reshape(C, -1).to(torch.float32) for n in self.layout.names], dim=1)
         if locals_ is not None:
