@@ -47,20 +47,23 @@ class BatchedTrainer:
     x_pool, y_pool : one array holding every client's samples; clients index into it.
     cfg : the local training settings (plain SGD, optionally with momentum).
     layout : which entries the flat vector carries (default: every floating-point one).
-    engine : ``func`` (``torch.func``, any model) or ``stacked`` (the hand-written
+    engine : ``func`` (``torch.func``, any model), ``stacked`` (the hand-written
         forward and backward of :mod:`reshuffle.clients.stacked`, for logreg, mlp
-        and lenet5 only; ``reshuffle bench models`` compares the two).
+        and lenet5 only) or ``auto``: ``stacked`` where it applies, being the
+        faster of the two there (``reshuffle bench models`` measures both), else ``func``.
     """
 
-    ENGINES = ("func", "stacked")
+    ENGINES = ("auto", "func", "stacked")
 
     def __init__(self, model: nn.Module, x_pool: np.ndarray, y_pool: np.ndarray, cfg: TrainConfig,
-                 layout: FlatLayout | None = None, engine: str = "func") -> None:
+                 layout: FlatLayout | None = None, engine: str = "auto") -> None:
+        from reshuffle.clients.stacked import StackedNet
+
         if engine not in self.ENGINES:
             raise ConfigError(f"unknown batched engine {engine!r}; choose one of {', '.join(self.ENGINES)}")
+        if engine == "auto":
+            engine = "stacked" if StackedNet.supports(model) else "func"
         if engine == "stacked":
-            from reshuffle.clients.stacked import StackedNet
-
             if not StackedNet.supports(model):
                 raise ConfigError(f"the stacked engine knows logreg, mlp and lenet5, not {type(model).__name__}")
         if not self.supports(model, cfg):

@@ -479,12 +479,14 @@ def _hf_columns(split, repo: str) -> tuple[str, str, str | None]:
     return image, label, natural
 
 
-def _hf_arrays(split, image: str, label: str, repo: str) -> tuple[np.ndarray, np.ndarray]:
-    x = split.with_format("numpy")[image]
+def _hf_arrays(split, columns: list[str], repo: str) -> list[np.ndarray]:
+    """The split's ``columns`` as numpy arrays; the first, images (n, H, W[, C]), as (n, C, H, W)."""
+    rows = split.select_columns(columns).with_format("numpy")[:]
+    x = np.asarray(rows[columns[0]])
     if x.dtype == object:
-        raise DataError(f"hf:{repo}: the images of column {image!r} differ in size")
+        raise DataError(f"hf:{repo}: the images of column {columns[0]!r} differ in size")
     x = x[:, None] if x.ndim == 3 else (x.transpose(0, 3, 1, 2) if x.ndim == 4 else x)
-    return x, np.asarray(split[label], dtype=np.int64)
+    return [np.ascontiguousarray(x), *(np.asarray(rows[c]) for c in columns[1:])]
 
 
 def _load_hf(repo: str, folder: Path) -> Dataset:
@@ -500,8 +502,8 @@ def _load_hf(repo: str, folder: Path) -> Dataset:
         raise DataError(f"hf:{repo}: cannot load it ({type(exc).__name__}: {exc}); it downloads on first use "
                         f"on a machine with internet access, into {folder}") from None
     image, label, natural = _hf_columns(train, repo)
-    x_tr, y_tr = _hf_arrays(train, image, label, repo)
-    ids = np.unique(np.asarray(train[natural]), return_inverse=True)[1] if natural else None
+    x_tr, y_tr, *rest = _hf_arrays(train, [image, label, *([natural] if natural else [])], repo)
+    ids = np.unique(rest[0], return_inverse=True)[1] if natural else None
     if test is None:
         # A fixed, seed-independent split so every run evaluates on the same test set.
         order = np.random.default_rng(0).permutation(len(y_tr))
@@ -510,7 +512,7 @@ def _load_hf(repo: str, folder: Path) -> Dataset:
         x_te, y_te, x_tr, y_tr = x_tr[te], y_tr[te], x_tr[tr], y_tr[tr]
         ids = None if ids is None else ids[tr]
     else:
-        x_te, y_te = _hf_arrays(test, image, label, repo)
+        x_te, y_te = _hf_arrays(test, [image, label], repo)
     feat = train.features[label]
     classes = feat.num_classes if hasattr(feat, "num_classes") else int(max(y_tr.max(), y_te.max())) + 1
     if x_tr.dtype == np.uint8 and x_tr.ndim == 4:
