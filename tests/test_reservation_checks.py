@@ -202,11 +202,20 @@ def test_a_cancelled_pick_is_objected_to_and_the_canceller_named(seed):
         assert len(r.models) == N - 2
 
 
-def test_false_objection_is_named_with_the_counts_it_was_shown():
-    ups = make_updates(N, d=12, seed=8)
-    r = reshuffle.shuffle(ups, seed=8, adversaries=[make_adversary("false-objection")])
-    assert set(r.blamed) == {1} and delivered_all_honest(r)
-    ev, keys = r.output.evidence[1], roster_keys(ups, r.params, 8)
+@pytest.mark.parametrize("seed,ended", [(9, False), (8, True)])
+def test_false_objection_is_named_with_the_counts_it_was_shown(seed, ended):
+    # Seed 9: the objection follows iteration 1 mid-reservation, the slot phase restarts without the
+    # objector. Seed 8: iteration 1's counts ended the reservation, so the objection came instead of
+    # the upload: the round ends, the objector is named and nobody that uploaded opens anything.
+    ups = make_updates(N, d=12, seed=seed)
+    r = reshuffle.shuffle(ups, seed=seed, adversaries=[make_adversary("false-objection")], raise_on_failure=False)
+    assert set(r.blamed) == {1}
+    if ended:
+        assert r.models == [] and "reservation had ended" in r.failure
+        assert all(not r.views[i].errors for i in HONEST)
+    else:
+        assert delivered_all_honest(r)
+    ev, keys = r.output.evidence[1], roster_keys(ups, r.params, seed)
     assert ev.kind == opening.KIND_FALSE_OBJECTION
     opening.verify_count_evidence(ev, keys, r.params)
     # Other counts than those its signed h commits to do not verify.

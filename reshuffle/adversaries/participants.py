@@ -197,8 +197,9 @@ class FalseObjection(ParticipantBehaviour):
     """Objects to the counts of reservation iteration ``iteration`` although its pick was counted.
 
     The objection forces the iteration open; the objector's own signed vector and the counts
-    its signed objection's h commits to show the objection false, so it is named, and the
-    slot phase restarts without it (§8.2).
+    its signed objection's h commits to show the objection false, so it is named. Mid-reservation
+    the slot phase restarts without it; if those counts ended the reservation, the objection
+    replaced the upload and the round ends instead (§8.2).
     """
 
     stopped_by = "§8.2 opening: the objector's own vector and counts refute it"
@@ -223,7 +224,10 @@ class FalseObjection(ParticipantBehaviour):
 
     def holds(self, result, honest) -> Verdict:
         v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
-        v.detail = f"named: {sorted(result.blamed)}"
+        if result.failure is not None and "reservation had ended" in result.failure:
+            # The objection replaced the upload: the round ends, with the objector named (§8.2).
+            v.holds = v.culprits_right and not v.wrong
+        v.detail = f"named: {sorted(result.blamed)}; round: {result.failure or 'completed'}"
         return v
 
 

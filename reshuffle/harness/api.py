@@ -71,6 +71,13 @@ def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed", b: int
     return ups
 
 
+class _Colluder:
+    """A PS behaviour's colluding participant, as the participant side of the harness sees it."""
+
+    def __init__(self, ps) -> None:
+        self.make = ps.make_participant
+
+
 def _split_adversaries(adversaries, N: int):
     """{pid: participant behaviour} and the PS behaviour (or None), checked."""
     per_pid, ps = {}, None
@@ -80,6 +87,11 @@ def _split_adversaries(adversaries, N: int):
             if ps is not None:
                 raise ConfigError(f"two PS behaviours: {ps!r} and {b!r}")
             ps = b
+            # A PS with colluding participants builds them itself (they share its secrets).
+            for pid in getattr(b, "colluders", ()):
+                if not 0 <= pid < N or pid in per_pid:
+                    raise ConfigError(f"{b!r} colludes with participant {pid}, not a free id of 0..{N - 1}")
+                per_pid[pid] = _Colluder(b)
         elif role == "participant":
             for pid in b.pids:
                 if not 0 <= pid < N:

@@ -84,6 +84,7 @@ class ParticipantView:
     errors: list[ProtocolError] = field(default_factory=list)
     clipped: int = 0  # coordinates of its model clipped by the fixed-point codec
     revealed: dict[int, dict[int, "ShareKind"]] = field(default_factory=dict)  # m -> owner -> kind it revealed
+    model_digest: bytes | None = None  # SHA-256 of the model words in its row (to score a linking attacker)
 
 
 class Participant:
@@ -441,7 +442,8 @@ class Participant:
                               "the upload comes next")
             if not done and m.m != nxt:
                 raise Refused(f"invocation {m.m} skips iterations {nxt}..{p.R_max} while parties may still pick")
-        self.phase = PPhase.AWAIT_LIST
+        # One model list per round: once it is sent, nothing about this slot phase's picks is revealed.
+        self.phase = PPhase.UPLOADED if m.m == p.upload_m else PPhase.AWAIT_LIST
         return [self._masked_input(m.m, h)]
 
     def _masked_input(self, m: int, h: bytes) -> msg.MaskedInput:
@@ -483,6 +485,7 @@ class Participant:
             self.view.position = pos
             enc = p.codec.encode(self._model)
             self.view.clipped = enc.clipped
+            self.view.model_digest = hashlib.sha256(enc.words.tobytes()).digest()
             row = credential.build_row(
                 enc.words, self._tokens[slot], self._credential, self._rng.bytes(credential.K_BYTES), self.T, pos
             )
@@ -496,9 +499,12 @@ class Participant:
         if r != last or not self._phase_start <= r <= self.params.R_max or r not in self._revealed:
             raise Refused(f"asked to open iteration {r}; the last certified iteration of this slot phase is {last}")
         self._tx.absorb_open(r, m.reason)
-        self._opened, self._resume = r, r + 1  # invocation r+1 is reused: none of its keys was revealed
+        # A restart resumes at the first invocation none of whose keys masked anything: one key, one
+        # plaintext (after an objection, invocation r + 1's vectors were sent already).
+        self._opened, self._resume = r, self._m + 1
         X = {j: self._adverts[j].mask_keys[r - 1] for j in self._mask_sets[r] if j != self.pid}
-        self.phase = PPhase.AWAIT_RESTART
+        # An objection to the counts that ended the reservation ends the round: the upload followed them.
+        self.phase = PPhase.ENDED if self._m == self.params.upload_m else PPhase.AWAIT_RESTART
         return [msg.OpenReveal(self.T, r, self.pid, self._keys.mask[r - 1].secret, tuple(sorted(X.items())))]
 
     def _on_restart(self, m: msg.Restart) -> list[msg.Message]:

@@ -608,18 +608,21 @@ class Server:
     # §8.2: open a failed iteration, name who broke it, restart the slot phase without them.
     def _open(self, r: int, reason: str) -> Outbox:
         objections = dict(self._objections)
-        # Invocation r+1 is reused even if its vectors were collected (an objection): none of its keys
-        # was revealed and its streams are bound to h_{r+1}, which the opening and restart change.
-        self._resume = r + 1
+        # The slot phase restarts at the first invocation whose keys masked nothing: r + 1 after a failed
+        # count check, r + 2 after objections (members sent their vectors of r + 1 beside them).
+        self._resume = self.m + 1
         Ur = self.online[r]
+        # After the reservation ended the upload followed: only the objectors open (their own picks);
+        # a member that sent its model list reveals nothing of its slot phase, and the round ends.
+        ask = sorted(objections) if self.m == self.params.upload_m else self._live(Ur)
         self._opening = opening.OpeningCollector(
-            self.group, self.params, r, self._live(Ur), self._adverts, self._vectors[r], self._seeds[r], objections,
+            self.group, self.params, r, ask, self._adverts, self._vectors[r], self._seeds[r], objections,
             self._phase_counts[-1] if objections else (), Ur,
         )
         self.m = r
         self._tx.absorb_open(r, reason)
         self.phase = SPhase.OPEN
-        return self._broadcast(self._live(Ur), msg.OpenRequest(self.T, r, SERVER_ID, reason))
+        return self._broadcast(ask, msg.OpenRequest(self.T, r, SERVER_ID, reason))
 
     def _on_open_reveal(self, sender: int, rv: msg.OpenReveal) -> None:
         self._opening.on_reveal(sender, rv)
@@ -634,10 +637,10 @@ class Server:
         # earlier for other reasons stay in it and count as dropped, as in any invocation).
         remaining = sorted(set(self.online[r]) - set(evidence) - set(silent))
         if self._resume > p.R_max:
-            raise BelowThreshold(
-                f"reservation iteration {r} failed its count check and no iteration is left to restart the "
-                f"slot phase (R_max={p.R_max}); named: {sorted(evidence)}"
-            )
+            why = ("an objection came after the reservation had ended (the upload followed its counts)"
+                   if self._resume > p.upload_m else f"no iteration is left to restart the slot phase (R_max={p.R_max})")
+            raise BelowThreshold(f"reservation iteration {r} was opened and {why}; the round ends; "
+                                 f"named: {sorted(evidence)}")
         live = self._need(remaining, f"restart after iteration {r}")
         table, commit = self._new_slot_phase()
         self.m, self._phase_start, self._phase_counts = self._resume, self._resume, []

@@ -1,0 +1,233 @@
+"""The PS as a linking attacker: unmask and link from everything it holds (docs/security/threat-model.md).
+
+:class:`PSView` collects what a PS legitimately holds at any point of a round: every
+signed message the participants sent it, its own OT tokens (it drew them), the mask
+sets it announced, and the secrets of the participants that collude with it. :func:`link`
+then does what an attacker would do with it:
+
+1. **Secrets.** Every ``b_{i,m}`` and ``x_{i,m}`` it can get: from colluders, from an
+   OPEN_REVEAL, or by Shamir reconstruction from the shares revealed in any
+   UNMASK_RESPONSE of any certificate (the shares of one secret are the same whatever
+   h_m they were revealed under), each checked against the owner's commitment.
+2. **Plaintexts.** For every masked vector whose self seed and own DH secret it knows,
+   the vector itself; for every set of vectors of one (m, h_m) whose self seeds it
+   knows and whose pairwise masks cancel (with the DH secrets of the members that did
+   not upload), their sum. A guess is kept only if it decodes as the protocol's
+   plaintext would: counts no larger than the parties, a model list whose rows carry
+   one of its tokens.
+3. **Links.** A participant's own model list names its row directly. Otherwise a pick
+   of a participant (a count vector it can read) is a slot; the row of a model list
+   that carries that slot's token is the participant's, if no other participant is
+   known to have picked that slot.
+
+It is an attacker, so it only ever helps the PS: a link it reports is one the PS can
+compute. Tests and the explorer compare the links with the truth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from reshuffle.crypto.shamir import Shamir, Share
+from reshuffle.errors import ProtocolError
+from reshuffle.protocol import credential
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.complaints import secret_index
+from reshuffle.protocol.masking import mask_in_place, unmask_in_place
+from reshuffle.protocol.messages import ShareKind
+from reshuffle.protocol.params import RoundParams
+
+
+@dataclass
+class PSView:
+    """What a PS holds: the participants' messages, its tokens, its announced mask sets, colluders' secrets."""
+
+    params: RoundParams
+    T: int
+    adverts: dict[int, msg.Advertise] = field(default_factory=dict)
+    vectors: list[msg.MaskedInput] = field(default_factory=list)
+    shares: list[msg.UnmaskResponse] = field(default_factory=list)
+    reveals: list[msg.OpenReveal] = field(default_factory=list)
+    #: every OT table it drew: the tokens by slot (the PS is the OT sender)
+    tables: list[list[bytes]] = field(default_factory=list)
+    #: h_m of a reservation iteration -> index in ``tables`` of its slot phase's table
+    table_of: dict[bytes, int] = field(default_factory=dict)
+    #: (sender, m, h) -> the mask set that sender was led to use
+    mask_sets: dict[tuple[int, int, bytes], tuple[int, ...]] = field(default_factory=dict)
+    #: colluding participant -> {(m, kind): secret}
+    colluders: dict[int, dict[tuple[int, ShareKind], int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.group = self.params.group_obj()
+        self._ctx = msg.Context(self.group, self.params)
+
+    def absorb(self, sender: int, data: bytes) -> None:
+        """File one participant message (bytes as received); anything undecodable is ignored."""
+        try:
+            m = msg.decode(data, self._ctx)
+        except ProtocolError:
+            return
+        if m.sender != sender:
+            return
+        if isinstance(m, msg.Advertise):
+            self.adverts.setdefault(sender, m)
+        elif isinstance(m, msg.MaskedInput):
+            self.vectors.append(m)
+        elif isinstance(m, msg.UnmaskResponse):
+            self.shares.append(m)
+        elif isinstance(m, msg.OpenReveal):
+            self.reveals.append(m)
+
+
+@dataclass
+class Links:
+    """What the attacker obtained: plaintext vectors it read, and participant → linked row."""
+
+    secrets: dict[tuple[int, int, ShareKind], int]
+    picks: list[tuple[int, int, int]]  # (participant, table index, slot)
+    rows: dict[int, bytes]  # participant -> the row (model words and trailer) linked to it
+    direct: set[int]  # participants whose own model list it read
+
+
+def _secrets(view: PSView) -> dict[tuple[int, int, ShareKind], int]:
+    g, p = view.group, view.params
+    out: dict[tuple[int, int, ShareKind], int] = {}
+    for pid, known in view.colluders.items():
+        for (m, kind), s in known.items():
+            out[(pid, m, kind)] = s
+    for rv in view.reveals:
+        adv = view.adverts.get(rv.sender)
+        if adv is not None and 1 <= rv.m <= p.M and g.base_mul(rv.x) == adv.mask_keys[rv.m - 1]:
+            out[(rv.sender, rv.m, ShareKind.DH_SECRET)] = rv.x
+    pooled: dict[tuple[int, int, ShareKind], dict[int, int]] = defaultdict(dict)
+    for resp in view.shares:
+        for owner, kind, sh in resp.shares:
+            pooled[(owner, resp.m, kind)][sh.x] = sh.y
+    shamir = Shamir(g.order, p.t)
+    for (owner, m, kind), ys in pooled.items():
+        adv = view.adverts.get(owner)
+        if (owner, m, kind) in out or len(ys) < p.t or adv is None or not 1 <= m <= p.M:
+            continue
+        secret = shamir.reconstruct([Share(x, y) for x, y in sorted(ys.items())[: p.t]], check=False)
+        if g.base_mul(secret) == adv.commitments[secret_index(m, kind)][0]:
+            out[(owner, m, kind)] = secret
+    return out
+
+
+def _plausible_counts(v: np.ndarray, p: RoundParams) -> bool:
+    return bool(v.size == p.n and int(v.max(initial=0)) <= p.N + p.decoys and int(v.sum()) <= p.N + p.decoys)
+
+
+def _token_of(row: np.ndarray, p: RoundParams) -> bytes:
+    d_bytes = p.d * row.dtype.itemsize
+    off = d_bytes + credential.pad_bytes(d_bytes)
+    return row.tobytes()[off: off + credential.TRAILER_BYTES][: 16]
+
+
+def link(view: PSView) -> Links:
+    """Every link the PS can compute from ``view`` (see the module docstring)."""
+    p, g, T = view.params, view.group, view.T
+    secrets = _secrets(view)
+    token_slot = {tok: (ti, s) for ti, table in enumerate(view.tables) for s, tok in enumerate(table)}
+    picks: list[tuple[int, int, int]] = []
+    found_rows: dict[bytes, np.ndarray] = {}  # token -> a row read from some model list
+    direct: dict[int, bytes] = {}
+
+    groups: dict[tuple[int, bytes], dict[int, msg.MaskedInput]] = defaultdict(dict)
+    for v in view.vectors:
+        groups[(v.m, bytes(v.h))].setdefault(v.sender, v)
+
+    def keys_of(m: int, ids) -> dict[int, object]:
+        return {j: view.adverts[j].mask_keys[m - 1] for j in ids if j in view.adverts}
+
+    def read_model_list(plain: np.ndarray, rows: int) -> list[np.ndarray]:
+        lw = plain.reshape(rows, -1)
+        return [row for row in lw if row.any() and _token_of(row, p) in token_slot]
+
+    for (m, h), members in groups.items():
+        upload = m > p.R_max
+        dtype = np.dtype(f"<u{p.vector_bits(m) // 8}")
+        # 1. Each vector alone: its self seed and its own DH secret.
+        for i, v in members.items():
+            b = secrets.get((i, m, ShareKind.SELF_SEED))
+            x = secrets.get((i, m, ShareKind.DH_SECRET))
+            if b is None or x is None:
+                continue
+            for mask_set in _candidate_sets(view, i, m, h, members, secrets):
+                y = np.frombuffer(v.words, dtype=dtype).copy()
+                neg = np.zeros_like(y)
+                mask_in_place(neg, g, T, m, i, b, x, keys_of(m, set(mask_set) - {i}), h, v.rows)
+                plain = y - neg
+                if not upload and _plausible_counts(plain, p):
+                    tables = [view.table_of[h]] if h in view.table_of else range(len(view.tables))
+                    picks.extend((i, ti, s) for s in np.flatnonzero(plain == 1).tolist() for ti in tables)
+                    break
+                if upload:
+                    own = read_model_list(plain, v.rows)
+                    if len(own) == 1:
+                        direct[i] = own[0].tobytes()
+                        break
+        # 2. Their sum, where the pairwise masks cancel or are known.
+        ids = sorted(members)
+        if not all((i, m, ShareKind.SELF_SEED) in secrets for i in ids):
+            continue
+        for mask_set in _sum_sets(view, ids, m, h, secrets):
+            dropped = {j: secrets[(j, m, ShareKind.DH_SECRET)] for j in set(mask_set) - set(ids)}
+            acc = np.zeros(len(members[ids[0]].words) // dtype.itemsize, dtype=dtype)
+            for i in ids:
+                acc += np.frombuffer(members[i].words, dtype=dtype)
+            unmask_in_place(acc, g, T, m, ids, {i: secrets[(i, m, ShareKind.SELF_SEED)] for i in ids}, dropped,
+                            keys_of(m, ids), h, members[ids[0]].rows)
+            if not upload and _plausible_counts(acc, p):
+                break
+            if upload:
+                rows = read_model_list(acc, members[ids[0]].rows)
+                if rows:
+                    for row in rows:
+                        found_rows[_token_of(row, p)] = row
+                    break
+    # 3. Picks to rows through the tokens; a slot picked by two participants links neither.
+    pickers: dict[bytes, set[int]] = defaultdict(set)
+    for i, ti, s in picks:
+        if ti < len(view.tables):
+            pickers[view.tables[ti][s]].add(i)
+    rows: dict[int, bytes] = dict(direct)
+    for tok, who in pickers.items():
+        if len(who) == 1 and tok in found_rows:
+            (i,) = who
+            rows.setdefault(i, found_rows[tok].tobytes())
+    unique_picks = sorted({(i, ti, s) for i, ti, s in picks if ti < len(view.tables)})
+    return Links(secrets, unique_picks, rows, set(direct))
+
+
+def _candidate_sets(view: PSView, i: int, m: int, h: bytes, members, secrets):
+    """Mask sets participant i may have used for (m, h): the announced one, else the senders."""
+    seen = []
+    for s in (view.mask_sets.get((i, m, h)), tuple(sorted(members)), tuple(sorted(view.adverts))):
+        if s is not None and s not in seen:
+            seen.append(s)
+    return seen
+
+
+def _sum_sets(view: PSView, ids, m: int, h: bytes, secrets):
+    """Mask sets under which the sum of ``ids`` can be unmasked: every member not in ``ids`` must have a
+    known DH secret (its pairwise masks with the senders are then computable)."""
+    out = []
+    for i in ids:
+        s = view.mask_sets.get((i, m, h))
+        if s is not None and tuple(s) not in out:
+            out.append(tuple(s))
+    out.append(tuple(ids))
+    return [s for s in out if all((j, m, ShareKind.DH_SECRET) in secrets for j in set(s) - set(ids))]
+
+
+def correct_links(links: Links, truth: dict[int, bytes], params: RoundParams) -> list[int]:
+    """Participants whose linked row holds their real model (``truth``: pid -> SHA-256 of its model words,
+    as :attr:`~reshuffle.protocol.participant.ParticipantView.model_digest` records it)."""
+    d_bytes = params.d * params.codec.dtype.itemsize
+    return sorted(i for i, row in links.rows.items()
+                  if i in truth and hashlib.sha256(row[:d_bytes]).digest() == truth[i])
