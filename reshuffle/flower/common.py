@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,9 +45,17 @@ def settings(run_config: dict[str, Any]) -> FlowerSettings:
             "on Flower, only a node's own node_config enables an attack (attack=\"sign-flip\"); "
             "the run config, which the server side chooses, cannot: keep attack = \"none\" and malicious = 0"
         )
-    sim_values = {k: v for k, v in run_config.items() if k not in FLOWER_KEYS}
-    sim_values.setdefault("clients", 2)  # replaced by the number of nodes that answer
-    sim = from_mapping({k: v for k, v in sim_values.items() if v != ""}, source="run config")
+    sim_values = {k: v for k, v in run_config.items() if k not in FLOWER_KEYS and v != ""}
+    if "clients" in sim_values:
+        raise ConfigError("clients is the number of connected nodes on Flower; sample them with fraction "
+                          "or clients-per-round")
+    # A stand-in for the nodes that connect: the fewest for which the sampling settings give a round of 2.
+    per_round, frac = sim_values.get("clients-per-round"), sim_values.get("fraction", 1.0)
+    stand_in = per_round if isinstance(per_round, int) and per_round > 2 else 2
+    if isinstance(frac, (int, float)) and not isinstance(frac, bool) and 0 < frac < 1:
+        stand_in = max(stand_in, math.ceil(2 / frac))
+    sim_values["clients"] = stand_in
+    sim = from_mapping(sim_values, source="run config")
     if sim.shuffle != "real":
         raise ConfigError("the Flower apps always run the real protocol; set shuffle = \"real\"")
     r_max = run_config.get("r-max", "")

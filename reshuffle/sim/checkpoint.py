@@ -225,5 +225,8 @@ def restore_simulation(sim, ck: Checkpoint) -> list:
     records = [round_record(r, where) for r in rounds]
     if [r.round for r in records] != list(range(1, ck.round + 1)):
         raise CheckpointError(f"{where}: the round records are not rounds 1..{ck.round}")
-    sim.restore({"global_model": W}, state)
+    try:
+        sim.restore(dict(ck.arrays), state)
+    except ConfigError as exc:
+        raise CheckpointError(f"{where}: {exc}") from None
     return records

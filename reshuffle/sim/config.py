@@ -28,18 +28,25 @@ class SimConfig:
     ``rule`` may join rules with ``+`` (intersection); ``pre`` lists pre-aggregators
     run in front of the rule, ``pre_options`` one table per pre-aggregator;
     ``malicious`` and ``dropout`` are fractions of ``clients``; ``root_samples`` is
-    the size of FLTrust's server root dataset. ``adversary`` names a protocol
+    the size of FLTrust's server root dataset. ``fraction`` or ``clients_per_round``
+    samples each round's cohort (seeded by ``seed`` and the round): training, the
+    attack, dropouts, the protocol, the rule and the metrics run over the cohort, and
+    attackers are sampled like every other client. ``adversary`` names a protocol
     adversary of :mod:`reshuffle.adversaries` played in every real round (by the
     first malicious client, or client 0, unless ``adversary_options`` says
     otherwise); a participant it blames takes no part in later rounds. ``training`` is ``batched`` (all
     clients in one stacked computation), ``sequential``, or ``auto`` (batched
-    when it is faster: models without convolutions, with SGD).
+    when it is faster: models without convolutions, with SGD). ``server_opt`` is the
+    server optimiser that steps from the rule's aggregate (:mod:`reshuffle.server.optimizers`),
+    with step ``server_lr`` and ``server_options`` (``momentum``; ``beta1``, ``beta2``, ``tau``).
     """
 
     dataset: str = "digits"
     data_dir: str | None = None
     model: str = "mlp"
     clients: int = 10
+    fraction: float = 1.0  # clients sampled per round, as a fraction of ``clients``
+    clients_per_round: int | None = None  # or as a number; None: from ``fraction``
     rounds: int = 20
     local_epochs: int = 1
     batch_size: int = 16
@@ -67,18 +74,32 @@ class SimConfig:
     adversary: str = "none"
     adversary_options: dict[str, Any] = field(default_factory=dict)
     eval_subset: int | None = None  # test samples evaluated in every round but the last; None: all
+    server_opt: str = "sgd"
+    server_lr: float | None = None  # None: the optimiser's default (1 for sgd and momentum)
+    server_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_malicious(self) -> int:
         return int(round(self.malicious * self.clients))
 
     @property
+    def cohort_size(self) -> int:
+        """Clients sampled per round: ``clients_per_round``, else ``fraction`` of ``clients`` (rounded)."""
+        if self.clients_per_round is not None:
+            return self.clients_per_round
+        return self.clients if self.fraction == 1 else math.floor(self.fraction * self.clients + 0.5)
+
+    @property
     def n_dropout(self) -> int:
-        return int(self.dropout * self.clients)
+        """Clients of a round's cohort that drop out."""
+        return int(self.dropout * self.cohort_size)
 
     @property
     def rule_f(self) -> int:
-        return self.n_malicious if self.f is None else self.f
+        """The attackers the rule assumes among a round's rows: ``f``, else the expected number in a cohort."""
+        if self.f is not None:
+            return self.f
+        return self.n_malicious if self.cohort_size == self.clients else math.floor(self.malicious * self.cohort_size + 0.5)
 
     def validated(self) -> "SimConfig":
         load_plugins(self.plugins)
@@ -92,6 +113,9 @@ class SimConfig:
         _choice("training", self.training, TRAININGS)
         _choice("group", self.group, GROUPS)
         _choice("attack", self.attack, attack_names())
+        from reshuffle.server.optimizers import make_server_optimizer
+
+        make_server_optimizer(self.server_opt, self.server_lr, **self.server_options)
         from reshuffle.adversaries import adversary_names
 
         _choice("adversary", self.adversary, ["none", *adversary_names()])
@@ -106,6 +130,7 @@ class SimConfig:
             raise ConfigError(f"eval_subset must be a positive int or absent, got {self.eval_subset!r}")
         if self.clients < 2:
             raise ConfigError(f"a federation needs at least 2 clients, got {self.clients}")
+        self._check_sampling()
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative int, got {self.seed!r}")
         for name in ("lr", "alpha"):
@@ -126,16 +151,31 @@ class SimConfig:
             check_group_size(self.group_size)
             if self.shuffle != "real":
                 raise ConfigError(f"group_size splits the real protocol's round: it needs shuffle='real'")
-        threshold = RoundParams.default(self.clients, 1).t
+        m = self.cohort_size
+        threshold = RoundParams.default(m, 1).t
         # In groups a group below its threshold loses its models and the others deliver.
-        if self.group_size is None and self.clients - self.n_dropout < threshold:
+        if self.group_size is None and m - self.n_dropout < threshold:
             raise ConfigError(
-                f"dropout={self.dropout} drops {self.n_dropout} of {self.clients} clients per round; "
+                f"dropout={self.dropout} drops {self.n_dropout} of the {m} clients of a round; "
                 f"the shuffle needs t={threshold} survivors"
             )
         if self.attack != "none" and self.n_malicious == 0 and self.malicious > 0:
             raise ConfigError(f"malicious={self.malicious} of {self.clients} clients rounds to 0 attackers")
         return self
+
+    def _check_sampling(self) -> None:
+        frac, per_round = self.fraction, self.clients_per_round
+        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
+            raise ConfigError(f"fraction must be a number in (0, 1], got {frac!r}")
+        if per_round is not None:
+            if not isinstance(per_round, int) or isinstance(per_round, bool) or not 2 <= per_round <= self.clients:
+                raise ConfigError(f"clients_per_round must be an int in [2, clients={self.clients}], got {per_round!r}")
+            if frac != 1:
+                raise ConfigError(f"give fraction ({frac}) or clients_per_round ({per_round}), not both")
+        if self.cohort_size < 2:
+            raise ConfigError(f"fraction={frac} of {self.clients} clients samples {self.cohort_size} per round; "
+                              f"a round needs 2: use fraction >= {2 / self.clients:g} "
+                              f"or clients_per_round = 2")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,14 +223,15 @@ def from_mapping(values: dict[str, Any], base: SimConfig | None = None, source: 
 
 
 def _coerce(name: str, v: Any, source: str) -> Any:
-    expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float}
+    expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float, "server_lr": float,
+                "fraction": float}
     if name in expected and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
     if name == "pre" and isinstance(v, str):
         v = [p for p in v.split(",") if p]
     if name == "pre" and not (isinstance(v, list) and all(isinstance(p, str) for p in v)):
         raise ConfigError(f"{source}: pre must be a list of pre-aggregator names")
-    if name in ("attack_options", "rule_options", "pre_options") and not isinstance(v, dict):
+    if name in ("attack_options", "rule_options", "pre_options", "server_options") and not isinstance(v, dict):
         raise ConfigError(f"{source}: {name} must be a table, got {type(v).__name__}")
     if name == "plugins" and not (isinstance(v, list) and all(isinstance(p, str) for p in v)):
         raise ConfigError(f"{source}: plugins must be a list of module names")

@@ -14,11 +14,13 @@ Per round T (docs/protocol.md §5):
    its cause. A model with NaN/Inf values (local training diverged, or an
    attack's output overflowed float32) cannot be encoded: its client takes no
    part in the round (a setup dropout) and the cause says why;
-6. the PS sorts the recovered models into a canonical order (by hash, so the
-   result cannot depend on the shuffle's permutation), forms U = W − W_g, runs the
-   rule and sets W_g^{T+1} = W_g^T + rule(U).
+6. the FL step (:class:`reshuffle.server.aggregate.FLStep`, the same as the
+   Flower ServerApp's): the PS sorts the recovered models into a canonical order
+   (by hash, so the result cannot depend on the shuffle's permutation), forms
+   U = W − W_g, runs the rule, and the server optimiser steps from its aggregate:
+   W_g^{T+1} = opt(W_g^T, rule(U)) (``sgd`` with step 1: W_g^T + rule(U)).
 
-Only the evaluator (``_detection``) uses the ground-truth positions, to score the
+Only the evaluator (``_labels``) uses the ground-truth positions, to score the
 rule's choice; the rule itself sees the anonymous rows alone.
 
 A round never ends the run. When fewer models are delivered than the shuffle
@@ -32,7 +34,6 @@ A diverged global model is a result: the run goes on to its last round and
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
 from typing import Callable
 
@@ -48,11 +49,17 @@ from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PHASES
 from reshuffle.server import Rule, make_rule
+from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
+from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim.config import SimConfig
 from reshuffle.sim.record import RoundRecord
 from reshuffle.sim.report import metrics
 
 __all__ = ["RoundRecord", "Simulation", "canonical_order", "observed_updates"]
+
+
+#: Checkpoint array-name prefix of the server optimiser's state.
+OPT = "opt."
 
 
 def _seed(*parts: int) -> int:
@@ -101,10 +108,10 @@ def non_finite(W: np.ndarray) -> int:
     return int(W.size - np.count_nonzero(np.isfinite(W)))
 
 
-def unencodable(models: list[np.ndarray], why: str) -> dict[int, str]:
-    """client → cause, for the models in ``models`` that hold NaN/Inf values."""
+def unencodable(models: dict[int, np.ndarray], why: str) -> dict[int, str]:
+    """client → cause, for the models in ``models`` (client → model) that hold NaN/Inf values."""
     out = {}
-    for i, W in enumerate(models):
+    for i, W in models.items():
         k = non_finite(W)
         if k:
             out[i] = f"{why}: {k} of {W.size} values non-finite, not encodable"
@@ -118,11 +125,6 @@ def _loss_summary(lost: dict[int, str]) -> str:
         kind = cause.split(":")[0]
         kinds[kind] = kinds.get(kind, 0) + 1
     return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) or "no client sent one"
-
-
-def canonical_order(models: list[np.ndarray]) -> list[int]:
-    """Row order by SHA-256 of each model's bytes: independent of who sent what."""
-    return sorted(range(len(models)), key=lambda i: hashlib.sha256(models[i].tobytes()).digest())
 
 
 class Simulation:
@@ -142,7 +144,9 @@ class Simulation:
         self.root = rng.choice(len(self.data.y_train), size=min(cfg.root_samples, len(self.data.y_train)), replace=False)
         self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
-        params = RoundParams.default(cfg.clients, self.W_g.size, group=cfg.group)
+        self.fl = FLStep(self.rule, make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options), cfg.rule)
+        # The protocol runs among a round's cohort (every client without sampling).
+        params = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group)
         self.codec, self.threshold = params.codec, max(2, params.t)
         self.eval_idx = self._eval_subset()
         self.pool_x, self.pool_y, self.client_idx = self._client_data()
@@ -157,18 +161,23 @@ class Simulation:
             return None
         return np.sort(np.random.default_rng(_seed(self.cfg.seed, 8)).choice(n, size=k, replace=False))
 
-    def _adversaries(self) -> list:
+    def _adversaries(self, cohort: list[int]) -> list:
+        """The protocol adversary of this round, its participants numbered within ``cohort``."""
         if self.cfg.adversary == "none":
             return []
         from reshuffle.adversaries import make_adversary
 
         opts = dict(self.cfg.adversary_options)
         b = make_adversary(self.cfg.adversary, **opts)
-        if b.role == "participant" and "pids" not in opts:
-            b = make_adversary(self.cfg.adversary, pids=(self.malicious[0] if self.malicious else 0,), **opts)
-        if getattr(b, "pids", ()) and set(b.pids) & set(self.banned):
+        if b.role != "participant":
+            return [b]
+        pids = tuple(opts.pop("pids", (self.malicious[0] if self.malicious else 0,)))
+        if set(pids) & set(self.banned):
             return []  # a named participant takes no part any more
-        return [b]
+        local = {i: j for j, i in enumerate(cohort)}
+        if not set(pids) <= set(local):
+            return []  # not sampled this round
+        return [make_adversary(self.cfg.adversary, pids=tuple(local[i] for i in pids), **opts)]
 
     def _client_data(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """One sample pool and each client's indices into it.
@@ -213,21 +222,28 @@ class Simulation:
         x, y = self.data.x_train[self.root], self.data.y_train[self.root]
         return local_train(self.model, self.W_g, x, y, self.train_cfg, _seed(self.cfg.seed, self._round, 2)) - self.W_g
 
-    def _trained(self, T: int) -> list[int]:
-        """The clients that train locally (attackers whose attack ignores its own training do not)."""
-        skip = set(self.malicious) if self.attacked and not self.attack.uses_own_training else set()
-        return [i for i in range(self.cfg.clients) if i not in skip]
+    def _cohort(self, T: int) -> list[int]:
+        """The clients sampled for round T (sorted); every client without sampling."""
+        n, m = self.cfg.clients, self.cfg.cohort_size
+        if m == n:
+            return list(range(n))
+        return sorted(np.random.default_rng(_seed(self.cfg.seed, T, 9)).choice(n, size=m, replace=False).tolist())
 
-    def _train(self, T: int) -> tuple[list[np.ndarray], float, float]:
-        """Local models of all clients; (models, seconds per client, total seconds).
+    def _trained(self, cohort: list[int]) -> list[int]:
+        """The clients of ``cohort`` that train locally (attackers whose attack ignores its own training do not)."""
+        skip = set(self.malicious) if self.attacked and not self.attack.uses_own_training else set()
+        return [i for i in cohort if i not in skip]
+
+    def _train(self, T: int, cohort: list[int]) -> tuple[dict[int, np.ndarray], float, float]:
+        """Local models of the cohort's clients; (client → model, seconds per client, total seconds).
 
         Seconds per client is the slowest client's time when training is
         sequential, the batched computation's time divided by the clients in it
         otherwise (an estimate of one client's time in a deployment).
         """
-        who = self._trained(T)
+        who = self._trained(cohort)
         seeds = [_seed(self.cfg.seed, T, 3, i) for i in who]
-        models = [self.W_g.copy() for _ in range(self.cfg.clients)]
+        models = {i: self.W_g.copy() for i in cohort}
         t_all = time.perf_counter()
         if self.trainer is not None:
             for i, W in zip(who, self.trainer.train(self.W_g, [self.client_idx[i] for i in who], seeds)):
@@ -242,18 +258,18 @@ class Simulation:
             slowest = max(slowest, time.perf_counter() - t0)
         return models, slowest, time.perf_counter() - t_all
 
-    def _apply_attack(self, models: list[np.ndarray], T: int, broken: dict[int, str]) -> dict[int, str]:
-        """Replace the attackers' models by the attack's; return client → cause for those it cannot form.
+    def _apply_attack(self, models: dict[int, np.ndarray], T: int, broken: dict[int, str]) -> dict[int, str]:
+        """Replace the sampled attackers' models by the attack's; return client → cause for those it cannot form.
 
-        Clients in ``broken`` (their training diverged) take no part: the
+        The attack sees the updates of this round's cohort (the keys of ``models``) only. Clients in ``broken`` (their training diverged) take no part: the
         attack sees neither their updates nor runs for them. An attack output
         that is non-finite in float32 (e.g. a scaled update beyond its range)
         is reported, like a diverged model, as not encodable.
         """
         if not self.attacked:
             return {}
-        mal = [i for i in self.malicious if i not in broken]
-        honest = [i for i in range(self.cfg.clients) if i not in set(self.malicious) and i not in broken]
+        mal = [i for i in self.malicious if i in models and i not in broken]
+        honest = [i for i in models if i not in set(self.malicious) and i not in broken]
         if not mal:
             return {}
         if self.attack.omniscient and len(honest) < 2:
@@ -295,36 +311,46 @@ class Simulation:
 
         return RoundView(own=U_own, honest=U_honest, decide=decide, round=T)
 
-    def _dropouts(self, T: int) -> dict[str, list[int]]:
+    def _dropouts(self, T: int, cohort: list[int]) -> dict[str, list[int]]:
+        """phase → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random phases)."""
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 5))
-        who = rng.choice(self.cfg.clients, size=self.cfg.n_dropout, replace=False)
+        who = rng.choice(len(cohort), size=self.cfg.n_dropout, replace=False)
         out: dict[str, list[int]] = {}
-        for i in sorted(who.tolist()):
-            out.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(i)
+        for j in sorted(who.tolist()):
+            out.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(cohort[j])
         return out
 
-    def _shuffle(self, models: list[np.ndarray], dropouts: dict[str, list[int]], T: int):
-        """(recovered models, client → row, client → cause of loss, seconds per phase, bytes)."""
+    def _shuffle(self, models: dict[int, np.ndarray], dropouts: dict[str, list[int]], T: int):
+        """(recovered models, client → row, client → cause of loss, seconds per phase, bytes).
+
+        The shuffle runs among the clients in ``models`` (the round's cohort), numbered
+        0..m−1 in client order as the protocol's participants.
+        """
         cfg = self.cfg
+        cohort = sorted(models)
         if cfg.shuffle == "real":
+            local = {i: j for j, i in enumerate(cohort)}
+            drops = {ph: [local[i] for i in ids] for ph, ids in dropouts.items()}
             # OS randomness: the protocol's secrets are never seeded in a simulation.
-            r = shuffle(models, dropouts=dropouts, T=T, global_model=self.W_g.tobytes(), group=cfg.group,
-                        adversaries=self._adversaries(), raise_on_failure=False, group_size=cfg.group_size)
-            self._blamed = dict(r.blamed)
+            r = shuffle([models[i] for i in cohort], dropouts=drops, T=T, global_model=self.W_g.tobytes(),
+                        group=cfg.group, adversaries=self._adversaries(cohort), raise_on_failure=False,
+                        group_size=cfg.group_size)
+            self._blamed = {cohort[j]: why for j, why in r.blamed.items()}
             self._failure = r.failure
             secs = {ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()}
             per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in r.stats.values())
             ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in r.stats.values())
-            lost = loss_causes(r, cfg.clients, dropouts)
-            return r.models, r.positions, lost, secs, {"per_participant": per_p, "ps_total": ps}
+            lost = {cohort[j]: why for j, why in loss_causes(r, len(cohort), drops).items()}
+            positions = {cohort[j]: row for j, row in r.positions.items()}
+            return r.models, positions, lost, secs, {"per_participant": per_p, "ps_total": ps}
         # Before the unmask phase, a dropped participant's model is lost; at unmask it is recovered.
         lost = {i: f"dropout at {ph}" for ph, ids in dropouts.items() if ph != "unmask" for i in ids}
-        alive = [i for i in range(cfg.clients) if i not in lost]
+        alive = [i for i in cohort if i not in lost]
         t0 = time.perf_counter()
         per_p = 4.0 * self.W_g.size
         if len(alive) < self.threshold:
             # As in the real round: below its threshold the shuffle delivers nothing.
-            self._failure = f"{len(alive)} of {cfg.clients} clients alive, the shuffle needs {self.threshold}"
+            self._failure = f"{len(alive)} of {len(cohort)} clients alive, the shuffle needs {self.threshold}"
             return [], {}, lost, {"shuffle": time.perf_counter() - t0}, {"per_participant": per_p, "ps_total": 0.0}
         if cfg.shuffle == "ideal":
             got, pos = ideal_round([models[i] for i in alive], seed=_seed(cfg.seed, T, 6),
@@ -336,52 +362,48 @@ class Simulation:
         secs = {"shuffle": time.perf_counter() - t0}
         return got, positions, lost, secs, {"per_participant": per_p, "ps_total": per_p * len(alive)}
 
-    def _detection(self, positions: dict[int, int], accepted: set[int], weights: np.ndarray | None = None) -> dict:
-        """Rows delivered and rows flagged (not accepted), honest and malicious, counted per row.
+    def _labels(self, positions: dict[int, int], rows: int) -> list[bool | None]:
+        """Per delivered row, whether a malicious client sent it (None: no client's row).
 
         Without an attack every client is honest, so clean runs measure the
-        rule's false positives too. With the Decision's ``weights``, also the
-        mean weight of each kind of row (how much of it reached the aggregate).
+        rule's false positives too.
         """
         mal = set(self.malicious) if self.attacked else set()
-        m_rows = [r for i, r in positions.items() if i in mal]
-        h_rows = [r for i, r in positions.items() if i not in mal]
-
-        def mean_weight(rows):
-            return float(np.mean(weights[rows])) if rows and weights is not None else None
-
-        return {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
-                "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows),
-                "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows)}
+        labels: list[bool | None] = [None] * rows
+        for i, r in positions.items():
+            labels[r] = i in mal
+        return labels
 
     def step(self) -> RoundRecord:
         """Run one round and return its record."""
         self._round += 1
         T = self._round
         seconds: dict[str, float] = {}
-        models, seconds["training"], seconds["training_total"] = self._train(T)
+        cohort = self._cohort(T)
+        banned = {i: self.banned[i] for i in cohort if i in self.banned}
+        models, seconds["training"], seconds["training_total"] = self._train(T, cohort)
         broken = unencodable(models, "local training diverged")
         # Every client that trained diverged: the run has diverged even if W_g itself is finite.
-        all_diverged = len(broken) > 0 and len(broken) == len(self._trained(T))
+        all_diverged = len(broken) > 0 and len(broken) == len(self._trained(cohort))
         broken.update(self._apply_attack(models, T, broken))
         for i in broken:
             # Never sent (a setup dropout sends nothing); the protocol's participant refuses NaN/Inf models.
             models[i] = self.W_g
-        dropouts = self._dropouts(T)
-        if self.banned or broken:
+        dropouts = self._dropouts(T, cohort)
+        if banned or broken:
             # Named with evidence in an earlier round, or holding no encodable model: it takes no part
             # (as a setup dropout would).
-            dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(self.banned) | set(broken))
+            dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(banned) | set(broken))
         self._blamed: dict[int, str] = {}
         self._failure: str | None = None
         got, positions, lost, phase_s, nbytes = self._shuffle(models, dropouts, T)
         seconds.update(phase_s)
         lost.update(broken)
-        for i in self.banned:
-            lost[i] = f"banned: blamed in round {self.banned[i]}"
+        for i in banned:
+            lost[i] = f"banned: blamed in round {banned[i]}"
         for i in self._blamed:
             self.banned.setdefault(i, T)
-        skipped, accepted, counts = None, [], self._detection({}, set())
+        skipped, accepted, counts = None, [], row_counts(None, ())
         if not got:
             # Nothing delivered (a jammed round that named its jammer, every model diverged, too few
             # alive for the shuffle): W_g stays.
@@ -389,20 +411,8 @@ class Simulation:
             skipped = f"no model delivered: {self._failure} ({why})" if self._failure else f"no model delivered ({why})"
         else:
             t0 = time.perf_counter()
-            order = canonical_order(got)
-            row_of = {old: new for new, old in enumerate(order)}
-            positions = {i: row_of[r] for i, r in positions.items()}
-            U = np.stack([got[j] for j in order]).astype(np.float64) - self.W_g
-            try:
-                decision = self.rule.decide(U, round=T)  # one call: randomized rules draw from (seed, T)
-            except ConfigError as exc:
-                # Too few rows for the rule's assumptions (e.g. Krum needs n > 2f + 2): W_g stays.
-                skipped = f"rule {self.cfg.rule!r} refused {len(got)} rows: {exc}"
-            else:
-                accepted = list(decision.accepted)
-                counts = self._detection(positions, set(accepted), decision.weights)
-                with np.errstate(over="ignore", invalid="ignore"):
-                    self.W_g = (self.W_g + decision.aggregate).astype(np.float32)
+            res = self.fl(self.W_g, got, T, self._labels(positions, len(got)))
+            skipped, accepted, counts, self.W_g = res.skipped, list(res.accepted), res.counts, res.W_g
             seconds["detection"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -417,7 +427,9 @@ class Simulation:
             fpr=counts["honest_flagged"] / counts["honest_rows"] if counts["honest_rows"] else None,
             seconds=seconds, bytes=nbytes, models_received=len(got), models_accepted=len(accepted),
             dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
-            diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y), **counts,
+            diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y),
+            sampled=len(cohort), malicious_sampled=len(set(cohort) & set(self.malicious)) if self.attacked else 0,
+            **counts,
         )
 
     def _eval_set(self, last: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -457,13 +469,15 @@ class Simulation:
 
         Every other attribute is rebuilt from the configuration, and each round's
         randomness from ``(seed, T, ...)``; :mod:`reshuffle.sim.checkpoint` saves this.
+        The server optimiser's arrays are ``opt.<name>``.
         """
-        return {"global_model": self.W_g.copy()}, {"round": self._round,
-                                                   "banned": {str(i): T for i, T in self.banned.items()}}
+        arrays = {"global_model": self.W_g.copy(), **{OPT + k: v for k, v in self.fl.state().items()}}
+        return arrays, {"round": self._round, "banned": {str(i): T for i, T in self.banned.items()}}
 
     def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
         """Continue after round ``state["round"]`` (checked by :func:`reshuffle.sim.checkpoint.restore_simulation`)."""
         self.W_g = arrays["global_model"].copy()
+        self.fl.restore({k[len(OPT):]: v for k, v in arrays.items() if k.startswith(OPT)})
         self._round = state["round"]
         self.banned = {int(i): T for i, T in state["banned"].items()}
 
