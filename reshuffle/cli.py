@@ -128,18 +128,28 @@ def _non_negative_int(text: str) -> int:
 
 # (flag, type, help); dest = SimConfig field name. Defaults come from SimConfig,
 # so an option left out does not override a --config file.
+def _dataset_help() -> str:
+    from reshuffle.clients.data import dataset_names
+
+    return f"{', '.join(dataset_names())}, hf:NAME (a Hugging Face dataset) or a plug-in's name"
+
+
 _SIM_OPTIONS = [
-    ("--dataset", str, "digits (embedded), mnist, fashion-mnist"),
-    ("--data-dir", str, "folder with the idx files for mnist / fashion-mnist (default: data/<dataset>)"),
-    ("--model", str, "logreg, mlp, lenet5"),
+    ("--dataset", str, _dataset_help()),
+    ("--data-dir", str, "folder holding the dataset's files (default: data/<dataset>; for hf:NAME its cache)"),
+    ("--model", str, "logreg, mlp, lenet5, cnn, resnet18 or a plug-in's name"),
     ("--clients", _positive(int), "number of clients N"),
     ("--rounds", _positive(int), "number of rounds"),
     ("--local-epochs", _positive(int), "local epochs per round"),
     ("--batch-size", _positive(int), "local batch size"),
     ("--lr", _positive(float), "local learning rate alpha"),
     ("--optimizer", str, "sgd or adam"),
-    ("--partition", str, "iid or dirichlet"),
+    ("--partition", str, "iid, dirichlet, pathological, shard, natural (by writer) or dirichlet-legacy; "
+                         "Flower Datasets' partitions"),
     ("--alpha", _positive(float), "Dirichlet concentration (with --partition dirichlet)"),
+    ("--classes-per-client", _positive(int), "classes each client holds (with --partition pathological)"),
+    ("--shards-per-client", _positive(int), "label-sorted shards each client holds (with --partition shard)"),
+    ("--device", str, "auto (the best available), cpu, cuda, cuda:N or mps: where local training and evaluation run"),
     ("--attack", str, "an attack's name (none, sign-flip, alie, badnets, agr-tailored, ...; all are listed in "
                       "docs/fl.md)"),
     ("--malicious", _fraction, "fraction of malicious clients"),
@@ -170,6 +180,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cfg = from_mapping(values, SimConfig(), source=args.config or "config")
     explicit = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _SIM_OPTIONS}
     explicit = {k: v for k, v in explicit.items() if v is not None}
+    if args.local_bn:
+        explicit["local_bn"] = True
     if args.plugin:
         explicit["plugins"] = cfg.plugins + args.plugin
     if args.pre:
@@ -493,10 +505,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="run a simulated federation on Re-Shuffle")
     for flag, kind, text in _SIM_OPTIONS:
         sim.add_argument(flag, type=kind, default=None, help=text)
+    sim.add_argument("--local-bn", action="store_true", default=None,
+                     help="keep BatchNorm layers with each client (FedBN) instead of federating them")
     sim.add_argument("--config", help="TOML file with the same keys (command-line options win)")
     sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>)")
     sim.add_argument("--plugin", action="append", default=[],
-                     help="import this module first (it registers attacks, rules or pre-aggregators)")
+                     help="import this module first (it registers attacks, rules, pre-aggregators, models or "
+                          "datasets)")
     sim.add_argument("--pre", action="append", default=[],
                      help="pre-aggregator in front of the rule: nnm, bucketing, clip (repeat or comma-separate)")
     sim.add_argument("--threads", type=_positive(int), help="torch threads")
