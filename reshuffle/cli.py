@@ -360,6 +360,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
               f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds) in {out}, on {backend.name}", flush=True)
         if grid.skipped_rules:
             print(f"grid: rule(s) {', '.join(grid.skipped_rules)} not registered: left out", flush=True)
+        for setting, why in grid.needs_data(data_root).items():
+            print(f"grid: {setting.label} needs data, its cells wait: {why}", flush=True)
         res = run_grid(grid, out, backend, data_root, summary_grid=whole, max_cells=args.max_cells, quiet=args.quiet)
         summary, interrupted = res.summary, res.interrupted
         print(f"grid: ran {res.ran} cells ({res.failed} failed) in {res.wall_seconds:.0f} s: "
@@ -485,16 +487,20 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--jobs", type=_positive(int), help="local worker processes, one core each (default: all cores)")
     grid.add_argument("--ray", metavar="ADDRESS", help="run cells as Ray tasks on this cluster ('local': start one)")
     grid.add_argument("--full", action="store_true",
-                      help="every registered rule, Dir(0.5) and LeNet-5 too, 20 rounds")
+                      help="every registered rule, Dir(0.5) and LeNet-5 too, cifar10-dir0.3-cnn and "
+                           "femnist-natural-cnn (where their data is), 20 rounds")
     grid.add_argument("--config", help="grid TOML file overriding the default grid's axes and base settings")
-    grid.add_argument("--datasets", nargs="+", metavar="NAME", help="only these datasets (digits, mnist, fashion-mnist)")
-    grid.add_argument("--partitions", nargs="+", metavar="P", help="iid, dirichlet (alpha 0.3) or dirichlet:ALPHA")
+    grid.add_argument("--datasets", nargs="+", metavar="NAME", help=f"only these datasets ({_dataset_help()})")
+    grid.add_argument("--partitions", nargs="+", metavar="P",
+                      help="iid, natural, dirichlet[:ALPHA] (0.3), dirichlet-legacy[:ALPHA], pathological[:K] or "
+                           "shard[:K] (K per client, 2)")
     grid.add_argument("--attacks", nargs="+", metavar="NAME", help="only these attacks (the clean run is always in)")
     grid.add_argument("--rules", nargs="+", metavar="NAME", help="only these rules (FedAvg is always in)")
-    grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5)")
+    grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5, cnn, resnet18, "
+                                                                  "plug-ins)")
     grid.add_argument("--seeds", nargs="+", type=_non_negative_int, metavar="S", help="seeds (default 1 2 3)")
     grid.add_argument("--rounds", type=_positive(int), help="rounds per run")
-    grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding mnist/ and fashion-mnist/ (default: data/)")
+    grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding a folder per dataset (default: data/)")
     grid.add_argument("--max-cells", type=_positive(int), metavar="N", help="run at most N cells, then stop")
     grid.add_argument("--summary-only", action="store_true", help="only rebuild the summary from the stored cells")
     grid.add_argument("--docs", metavar="FILE",

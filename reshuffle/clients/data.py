@@ -158,7 +158,16 @@ class DatasetSpec:
 
     def folder(self, data_dir: str | Path | None = None) -> Path:
         """``data_dir``, or the default ``data/<name>``."""
-        return default_data_root() / self.name.replace(HF_PREFIX, "hf/", 1) if data_dir is None else Path(data_dir)
+        return self.folder_in(default_data_root()) if data_dir is None else Path(data_dir)
+
+    def folder_in(self, root: Path) -> Path:
+        """The dataset's folder in data root ``root``: ``root/<name>`` (``root/hf/<NAME>`` for ``hf:NAME``)."""
+        return Path(root) / self.name.replace(HF_PREFIX, "hf/", 1)
+
+    @property
+    def reads_files(self) -> bool:
+        """True for a dataset loaded from files (or, ``hf:NAME``, cached in its folder)."""
+        return self.needs is not _no_files or self.num_classes is None
 
     def missing(self, data_dir: str | Path | None = None) -> list[str]:
         """What the dataset's folder lacks (empty when it can be loaded)."""
