@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from reshuffle.clients import MODELS
 from reshuffle.errors import ReShuffleError
 
 
@@ -126,18 +127,19 @@ def _non_negative_int(text: str) -> int:
     return v
 
 
-# (flag, type, help); dest = SimConfig field name. Defaults come from SimConfig,
-# so an option left out does not override a --config file.
 def _dataset_help() -> str:
+    """The registered datasets, for help texts (the registry needs no torch)."""
     from reshuffle.clients.data import dataset_names
 
     return f"{', '.join(dataset_names())}, hf:NAME (a Hugging Face dataset) or a plug-in's name"
 
 
+# (flag, type, help); dest = SimConfig field name. Defaults come from SimConfig,
+# so an option left out does not override a --config file.
 _SIM_OPTIONS = [
     ("--dataset", str, _dataset_help()),
     ("--data-dir", str, "folder holding the dataset's files (default: data/<dataset>; for hf:NAME its cache)"),
-    ("--model", str, "logreg, mlp, lenet5, cnn, resnet18 or a plug-in's name"),
+    ("--model", str, f"{', '.join(MODELS)} or a plug-in's name"),
     ("--clients", _positive(int), "number of clients N"),
     ("--rounds", _positive(int), "number of rounds"),
     ("--local-epochs", _positive(int), "local epochs per round"),

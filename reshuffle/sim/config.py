@@ -111,12 +111,12 @@ class SimConfig:
         return self.n_malicious if self.cohort_size == self.clients else math.floor(self.malicious * self.cohort_size + 0.5)
 
     def validated(self) -> "SimConfig":
-        load_plugins(self.plugins)
         from reshuffle.clients.data import dataset_spec
-
-        spec = dataset_spec(self.dataset)
+        from reshuffle.clients.device import resolve_device
         from reshuffle.clients.models import check_model_name
 
+        load_plugins(self.plugins)  # first: plug-ins register datasets, models, attacks and rules
+        spec = dataset_spec(self.dataset)
         check_model_name(self.model)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("partition", self.partition, PARTITIONS)
@@ -124,8 +124,6 @@ class SimConfig:
             raise ConfigError(f"partition 'natural' splits by writer: dataset {self.dataset!r} has no natural ids")
         if not isinstance(self.local_bn, bool):
             raise ConfigError(f"local_bn must be true or false, got {self.local_bn!r}")
-        from reshuffle.clients.device import resolve_device
-
         resolve_device(self.device)  # refuses a device this machine lacks, before any data is loaded
         check_rule_name(self.rule)
         check_pre_names(self.pre)
