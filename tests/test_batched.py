@@ -39,8 +39,10 @@ def _both(model, digits, cfg, local_bn=False, engine="func"):
     return W_g, seq, bat, seq_local, bat_local
 
 
+# Convolutions through torch.func are covered by the BatchNorm CNN below (a grouped convolution per step is slow
+# on the CPU: the built-in CNN here would take seconds).
 @pytest.mark.parametrize("model, momentum, engine", [
-    ("cnn", 0.0, "func"), ("mlp", 0.9, "func"), ("lenet5", 0.5, "stacked"), ("logreg", 0.0, "stacked"),
+    ("mlp", 0.9, "func"), ("lenet5", 0.5, "stacked"), ("logreg", 0.0, "stacked"),
 ])
 def test_func_training_equals_sequential(digits, model, momentum, engine):
     m = build_model(model, digits.input_shape, 10, seed=3)
