@@ -269,8 +269,8 @@ def test_tagged_ot_answer_is_refused_before_anything_is_unmasked():
 class SlotThief(Participant):
     """Also writes a fake model and a guessed token into another participant's position."""
 
-    def _model_list(self):
-        lw, nrows = super()._model_list()
+    def _model_list(self, s):
+        lw, nrows = super()._model_list(s)
         p = self.params
         rows = lw.reshape(-1, p.row_words)
         victim = next(i for i in range(rows.shape[0]) if i != self.view.position)

@@ -84,8 +84,9 @@ def test_the_attacks_linked_every_model_on_the_protocol_they_were_found_on():
     r = reshuffle.shuffle(_updates(4), seed=4, adversaries=[b], n=N_SLOTS)
     view: PSView = b.server.view
     for pid, p in b.coalition.items():
-        view.colluders[pid] = {(m + 1, ShareKind.SELF_SEED): s for m, s in enumerate(p._keys.seeds)}
-        view.colluders[pid].update({(m + 1, ShareKind.DH_SECRET): k.secret for m, k in enumerate(p._keys.mask)})
+        keys = p.state.session.keys
+        view.colluders[pid] = {(m + 1, ShareKind.SELF_SEED): s for m, s in enumerate(keys.seeds)}
+        view.colluders[pid].update({(m + 1, ShareKind.DH_SECRET): k.secret for m, k in enumerate(keys.mask)})
     truth = {i: r.views[i].model_digest for i in range(N)}
     assert correct_links(link(view), truth, r.params) == list(range(N))
 
@@ -115,3 +116,15 @@ def test_a_flower_ps_that_replays_a_round_gets_no_answer_from_nodes_that_took_pa
     grid._T = 0  # the PS replays round 1 without the first node
     assert list(grid.send_and_receive(train(nodes[1:]), timeout=60)) == []
     assert len(lg.errors) >= 4 and all("round 1" in why and "took part" in why for _, why in lg.errors[-4:])
+
+
+def test_a_ps_that_complains_in_everyone_s_name_gets_no_secret():
+    # Before: each dealer answered the PS's complaint list with every complainer's shares in the
+    # clear, so one COMPLAINTS message per dealer gave the PS t shares of all its b and x.
+    b, r, honest = _play("complain-for-shares", 1)
+    assert b.links(r, honest) == []
+    from reshuffle.adversaries.linker import _secrets
+
+    assert not [k for k in _secrets(b.server.view) if k[0] in honest and k[1] == r.params.upload_m
+                and k[2].name == "DH_SECRET"]
+    assert not set(r.blamed) & set(honest)

@@ -70,7 +70,7 @@ def test_honest_counts_never_fail_the_bound(seed, members, decoys, drop):
     # holds every iteration (else an honest round would be opened for nothing).
     n, k = 4 * (members + decoys), min(8, 4 * (members + decoys))
     rng = SeededRandom(seed.to_bytes(8, "big"), b"test")
-    parties = {j: Reservation(sample_distinct(n, k, rng), rng) for j in range(members + decoys)}
+    parties = {j: Reservation.start(sample_distinct(n, k, rng)) for j in range(members + decoys)}
     present = set(parties)
     start_members, history = members, []
     for frac in drop:
@@ -78,15 +78,15 @@ def test_honest_counts_never_fail_the_bound(seed, members, decoys, drop):
         present -= gone
         counts = np.zeros(n, np.uint32)
         for j in present:
-            pick = parties[j].choose()
-            if pick is not None:
-                counts[pick] += 1
+            parties[j] = parties[j].choose(rng)
+            if parties[j].pick is not None:
+                counts[parties[j].pick] += 1
         U = sum(1 for j in present if j < members)
         bound = opening.count_bound(U, decoys, len(settled_slots(history)), start_members - U)
         assert opening.check_counts(counts, bound) is None
         history.append(tuple(int(c) for c in counts))
         for j in present:
-            parties[j].observe(counts)
+            parties[j] = parties[j].observe(counts)
 
 
 # ---------------------------------------------------------------- abusive count vectors
@@ -160,23 +160,23 @@ class _Victim(ParticipantBehaviour):
     name = "victim"
 
     class participant_class(Participant):
-        def _reservation_vector(self):
-            v = super()._reservation_vector()
-            if self._m == 1:
-                self.behaviour.picks[1] = self._reservation.pick
-            return v
+        def _reservation_vector(self, s):
+            s, v, rows = super()._reservation_vector(s)
+            if s.inv.m == 1:
+                self.behaviour.picks[1] = s.slots.reservation.pick
+            return s, v, rows
 
 
 class _Canceller(ParticipantBehaviour):
     name = "canceller"
 
     class participant_class(Participant):
-        def _reservation_vector(self):
-            v = super()._reservation_vector()
+        def _reservation_vector(self, s):
+            s, v, rows = super()._reservation_vector(s)
             target = self.behaviour.victim.picks.get(1)
-            if self._m == 1 and target is not None and target != self._reservation.pick:
+            if s.inv.m == 1 and target is not None and target != s.slots.reservation.pick:
                 v[target : target + 1] -= np.uint32(1)  # wraps to 2^32 - 1 when zero
-            return v
+            return s, v, rows
 
 
 @pytest.mark.parametrize("seed", [7, 8])
@@ -232,14 +232,14 @@ class _SilentAbuser(ParticipantBehaviour):
     name = "silent-abuser"
 
     class participant_class(Participant):
-        def _reservation_vector(self):
-            v = super()._reservation_vector()
-            if self._m == 1:
-                v[self._reservation.candidates] = 1
-            return v
+        def _reservation_vector(self, s):
+            s, v, rows = super()._reservation_vector(s)
+            if s.inv.m == 1:
+                v[list(s.slots.reservation.candidates)] = 1
+            return s, v, rows
 
-        def _on_open_request(self, m):
-            return []
+        def _on_open_request(self, s, m):
+            return s, []
 
 
 def test_a_member_silent_at_the_opening_is_dropped_not_named():

@@ -166,17 +166,16 @@ def test_reservation_ends_only_when_no_honest_party_can_still_settle(members, de
     # Honest parties (decoys included) pick by the rule; the reservation stops where slots_done says.
     n, k = 4 * (members + decoys), 8
     rng = SeededRandom(seed.to_bytes(4, "big"), b"test")
-    parties = [Reservation(sample_distinct(n, min(k, n), rng), rng) for _ in range(members + decoys)]
+    parties = [Reservation.start(sample_distinct(n, min(k, n), rng)) for _ in range(members + decoys)]
     history = []
     for _ in range(8):
         counts = np.zeros(n, dtype=np.int64)
+        parties = [p_.choose(rng) for p_ in parties]
         for p_ in parties:
-            pick = p_.choose()
-            if pick is not None:
-                counts[pick] += 1
+            if p_.pick is not None:
+                counts[p_.pick] += 1
         history.append(tuple(int(c) for c in counts))
-        for p_ in parties:
-            p_.observe(counts)
+        parties = [p_.observe(counts) for p_ in parties]
         if opening.slots_done(members, decoys, len(settled_slots(history)), 0):
             # Assert: every party holds a slot, so no further iteration could change anything.
             assert all(p_.slot is not None for p_ in parties)

@@ -52,13 +52,14 @@ class PSView:
     vectors: list[msg.MaskedInput] = field(default_factory=list)
     shares: list[msg.UnmaskResponse] = field(default_factory=list)
     reveals: list[msg.OpenReveal] = field(default_factory=list)
+    answers: list[msg.ComplaintAnswer] = field(default_factory=list)  # shares published against complaints
     #: every OT table it drew: the tokens by slot (the PS is the OT sender)
     tables: list[list[bytes]] = field(default_factory=list)
     #: h_m of a reservation iteration -> index in ``tables`` of its slot phase's table
     table_of: dict[bytes, int] = field(default_factory=dict)
     #: (sender, m, h) -> the mask set that sender was led to use
     mask_sets: dict[tuple[int, int, bytes], tuple[int, ...]] = field(default_factory=dict)
-    #: colluding participant -> {(m, kind): secret}
+    #: colluding participant -> {(m, kind): its secret, "held": {(owner, m, kind): its share of owner's secret}}
     colluders: dict[int, dict[tuple[int, ShareKind], int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -81,6 +82,8 @@ class PSView:
             self.shares.append(m)
         elif isinstance(m, msg.OpenReveal):
             self.reveals.append(m)
+        elif isinstance(m, msg.ComplaintAnswer):
+            self.answers.append(m)
 
 
 @dataclass
@@ -97,8 +100,10 @@ def _secrets(view: PSView) -> dict[tuple[int, int, ShareKind], int]:
     g, p = view.group, view.params
     out: dict[tuple[int, int, ShareKind], int] = {}
     for pid, known in view.colluders.items():
-        for (m, kind), s in known.items():
-            out[(pid, m, kind)] = s
+        for key, s in known.items():
+            if key != "held":
+                m, kind = key
+                out[(pid, m, kind)] = s
     for rv in view.reveals:
         adv = view.adverts.get(rv.sender)
         if adv is not None and 1 <= rv.m <= p.M and g.base_mul(rv.x) == adv.mask_keys[rv.m - 1]:
@@ -107,6 +112,16 @@ def _secrets(view: PSView) -> dict[tuple[int, int, ShareKind], int]:
     for resp in view.shares:
         for owner, kind, sh in resp.shares:
             pooled[(owner, resp.m, kind)][sh.x] = sh.y
+    for ans in view.answers:
+        # A dealer's published shares at complainer j's point, in commitment order b_1, x_1, b_2, ...
+        for j, ys in ans.shares:
+            for idx, y in enumerate(ys[: 2 * p.M]):
+                kind = ShareKind.DH_SECRET if idx % 2 else ShareKind.SELF_SEED
+                pooled[(ans.sender, idx // 2 + 1, kind)][j + 1] = y
+    for pid, known in view.colluders.items():
+        # A colluder's shares of everyone's secrets: what it holds at its own point (not revealed).
+        for (owner, m, kind), y in known.get("held", {}).items():
+            pooled[(owner, m, kind)][pid + 1] = y
     shamir = Shamir(g.order, p.t)
     for (owner, m, kind), ys in pooled.items():
         adv = view.adverts.get(owner)

@@ -15,12 +15,15 @@ the PS links no honest participant to its model.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from reshuffle.adversaries.base import PSBehaviour, Verdict, register_adversary
 from reshuffle.adversaries.linker import PSView, correct_links, link
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant
+from reshuffle.protocol.phases import PPhase
 from reshuffle.protocol.server import Server
 
 
@@ -47,6 +50,15 @@ class CuriousServer(Server):
         for i in self._mask_set:
             self.view.mask_sets[(i, m, self._h)] = tuple(self._mask_set)
         return live
+
+
+def colluder_secrets(p: Participant) -> dict:
+    """Everything a colluding participant hands the PS: its own secrets and the shares it holds."""
+    keys = p.state.session.keys
+    held = {(owner, idx // 2 + 1, ShareKind.DH_SECRET if idx % 2 else ShareKind.SELF_SEED): y
+            for owner, ys in p.state.held.items() for idx, y in enumerate(ys)}
+    return {**{(m + 1, ShareKind.SELF_SEED): b for m, b in enumerate(keys.seeds)},
+            **{(m + 1, ShareKind.DH_SECRET): kp.secret for m, kp in enumerate(keys.mask)}, "held": held}
 
 
 class LinkingPS(PSBehaviour):
@@ -79,12 +91,9 @@ class LinkingPS(PSBehaviour):
         """Honest participants the PS linked to their own model."""
         view = self.server.view
         for pid, p in self.coalition.items():
-            keys = getattr(p, "_keys", None)
+            keys = p.state.session.keys if p.state.session else None
             if keys is not None:
-                view.colluders[pid] = {
-                    **{(m + 1, ShareKind.SELF_SEED): b for m, b in enumerate(keys.seeds)},
-                    **{(m + 1, ShareKind.DH_SECRET): kp.secret for m, kp in enumerate(keys.mask)},
-                }
+                view.colluders[pid] = colluder_secrets(p)
         truth = {i: result.views[i].model_digest for i in honest if result.views[i].model_digest}
         return correct_links(link(view), truth, view.params)
 
@@ -121,14 +130,12 @@ class OpenAfterUpload(LinkingPS):
 class _FalseObjector(Participant):
     """Objects to the counts that end the reservation instead of uploading, though its pick settled."""
 
-    def _masked_input(self, m: int, h: bytes):
-        slot = self._reservation.slot
-        if m != self.params.upload_m or slot is None:
-            return super()._masked_input(m, h)
-        from reshuffle.protocol.phases import PPhase
-
-        self.phase = PPhase.OBJECTED
-        return msg.Objection(self.T, m, self.pid, slot, h)
+    def _on_mask_request(self, s, m):
+        nxt, out = super()._on_mask_request(s, m)
+        slot = nxt.slots.reservation.slot
+        if m.m != self.params.upload_m or slot is None:
+            return nxt, out
+        return replace(nxt, phase=PPhase.OBJECTED), [msg.Objection(self.T, m.m, self.pid, slot, nxt.inv.h[m.m])]
 
 
 @register_adversary("object-at-upload")
@@ -138,3 +145,22 @@ class ObjectAtUpload(LinkingPS):
     stopped_by = "after the reservation ended, an objection ends the round"
     colluders = (1,)
     colluder_class = _FalseObjector
+
+
+@register_adversary("complain-for-shares")
+class ComplainForShares(LinkingPS):
+    """Sends every dealer complaints in the names of all the others, to have every share published.
+
+    Complaints are the PS's to relay: it can also induce honest ones, by withholding a dealer's
+    ciphertexts from its recipients. Each answer publishes the complainers' shares of all 2M
+    secrets of the dealer; t of them give the PS every b and x of that dealer, hence its upload.
+    """
+
+    stopped_by = "a dealer answers complaints once, for at most t − 1 − c complainers (§6.4)"
+
+    class server_class(CuriousServer):
+        def _on_ot_request(self, sender, m):
+            super()._on_ot_request(sender, m)
+            for dealer in self.online[0]:
+                if dealer != sender:
+                    self._complaints.setdefault(dealer, set()).add(sender)

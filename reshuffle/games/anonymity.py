@@ -48,15 +48,13 @@ class AnswersTwice(Participant):
 
     def handle(self, data: bytes) -> list[bytes]:
         if self.phase is PPhase.DONE:
-            m = msg.decode(data, self._ctx)
+            m = msg.decode(data, self.ctx)
             if isinstance(m, msg.UnmaskRequest):
-                saved = self._mask_set  # forget the request: the next one is judged afresh
+                # Each request is judged afresh against the state after the certified reveal.
                 try:
-                    return [self._reveal(m.m, m.online).encode(self._sk)]
+                    return [self._reveal(self.state, m.m, m.online)[1].encode(self._sk)]
                 except ProtocolError:
                     return []
-                finally:
-                    self._mask_set = saved
         return super().handle(data)
 
 
@@ -116,7 +114,7 @@ class CuriousPS:
                 if x_i is not None:
                     streams.append((pair_key(s.T, m, i, j, x_i, keys[j], s._h, position), -pair_sign(i, j)))
                 elif j in self.colluders:
-                    x_j = self.colluders[j]._keys.mask[m - 1].secret
+                    x_j = self.colluders[j].state.session.keys.mask[m - 1].secret
                     streams.append((pair_key(s.T, m, j, i, x_j, keys[i], s._h, position), -pair_sign(i, j)))
             accumulate_streams(row, streams)
             off = p.d + credential.pad_bytes(p.d * row.itemsize) // row.itemsize

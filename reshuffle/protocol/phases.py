@@ -38,7 +38,8 @@ class PPhase(enum.Enum):
     AWAIT_START = "await ROUND_START (§5.0)"
     AWAIT_ADVERTS = "await ADVERTISE_LIST (§5.1)"
     AWAIT_SHARES = "await SHARE_DELIVERY (§5.1–5.2)"
-    AWAIT_OT = "await OT_RESPONSE (§5.2)"
+    AWAIT_OT = "await OT_RESPONSE (§5.2), or COMPLAINTS about its shares (§6.4)"
+    ANSWERED = "answered the complaints about its shares: await OT_RESPONSE (§5.2, §6.4)"
     AWAIT_FIRST = "await UNMASK_REQUEST of iteration 1, or MASK_REQUEST 2 that abandons it after complaints (§5a)"
     AWAIT_MASK = "await MASK_REQUEST (§6.1), or OPEN_REQUEST of the last iteration (§8.2)"
     AWAIT_LIST = ("sent a count vector: await UNMASK_REQUEST with U_m (§6.2–6.3), or OPEN_REQUEST of the last "
@@ -61,6 +62,7 @@ PARTICIPANT_TABLE: dict[PPhase, dict[MsgType, str]] = {
     PPhase.AWAIT_ADVERTS: {MsgType.ADVERTISE_LIST: "_on_advertise_list"},
     PPhase.AWAIT_SHARES: {MsgType.SHARE_DELIVERY: "_on_share_delivery"},
     PPhase.AWAIT_OT: {MsgType.OT_RESPONSE: "_on_ot_response", MsgType.COMPLAINTS: "_on_complaints"},
+    PPhase.ANSWERED: {MsgType.OT_RESPONSE: "_on_ot_response"},
     PPhase.AWAIT_FIRST: {MsgType.UNMASK_REQUEST: "_on_unmask_request", MsgType.MASK_REQUEST: "_on_first_abandoned"},
     PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request", MsgType.OPEN_REQUEST: "_on_open_request"},
     PPhase.AWAIT_LIST: {MsgType.UNMASK_REQUEST: "_on_unmask_request", MsgType.OPEN_REQUEST: "_on_open_request"},

@@ -341,6 +341,16 @@ class Server:
     def _close_ot(self) -> Outbox:
         self._answers: dict[int, bytes] = {}
         accused = {d: c for d, c in self._complaints.items() if d not in self.excluded and c - self.excluded}
+        for d in sorted(accused):
+            # A wrong Ĉ fails every recipient's check; it names its dealer from signed messages alone,
+            # whatever the dealer answers (S·t exponentiations, only for an accused dealer).
+            try:
+                cpl.check_combined(self._dealers[d])
+            except InvalidShare as exc:
+                self._name(d, cpl.ShareEvidence(cpl.KIND_BAD_COMMITMENT, d, msg.relay_bytes(self._adverts[d]),
+                                                msg.relay_bytes(self._dealer_bundles[d])))
+                self.errors.append(ErrorRecord(self.phase_name, d, exc))
+                self.excluded.add(d)
         if not accused:
             # The OT answers come first: every member checks their proofs before it consents to U_1.
             return self._ot_answers_out(set()) + self._close_masked()
@@ -355,7 +365,7 @@ class Server:
         self._phase_start = 2
         self.phase = SPhase.COMPLAINTS
         return [(d, msg.Complaints(self.T, 0, SERVER_ID, tuple(sorted(c))).encode(self._sk))
-                for d, c in sorted(accused.items())]
+                for d, c in sorted(accused.items()) if d not in self.excluded]
 
     def _on_complaint_answer(self, sender: int, a: msg.ComplaintAnswer) -> None:
         want = self._complaints.get(sender, set())
