@@ -134,18 +134,31 @@ def _dataset_help() -> str:
     return f"{', '.join(dataset_names())}, hf:NAME (a Hugging Face dataset) or a plug-in's name"
 
 
-# (flag, type, help); dest = SimConfig field name. Defaults come from SimConfig,
+def _share(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid fraction {text!r}") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"fraction {text!r} must lie in (0, 1]")
+    return v
+
+
+# (flag, type, help); dest = SimConfig field name. Defaults come from SimConfig (the help shows them),
 # so an option left out does not override a --config file.
 _SIM_OPTIONS = [
     ("--dataset", str, _dataset_help()),
     ("--data-dir", str, "folder holding the dataset's files (default: data/<dataset>; for hf:NAME its cache)"),
     ("--model", str, f"{', '.join(MODELS)} or a plug-in's name"),
     ("--clients", _positive(int), "number of clients N"),
+    ("--fraction", _share, "fraction of the clients sampled for each round (seeded; attackers like everyone)"),
+    ("--clients-per-round", _positive(int), "clients sampled for each round, instead of --fraction "
+                                            "(default: all)"),
     ("--rounds", _positive(int), "number of rounds"),
     ("--local-epochs", _positive(int), "local epochs per round"),
     ("--batch-size", _positive(int), "local batch size"),
     ("--lr", _positive(float), "local learning rate alpha"),
-    ("--optimizer", str, "sgd or adam"),
+    ("--optimizer", str, "local optimizer: sgd or adam"),
     ("--partition", str, "iid, dirichlet, pathological, shard, natural (by writer) or dirichlet-legacy; "
                          "Flower Datasets' partitions"),
     ("--alpha", _positive(float), "Dirichlet concentration (with --partition dirichlet)"),
@@ -158,26 +171,50 @@ _SIM_OPTIONS = [
     ("--rule", str, "default (chosen by its worst case in the detection grid), fedavg, krum, multi-krum, bulyan, "
                     "cosine, fltrust, median, trimmed-mean, cclip, geomed, dnc, flame, signguard, ...; join with + to "
                     "intersect (signguard+flame)"),
-    ("--f", _non_negative_int, "attackers the rule assumes (default: the simulated number)"),
-    ("--dropout", _fraction, "fraction of clients that drop out each round (at a random phase)"),
+    ("--f", _non_negative_int, "attackers the rule assumes per round (default: the expected number in a round)"),
+    ("--server-opt", str, "server optimiser stepping from the rule's aggregate: sgd, momentum (FedAvgM), adam, "
+                          "yogi (FedOpt)"),
+    ("--server-lr", _positive(float), "server step size (default: 1 for sgd and momentum, 0.01 for adam and "
+                                      "yogi)"),
+    ("--dropout", _fraction, "fraction of a round's clients that drop out (at a random phase)"),
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
     ("--training", str, "auto, batched (all clients in one stacked computation) or sequential"),
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
     ("--group-size", _positive(int), "anonymity groups of about this size (real shuffle; default: one group)"),
-    ("--seed", _non_negative_int, "seed of data split, initial model, training order, attacks"),
+    ("--seed", _non_negative_int, "seed of data split, initial model, sampling, training order, attacks"),
     ("--root-samples", _positive(int), "size of FLTrust's server root dataset"),
-    ("--eval-subset", _positive(int), "evaluate on this many fixed test samples in every round but the last"),
+    ("--eval-subset", _positive(int), "evaluate on this many fixed test samples in every round but the last "
+                                      "(default: all)"),
     ("--adversary", str, "protocol adversary played in every real round (names: reshuffle redteam --json)"),
 ]
+
+
+def _help_with_default(flag: str, text: str) -> str:
+    """``text`` with SimConfig's default for ``flag`` (unless the text says it, or there is none)."""
+    from reshuffle.sim.config import SimConfig
+
+    default = SimConfig().as_dict().get(flag[2:].replace("-", "_"))
+    if "default" in text or default is None:
+        return text
+    return f"{text} (default: {default})"
+
+
+class _Interrupted(Exception):
+    """Ctrl-C during a simulation whose finished rounds are checkpointed in ``out``."""
+
+    def __init__(self, out: str, cfg) -> None:
+        self.out, self.cfg = out, cfg
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from reshuffle.sim import from_mapping, load_toml
     from reshuffle.sim.config import SimConfig
-    from reshuffle.sim.report import default_out_dir
+    from reshuffle.sim.report import claim_out_dir, default_out_dir
 
     if args.resume is not None:
         return _resume_simulation(args)
+    if args.overwrite and not (args.out or args.config):
+        raise ReShuffleError("--overwrite replaces the run in --out: give --out")
     values = load_toml(args.config) if args.config else {}
     cfg = from_mapping(values, SimConfig(), source=args.config or "config")
     explicit = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _SIM_OPTIONS}
@@ -191,38 +228,58 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     out = args.out or cfg.out or str(default_out_dir())
     explicit["out"] = out
     cfg = from_mapping(explicit, cfg, source="command line")
+    claim_out_dir(out, overwrite=args.overwrite)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    data = _run_with_progress(cfg, out, quiet=args.quiet)
-    diverged = f"; the global model diverged in round {data['diverged_at']}" if data["diverged_at"] else ""
-    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds{diverged}; outputs in {out}")
-    return 0
+    return _finish(_run_with_progress(cfg, out, quiet=args.quiet), cfg, out)
 
 
-# Options that leave a run's results unchanged, so they may come with --resume.
-_RESUME_ALLOWS = {"resume", "quiet", "threads", "func", "cmd"}
+# Options that may come with --resume: they leave a run's results unchanged, name what the checkpoint may
+# not (the plug-ins, checked against its hashes, and where the data lies), or extend it (--rounds).
+_RESUME_ALLOWS = {"resume", "quiet", "threads", "func", "cmd", "plugin", "data_dir", "rounds"}
 
 
 def _resume_simulation(args: argparse.Namespace) -> int:
     from reshuffle.sim.checkpoint import load_simulation
 
     given = sorted(f"--{k.replace('_', '-')}" for k, v in vars(args).items()
-                   if k not in _RESUME_ALLOWS and v not in (None, []))
+                   if k not in _RESUME_ALLOWS and v not in (None, [], False))
     if given:
         raise ReShuffleError(f"--resume continues a run with the settings it started with; "
                              f"leave out {', '.join(given)}")
-    cfg, ck = load_simulation(args.resume)
+    cfg, ck = load_simulation(args.resume, plugins=args.plugin, data_dir=args.data_dir, rounds=args.rounds)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     print(f"resuming {args.resume} after round {ck.round} of {cfg.rounds}")
-    data = _run_with_progress(cfg, args.resume, quiet=args.quiet, resume=ck)
+    return _finish(_run_with_progress(cfg, args.resume, quiet=args.quiet, resume=ck), cfg, args.resume)
+
+
+def _finish(data: dict, cfg, out: str) -> int:
+    """Print the run's outcome; rounds that kept W_g are named on stderr (metrics.json has every reason)."""
+    skipped = data["skipped_rounds"]
+    if skipped:
+        first = min(skipped, key=int)
+        print(f"reshuffle: warning: {len(skipped)} of {data['rounds_run']} rounds left the global model unchanged; "
+              f"round {first}: {skipped[first]}", file=sys.stderr)
     diverged = f"; the global model diverged in round {data['diverged_at']}" if data["diverged_at"] else ""
-    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds{diverged}; outputs in {args.resume}")
+    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds{diverged}; outputs in {out}")
     return 0
+
+
+def resume_command(out: str, cfg) -> str:
+    """The command that continues the run checkpointed in ``out``."""
+    import shlex
+
+    parts = ["reshuffle", "simulate", "--resume", out]
+    for p in cfg.plugins:
+        parts += ["--plugin", p]
+    if cfg.data_dir:
+        parts += ["--data-dir", cfg.data_dir]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def _run_with_progress(cfg, out: str, quiet: bool, resume=None) -> dict:
@@ -239,19 +296,23 @@ def _run_with_progress(cfg, out: str, quiet: bool, resume=None) -> dict:
         checkpoint.save(out, checkpoint.simulation_checkpoint(sim, records))
         write_metrics(out, sim.result(records))  # atomically, so an interrupted run keeps its rounds
 
-    if quiet:
-        return write_outputs(out, sim.result(sim.run(save, records)))
-    cols = (TextColumn("round"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn())
-    with Progress(*cols, transient=False) as bar:
-        task = bar.add_task("rounds", total=cfg.rounds, completed=done, status="training")
+    try:
+        if quiet:
+            return write_outputs(out, sim.result(sim.run(save, records)))
+        cols = (TextColumn("round"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn())
+        with Progress(*cols, transient=False) as bar:
+            task = bar.add_task("rounds", total=cfg.rounds, completed=done, status="training")
 
-        def on_round(rec) -> None:
-            save(rec)
-            det = "".join(f" {k} {v:.2f}" for k, v in (("tpr", rec.tpr), ("fpr", rec.fpr)) if v is not None)
-            status = f"skipped ({rec.skipped})" if rec.skipped else f"accuracy {rec.accuracy:.4f}{det}"
-            bar.update(task, advance=1, status=status)
+            def on_round(rec) -> None:
+                save(rec)
+                det = "".join(f" {k} {v:.2f}" for k, v in (("tpr", rec.tpr), ("fpr", rec.fpr)) if v is not None)
+                status = f"skipped ({rec.skipped})" if rec.skipped else f"accuracy {rec.accuracy:.4f}{det}"
+                bar.update(task, advance=1, status=status)
 
-        data = sim.result(sim.run(on_round, records))
+            data = sim.result(sim.run(on_round, records))
+    except KeyboardInterrupt:
+        raise _Interrupted(out, cfg) from None
     write_outputs(out, data)
     return data
 
@@ -346,9 +407,12 @@ def cmd_grid(args: argparse.Namespace) -> int:
     if args.config:
         whole = load_grid_toml(args.config, whole)
     sel = Selection(datasets=args.datasets, partitions=args.partitions, attacks=args.attacks, rules=args.rules,
-                    seeds=args.seeds, models=args.models, rounds=args.rounds)
+                    seeds=args.seeds, models=args.models, rounds=args.rounds, fraction=args.fraction,
+                    server_opt=args.server_opt, server_lr=args.server_lr)
     whole = sel.apply_base(whole)
     grid = validate(sel.apply(whole))
+    if any((args.datasets, args.partitions, args.attacks, args.rules, args.seeds, args.models)):
+        whole = None  # a subset named on the command line is summarised against its own cells
     out = Path(args.out)
     data_root = Path(args.data_dir_root) if args.data_dir_root else default_data_root()
     if args.summary_only:
@@ -502,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                                   "plug-ins)")
     grid.add_argument("--seeds", nargs="+", type=_non_negative_int, metavar="S", help="seeds (default 1 2 3)")
     grid.add_argument("--rounds", type=_positive(int), help="rounds per run")
+    grid.add_argument("--fraction", type=_share, help="fraction of the clients sampled for each round (default: all)")
+    grid.add_argument("--server-opt", help="server optimiser: sgd, momentum, adam, yogi (default: sgd)")
+    grid.add_argument("--server-lr", type=_positive(float), help="server step size (default: the optimiser's)")
     grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding a folder per dataset (default: data/)")
     grid.add_argument("--max-cells", type=_positive(int), metavar="N", help="run at most N cells, then stop")
     grid.add_argument("--summary-only", action="store_true", help="only rebuild the summary from the stored cells")
@@ -512,11 +579,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="run a simulated federation on Re-Shuffle")
     for flag, kind, text in _SIM_OPTIONS:
-        sim.add_argument(flag, type=kind, default=None, help=text)
+        sim.add_argument(flag, type=kind, default=None, help=_help_with_default(flag, text))
     sim.add_argument("--local-bn", action="store_true", default=None,
                      help="keep BatchNorm layers with each client (FedBN) instead of federating them")
     sim.add_argument("--config", help="TOML file with the same keys (command-line options win)")
-    sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>)")
+    sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>); refused if it holds a run")
+    sim.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     sim.add_argument("--plugin", action="append", default=[],
                      help="import this module first (it registers attacks, rules, pre-aggregators, models or "
                           "datasets)")
@@ -525,8 +593,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--threads", type=_positive(int), help="torch threads")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.add_argument("--resume", metavar="OUT_DIR",
-                     help="continue the run whose output folder this is from its last finished round "
-                          "(its own settings; only --quiet and --threads may come with it)")
+                     help="continue the run whose output folder this is from its last finished round, with its "
+                          "own settings; give its --plugin and --data-dir again (checked, never read from the "
+                          "checkpoint), and --rounds N to extend a finished run")
     sim.set_defaults(func=cmd_simulate)
 
     soak = sub.add_parser("soak", help="the Flower app on a real SuperLink and SuperNodes, under kills, pauses, "
@@ -550,6 +619,18 @@ def main(argv: list[str] | None = None) -> int:
     except ReShuffleError as exc:
         print(f"reshuffle: error: {exc}", file=sys.stderr)
         return 2
+    except _Interrupted as stop:
+        from reshuffle.sim import checkpoint
+
+        try:
+            done = checkpoint.load(stop.out).round
+        except checkpoint.CheckpointError:
+            print(f"reshuffle: interrupted before the first round finished; nothing to resume in {stop.out}",
+                  file=sys.stderr)
+        else:
+            print(f"reshuffle: interrupted after round {done} of {stop.cfg.rounds}; continue with:\n"
+                  f"  {resume_command(stop.out, stop.cfg)}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("reshuffle: interrupted", file=sys.stderr)
         return 130

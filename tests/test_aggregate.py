@@ -162,3 +162,14 @@ def test_optimiser_options_are_checked_by_name():
     with pytest.raises(ConfigError, match="momentum must be a number in"):
         make_server_optimizer("momentum", momentum=1.0)
     assert sorted(SERVER_OPTIMIZERS) == ["adam", "momentum", "sgd", "yogi"]
+
+
+def test_the_flower_server_app_takes_its_step_from_the_server_layer_not_the_simulator():
+    import ast
+    from pathlib import Path
+
+    import reshuffle.flower.server_app as server_app
+
+    tree = ast.parse(Path(server_app.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "reshuffle.sim.simulator" not in imported and "reshuffle.server.aggregate" in imported

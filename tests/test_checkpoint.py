@@ -264,7 +264,8 @@ def test_resume_on_the_command_line_takes_nothing_else(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["simulate", "--dataset", "digits", "--model", "logreg", "--clients", "4", "--rounds", "2",
                  "--shuffle", "none", "--out", str(out), "--quiet"]) == 0
-    for extra in (["--rounds", "3"], ["--out", str(tmp_path)], ["--pre", "clip"], ["--config", "x.toml"]):
+    for extra in (["--seed", "3"], ["--out", str(tmp_path)], ["--pre", "clip"], ["--config", "x.toml"],
+                  ["--overwrite"]):
         assert main(["simulate", "--resume", str(out), *extra]) == 2
         assert f"leave out {extra[0]}" in capsys.readouterr().err
     raw = (out / checkpoint.FILE).read_bytes()

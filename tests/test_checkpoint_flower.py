@@ -161,3 +161,15 @@ def test_dropin_recipe_saves_with_flowers_evaluate_fn_and_resumes_with_initial_a
         assert a.tobytes() == b.tobytes()
     np.testing.assert_allclose(resumed["w"].numpy(), 8 / 16 + 1.5 * (1 + 1 / 2 + 1 / 4 + 1 / 8))
     assert checkpoint.load(tmp_path).round == 4
+
+
+def test_a_new_run_refuses_an_out_dir_holding_a_run_unless_overwrite(tmp_path):
+    from reshuffle.errors import ConfigError
+
+    _server(tmp_path, rounds=1)
+    first = (tmp_path / "metrics.json").read_bytes()
+    with pytest.raises(ConfigError, match="holds a run .*overwrite = true replaces it"):
+        _server(tmp_path, rounds=1)
+    assert (tmp_path / "metrics.json").read_bytes() == first
+    _server(tmp_path, rounds=1, overwrite=True)
+    assert json.loads((tmp_path / "metrics.json").read_text())["rounds_run"] == 1

@@ -202,8 +202,9 @@ class Grid:
             if s.get("f") is None:
                 from reshuffle.sim.config import SimConfig
 
-                s["f"] = dataclasses.replace(SimConfig(), clients=s.get("clients", SimConfig.clients),
-                                             malicious=s.get("malicious", SimConfig.malicious)).n_malicious
+                # The attacked runs' f: the expected attackers in a round (its cohort, with sampling).
+                sizes = {k: s[k] for k in ("clients", "malicious", "fraction", "clients_per_round") if k in s}
+                s["f"] = dataclasses.replace(SimConfig(), **sizes).rule_f
             s["malicious"] = 0.0
         if data_root is not None:
             from reshuffle.clients.data import dataset_spec
@@ -371,6 +372,10 @@ class Selection:
     seeds: list[int] | None = None
     models: list[str] | None = None
     rounds: int | None = None
+    #: Base settings every cell takes (None: the grid's): client sampling and the server optimiser.
+    fraction: float | None = None
+    server_opt: str | None = None
+    server_lr: float | None = None
 
     def apply(self, grid: Grid) -> Grid:
         over: dict[str, Any] = {}
@@ -395,5 +400,7 @@ class Selection:
 
     def apply_base(self, grid: Grid) -> Grid:
         """``grid`` with the base settings this selection changes (they change every cell)."""
-        base = dict(grid.base) | ({} if self.rounds is None else {"rounds": self.rounds})
+        given = {"rounds": self.rounds, "fraction": self.fraction, "server_opt": self.server_opt,
+                 "server_lr": self.server_lr}
+        base = dict(grid.base) | {k: v for k, v in given.items() if v is not None}
         return dataclasses.replace(grid, base=tuple(base.items()))

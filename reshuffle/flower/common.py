@@ -16,7 +16,8 @@ ATTACKER_METRIC = "reshuffle-attacker"  # only in replies of nodes whose own nod
 FORBIDDEN_CONFIG = ("attack", "score", "score-detection", "malicious", "attack-options")
 
 # Run-config keys that are not SimConfig settings.
-FLOWER_KEYS = {"out-dir", "phase-timeout", "train-timeout", "round-timeout", "key-dir", "r-max", "resume"}
+FLOWER_KEYS = {"out-dir", "phase-timeout", "train-timeout", "round-timeout", "key-dir", "r-max", "resume",
+               "overwrite"}
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class FlowerSettings:
     key_dir: str
     r_max: int | None = None  # reservation iterations (RoundParams.R_max); None: the protocol's default
     resume: str = ""  # output folder of an earlier run to continue from its checkpoint; "": a new run
+    overwrite: bool = False  # a new run may replace the run in out_dir
 
 
 def _positive(run_config: dict[str, Any], key: str, default: float) -> float:
@@ -67,8 +69,15 @@ def settings(run_config: dict[str, Any]) -> FlowerSettings:
     return FlowerSettings(
         sim, str(run_config.get("out-dir", "")), phase, train,
         _positive(run_config, "round-timeout", train + 30 * phase), str(run_config.get("key-dir", "")),
-        None if r_max == "" else r_max, str(run_config.get("resume", "")),
+        None if r_max == "" else r_max, str(run_config.get("resume", "")), _flag(run_config, "overwrite"),
     )
+
+
+def _flag(run_config: dict[str, Any], key: str) -> bool:
+    v = run_config.get(key, False)
+    if not isinstance(v, bool):
+        raise ConfigError(f"{key} must be true or false, got {v!r}")
+    return v
 
 
 def resume_identity(s: FlowerSettings) -> dict[str, Any]:

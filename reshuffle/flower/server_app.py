@@ -35,7 +35,8 @@ from reshuffle.server import make_rule
 from reshuffle.server.aggregate import FLStep
 from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim import checkpoint
-from reshuffle.sim.report import metrics, write_outputs
+from reshuffle.sim.config import SimConfig
+from reshuffle.sim.report import claim_out_dir, metrics, write_outputs
 from reshuffle.sim.record import RoundRecord
 
 app = ServerApp()
@@ -156,7 +157,7 @@ class _Run:
         nodes take part in each round number once.
         """
         ck = checkpoint.load(folder, kind=KIND)
-        checkpoint.check_config(ck, self.identity, f"the Flower run in {folder}")
+        checkpoint.check_config(ck, self.identity, f"the Flower run in {folder}", SimConfig().as_dict())
         where = checkpoint.path_of(folder)
         W = ck.arrays.get("global_model")
         if W is None or W.dtype != np.float32 or W.shape != self.W_g.shape:
@@ -237,6 +238,8 @@ class _Run:
 def main(grid: Grid, context: Context) -> None:
     s = settings(dict(context.run_config))
     out = s.out_dir or s.resume or str(Path("outputs/flower") / time.strftime("%Y%m%d-%H%M%S"))
+    if not s.resume:
+        claim_out_dir(out, s.overwrite, ("overwrite = true", f'resume = "{out}"', "another out-dir"))
     run = _Run(s, Path(out))
     first = 1
     if s.resume:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
 import math
-import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -15,6 +13,7 @@ from reshuffle.clients import OPTIMIZERS, PARTITIONS
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.params import GROUPS
 from reshuffle.server import check_pre_names, check_rule_name
+from reshuffle.sim.plugins import load_plugins
 
 SHUFFLES = ("real", "ideal", "none")
 TRAININGS = ("auto", "batched", "sequential")
@@ -134,9 +133,17 @@ class SimConfig:
         from reshuffle.server.optimizers import make_server_optimizer
 
         make_server_optimizer(self.server_opt, self.server_lr, **self.server_options)
+        from reshuffle.sim.options import (
+            check_adversary_options, check_attack_options, check_pre_options, check_rule_options,
+        )
+
+        check_rule_options(self.rule, self.rule_options)
+        check_pre_options(self.pre, self.pre_options)
+        check_attack_options(self.attack, self.attack_options)
         from reshuffle.adversaries import adversary_names
 
         _choice("adversary", self.adversary, ["none", *adversary_names()])
+        check_adversary_options(self.adversary, self.adversary_options)
         if self.adversary != "none" and self.shuffle != "real":
             raise ConfigError(f"adversary {self.adversary!r} deviates from the protocol: it needs shuffle='real'")
         for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples", "classes_per_client",
@@ -200,28 +207,6 @@ class SimConfig:
         return asdict(self)
 
 
-def load_plugins(modules: list[str]) -> None:
-    """Import user modules that register attacks, rules or pre-aggregators (``--plugin``).
-
-    A name is imported as a module; one not found on the path is looked up in
-    the current folder too (``--plugin myrules`` beside ``myrules.py``), as
-    ``python -m`` would.
-    """
-    for mod in modules:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod.split(".")[0] or str(Path.cwd()) in sys.path:
-                raise ConfigError(f"cannot import plugin {mod!r}: {exc}") from None
-            sys.path.insert(0, str(Path.cwd()))
-            try:
-                importlib.import_module(mod)
-            except ImportError as exc2:
-                raise ConfigError(f"cannot import plugin {mod!r}: {exc2}") from None
-        except ImportError as exc:
-            raise ConfigError(f"cannot import plugin {mod!r}: {exc}") from None
-
-
 def _choice(name: str, value: str, options) -> None:
     if value not in options:
         raise ConfigError(f"unknown {name} {value!r}; choose one of {', '.join(options)}")
@@ -269,6 +254,19 @@ def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
+    """The settings of a simulate TOML file: its top-level keys and those of its ``[simulate]`` table.
+
+    Either layout works, and both together (``[rule_options]`` beside ``[simulate]``, say); a
+    setting given in both places is refused, and every key is then checked by :func:`from_mapping`.
+    """
     data = read_toml(path)
-    # Accept either top-level keys or a [simulate] table.
-    return data.get("simulate", data)
+    if "simulate" not in data:
+        return data
+    table = data["simulate"]
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: simulate must be a table of settings, got {type(table).__name__}")
+    rest = {k: v for k, v in data.items() if k != "simulate"}
+    both = sorted(set(rest) & set(table))
+    if both:
+        raise ConfigError(f"{path}: {', '.join(both)} set both at top level and in [simulate]; keep one")
+    return {**rest, **table}

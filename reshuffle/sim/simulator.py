@@ -53,6 +53,9 @@ from reshuffle.server import Rule, make_rule
 from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
 from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim.config import SimConfig
+from reshuffle.sim.feasible import check_feasible
+from reshuffle.sim.plugins import load_plugins
+from reshuffle.sim.provenance import provenance
 from reshuffle.sim.record import RoundRecord
 from reshuffle.sim.report import metrics
 
@@ -135,6 +138,7 @@ class Simulation:
 
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg.validated()
+        self.plugins = load_plugins(cfg.plugins)  # name → SHA-256 of the source imported (already imported)
         self.data: Dataset = load_dataset(cfg.dataset, cfg.data_dir)
         self.parts = partition(self.data.y_train, cfg.clients, cfg.partition, cfg.seed, cfg.alpha,
                                classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
@@ -156,6 +160,7 @@ class Simulation:
         self.root = rng.choice(len(self.data.y_train), size=min(cfg.root_samples, len(self.data.y_train)), replace=False)
         self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
+        check_feasible(cfg, self.rule)
         self.fl = FLStep(self.rule, make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options), cfg.rule)
         # The protocol runs among a round's cohort (every client without sampling).
         params = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group)
@@ -528,6 +533,7 @@ class Simulation:
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""
         return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious, "model_size": int(self.W_g.size),
-                                                     "device": str(self.device)})
+                                                     "device": str(self.device),
+                                                     "provenance": provenance(self.plugins)})
 
 
