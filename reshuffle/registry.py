@@ -49,11 +49,11 @@ class Registry(Generic[C]):
         return sorted(n for n, c in self._table.items() if where is None or where(c))
 
     def __contains__(self, name: object) -> bool:
-        return name in self._table
+        return isinstance(name, str) and name in self._table
 
     def get(self, name: str) -> Any:
         """The entry registered as ``name``."""
-        if name not in self._table:
+        if name not in self:
             raise ConfigError(f"unknown {self.kind} {name!r}; choose one of {', '.join(self.names())}")
         return self._table[name]
 
