@@ -94,13 +94,16 @@ class BatchedTrainer:
 
     @staticmethod
     def pays_off(model: nn.Module, device: torch.device | str = "cpu") -> bool:
-        """True where batching beat one client at a time in ``reshuffle bench models``.
+        """True where batching is expected to beat one client at a time (``reshuffle bench models`` measures it).
 
         On a GPU, always: one kernel over every client's batch replaces C small
-        ones. On the CPU only for models without convolutions: ``vmap`` turns a
-        convolution over per-client weights into a grouped convolution, slower
-        on the CPU than C separate ones, while dense layers become batched
-        matrix products (docs/results.md has the figures).
+        ones. On the CPU only for models without convolutions, whose dense
+        layers become batched matrix products: ``vmap`` turns a convolution over
+        per-client weights into a grouped convolution, and ``torch.func`` lost to
+        the per-client loop on every convolutional model (0.41–0.85×,
+        docs/results.md); the hand-written LeNet-5 path measured 0.92–1.36×
+        against the loop over several runs on the shared machine, not enough to
+        pick it by default.
         """
         if torch.device(device).type != "cpu":
             return True
@@ -125,12 +128,12 @@ class BatchedTrainer:
 
     def _schedule(self, client_idx: list[np.ndarray], seeds: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """(S, C, B) pool indices and 0/1 weights for every step of every client."""
-        B, C = self.cfg.batch_size, len(client_idx)
+        C = len(client_idx)
         plans = [batch_schedule(len(idx), self.cfg, s) for idx, s in zip(client_idx, seeds)]
         S = max(len(p) for p in plans)
-        width = max(len(b) for p in plans for b in p)
-        index = torch.zeros((S, C, min(B, width)), dtype=torch.int64)
-        weight = torch.zeros((S, C, min(B, width)), dtype=torch.float32)
+        width = max(len(b) for p in plans for b in p)  # the batch size, or every client's size if smaller
+        index = torch.zeros((S, C, width), dtype=torch.int64)
+        weight = torch.zeros((S, C, width), dtype=torch.float32)
         for c, (idx, plan) in enumerate(zip(client_idx, plans)):
             pool_idx = torch.from_numpy(np.asarray(idx, dtype=np.int64))
             for s, batch in enumerate(plan):
@@ -142,11 +145,10 @@ class BatchedTrainer:
         """Clients batched together: all, or (models that mix samples) those with the same batch sizes."""
         if not self.pad_free:
             return [list(range(len(client_idx)))]
-        by_sizes: dict[tuple[int, ...], list[int]] = {}
-        B, E = self.cfg.batch_size, self.cfg.epochs
+        by_sizes: dict[int, list[int]] = {}
         for c, idx in enumerate(client_idx):
-            n = len(idx)
-            by_sizes.setdefault((n, E, B), []).append(c)
+            # Clients with as many samples take batches of the same sizes at every step.
+            by_sizes.setdefault(len(idx), []).append(c)
         return list(by_sizes.values())
 
     def train(self, W_g: np.ndarray, client_idx: list[np.ndarray], seeds: list[int],
