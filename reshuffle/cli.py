@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from reshuffle.clients import MODELS
 from reshuffle.errors import ReShuffleError
 
 
@@ -71,8 +72,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.what == "simulate":
         from reshuffle.bench import simulate as sim_bench
 
-        results = sim_bench.run(args.dataset, args.model, args.clients, args.data_dir,
+        results = sim_bench.run(args.dataset, args.model, args.clients or 20, args.data_dir,
                                 samples=256 if args.quick else None, threads=args.threads)
+    elif args.what == "models":
+        from reshuffle.bench import models as models_bench
+
+        results = models_bench.run(clients=args.clients or 8, threads=args.threads, quick=args.quick,
+                                   models=tuple(args.models) if args.models else None)
+        if not args.json:
+            models_bench.print_models_table(results)
+            return 0
     else:
         from reshuffle.bench import round as round_bench
 
@@ -118,6 +127,13 @@ def _non_negative_int(text: str) -> int:
     return v
 
 
+def _dataset_help() -> str:
+    """The registered datasets, for help texts (the registry needs no torch)."""
+    from reshuffle.clients.data import dataset_names
+
+    return f"{', '.join(dataset_names())}, hf:NAME (a Hugging Face dataset) or a plug-in's name"
+
+
 def _share(text: str) -> float:
     try:
         v = float(text)
@@ -131,9 +147,9 @@ def _share(text: str) -> float:
 # (flag, type, help); dest = SimConfig field name. Defaults come from SimConfig (the help shows them),
 # so an option left out does not override a --config file.
 _SIM_OPTIONS = [
-    ("--dataset", str, "digits (embedded), mnist, fashion-mnist"),
-    ("--data-dir", str, "folder with the idx files for mnist / fashion-mnist (default: data/<dataset>)"),
-    ("--model", str, "logreg, mlp, lenet5"),
+    ("--dataset", str, _dataset_help()),
+    ("--data-dir", str, "folder holding the dataset's files (default: data/<dataset>; for hf:NAME its cache)"),
+    ("--model", str, f"{', '.join(MODELS)} or a plug-in's name"),
     ("--clients", _positive(int), "number of clients N"),
     ("--fraction", _share, "fraction of the clients sampled for each round (seeded; attackers like everyone)"),
     ("--clients-per-round", _positive(int), "clients sampled for each round, instead of --fraction "
@@ -143,8 +159,12 @@ _SIM_OPTIONS = [
     ("--batch-size", _positive(int), "local batch size"),
     ("--lr", _positive(float), "local learning rate alpha"),
     ("--optimizer", str, "local optimizer: sgd or adam"),
-    ("--partition", str, "iid or dirichlet"),
+    ("--partition", str, "iid, dirichlet, pathological, shard, natural (by writer) or dirichlet-legacy; "
+                         "Flower Datasets' partitions"),
     ("--alpha", _positive(float), "Dirichlet concentration (with --partition dirichlet)"),
+    ("--classes-per-client", _positive(int), "classes each client holds (with --partition pathological)"),
+    ("--shards-per-client", _positive(int), "label-sorted shards each client holds (with --partition shard)"),
+    ("--device", str, "auto (the best available), cpu, cuda, cuda:N or mps: where local training and evaluation run"),
     ("--attack", str, "an attack's name (none, sign-flip, alie, badnets, agr-tailored, ...; all are listed in "
                       "docs/fl.md)"),
     ("--malicious", _fraction, "fraction of malicious clients"),
@@ -199,6 +219,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cfg = from_mapping(values, SimConfig(), source=args.config or "config")
     explicit = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _SIM_OPTIONS}
     explicit = {k: v for k, v in explicit.items() if v is not None}
+    if args.local_bn:
+        explicit["local_bn"] = True
     if args.plugin:
         explicit["plugins"] = cfg.plugins + args.plugin
     if args.pre:
@@ -314,9 +336,9 @@ def cmd_data(args: argparse.Namespace) -> int:
         use = "" if args.dir is None else f"; pass --data-dir {folder} to use it"
         print(f"{args.name}: {len(results)} files in {folder}, SHA-256 verified{use}")
         return 0
-    names = args.names or [n for n in dl.SOURCES if (root / n).exists()]
+    names = args.names or [n for n in dl.downloadable() if (root / n).exists()]
     if not names:
-        raise DataError(f"no dataset in {root}; get one with `reshuffle data fetch mnist|fashion-mnist` "
+        raise DataError(f"no dataset in {root}; get one with `reshuffle data fetch {'|'.join(dl.downloadable())}` "
                         f"or pass --data-dir to the commands that load data")
     bad = 0
     for name in names:
@@ -432,6 +454,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
               f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds) in {out}, on {backend.name}", flush=True)
         if grid.skipped_rules:
             print(f"grid: rule(s) {', '.join(grid.skipped_rules)} not registered: left out", flush=True)
+        for setting, why in grid.needs_data(data_root).items():
+            print(f"grid: {setting.label} needs data, its cells wait: {why}", flush=True)
         res = run_grid(grid, out, backend, data_root, summary_grid=whole, max_cells=args.max_cells, quiet=args.quiet)
         summary, interrupted = res.summary, res.interrupted
         print(f"grid: ran {res.ran} cells ({res.failed} failed) in {res.wall_seconds:.0f} s: "
@@ -501,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=cmd_ca)
 
     bench = sub.add_parser("bench", help="benchmarks (ratios measured in one run)")
-    bench.add_argument("what", choices=["crypto", "round", "flower", "simulate"])
+    bench.add_argument("what", choices=["crypto", "round", "flower", "simulate", "models"])
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     bench.add_argument("--N", type=int, nargs="+", help="round, flower: participants (10 50 100; 10 20)")
@@ -509,8 +533,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dataset", default="mnist", help="simulate: digits, mnist, fashion-mnist")
     bench.add_argument("--data-dir", help="simulate: folder with the idx files")
     bench.add_argument("--model", default="lenet5", help="simulate: logreg, mlp, lenet5")
-    bench.add_argument("--clients", type=_positive(int), default=20, help="simulate: clients trained")
-    bench.add_argument("--threads", type=_positive(int), default=1, help="simulate: torch threads")
+    bench.add_argument("--clients", type=_positive(int), help="simulate, models: clients trained (20; 8)")
+    bench.add_argument("--threads", type=_positive(int), default=1, help="simulate, models: torch threads")
+    bench.add_argument("--models", nargs="+", metavar="NAME",
+                       help="models: only these built-in models (logreg mlp lenet5 cnn resnet18)")
     bench.add_argument("--group-size", type=_positive(int), help="round: anonymity group size g")
     bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
     bench.add_argument("--baseline", metavar="PATH",
@@ -542,13 +568,16 @@ def build_parser() -> argparse.ArgumentParser:
     games.add_argument("--json", action="store_true", help="print a JSON list of results")
     games.set_defaults(func=cmd_games)
 
-    data = sub.add_parser("data", help="download and verify MNIST / Fashion-MNIST (default folder: data/)")
+    from reshuffle.clients.data import dataset_names, dataset_spec
+
+    fetchable = [n for n in dataset_names() if dataset_spec(n).download is not None]
+    data = sub.add_parser("data", help=f"download and verify {', '.join(fetchable)} (default folder: data/)")
     data_sub = data.add_subparsers(dest="data_cmd", required=True)
     dir_help = "data folder holding NAME/ per dataset (default: data/ in the repository)"
-    fetch = data_sub.add_parser("fetch", help="download a dataset's four idx files and check their SHA-256")
-    fetch.add_argument("name", help="mnist or fashion-mnist")
+    fetch = data_sub.add_parser("fetch", help="download a dataset's files and check their SHA-256")
+    fetch.add_argument("name", help=" or ".join(fetchable))
     fetch.add_argument("--dir", help=dir_help)
-    fetch.add_argument("--url", help="base URL of a mirror holding the four .gz files (default: the public source)")
+    fetch.add_argument("--url", help="base URL of a mirror holding the dataset's files (default: the public source)")
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
     verify = data_sub.add_parser("verify", help="check the files in place against their known SHA-256")
     verify.add_argument("names", nargs="*", help="datasets to check (default: every dataset folder present)")
@@ -565,19 +594,23 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--jobs", type=_positive(int), help="local worker processes, one core each (default: all cores)")
     grid.add_argument("--ray", metavar="ADDRESS", help="run cells as Ray tasks on this cluster ('local': start one)")
     grid.add_argument("--full", action="store_true",
-                      help="every registered rule, Dir(0.5) and LeNet-5 too, 20 rounds")
+                      help="every registered rule, Dir(0.5) and LeNet-5 too, cifar10-dir0.3-cnn and "
+                           "femnist-natural-cnn (where their data is), 20 rounds")
     grid.add_argument("--config", help="grid TOML file overriding the default grid's axes and base settings")
-    grid.add_argument("--datasets", nargs="+", metavar="NAME", help="only these datasets (digits, mnist, fashion-mnist)")
-    grid.add_argument("--partitions", nargs="+", metavar="P", help="iid, dirichlet (alpha 0.3) or dirichlet:ALPHA")
+    grid.add_argument("--datasets", nargs="+", metavar="NAME", help=f"only these datasets ({_dataset_help()})")
+    grid.add_argument("--partitions", nargs="+", metavar="P",
+                      help="iid, natural, dirichlet[:ALPHA] (0.3), dirichlet-legacy[:ALPHA], pathological[:K] or "
+                           "shard[:K] (K per client, 2)")
     grid.add_argument("--attacks", nargs="+", metavar="NAME", help="only these attacks (the clean run is always in)")
     grid.add_argument("--rules", nargs="+", metavar="NAME", help="only these rules (FedAvg is always in)")
-    grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5)")
+    grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5, cnn, resnet18, "
+                                                                  "plug-ins)")
     grid.add_argument("--seeds", nargs="+", type=_non_negative_int, metavar="S", help="seeds (default 1 2 3)")
     grid.add_argument("--rounds", type=_positive(int), help="rounds per run")
     grid.add_argument("--fraction", type=_share, help="fraction of the clients sampled for each round (default: all)")
     grid.add_argument("--server-opt", help="server optimiser: sgd, momentum, adam, yogi (default: sgd)")
     grid.add_argument("--server-lr", type=_positive(float), help="server step size (default: the optimiser's)")
-    grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding mnist/ and fashion-mnist/ (default: data/)")
+    grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding a folder per dataset (default: data/)")
     grid.add_argument("--max-cells", type=_positive(int), metavar="N", help="run at most N cells, then stop")
     grid.add_argument("--summary-only", action="store_true", help="only rebuild the summary from the stored cells")
     grid.add_argument("--docs", metavar="FILE",
@@ -588,11 +621,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="run a simulated federation on Re-Shuffle")
     for flag, kind, text in _SIM_OPTIONS:
         sim.add_argument(flag, type=kind, default=None, help=_help_with_default(flag, text))
+    sim.add_argument("--local-bn", action="store_true", default=None,
+                     help="keep BatchNorm layers with each client (FedBN) instead of federating them")
     sim.add_argument("--config", help="TOML file with the same keys (command-line options win)")
     sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>); refused if it holds a run")
     sim.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     sim.add_argument("--plugin", action="append", default=[],
-                     help="import this module first (it registers attacks, rules or pre-aggregators)")
+                     help="import this module first (it registers attacks, rules, pre-aggregators, models or "
+                          "datasets)")
     sim.add_argument("--pre", action="append", default=[],
                      help="pre-aggregator in front of the rule: nnm, bucketing, clip (repeat or comma-separate)")
     sim.add_argument("--threads", type=_positive(int), help="torch threads")

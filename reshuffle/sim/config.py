@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from reshuffle.attacks import attack_names
-from reshuffle.clients import DATASETS, MODELS, OPTIMIZERS, PARTITIONS
+from reshuffle.clients import OPTIMIZERS, PARTITIONS
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.params import GROUPS
 from reshuffle.server import check_pre_names, check_rule_name
@@ -38,6 +38,11 @@ class SimConfig:
     when it is faster: models without convolutions, with SGD). ``server_opt`` is the
     server optimiser that steps from the rule's aggregate (:mod:`reshuffle.server.optimizers`),
     with step ``server_lr`` and ``server_options`` (``momentum``; ``beta1``, ``beta2``, ``tau``).
+    ``dataset`` and ``model`` name registered ones (plug-ins too) or ``hf:NAME``;
+    ``classes_per_client`` and ``shards_per_client`` parametrise the ``pathological``
+    and ``shard`` partitions. ``device`` is where local training and evaluation
+    run (``auto``: the best available). ``local_bn`` keeps every BatchNorm entry
+    with its client (FedBN) instead of federating it.
     """
 
     dataset: str = "digits"
@@ -53,6 +58,10 @@ class SimConfig:
     optimizer: str = "sgd"
     partition: str = "iid"
     alpha: float = 0.5
+    classes_per_client: int = 2
+    shards_per_client: int = 2
+    device: str = "auto"
+    local_bn: bool = False
     attack: str = "none"
     malicious: float = 0.0
     rule: str = "fedavg"
@@ -103,11 +112,20 @@ class SimConfig:
         return math.floor(self.malicious * self.cohort_size + 0.5)
 
     def validated(self) -> "SimConfig":
-        load_plugins(self.plugins)
-        _choice("dataset", self.dataset, DATASETS)
-        _choice("model", self.model, MODELS)
+        from reshuffle.clients.data import dataset_spec
+        from reshuffle.clients.device import resolve_device
+        from reshuffle.clients.models import check_model_name
+
+        load_plugins(self.plugins)  # first: plug-ins register datasets, models, attacks and rules
+        spec = dataset_spec(self.dataset)
+        check_model_name(self.model)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("partition", self.partition, PARTITIONS)
+        if self.partition == "natural" and not spec.natural and spec.num_classes is not None:
+            raise ConfigError(f"partition 'natural' splits by writer: dataset {self.dataset!r} has no natural ids")
+        if not isinstance(self.local_bn, bool):
+            raise ConfigError(f"local_bn must be true or false, got {self.local_bn!r}")
+        resolve_device(self.device)  # refuses a device this machine lacks, before any data is loaded
         check_rule_name(self.rule)
         check_pre_names(self.pre)
         _choice("shuffle", self.shuffle, SHUFFLES)
@@ -130,7 +148,8 @@ class SimConfig:
         check_adversary_options(self.adversary, self.adversary_options)
         if self.adversary != "none" and self.shuffle != "real":
             raise ConfigError(f"adversary {self.adversary!r} deviates from the protocol: it needs shuffle='real'")
-        for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples"):
+        for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples", "classes_per_client",
+                     "shards_per_client"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{name} must be a positive int, got {v!r}")

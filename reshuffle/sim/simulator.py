@@ -38,11 +38,12 @@ import time
 from typing import Callable
 
 import numpy as np
+import torch
 
 from reshuffle.attacks import Attack, RoundView, make_attack
 from reshuffle.clients import (
-    NO_LABEL, BatchedTrainer, Dataset, TrainConfig, build_model, get_flat, load_dataset, local_train, partition,
-    predict,
+    NO_LABEL, BatchedTrainer, Dataset, FlatLayout, TrainConfig, build_model, load_dataset, local_train, partition,
+    predict, resolve_device,
 )
 from reshuffle.errors import ConfigError
 from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
@@ -63,6 +64,8 @@ __all__ = ["RoundRecord", "Simulation", "canonical_order", "observed_updates"]
 
 #: Checkpoint array-name prefix of the server optimiser's state.
 OPT = "opt."
+#: Checkpoint arrays of the clients' and the PS's local entries: ``local.client<i>.<name>``, ``local.server.<name>``.
+LOCAL = "local."
 
 
 def _seed(*parts: int) -> int:
@@ -137,9 +140,18 @@ class Simulation:
         self.cfg = cfg.validated()
         self.plugins = load_plugins(cfg.plugins)  # name → SHA-256 of the source imported (already imported)
         self.data: Dataset = load_dataset(cfg.dataset, cfg.data_dir)
-        self.parts = partition(self.data.y_train, cfg.clients, cfg.partition, cfg.seed, cfg.alpha)
-        self.model = build_model(cfg.model, self.data.input_shape, self.data.num_classes, seed=cfg.seed)
-        self.W_g = get_flat(self.model)
+        self.parts = partition(self.data.y_train, cfg.clients, cfg.partition, cfg.seed, cfg.alpha,
+                               classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
+                               natural_ids=self.data.natural_ids)
+        self.device = resolve_device(cfg.device)
+        self.model = build_model(cfg.model, self.data.input_shape, self.data.num_classes, seed=cfg.seed).to(self.device)
+        self.layout = FlatLayout.of(self.model, cfg.local_bn)
+        self.W_g = self.layout.get(self.model)
+        # What each client keeps between rounds (integer buffers; BatchNorm under local_bn), and the PS's own
+        # copy for the model it trains on its root dataset (FLTrust).
+        start = self.layout.get_local(self.model)
+        self.local = {i: {k: v.clone() for k, v in start.items()} for i in range(cfg.clients)} if start else None
+        self.server_local = start or None
         self.train_cfg = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer)
         self.attack = make_attack(cfg.attack, **cfg.attack_options)
         self.attack.prepare(cfg.clients, self.data.x_train)
@@ -211,13 +223,14 @@ class Simulation:
     def _trainer(self) -> BatchedTrainer | None:
         mode = self.cfg.training
         if mode == "auto":
-            ok = BatchedTrainer.supports(self.model, self.train_cfg) and BatchedTrainer.pays_off(self.model)
+            ok = BatchedTrainer.supports(self.model, self.train_cfg) and BatchedTrainer.pays_off(self.model, self.device)
             mode = "batched" if ok else "sequential"
         if mode == "sequential":
             return None
         if not BatchedTrainer.supports(self.model, self.train_cfg):
-            raise ConfigError(f"training='batched' needs optimizer 'sgd' (got {self.cfg.optimizer!r})")
-        return BatchedTrainer(self.model, self.pool_x, self.pool_y, self.train_cfg)
+            raise ConfigError(f"training='batched' needs optimizer 'sgd' and a model without dropout (got "
+                              f"{self.cfg.optimizer!r}, {type(self.model).__name__})")
+        return BatchedTrainer(self.model, self.pool_x, self.pool_y, self.train_cfg, self.layout)
 
     @property
     def attacked(self) -> bool:
@@ -226,7 +239,8 @@ class Simulation:
     def _fltrust_reference(self) -> np.ndarray:
         """g₀: the PS trains the current global model on its root dataset."""
         x, y = self.data.x_train[self.root], self.data.y_train[self.root]
-        return local_train(self.model, self.W_g, x, y, self.train_cfg, _seed(self.cfg.seed, self._round, 2)) - self.W_g
+        return local_train(self.model, self.W_g, x, y, self.train_cfg, _seed(self.cfg.seed, self._round, 2),
+                           layout=self.layout, local=self.server_local) - self.W_g
 
     def _cohort(self, T: int) -> list[int]:
         """The clients sampled for round T (sorted); every client without sampling."""
@@ -252,7 +266,8 @@ class Simulation:
         models = {i: self.W_g.copy() for i in cohort}
         t_all = time.perf_counter()
         if self.trainer is not None:
-            for i, W in zip(who, self.trainer.train(self.W_g, [self.client_idx[i] for i in who], seeds)):
+            locals_ = None if self.local is None else [self.local[i] for i in who]
+            for i, W in zip(who, self.trainer.train(self.W_g, [self.client_idx[i] for i in who], seeds, locals_)):
                 models[i] = W
             total = time.perf_counter() - t_all
             return models, total / max(len(who), 1), total
@@ -260,7 +275,8 @@ class Simulation:
         for i, seed in zip(who, seeds):
             t0 = time.perf_counter()
             idx = self.client_idx[i]
-            models[i] = local_train(self.model, self.W_g, self.pool_x[idx], self.pool_y[idx], self.train_cfg, seed)
+            models[i] = local_train(self.model, self.W_g, self.pool_x[idx], self.pool_y[idx], self.train_cfg, seed,
+                                    layout=self.layout, local=None if self.local is None else self.local[i])
             slowest = max(slowest, time.perf_counter() - t0)
         return models, slowest, time.perf_counter() - t_all
 
@@ -424,8 +440,9 @@ class Simulation:
 
         t0 = time.perf_counter()
         x, y = self._eval_set(last=T == self.cfg.rounds)
-        pred = predict(self.model, self.W_g, x)
-        accuracy = float(np.mean(pred == y))
+        preds = [self._predict(x, local) for local in self._evaluators()]
+        pred = np.concatenate(preds)
+        accuracy = float(np.mean([np.mean(p == y) for p in preds]))
         success = self._success(x, y)
         seconds["evaluation"] = time.perf_counter() - t0
         return RoundRecord(
@@ -445,11 +462,24 @@ class Simulation:
             return self.data.x_test, self.data.y_test
         return self.data.x_test[self.eval_idx], self.data.y_test[self.eval_idx]
 
+    def _evaluators(self) -> list[dict | None]:
+        """Whose local entries the global model is evaluated with: none (the global model is whole), or under
+        local BatchNorm every client's own (FedBN's evaluation: accuracy is the mean over the clients)."""
+        if not self.cfg.local_bn or self.local is None:
+            return [self.server_local]
+        return [self.local[i] for i in range(self.cfg.clients)]
+
+    def _predict(self, x: np.ndarray, local: dict | None = None) -> np.ndarray:
+        return predict(self.model, self.W_g, x, layout=self.layout, local=local)
+
     def _success(self, x: np.ndarray, y: np.ndarray) -> float | None:
-        """The attack's success score on the current global model (None without attackers)."""
+        """The attack's success score on the current global model (None without attackers); the mean over the
+        clients' own BatchNorm entries under local BatchNorm."""
         if not self.attacked:
             return None
-        return self.attack.success(lambda x_: predict(self.model, self.W_g, x_), x, y, self.data.num_classes)
+        scores = [self.attack.success(lambda x_, loc=local: self._predict(x_, loc), x, y, self.data.num_classes)
+                  for local in self._evaluators()]
+        return None if None in scores else float(np.mean(scores))
 
     def _diverged(self, pred: np.ndarray) -> bool:
         """The global model has NaN/Inf parameters, or outputs that predict no class on the test set."""
@@ -479,12 +509,26 @@ class Simulation:
         The server optimiser's arrays are ``opt.<name>``.
         """
         arrays = {"global_model": self.W_g.copy(), **{OPT + k: v for k, v in self.fl.state().items()}}
+        for who, local in self._local_states().items():
+            arrays.update({f"{LOCAL}{who}.{k}": v.cpu().numpy().copy() for k, v in local.items()})
         return arrays, {"round": self._round, "banned": {str(i): T for i, T in self.banned.items()}}
+
+    def _local_states(self) -> dict[str, dict]:
+        """Each client's local entries (``client<i>``) and the PS's (``server``), where the model has any."""
+        if self.local is None:
+            return {}
+        return {"server": self.server_local, **{f"client{i}": loc for i, loc in self.local.items()}}
 
     def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
         """Continue after round ``state["round"]`` (checked by :func:`reshuffle.sim.checkpoint.restore_simulation`)."""
         self.W_g = arrays["global_model"].copy()
         self.fl.restore({k[len(OPT):]: v for k, v in arrays.items() if k.startswith(OPT)})
+        for who, local in self._local_states().items():
+            for name, t in local.items():
+                key = f"{LOCAL}{who}.{name}"
+                if key not in arrays:
+                    raise ConfigError(f"checkpoint lacks {key}, the local state this model keeps")
+                t.copy_(torch.from_numpy(np.asarray(arrays[key])).to(t.device))
         self._round = state["round"]
         self.banned = {int(i): T for i, T in state["banned"].items()}
 
@@ -492,6 +536,7 @@ class Simulation:
         """The metrics.json object for ``records``."""
         return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious,
                                                      "model_size": int(self.W_g.size),
+                                                     "device": str(self.device),
                                                      "provenance": provenance(self.plugins)})
 
 
