@@ -14,8 +14,8 @@ from reshuffle.harness.api import build_round
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.reservation import Reservation, settled_slots
 from reshuffle.harness.runner import InProcessRunner
-from reshuffle.protocol.phases import SERVER_TABLE, SPhase
-from reshuffle.protocol.schedule import RESERVE, SCHEDULE, UPLOAD, closer_of, happy_path, step_of
+from reshuffle.protocol.phases import SPhase
+from reshuffle.protocol.schedule import RESERVE, SCHEDULE, SERVER_TABLE, UPLOAD, closer_of, happy_path, step_of
 from reshuffle.protocol.server import Server
 from tests.protocol_helpers import expected_models, make_updates, multiset
 
@@ -29,6 +29,26 @@ def test_every_collecting_state_has_one_step_and_a_closer():
         assert callable(getattr(Server, closer_of(ph)))
     with pytest.raises(KeyError):
         closer_of(SPhase.DONE)
+
+
+def test_the_catalogue_and_the_participant_table_agree():
+    # Every message a step sends is accepted in some participant state, every message a participant
+    # accepts is sent by some step; every collected message has its handler on the PS.
+    from reshuffle.protocol.phases import PARTICIPANT_TABLE
+    from reshuffle.protocol.schedule import ASSIGN_STEP, ONLINE_PHASES, PHASES, phase_of
+
+    sent = {t for s in SCHEDULE for t in s.sends}
+    accepted = {t for table in PARTICIPANT_TABLE.values() for t in table}
+    assert sent == accepted, (sent ^ accepted)
+    for table in SERVER_TABLE.values():
+        assert all(callable(getattr(Server, name)) for name in table.values())
+    # The phases: every step's, in round order; the online ones are the upload's and what follows.
+    assert PHASES == ("setup", "ot", "reserve", "upload", "unmask") and ONLINE_PHASES == ("upload", "unmask")
+    for s in SCHEDULE:
+        for t in s.sends + s.collects:
+            m = 5 if s.invocation == UPLOAD else 1
+            assert phase_of(t, m, 5) == s.stage or s.invocation is None, (s.name, t)
+    assert ASSIGN_STEP not in SCHEDULE
 
 
 def test_maskedsum_steps_split_by_invocation():

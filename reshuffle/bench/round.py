@@ -74,6 +74,7 @@ from reshuffle.crypto.signatures import SigningKey
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.masking import mask_in_place
+from reshuffle.protocol.schedule import ONLINE_PHASES
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, check_certificate
 
 LENET5_D = 61_706
@@ -370,7 +371,6 @@ def _ps_floor(groups, repeat: int, clock=time.perf_counter) -> float:
     return total
 
 
-ONLINE_PHASES = ("upload", "unmask")  # the phases of the schedule's online steps
 SECAGGPLUS_ROUND_TRIPS = 4  # Flower's SecAgg+ fit: setup, share keys, collect masked vectors, unmask
 
 

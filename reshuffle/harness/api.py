@@ -13,7 +13,7 @@ from reshuffle.crypto.ot import sample_distinct
 from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAuthority, SigningKey
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
-from reshuffle.protocol.grouped import GroupedOutput, GroupedParticipant, GroupedServer
+from reshuffle.protocol.grouped import GroupedOutput, GroupedParticipant, GroupedServer, make_ps
 from reshuffle.protocol.groups import CheckCache, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
@@ -142,11 +142,8 @@ def build_round(
         participants[i] = make(*args) if group_size is None else GroupedParticipant(
             *args, make=make, cache=cache)
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
-    if group_size is None:
-        server = make_server(p, T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, ident.server_rng)
-    else:
-        server = GroupedServer(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, p.d,
-                               group_size, dict(overrides or {}), ident.server_rng, make_server, group_collusion)
+    server = make_ps(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, params=p, overrides=overrides,
+                     group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server)
     return server, participants
 
 

@@ -60,7 +60,7 @@ from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, ReShuffleError
 from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant, ParticipantView
-from reshuffle.protocol.phases import PHASES
+from reshuffle.protocol.schedule import PHASES
 from reshuffle.harness.runner import Envelope, InProcessRunner, Interceptor
 from reshuffle.protocol.server import Server
 from reshuffle.wire import Parser, Writer

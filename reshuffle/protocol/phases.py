@@ -1,8 +1,9 @@
-"""Phase names and the order of a round, in one place.
+"""The states of the round's two parties, and what a participant accepts in each.
 
-User-facing phase names (dropout injection, statistics) are
-``setup, ot, reserve, upload, unmask``; :func:`phase_of` maps every message to
-one of them, so the runner, the stats and the tests agree.
+The PS's states and what each collects are derived from the round's schedule
+(:mod:`~reshuffle.protocol.schedule`, the one catalogue of steps); a participant's
+states are finer (one per point of its own progress) and listed here with the
+message each accepts (:data:`PARTICIPANT_TABLE`).
 """
 
 from __future__ import annotations
@@ -10,26 +11,6 @@ from __future__ import annotations
 import enum
 
 from reshuffle.protocol.messages import MsgType
-
-PHASES = ("setup", "ot", "reserve", "upload", "unmask")
-
-
-def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
-    if mtype in (MsgType.ROUND_START, MsgType.ADVERTISE, MsgType.ADVERTISE_LIST, MsgType.SHARE_BUNDLE):
-        return "setup"
-    if mtype in (MsgType.SHARE_DELIVERY, MsgType.OT_REQUEST, MsgType.OT_RESPONSE, MsgType.COMPLAINTS,
-                 MsgType.COMPLAINT_ANSWER):
-        return "ot"
-    if mtype in (MsgType.MASK_REQUEST, MsgType.MASKED_INPUT, MsgType.OBJECTION):
-        return "upload" if m == upload_m else "reserve"
-    if mtype in (MsgType.OPEN_REQUEST, MsgType.OPEN_REVEAL, MsgType.RESTART, MsgType.SLOT_REQUEST,
-                 MsgType.SLOT_RESPONSE):
-        return "reserve"  # §8.2: opening a failed iteration and restarting the slot phase
-    if mtype in (MsgType.BLAME_REQUEST, MsgType.OPENING, MsgType.DISPUTE, MsgType.DISPUTE_ANSWER):
-        return "unmask"  # the blame step follows the upload's unmasking
-    if mtype in (MsgType.UNMASK_REQUEST, MsgType.CONSENT, MsgType.CERTIFICATE, MsgType.UNMASK_RESPONSE):
-        return "unmask" if m == upload_m else "reserve"
-    return "other"
 
 
 class PPhase(enum.Enum):
@@ -95,23 +76,6 @@ class SPhase(enum.Enum):
     BLAME = "collect OPENING of decoy rows (§9)"
     DISPUTE = "collect DISPUTE_ANSWER (§9)"
     DONE = "done"
-
-
-SERVER_TABLE: dict[SPhase, dict[MsgType, str]] = {
-    SPhase.START: {},
-    SPhase.ADVERTS: {MsgType.ADVERTISE: "_on_advertise"},
-    SPhase.BUNDLES: {MsgType.SHARE_BUNDLE: "_on_share_bundle"},
-    SPhase.OT: {MsgType.OT_REQUEST: "_on_ot_request", MsgType.MASKED_INPUT: "_on_masked_input"},
-    SPhase.COMPLAINTS: {MsgType.COMPLAINT_ANSWER: "_on_complaint_answer"},
-    SPhase.MASKED: {MsgType.MASKED_INPUT: "_on_masked_input", MsgType.OBJECTION: "_on_objection"},
-    SPhase.OPEN: {MsgType.OPEN_REVEAL: "_on_open_reveal"},
-    SPhase.SLOTS: {MsgType.SLOT_REQUEST: "_on_slot_request"},
-    SPhase.CONSENT: {MsgType.CONSENT: "_on_consent"},
-    SPhase.UNMASK: {MsgType.UNMASK_RESPONSE: "_on_unmask_response"},
-    SPhase.BLAME: {MsgType.OPENING: "_on_opening"},
-    SPhase.DISPUTE: {MsgType.DISPUTE_ANSWER: "_on_dispute_answer"},
-    SPhase.DONE: {},
-}
 
 
 def expected_names(table: dict[MsgType, str]) -> str:

@@ -55,9 +55,9 @@ from reshuffle.protocol.masking import unmask_in_place
 from reshuffle.protocol.messages import Context, MsgType, ShareKind
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import ot_proof_context
-from reshuffle.protocol.phases import SERVER_TABLE, SPhase, expected_names, phase_of
+from reshuffle.protocol.phases import SPhase, expected_names
 from reshuffle.protocol.reservation import settled_slots
-from reshuffle.protocol.schedule import Step, closer_of, step_of
+from reshuffle.protocol.schedule import SERVER_TABLE, Step, closer_of, phase_of, step_of
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, Transcript
 
 Outbox = list[tuple[int, bytes]]
@@ -396,6 +396,10 @@ class Server:
     def step(self) -> Step:
         """The schedule step now being collected (:mod:`~reshuffle.protocol.schedule`)."""
         return step_of(self.phase, self.m, self.params.upload_m)
+
+    def needs_model(self, pid: int) -> bool:
+        """Whether the step now pushed to ``pid`` needs its model (the first online step on)."""
+        return not self.done and not self.step.offline
 
     @property
     def culprits(self) -> dict:

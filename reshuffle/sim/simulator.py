@@ -48,7 +48,7 @@ from reshuffle.clients import (
 from reshuffle.errors import ConfigError
 from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
 from reshuffle.protocol.params import RoundParams
-from reshuffle.protocol.phases import PHASES
+from reshuffle.protocol.schedule import PHASES
 from reshuffle.server import Rule, make_rule
 from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
 from reshuffle.server.optimizers import make_server_optimizer
