@@ -136,6 +136,8 @@ class ExploreReport:
     complete: bool = True  # False if the budget stopped the search
     links: int = 0  # the most honest models linked on any path
     uploads: int = 0  # paths on which some honest participant uploaded
+    #: (honest models linked, honest uploaders) on the schedule an attacker would pick: most links, then most rows
+    best: tuple[int, int] = (0, 0)
     seconds: float = 0.0
     #: accepted moves by kind (message type, or "replay <type>"): what the search exercised
     kinds: dict[str, int] = field(default_factory=dict)
@@ -602,6 +604,7 @@ class Explorer:
             self._links[key] = correct_links(link(view), truth, self.r.p)
         linked = self._links[key]
         self.report.links = max(self.report.links, len(linked))
+        self.report.best = max(self.report.best, (len(linked), len(truth)))
         if linked:
             self._violate("no link", linked[0], f"the PS linked the models of {linked}", w)
 

@@ -16,6 +16,13 @@ second, signed unmask request claiming i dropped, hoping to get shares of x_i
 too. Honest participants answer once per invocation (docs/protocol.md §6.3) and refuse; the
 *broken* variant (:class:`AnswersTwice`) answers, and then every mask of y_i is
 known and the adversary always wins.
+
+:func:`schedule_game` gives the adversary the schedule as well: an active PS that may
+send any message the participants accept, in any order (the explorer of
+:mod:`reshuffle.adversaries.explorer` searches them all), and keeps the schedule that
+links the most honest models; the challenge row is drawn on that schedule. With the
+participant of before the reorder fix (:class:`~reshuffle.adversaries.weak.ReopensAfterUpload`)
+it always wins.
 """
 
 from __future__ import annotations
@@ -201,6 +208,35 @@ def anonymity_trial_groups(N: int, c: int, d: int, g: int, broken: bool) -> tupl
 def anonymity_game_groups(N: int, c: int, d: int, g: int, trials: int, broken: bool = False) -> Estimate:
     """Advantage over 1/h_j, the honest members of the challenge row's group."""
     results = [anonymity_trial_groups(N, c, d, g, broken) for _ in range(trials)]
+    baseline = sum(1 / h for _, h in results) / trials
+    it = iter(results)
+    return estimate(lambda: next(it)[0], trials, baseline)
+
+
+# --------------------------------------------------------------------------- #
+# The adversary chooses the schedule (docs/security/anonymity.md, section 5)
+def schedule_trial(N: int, n: int, budget: int, participant_cls=None) -> tuple[bool, int]:
+    """One real round whose PS plays every legal order of its messages; returns (adversary correct, h).
+
+    The adversary keeps the schedule with the most honest models linked (L of them) among h honest
+    rows; the challenge is a uniform one of those h rows: a linked row it names, any other it guesses.
+    Participant 0 colludes with the PS; keys and randomness are fresh in every trial. With n slots
+    for N + 1 parties the first reservation iteration settles everyone with chance
+    Π_{i<N+1}(1 − i/n) (0.99 for N = 4, n = 1024), so the upload usually follows it (R_max = 2).
+    """
+    from reshuffle.adversaries.explorer import ExploreConfig, explore
+    from reshuffle.protocol.participant import Participant
+
+    seed = int.from_bytes(secrets.token_bytes(4), "big")
+    r = explore(ExploreConfig(N=N, n=n, R_max=2, budget=budget, seed=seed), participant_cls or Participant)
+    linked, h = r.best
+    challenge = sample_distinct(h, 1, OS_RANDOM)[0]
+    return challenge < linked or sample_distinct(h, 1, OS_RANDOM)[0] == 0, h
+
+
+def schedule_game(N: int, n: int, budget: int, trials: int, participant_cls=None) -> Estimate:
+    """Advantage over 1/h of the adversary that chooses the schedule."""
+    results = [schedule_trial(N, n, budget, participant_cls) for _ in range(trials)]
     baseline = sum(1 / h for _, h in results) / trials
     it = iter(results)
     return estimate(lambda: next(it)[0], trials, baseline)
