@@ -282,9 +282,7 @@ def _sum_sets(view: PSView, ids, m: int, h: bytes, secrets):
     return [s for s in out if all((j, m, ShareKind.DH_SECRET) in secrets for j in set(s) - set(ids))]
 
 
-def correct_links(links: Links, truth: dict[int, bytes], params: RoundParams) -> list[int]:
-    """Participants whose linked row holds their real model (``truth``: pid -> SHA-256 of its model words,
-    as :attr:`~reshuffle.protocol.participant.ParticipantView.model_digest` records it)."""
-    d_bytes = params.d * params.codec.dtype.itemsize
-    return sorted(i for i, row in links.rows.items()
-                  if i in truth and hashlib.sha256(row[:d_bytes]).digest() == truth[i])
+def correct_links(links: Links, truth: dict[int, bytes]) -> list[int]:
+    """Participants whose linked row is the row they wrote (``truth``: pid -> the row's tag, as
+    :attr:`~reshuffle.protocol.participant.ParticipantView.row_tag` records it; a tag is unique per row)."""
+    return sorted(i for i, row in links.rows.items() if i in truth and row[-credential.TAG_BYTES:] == truth[i])

@@ -108,8 +108,8 @@ class LinkingPS(PSBehaviour):
         for pid, p in self.coalition.items():
             if p.state.session is not None:
                 view.colluders = {**view.colluders, pid: colluder_secrets(p)}
-        truth = {i: result.views[i].model_digest for i in honest if result.views[i].model_digest}
-        return correct_links(link(view), truth, view.params)
+        truth = {i: result.views[i].row_tag for i in honest if result.views[i].row_tag}
+        return correct_links(link(view), truth)
 
     def verdict(self, result, honest, detected_by: str) -> Verdict:
         leaks = exposed(result, honest)

@@ -216,7 +216,9 @@ def handle(self, data):
         kind = getattr(peek_type(data), "name", "other")
         cpu[self.pid][kind] += dt
         upload = getattr(getattr(self, "params", None), "upload_m", None)
-        if not split or upload is None or (kind in ONLINE and getattr(self, "_m", 0) == upload):
+        state = getattr(self, "state", None)  # this version keeps the invocation in its state value
+        m = state.inv.m if hasattr(state, "inv") else getattr(self, "_m", 0)
+        if not split or upload is None or (kind in ONLINE and m == upload):
             after[self.pid] += dt
 P.Participant.handle = handle
 gen = np.random.default_rng(N)  # test data only

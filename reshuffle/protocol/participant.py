@@ -200,7 +200,7 @@ class ParticipantView:
     errors: list[ProtocolError] = field(default_factory=list)
     clipped: int = 0  # coordinates of its model clipped by the fixed-point codec
     revealed: dict[int, dict[int, "ShareKind"]] = field(default_factory=dict)  # m -> owner -> kind it revealed
-    model_digest: bytes | None = None  # SHA-256 of the model words in its row (to score a linking attacker)
+    row_tag: bytes | None = None  # the tag of the row it wrote, unique per row (to score a linking attacker)
 
 
 Replies = tuple[ParticipantState, list[msg.Message]]
@@ -611,10 +611,10 @@ class Participant:
             self.view.position = pos
             enc = p.codec.encode(self._model)
             self.view.clipped = enc.clipped
-            self.view.model_digest = hashlib.sha256(enc.words.tobytes()).digest()
             row = credential.build_row(
                 enc.words, slots.tokens[slot], s.cred.value, self._rng.bytes(credential.K_BYTES), self.T, pos
             )
+            self.view.row_tag = row[-credential.TAG_BYTES:]
             lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
         return lw.reshape(-1), max(len(S), 1)
 
