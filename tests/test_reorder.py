@@ -87,7 +87,7 @@ def test_the_attacks_linked_every_model_on_the_protocol_they_were_found_on():
         keys = p.state.session.keys
         view.colluders[pid] = {(m + 1, ShareKind.SELF_SEED): s for m, s in enumerate(keys.seeds)}
         view.colluders[pid].update({(m + 1, ShareKind.DH_SECRET): k.secret for m, k in enumerate(keys.mask)})
-    truth = {i: r.views[i].row_tag for i in range(N)}
+    truth = {i: r.views[i].row_tags for i in range(N)}
     assert correct_links(link(view), truth) == list(range(N))
 
 

@@ -598,7 +598,7 @@ class Explorer:
         for pid in self.cfg.colluders:
             if w.parts[pid].state.session is not None:
                 view.colluders = {**view.colluders, pid: colluder_secrets(w.parts[pid])}
-        truth = {i: w.parts[i].view.row_tag for i in self.honest if w.parts[i].view.row_tag}
+        truth = {i: w.parts[i].view.row_tags for i in self.honest if w.parts[i].view.row_tags}
         key = (view.known, view.tables, tuple(sorted(truth.items())), tuple(w.inbox[c] for c in self.cfg.colluders))
         if key not in self._links:
             self._links[key] = correct_links(link(view), truth)

@@ -282,7 +282,7 @@ def _sum_sets(view: PSView, ids, m: int, h: bytes, secrets):
     return [s for s in out if all((j, m, ShareKind.DH_SECRET) in secrets for j in set(s) - set(ids))]
 
 
-def correct_links(links: Links, truth: dict[int, bytes]) -> list[int]:
-    """Participants whose linked row is the row they wrote (``truth``: pid -> the row's tag, as
-    :attr:`~reshuffle.protocol.participant.ParticipantView.row_tag` records it; a tag is unique per row)."""
-    return sorted(i for i, row in links.rows.items() if i in truth and row[-credential.TAG_BYTES:] == truth[i])
+def correct_links(links: Links, truth: dict[int, tuple[bytes, ...]]) -> list[int]:
+    """Participants whose linked row is a row they wrote (``truth``: pid -> the tags of its rows, as
+    :attr:`~reshuffle.protocol.participant.ParticipantView.row_tags` records them; a tag is unique per row)."""
+    return sorted(i for i, row in links.rows.items() if row[-credential.TAG_BYTES:] in truth.get(i, ()))

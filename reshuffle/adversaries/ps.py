@@ -108,7 +108,7 @@ class LinkingPS(PSBehaviour):
         for pid, p in self.coalition.items():
             if p.state.session is not None:
                 view.colluders = {**view.colluders, pid: colluder_secrets(p)}
-        truth = {i: result.views[i].row_tag for i in honest if result.views[i].row_tag}
+        truth = {i: result.views[i].row_tags for i in honest if result.views[i].row_tags}
         return correct_links(link(view), truth)
 
     def verdict(self, result, honest, detected_by: str) -> Verdict:

@@ -200,7 +200,7 @@ class ParticipantView:
     errors: list[ProtocolError] = field(default_factory=list)
     clipped: int = 0  # coordinates of its model clipped by the fixed-point codec
     revealed: dict[int, dict[int, "ShareKind"]] = field(default_factory=dict)  # m -> owner -> kind it revealed
-    row_tag: bytes | None = None  # the tag of the row it wrote, unique per row (to score a linking attacker)
+    row_tags: tuple[bytes, ...] = ()  # the tags of the rows it wrote, unique per row (to score a linking attacker)
 
 
 Replies = tuple[ParticipantState, list[msg.Message]]
@@ -614,7 +614,7 @@ class Participant:
             row = credential.build_row(
                 enc.words, slots.tokens[slot], s.cred.value, self._rng.bytes(credential.K_BYTES), self.T, pos
             )
-            self.view.row_tag = row[-credential.TAG_BYTES:]
+            self.view.row_tags += (row[-credential.TAG_BYTES:],)
             lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
         return lw.reshape(-1), max(len(S), 1)
 
