@@ -13,8 +13,9 @@ to every participant whose table and checks accept it (with ``split``, also to e
 one alone, which lets the PS show participants different things):
 
 - the steps of the round, each as soon as the PS can build it: ROUND_START, the
-  advertisement list, the share delivery, complaints (for the complainers that signed
-  them, or in everyone's name), OT answers, U_m for every group of vectors it holds (and
+  advertisement list, the share delivery (whole, or without one dealer's shares, which
+  makes its recipients complain), complaints (for the complainers that signed them, in
+  everyone's name, or in t − 1 − c names), OT answers, U_m for every group of vectors it holds (and
   U_m less one member), certificates of every t consents on one statement, the next
   iteration's or the upload's MASK_REQUEST after any iteration whose counts it can
   unmask, the first request of a restarted slot phase, an opening of any certified
@@ -375,15 +376,19 @@ class Explorer:
         table = self.r.table(0).table.encode()
         commit = commitment(T, self.r.decoy_seed(0))
         dealers = tuple((d, bundles[d].digest(), bundles[d].combined) for d in U0)
-        out = []
-        for j in pids:
-            if j not in U0:
-                continue
-            cts = tuple((s, dict(bundles[s].ciphertexts)[j]) for s in U0 if s != j and j in dict(bundles[s].ciphertexts))
-            out.append((j, self.r.sign(msg.ShareDelivery(T, 0, SERVER_ID, tuple(U0), table, commit, dealers, cts))))
-        if out:
-            # The first reservation vector rides on the answer: iteration 1 of slot phase 0, no counts before it.
-            yield from self._targets("SHARE_DELIVERY", out, (1, (0, ())))
+        # All ciphertexts, or all but the last dealer's (its recipients then complain about it, honestly).
+        for name, withheld in (("SHARE_DELIVERY", None), (f"SHARE_DELIVERY (without {U0[-1]}'s shares)", U0[-1])):
+            out = []
+            for j in pids:
+                if j not in U0:
+                    continue
+                cts = tuple((d, dict(bundles[d].ciphertexts)[j]) for d in U0
+                            if d not in (j, withheld) and j in dict(bundles[d].ciphertexts))
+                out.append((j, self.r.sign(msg.ShareDelivery(T, 0, SERVER_ID, tuple(U0), table, commit, dealers,
+                                                             cts))))
+            if out:
+                # The first reservation vector rides on the answer: iteration 1 of slot phase 0, no counts before it.
+                yield from self._targets(name, out, (1, (0, ())))
 
     def _complaints(self, w, pids):
         signed = {d: sorted(i for i, r in w.view.ot_requests.items() if d in r.complaints) for d in pids}
@@ -494,8 +499,11 @@ class Explorer:
                 break
         first = [i for i in pids if w.parts[i].phase is PPhase.AWAIT_FIRST]
         if first and p.R_max >= 2:
-            data = self.r.sign(msg.MaskRequest(T, 2, SERVER_ID, ()))
-            yield from self._targets("MASK_REQUEST 2 (iteration 1 abandoned)", [(i, data) for i in first], (2, (0, ())))
+            # Iteration 1 abandoned after complaints, with no dealer excluded or with the last member excluded.
+            for name, excluded in (("", ()), (f", {first[-1]} excluded", (first[-1],))):
+                data = self.r.sign(msg.MaskRequest(T, 2, SERVER_ID, (), excluded))
+                yield from self._targets(f"MASK_REQUEST 2 (iteration 1 abandoned{name})", [(i, data) for i in first],
+                                         (2, (0, ())))
 
     def _open_request(self, w, pids):
         rs = sorted({w.parts[i].state.inv.last_certified for i in pids} - {0})
