@@ -116,6 +116,6 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_unconfigure(config):
     for run in getattr(config, "reshuffle_started", []):
-        run.join(timeout=1200)  # its processes are killed when its scenario ends
+        run.join(timeout=2 * run.RUN_TIMEOUT + 60)  # its processes are killed when its scenario ends
     if hasattr(config, "reshuffle_background_dir"):
         config.reshuffle_background_dir.cleanup()
