@@ -554,9 +554,8 @@ class Soak:
                                     rep["blamed"], max(0, expected - rec["models_received"]), faults))
         return out
 
-    def close(self) -> list[str]:
-        """Stop every process of the soak; the command lines of any still running (none, normally)."""
-        return self.procs.stop_all()
+    def close(self) -> None:
+        self.procs.stop_all()
 
 
 def _checkpoint_round(out: Path) -> int:
