@@ -12,7 +12,7 @@ from reshuffle.adversaries.participants import TamperOneRow
 from reshuffle.errors import InvalidSignature, ProtocolError, Refused
 from reshuffle.harness.api import build_round
 from reshuffle.protocol.blame import KIND_FALSE_OPENING, KIND_NONZERO, verify_evidence
-from reshuffle.protocol.phases import PHASES
+from reshuffle.protocol.schedule import PHASES
 from tests.protocol_helpers import expected_models, make_updates, multiset
 
 N = 8

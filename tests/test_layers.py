@@ -14,8 +14,9 @@ rank only, so units that share a rank stay independent of each other.
     3  protocol                   the round as a deployment runs it
     4  harness                    the in-process drivers (``shuffle``, the runners)
     5  reshuffle, adversaries,    the package API (``reshuffle.shuffle``); deviating
-       games, server              parties; security games; rules on unlinked models
-    6  attacks                    poisoning (omniscient attacks run the rules)
+       server                     parties and the explorer of PS schedules; rules on unlinked models
+    6  attacks, games             poisoning (omniscient attacks run the rules); security games
+                                  (the anonymity game's adversary searches schedules with the explorer)
     7  sim                        the simulator
     8  flower, evaluation, soak   the Flower drop-in and apps; the decision grid; the fault soak
     9  bench                      benchmarks and the detection probe
@@ -42,8 +43,8 @@ RANKS: dict[str, int] = {
     "crypto": 2, "clients": 2,
     "protocol": 3,
     "harness": 4,
-    "reshuffle": 5, "adversaries": 5, "games": 5, "server": 5,
-    "attacks": 6,
+    "reshuffle": 5, "adversaries": 5, "server": 5,
+    "attacks": 6, "games": 6,
     "sim": 7,
     "flower": 8, "evaluation": 8, "soak": 8,
     "bench": 9,

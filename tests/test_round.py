@@ -6,7 +6,7 @@ import pytest
 import reshuffle
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
 from reshuffle.protocol.params import RoundParams
-from reshuffle.protocol.phases import PHASES
+from reshuffle.protocol.schedule import PHASES
 from tests.protocol_helpers import expected_models, make_updates, multiset
 
 

@@ -14,8 +14,8 @@ from reshuffle.harness.api import build_round
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.reservation import Reservation, settled_slots
 from reshuffle.harness.runner import InProcessRunner
-from reshuffle.protocol.phases import SERVER_TABLE, SPhase
-from reshuffle.protocol.schedule import RESERVE, SCHEDULE, UPLOAD, closer_of, happy_path, step_of
+from reshuffle.protocol.phases import SPhase
+from reshuffle.protocol.schedule import RESERVE, SCHEDULE, SERVER_TABLE, UPLOAD, closer_of, happy_path, step_of
 from reshuffle.protocol.server import Server
 from tests.protocol_helpers import expected_models, make_updates, multiset
 
@@ -29,6 +29,26 @@ def test_every_collecting_state_has_one_step_and_a_closer():
         assert callable(getattr(Server, closer_of(ph)))
     with pytest.raises(KeyError):
         closer_of(SPhase.DONE)
+
+
+def test_the_catalogue_and_the_participant_table_agree():
+    # Every message a step sends is accepted in some participant state, every message a participant
+    # accepts is sent by some step; every collected message has its handler on the PS.
+    from reshuffle.protocol.phases import PARTICIPANT_TABLE
+    from reshuffle.protocol.schedule import ASSIGN_STEP, ONLINE_PHASES, PHASES, phase_of
+
+    sent = {t for s in SCHEDULE for t in s.sends}
+    accepted = {t for table in PARTICIPANT_TABLE.values() for t in table}
+    assert sent == accepted, (sent ^ accepted)
+    for table in SERVER_TABLE.values():
+        assert all(callable(getattr(Server, name)) for name in table.values())
+    # The phases: every step's, in round order; the online ones are the upload's and what follows.
+    assert PHASES == ("setup", "ot", "reserve", "upload", "unmask") and ONLINE_PHASES == ("upload", "unmask")
+    for s in SCHEDULE:
+        for t in s.sends + s.collects:
+            m = 5 if s.invocation == UPLOAD else 1
+            assert phase_of(t, m, 5) == s.stage or s.invocation is None, (s.name, t)
+    assert ASSIGN_STEP not in SCHEDULE
 
 
 def test_maskedsum_steps_split_by_invocation():
@@ -122,19 +142,19 @@ def test_grouped_prepare_then_upload():
 class _EarlyUpload(Server):
     """Jumps to the upload right after iteration 1, whatever the counts."""
 
-    def _open_invocation(self, m, mask_set, counts):
+    def _open_invocation(self, m, mask_set, counts, excluded=()):
         if 1 < m <= self.params.R_max:
             m = self.params.upload_m
-        return super()._open_invocation(m, mask_set, counts)
+        return super()._open_invocation(m, mask_set, counts, excluded)
 
 
 class _ExtraIteration(Server):
     """Runs another iteration although the counts settled every party."""
 
-    def _open_invocation(self, m, mask_set, counts):
-        if m == self.params.upload_m and self._phase_start + len(self._phase_counts) <= self.params.R_max:
-            m = self._phase_start + len(self._phase_counts)
-        return super()._open_invocation(m, mask_set, counts)
+    def _open_invocation(self, m, mask_set, counts, excluded=()):
+        if m == self.params.upload_m and self.slots.last < self.params.R_max:
+            m = self.slots.last + 1
+        return super()._open_invocation(m, mask_set, counts, excluded)
 
 
 def _run_with(server_cls, n, seed):
@@ -166,17 +186,16 @@ def test_reservation_ends_only_when_no_honest_party_can_still_settle(members, de
     # Honest parties (decoys included) pick by the rule; the reservation stops where slots_done says.
     n, k = 4 * (members + decoys), 8
     rng = SeededRandom(seed.to_bytes(4, "big"), b"test")
-    parties = [Reservation(sample_distinct(n, min(k, n), rng), rng) for _ in range(members + decoys)]
+    parties = [Reservation.start(sample_distinct(n, min(k, n), rng)) for _ in range(members + decoys)]
     history = []
     for _ in range(8):
         counts = np.zeros(n, dtype=np.int64)
+        parties = [p_.choose(rng) for p_ in parties]
         for p_ in parties:
-            pick = p_.choose()
-            if pick is not None:
-                counts[pick] += 1
+            if p_.pick is not None:
+                counts[p_.pick] += 1
         history.append(tuple(int(c) for c in counts))
-        for p_ in parties:
-            p_.observe(counts)
+        parties = [p_.observe(counts) for p_ in parties]
         if opening.slots_done(members, decoys, len(settled_slots(history)), 0):
             # Assert: every party holds a slot, so no further iteration could change anything.
             assert all(p_.slot is not None for p_ in parties)

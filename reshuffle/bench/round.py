@@ -74,6 +74,7 @@ from reshuffle.crypto.signatures import SigningKey
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.masking import mask_in_place
+from reshuffle.protocol.schedule import ONLINE_PHASES
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, check_certificate
 
 LENET5_D = 61_706
@@ -215,7 +216,9 @@ def handle(self, data):
         kind = getattr(peek_type(data), "name", "other")
         cpu[self.pid][kind] += dt
         upload = getattr(getattr(self, "params", None), "upload_m", None)
-        if not split or upload is None or (kind in ONLINE and getattr(self, "_m", 0) == upload):
+        state = getattr(self, "state", None)  # this version keeps the invocation in its state value
+        m = state.inv.m if hasattr(state, "inv") else getattr(self, "_m", 0)
+        if not split or upload is None or (kind in ONLINE and m == upload):
             after[self.pid] += dt
 P.Participant.handle = handle
 gen = np.random.default_rng(N)  # test data only
@@ -370,7 +373,6 @@ def _ps_floor(groups, repeat: int, clock=time.perf_counter) -> float:
     return total
 
 
-ONLINE_PHASES = ("upload", "unmask")  # the phases of the schedule's online steps
 SECAGGPLUS_ROUND_TRIPS = 4  # Flower's SecAgg+ fit: setup, share keys, collect masked vectors, unmask
 
 
@@ -413,17 +415,16 @@ def reservation_monte_carlo(N: int, trials: int, R_max: int = 4, seed: int = 0, 
     iterations: dict[int, int] = {}
     unslotted = 0
     for _ in range(trials):
-        parties = [Reservation(sample_distinct(p.n, p.k, rng), rng) for _ in range(N + p.decoys)]
+        parties = [Reservation.start(sample_distinct(p.n, p.k, rng)) for _ in range(N + p.decoys)]
         history: list[np.ndarray] = []
         for _ in range(R_max):
             counts = np.zeros(p.n, dtype=np.int64)
+            parties = [q.choose(rng) for q in parties]
             for q in parties:
-                pick = q.choose()
-                if pick is not None:
-                    counts[pick] += 1
+                if q.pick is not None:
+                    counts[q.pick] += 1
             history.append(counts)
-            for q in parties:
-                q.observe(counts)
+            parties = [q.observe(counts) for q in parties]
             if slots_done(N, p.decoys, len(settled_slots(history)), 0):
                 break
         iterations[len(history)] = iterations.get(len(history), 0) + 1

@@ -46,7 +46,7 @@ from reshuffle.errors import BelowThreshold, ConfigError, ProtocolError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
-from reshuffle.protocol.grouped import GroupedOutput, GroupedServer
+from reshuffle.protocol.grouped import GroupedOutput, GroupedServer, make_ps
 from reshuffle.protocol.groups import check_collusion, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import global_model_hash
@@ -221,7 +221,7 @@ class _Round:
         """The push to ``node``: the core's messages, with the strategy's content and the train stage
         on the first one that needs this node's model. True when it carries the train stage."""
         ttl = max(1.0, self.deadline - time.time())
-        if node in self.trained or not self._online_for(self.pid_of[node]):
+        if node in self.trained or not self.server.needs_model(self.pid_of[node]):
             rec = ConfigRecord({"stage": STAGE_PROTOCOL, "T": self.T, "data": items})
             return _copy_with(self.claim_by_node[node], RecordDict({RECORD: rec}), ttl), False
         self.trained.add(node)
@@ -229,16 +229,6 @@ class _Round:
         c[RECORD] = ConfigRecord({"stage": STAGE_TRAIN, "T": self.T, "words": self.d, "data": items})
         return _copy_with(self.claim_by_node[node], c, ttl), True
 
-    def _online_for(self, pid: int) -> bool:
-        """Whether the step now pushed to ``pid`` needs its model (with groups: its group's step)."""
-        s = self.server
-        if isinstance(s, GroupedServer):
-            if s.assigning:
-                return False
-            j = s.group_of.get(pid)
-            srv = s.servers.get(j) if j is not None else None
-            return srv is not None and j not in s.failed and not srv.done and not srv.step.offline
-        return not s.step.offline
 
     def _start_protocol(self) -> list[tuple[int, bytes]]:
         g = self.g
@@ -264,12 +254,9 @@ class _Round:
         if len(roster) < 2:
             raise BelowThreshold(f"{len(roster)} node(s) answered the claim message with a valid claim")
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
-        if g.group_size is not None:
-            self.server = GroupedServer(self.T, roster, g._sk, g._cert, g._ca, self.hash, self.d, g.group_size,
-                                        {"payload": "words", **g.round_params}, collusion=g.group_collusion)
-            return self.server.start()
-        p = RoundParams.default(len(roster), self.d, payload="words", **g.round_params)
-        self.server = Server(p, self.T, roster, g._sk, g._cert, g._ca, self.hash)
+        self.server = make_ps(self.T, roster, g._sk, g._cert, g._ca, self.hash, d=self.d,
+                              overrides={"payload": "words", **g.round_params}, group_size=g.group_size,
+                              collusion=g.group_collusion)
         return self.server.start()
 
     def _deliver(self) -> None:
@@ -385,6 +372,22 @@ class ReshuffleGrid(Grid):
 
     def get_nodes(self):
         return self._grid.get_nodes()
+
+    # --- round numbers --------------------------------------------------------------
+    @property
+    def next_round(self) -> int:
+        """The round number the next train round will carry (1, 2, ... unless :meth:`skip_to` moved it)."""
+        return self._T + 1
+
+    def skip_to(self, T: int) -> None:
+        """Number the next train round T, above every round number this grid used.
+
+        A resumed ServerApp starts its grid above the last round it started before it stopped:
+        nodes take part in each round number once, and a round is never run twice.
+        """
+        if not isinstance(T, int) or isinstance(T, bool) or T < self.next_round:
+            raise ConfigError(f"skip_to({T!r}): round numbers only go up; the next round is {self.next_round}")
+        self._T = T - 1
 
     # --- keys and reports -----------------------------------------------------------
     @property

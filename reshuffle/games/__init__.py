@@ -51,7 +51,8 @@ def _always(game, assumption, e: Estimate, text: str) -> Result:
 
 
 def run_games(quick: bool = False) -> list[Result]:
-    from reshuffle.games.anonymity import anonymity_game, anonymity_game_groups
+    from reshuffle.adversaries.weak import ReopensAfterUpload
+    from reshuffle.games.anonymity import anonymity_game, anonymity_game_groups, schedule_game
     from reshuffle.games.basic import ddh_game, ot_request_distance, shamir_view_distance
     from reshuffle.games.masking import dlog_then_remove, masked_sum_games, remove_known_masks
     from reshuffle.games.ot_sender import dlog_adversary, honest_then_guess, ot_sender_games
@@ -104,6 +105,14 @@ def run_games(quick: bool = False) -> list[Result]:
     out.append(_secure("source anonymity, real round [N=6, c=1, h=5]", "all of the above", e, "abs(adv) ≤ bound (adv over 1/h)"))
     e = anonymity_game(6, 1, 4, n_round, broken=True)
     out.append(_detected("source anonymity [weak: answers both share kinds]", "all of the above", e, 0.8))
+    # The adversary also chooses the schedule: every legal order of PS messages (explorer, N = 4, n = 1024).
+    n_sched = 8 if quick else 60
+    e = schedule_game(4, 1024, 3000, n_sched)
+    out.append(_secure("source anonymity, PS chooses the schedule [N=4, c=1, h=3]", "all of the above", e,
+                       "abs(adv) ≤ bound (adv over 1/h)"))
+    e = schedule_game(4, 1024, 3000, 12 if quick else 20, ReopensAfterUpload)  # 12: the bound falls below 2/3
+    out.append(_detected("source anonymity, schedule [weak: opens after its upload]", "all of the above", e,
+                         2 / 3))
     # Anonymity groups: the set is the honest members of the challenge row's group (h_j = 2 or 3 here).
     n_group = 20 if quick else 150
     e = anonymity_game_groups(6, 1, 4, 3, n_group)

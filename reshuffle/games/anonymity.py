@@ -16,6 +16,13 @@ second, signed unmask request claiming i dropped, hoping to get shares of x_i
 too. Honest participants answer once per invocation (docs/protocol.md §6.3) and refuse; the
 *broken* variant (:class:`AnswersTwice`) answers, and then every mask of y_i is
 known and the adversary always wins.
+
+:func:`schedule_game` gives the adversary the schedule as well: an active PS that may
+send any message the participants accept, in any order (the explorer of
+:mod:`reshuffle.adversaries.explorer` searches them all), and keeps the schedule that
+links the most honest models; the challenge row is drawn on that schedule. With the
+participant of before the reorder fix (:class:`~reshuffle.adversaries.weak.ReopensAfterUpload`)
+it always wins.
 """
 
 from __future__ import annotations
@@ -48,15 +55,13 @@ class AnswersTwice(Participant):
 
     def handle(self, data: bytes) -> list[bytes]:
         if self.phase is PPhase.DONE:
-            m = msg.decode(data, self._ctx)
+            m = msg.decode(data, self.ctx)
             if isinstance(m, msg.UnmaskRequest):
-                saved = self._mask_set  # forget the request: the next one is judged afresh
+                # Each request is judged afresh against the state after the certified reveal.
                 try:
-                    return [self._reveal(m.m, m.online).encode(self._sk)]
+                    return [self._reveal(self.state, m.m, m.online)[1].encode(self._sk)]
                 except ProtocolError:
                     return []
-                finally:
-                    self._mask_set = saved
         return super().handle(data)
 
 
@@ -76,7 +81,7 @@ class CuriousPS:
         for sender, data in self.transcript:
             m = msg.decode(data, ctx)
             if isinstance(m, msg.MaskedInput) and m.m == p.upload_m:
-                out[sender] = np.frombuffer(m.words, dtype=p.codec.dtype).copy()
+                out[sender] = (np.frombuffer(m.words, dtype=p.codec.dtype).copy(), bytes(m.h))
         return out
 
     def _ask_dropped(self, i: int) -> int | None:
@@ -102,22 +107,23 @@ class CuriousPS:
         p, m, g = s.params, s.params.upload_m, s.group
         uploads = self._uploads()
         slot = settled_slots(s.counts)[position]
-        token = np.frombuffer(s._ot.tokens[slot], dtype=p.codec.dtype)
+        token = np.frombuffer(s.tokens()[slot], dtype=p.codec.dtype)
         mask_set = s.online[m - 1] if m - 1 in s.online else s.online[m]
-        keys = {j: s._adverts[j].mask_keys[m - 1] for j in mask_set}
+        keys = {j: s.adverts[j].mask_keys[m - 1] for j in mask_set}
         for i in candidates:
             # Only the challenge row matters: strip i's self mask and every pairwise mask it can key.
-            row = uploads[i].reshape(-1, p.row_words)[position].copy()
-            streams = [(self_key(g, s.T, m, i, s._recover(i, ShareKind.SELF_SEED), s._h, position), -1)]
+            words, h = uploads[i]
+            row = words.reshape(-1, p.row_words)[position].copy()
+            streams = [(self_key(g, s.T, m, i, s.seeds[m][i], h, position), -1)]
             x_i = self._ask_dropped(i)
             for j in mask_set:
                 if j == i:
                     continue
                 if x_i is not None:
-                    streams.append((pair_key(s.T, m, i, j, x_i, keys[j], s._h, position), -pair_sign(i, j)))
+                    streams.append((pair_key(s.T, m, i, j, x_i, keys[j], h, position), -pair_sign(i, j)))
                 elif j in self.colluders:
-                    x_j = self.colluders[j]._keys.mask[m - 1].secret
-                    streams.append((pair_key(s.T, m, j, i, x_j, keys[i], s._h, position), -pair_sign(i, j)))
+                    x_j = self.colluders[j].state.session.keys.mask[m - 1].secret
+                    streams.append((pair_key(s.T, m, j, i, x_j, keys[i], h, position), -pair_sign(i, j)))
             accumulate_streams(row, streams)
             off = p.d + credential.pad_bytes(p.d * row.itemsize) // row.itemsize
             if np.array_equal(row[off : off + token.size], token):
@@ -202,6 +208,35 @@ def anonymity_trial_groups(N: int, c: int, d: int, g: int, broken: bool) -> tupl
 def anonymity_game_groups(N: int, c: int, d: int, g: int, trials: int, broken: bool = False) -> Estimate:
     """Advantage over 1/h_j, the honest members of the challenge row's group."""
     results = [anonymity_trial_groups(N, c, d, g, broken) for _ in range(trials)]
+    baseline = sum(1 / h for _, h in results) / trials
+    it = iter(results)
+    return estimate(lambda: next(it)[0], trials, baseline)
+
+
+# --------------------------------------------------------------------------- #
+# The adversary chooses the schedule (docs/security/anonymity.md, section 5)
+def schedule_trial(N: int, n: int, budget: int, participant_cls=None) -> tuple[bool, int]:
+    """One real round whose PS plays every legal order of its messages; returns (adversary correct, h).
+
+    The adversary keeps the schedule with the most honest models linked (L of them) among h honest
+    rows; the challenge is a uniform one of those h rows: a linked row it names, any other it guesses.
+    Participant 0 colludes with the PS; keys and randomness are fresh in every trial. With n slots
+    for N + 1 parties the first reservation iteration settles everyone with chance
+    Π_{i<N+1}(1 − i/n) (0.99 for N = 4, n = 1024), so the upload usually follows it (R_max = 2).
+    """
+    from reshuffle.adversaries.explorer import ExploreConfig, explore
+    from reshuffle.protocol.participant import Participant
+
+    seed = int.from_bytes(secrets.token_bytes(4), "big")
+    r = explore(ExploreConfig(N=N, n=n, R_max=2, budget=budget, seed=seed), participant_cls or Participant)
+    linked, h = r.best
+    challenge = sample_distinct(h, 1, OS_RANDOM)[0]
+    return challenge < linked or sample_distinct(h, 1, OS_RANDOM)[0] == 0, h
+
+
+def schedule_game(N: int, n: int, budget: int, trials: int, participant_cls=None) -> Estimate:
+    """Advantage over 1/h of the adversary that chooses the schedule."""
+    results = [schedule_trial(N, n, budget, participant_cls) for _ in range(trials)]
     baseline = sum(1 / h for _, h in results) / trials
     it = iter(results)
     return estimate(lambda: next(it)[0], trials, baseline)

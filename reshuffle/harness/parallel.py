@@ -60,9 +60,9 @@ from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, ReShuffleError
 from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant, ParticipantView
-from reshuffle.protocol.phases import PHASES
+from reshuffle.protocol.schedule import PHASES
 from reshuffle.harness.runner import Envelope, InProcessRunner, Interceptor
-from reshuffle.protocol.server import RoundOutput, Server
+from reshuffle.protocol.server import Server
 from reshuffle.wire import Parser, Writer
 
 BATCH, ACK, SLOT, VIEWS, STOP, REPLY, GROW, DONE, VIEWDATA, FAILED, MODELS = range(1, 12)
@@ -108,7 +108,7 @@ def encode_view(pid: int, v: ParticipantView) -> bytes:
     w = Writer().u32(pid)
     _opt(w, v.slot)
     _opt(w, v.position)
-    w.u32_list(sorted(v.uploaded)).u64(v.clipped).u32(len(v.errors))
+    w.u32_list(sorted(v.uploaded)).u64(v.clipped).var(b"".join(v.row_tags)).u32(len(v.errors))
     for e in v.errors:
         w.var(type(e).__name__.encode()).var(str(e).encode())
     w.u32(len(v.revealed))
@@ -132,6 +132,10 @@ def decode_view(p: Parser, max_items: int) -> tuple[int, ParticipantView]:
     v = ParticipantView(slot=_read_opt(p, "slot"), position=_read_opt(p, "position"))
     v.uploaded = set(p.u32_list("uploaded", max_items))
     v.clipped = p.u64("clipped")
+    tags = p.var("row tags", 16 * max_items)
+    if len(tags) % 16:
+        raise DecodeError(f"view of {pid}: row tags of {len(tags)} bytes, not 16 each")
+    v.row_tags = tuple(tags[k : k + 16] for k in range(0, len(tags), 16))
     n_err = p.u32("errors")
     if n_err > max_items:
         raise DecodeError(f"view of {pid} lists {n_err} errors")

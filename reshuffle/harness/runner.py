@@ -19,8 +19,7 @@ from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.messages import peek_type
 from reshuffle.protocol.participant import Participant
-from reshuffle.protocol.phases import PHASES, phase_of
-from reshuffle.protocol.schedule import RoundTrips
+from reshuffle.protocol.schedule import PHASES, RoundTrips, phase_of
 from reshuffle.protocol.server import RoundOutput, Server
 
 if TYPE_CHECKING:

@@ -242,6 +242,14 @@ class GroupedServer:
                     f"group {j}: {why}" for j, why in sorted(self.failed.items())))
         return out
 
+    def needs_model(self, pid: int) -> bool:
+        """Whether the step now pushed to ``pid`` needs its model: its group's step is online."""
+        if self.assigning:
+            return False
+        j = self.group_of.get(pid)
+        srv = self.servers.get(j) if j is not None else None
+        return srv is not None and j not in self.failed and not srv.done and not srv.step.offline
+
     def _start_groups(self) -> Outbox:
         a = self.assignment
         out: Outbox = []
@@ -337,3 +345,24 @@ class GroupedParticipant:
 
 
 __all__ = ["GroupedOutput", "GroupedParticipant", "GroupedServer"]
+
+
+def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
+            ca: CertificateAuthority, global_hash: bytes, *, params: RoundParams | None = None, d: int | None = None,
+            overrides: dict | None = None, group_size: int | None = None, collusion: float | None = None,
+            rng: RandomSource | int | None = None, make_server: Callable[..., Server] = Server) -> Server | GroupedServer:
+    """The PS of a round, for every driver (in process, parallel, Flower): one :class:`Server` with
+    ``params`` (default: ``RoundParams.default(N, d, **overrides)``), or a :class:`GroupedServer` of groups
+    of about ``group_size`` (each group's parameters from its size and ``overrides``)."""
+    overrides = dict(overrides or {})
+    if group_size is None:
+        if params is None:
+            if d is None:
+                raise ConfigError("the PS needs the round's parameters, or the model length d to derive them")
+            params = RoundParams.default(len(roster), d, **overrides)
+        return make_server(params, T, roster, signing_key, cert, ca, global_hash, rng)
+    d = params.d if params is not None else d
+    if d is None:
+        raise ConfigError("a round in groups needs the model length d")
+    return GroupedServer(T, roster, signing_key, cert, ca, global_hash, d, group_size, overrides, rng, make_server,
+                         collusion)

@@ -1,13 +1,20 @@
-"""The round's schedule as data: every step the PS drives, in order, with its properties.
+"""The round's schedule as data, the one catalogue of its steps.
 
 A *step* is one round trip: the PS sends the messages in ``sends`` and collects
-the replies in ``awaits`` until its deadline, then its ``closer`` computes the
+the replies in ``collects`` until its deadline, then its ``closer`` computes the
 next step. Every driver (in-process, parallel, grouped, Flower) executes this one
 table through the PS's ``start``/``receive``/``close_phase`` and counts its round
-trips from it; none sequences phases itself.
+trips from it; none sequences phases itself. Derived from it, and nowhere else:
+
+- :data:`SERVER_TABLE`, what the PS accepts in each state and the handler of each
+  message (``_on_<message type>``);
+- :func:`phase_of` and :data:`PHASES`, the user-facing phases (``setup, ot, reserve,
+  upload, unmask``) of every message, which dropout injection, the statistics and
+  the tests share, and :data:`ONLINE_PHASES`, those of the steps that need a model.
 
 Properties of a step:
 
+- ``stage``: its user-facing phase.
 - ``offline``: it does not depend on any participant's model, so it may run
   while participants train. Setup, share checks, OT, the credential and every
   reservation iteration are offline; the upload's MaskedSum and the blame step
@@ -27,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reshuffle.protocol.messages import MsgType
-from reshuffle.protocol.phases import SERVER_TABLE, SPhase
+from reshuffle.protocol.phases import SPhase
 
 RESERVE, UPLOAD = "reserve", "upload"
 
@@ -38,7 +45,9 @@ class Step:
 
     name: str
     phase: SPhase
+    stage: str
     sends: tuple[MsgType, ...]
+    collects: tuple[MsgType, ...]
     closer: str
     offline: bool
     per_iteration: bool = False
@@ -47,37 +56,87 @@ class Step:
 
     @property
     def awaits(self) -> tuple[MsgType, ...]:
-        return tuple(SERVER_TABLE[self.phase])
+        return self.collects
 
 
-_M = (MsgType.MASK_REQUEST,)
+T = MsgType
+_VECTOR = (T.MASKED_INPUT, T.OBJECTION)
 SCHEDULE: tuple[Step, ...] = (
-    Step("advertise", SPhase.ADVERTS, (MsgType.ROUND_START,), "_close_adverts", True),
-    Step("share", SPhase.BUNDLES, (MsgType.ADVERTISE_LIST,), "_close_bundles", True),
-    Step("ot", SPhase.OT, (MsgType.SHARE_DELIVERY,), "_close_ot", True),  # + the first reservation vector
-    Step("complaints", SPhase.COMPLAINTS, (MsgType.COMPLAINTS,), "_close_complaints", True,
+    Step("advertise", SPhase.ADVERTS, "setup", (T.ROUND_START,), (T.ADVERTISE,), "_close_adverts", True),
+    Step("share", SPhase.BUNDLES, "setup", (T.ADVERTISE_LIST,), (T.SHARE_BUNDLE,), "_close_bundles", True),
+    # The first reservation vector rides on the OT request (§5a).
+    Step("ot", SPhase.OT, "ot", (T.SHARE_DELIVERY,), (T.OT_REQUEST, T.MASKED_INPUT), "_close_ot", True),
+    Step("complaints", SPhase.COMPLAINTS, "ot", (T.COMPLAINTS,), (T.COMPLAINT_ANSWER,), "_close_complaints", True,
          when="a recipient complains about a dealer's shares"),
-    Step("reserve", SPhase.MASKED, _M, "_close_masked", True, True, invocation=RESERVE),
-    # Of iteration 1 the OT answers go with it (after complaints, with the MASK_REQUEST of iteration 2).
-    Step("reserve-consent", SPhase.CONSENT, (MsgType.OT_RESPONSE, MsgType.UNMASK_REQUEST), "_close_consent", True,
+    # After a restart the first request goes with the slot phase's OT answers.
+    Step("reserve", SPhase.MASKED, "reserve", (T.SLOT_RESPONSE, T.MASK_REQUEST), _VECTOR, "_close_masked", True,
          True, invocation=RESERVE),
-    Step("reserve-reveal", SPhase.UNMASK, (MsgType.CERTIFICATE,), "_close_unmask", True, True, invocation=RESERVE),
-    Step("open", SPhase.OPEN, (MsgType.OPEN_REQUEST,), "_close_open", True,
+    # Of iteration 1 the OT answers go with it (after complaints, with the MASK_REQUEST of iteration 2).
+    Step("reserve-consent", SPhase.CONSENT, "reserve", (T.OT_RESPONSE, T.UNMASK_REQUEST), (T.CONSENT,),
+         "_close_consent", True, True, invocation=RESERVE),
+    Step("reserve-reveal", SPhase.UNMASK, "reserve", (T.CERTIFICATE,), (T.UNMASK_RESPONSE,), "_close_unmask", True,
+         True, invocation=RESERVE),
+    Step("open", SPhase.OPEN, "reserve", (T.OPEN_REQUEST,), (T.OPEN_REVEAL,), "_close_open", True,
          when="an iteration fails a count check or draws an objection"),
-    Step("restart", SPhase.SLOTS, (MsgType.RESTART,), "_close_slots", True,
+    Step("restart", SPhase.SLOTS, "reserve", (T.RESTART,), (T.SLOT_REQUEST,), "_close_slots", True,
          when="an opened iteration leaves iterations to restart the slot phase"),
-    Step("upload", SPhase.MASKED, _M, "_close_masked", False, invocation=UPLOAD),
-    Step("upload-consent", SPhase.CONSENT, (MsgType.UNMASK_REQUEST,), "_close_consent", False, invocation=UPLOAD),
-    Step("upload-reveal", SPhase.UNMASK, (MsgType.CERTIFICATE,), "_close_unmask", False, invocation=UPLOAD),
-    Step("blame", SPhase.BLAME, (MsgType.BLAME_REQUEST,), "_close_blame", False,
+    Step("upload", SPhase.MASKED, "upload", (T.MASK_REQUEST,), _VECTOR, "_close_masked", False, invocation=UPLOAD),
+    Step("upload-consent", SPhase.CONSENT, "unmask", (T.UNMASK_REQUEST,), (T.CONSENT,), "_close_consent", False,
+         invocation=UPLOAD),
+    Step("upload-reveal", SPhase.UNMASK, "unmask", (T.CERTIFICATE,), (T.UNMASK_RESPONSE,), "_close_unmask", False,
+         invocation=UPLOAD),
+    Step("blame", SPhase.BLAME, "unmask", (T.BLAME_REQUEST,), (T.OPENING,), "_close_blame", False,
          when="a delivered-looking row fails its token, credential or tag"),
-    Step("dispute", SPhase.DISPUTE, (MsgType.DISPUTE,), "_close_dispute", False,
+    Step("dispute", SPhase.DISPUTE, "unmask", (T.DISPUTE,), (T.DISPUTE_ANSWER,), "_close_dispute", False,
          when="two openings of one pair disagree"),
 )
 
 # The group assignment (docs/protocol.md, "Anonymity groups") runs before ROUND_START; it is offline.
-ASSIGN_STEP = Step("assign", SPhase.START, (MsgType.GROUP_OPEN,), "close", True,
+ASSIGN_STEP = Step("assign", SPhase.START, "assign", (T.GROUP_OPEN,), (), "close", True,
                    when="the round runs in anonymity groups")
+
+
+def handler_name(t: MsgType) -> str:
+    """The PS's handler of a collected message: ``_on_<message type>``."""
+    return "_on_" + t.name.lower()
+
+
+def _server_table() -> dict[SPhase, dict[MsgType, str]]:
+    table: dict[SPhase, dict[MsgType, str]] = {ph: {} for ph in SPhase}
+    for s in SCHEDULE:
+        table[s.phase].update({t: handler_name(t) for t in s.collects})
+    return table
+
+
+#: What the PS accepts in each state, and the handler of each message.
+SERVER_TABLE: dict[SPhase, dict[MsgType, str]] = _server_table()
+
+#: The user-facing phases, in round order.
+PHASES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE))
+#: The phases of the steps that need the participants' models.
+ONLINE_PHASES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE if not s.offline))
+
+
+def _stages() -> tuple[dict[MsgType, str], dict[tuple[MsgType, str], str]]:
+    """Each message's phase: from the first step that sends or collects it; a MaskedSum message's by kind."""
+    plain: dict[MsgType, str] = {}
+    by_kind: dict[tuple[MsgType, str], str] = {}
+    for s in SCHEDULE:
+        for t in s.sends + s.collects:
+            if s.invocation is not None:
+                by_kind.setdefault((t, s.invocation), s.stage)
+            else:
+                plain.setdefault(t, s.stage)
+    return plain, by_kind
+
+
+_PLAIN, _BY_KIND = _stages()
+
+
+def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
+    """The user-facing phase of a message of invocation ``m``; ``other`` for one no step carries."""
+    kind = UPLOAD if m >= upload_m else RESERVE
+    return _BY_KIND.get((mtype, kind)) or _PLAIN.get(mtype, "other")
 
 _BY_KEY: dict[tuple[SPhase, str | None], Step] = {(s.phase, s.invocation): s for s in SCHEDULE}
 if len(_BY_KEY) != len(SCHEDULE):
