@@ -1,7 +1,7 @@
 # On a fresh machine:
 #   make run   set up .venv and run the main job on its embedded default
 #   make test  set up .venv and run the test suite, the soak aside (a few minutes)
-#   make soak  set up .venv and run the soak's tests on a real Flower deployment (about 10 minutes)
+#   make soak  set up .venv and run the soak's tests on a real Flower deployment (4 to 8 minutes)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.reshuffle-installed

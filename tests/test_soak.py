@@ -152,7 +152,7 @@ def test_every_process_started_carries_the_tag_and_leads_its_own_group(processes
 
 
 # --------------------------------------------------------------------------- the real soak
-# A quick soak takes 5 to 10 minutes on 2 idle cores; these bounds only stop a hung one.
+# A quick soak takes 3 to 8 minutes on 2 shared cores; these bounds only stop a hung one.
 SOAK_TIMEOUT = 3600
 
 
