@@ -1,11 +1,12 @@
-# Two commands on a fresh machine:
+# On a fresh machine:
 #   make run   set up .venv and run the main job on its embedded default
-#   make test  set up .venv and run the whole test suite
+#   make test  set up .venv and run the test suite, the soak aside (a few minutes)
+#   make soak  set up .venv and run the soak's tests on a real Flower deployment (4 to 8 minutes)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.reshuffle-installed
 
-.PHONY: setup run test bench games flower clean
+.PHONY: setup run test soak bench games flower clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -17,10 +18,14 @@ run: $(STAMP)
 	$(BIN)/reshuffle simulate --attack sign-flip --malicious 0.2 --rule default --out outputs/simulate/main
 
 # Two or more workers (pytest-xdist), each module in one worker so that module fixtures
-# (the security games, for one) are computed once; the Flower runs start in the
-# background (tests/conftest.py).
+# (the security games, for one) are computed once; the local simulations start in the
+# background (tests/conftest.py). The tests marked `soak` are left to `make soak`.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadscope
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadscope -m "not soak"
+
+# The quick soak and the interrupted soaks, spread over two workers (the quick soak is the longest).
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist load -m soak
 
 bench: $(STAMP)
 	$(BIN)/reshuffle bench crypto

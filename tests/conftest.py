@@ -48,20 +48,21 @@ def digits():
 collect_ignore = ["flower_probe_app"]
 
 
-# The local simulations and the quick soak (a real deployment on loopback) wait mostly
-# on Flower's own polling and process start-ups: when they are selected, start their
-# runs with the session (a background thread each) so the waiting overlaps the other tests; the tests
-# collect the results, last. Under pytest-xdist (`make test` runs two workers) every
-# worker collects the same items: the first to claim a run starts it, and the runs
-# write their outcomes to files in one folder that the controller shares with every
-# worker, so whichever worker runs a test reads them. Their processes are killed when
-# their scenarios end.
+# The local simulations wait mostly on Flower's own polling and process start-ups: when
+# they are selected, start their runs with the session (a background thread) so the
+# waiting overlaps the other tests; the tests collect the results, last. Under
+# pytest-xdist (`make test` runs two workers) every worker collects the same items: the
+# first to claim the runs starts them, and the runs write their outcomes to files in one
+# folder that the controller shares with every worker, so whichever worker runs a test
+# reads them. Their processes are killed when their scenarios end.
 LOCAL_SIMULATION_TESTS = "test_flower_sim.py::"
-SOAK_TESTS = ("test_soak.py::test_quick_soak", "test_soak.py::test_an_interrupted_soak")
 
 
 def pytest_configure(config):
     import os
+
+    # `make soak` selects these, `make test` leaves them out.
+    config.addinivalue_line("markers", "soak: the fault soak on a real Flower deployment (minutes; `make soak`)")
 
     # Flower posts a telemetry event from every process it starts (and waits for it on exit): no test
     # reaches the network.
@@ -99,27 +100,22 @@ def _claim(folder: Path) -> bool:
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection: never start a run nobody will collect
 def pytest_collection_modifyitems(session, config, items):
-    simulation = any(LOCAL_SIMULATION_TESTS in item.nodeid for item in items)
-    soak = any(s in item.nodeid for item in items for s in SOAK_TESTS)
-    if not (simulation or soak) or config.option.collectonly:
+    if not any(LOCAL_SIMULATION_TESTS in item.nodeid for item in items) or config.option.collectonly:
         return
-    # The simulations end first, the soak last.
-    items.sort(key=lambda item: (any(s in item.nodeid for s in SOAK_TESTS), LOCAL_SIMULATION_TESTS in item.nodeid))
+    items.sort(key=lambda item: LOCAL_SIMULATION_TESTS in item.nodeid)  # their results are collected last
     from flower_helpers import LocalSimulationRuns
-    from test_soak import SoakRuns
 
     root = Path(config.workerinput["reshuffle_background_dir"] if hasattr(config, "workerinput")
                 else config.reshuffle_background_dir.name)
     config.reshuffle_background = root
     config.reshuffle_started = []
-    for cls, wanted in ((LocalSimulationRuns, simulation), (SoakRuns, soak)):
-        folder = root / cls.__name__
-        if wanted and _claim(folder):
-            config.reshuffle_started.append(cls(folder).start())
+    folder = root / LocalSimulationRuns.__name__
+    if _claim(folder):
+        config.reshuffle_started.append(LocalSimulationRuns(folder).start())
 
 
 def pytest_unconfigure(config):
     for run in getattr(config, "reshuffle_started", []):
-        run.join(timeout=1200)  # its processes are killed when its scenario ends
+        run.join(timeout=2 * run.RUN_TIMEOUT + 60)  # its processes are killed when its scenario ends
     if hasattr(config, "reshuffle_background_dir"):
         config.reshuffle_background_dir.cleanup()

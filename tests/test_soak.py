@@ -1,14 +1,13 @@
-"""``reshuffle soak``: its plan and fault mod (fast), and ``soak --quick`` on a real deployment.
-
-The quick soak and its interrupted twin start with the session, in the background
-(``SoakRuns``, claimed by tests/conftest.py like the other Flower runs); the tests here
-collect their results.
+"""``reshuffle soak``: its plan, fault mod and process records (fast), and ``soak --quick`` on a
+real deployment, whole and interrupted at four points (marked ``soak``: ``make soak`` runs them,
+``make test`` leaves them out).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from flower_helpers import ROOT, LoopbackGrid, _Background, _read_result, _write_result
+from flower_helpers import ROOT, LoopbackGrid
 from reshuffle.errors import ConfigError
-from reshuffle.flower.soak import SoakConfig, leftovers, schedule
+from reshuffle.flower import soak as soak_module
+from reshuffle.flower.soak import TAG_VAR, Processes, SoakConfig, leftovers, schedule
 
 
 # --------------------------------------------------------------------------- plan and fault mod
@@ -76,62 +76,119 @@ def test_an_unknown_fault_is_refused_naming_the_key():
     assert lg.errors and "node_config fault must be one of none, malformed" in lg.errors[0][1]
 
 
+# --------------------------------------------------------------------------- process records
+def _parent_of_a_detached_child(ready: Path) -> list[str]:
+    """A process that starts a child in a session of its own (as a SuperLink starts its SuperExec),
+    writes ``ready`` once it has, and sleeps."""
+    code = ("import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True); "
+            f"open({str(ready)!r}, 'w').close(); time.sleep(600)")
+    return [sys.executable, "-c", code]
+
+
+def _wait_for_file(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout:.0f} s"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def processes():
+    """A :class:`Processes` with its signal gate installed (tests run in the main thread)."""
+    procs = Processes()
+    procs.gate.install()
+    yield procs
+    procs.gate.restore()
+    procs.stop_all()  # whatever a failing test left
+
+
+def test_a_signal_while_a_process_starts_surfaces_once_the_process_is_recorded(processes, tmp_path, monkeypatch):
+    # Prepare: SIGINT delivered inside Popen, after the child exists and before it is recorded
+    # (the window in which an interrupted soak used to lose its `flwr run`).
+    real_popen = subprocess.Popen
+
+    def popen_then_interrupt(*args, **kwargs):
+        p = real_popen(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # its handler runs before raise_signal returns
+        return p
+
+    monkeypatch.setattr(soak_module.subprocess, "Popen", popen_then_interrupt)
+    # Execute
+    with pytest.raises(KeyboardInterrupt):
+        processes.start("child", _parent_of_a_detached_child(tmp_path / "ready"), dict(os.environ), tmp_path / "log")
+    # Assert: recorded before the interrupt surfaced; stopping leaves nothing, the detached grandchild included
+    assert "child" in processes.started
+    _wait_for_file(tmp_path / "ready")
+    assert len(processes.ours()) == 2
+    assert processes.stop_all() == [] and leftovers(processes.tag) == []
+
+
+def test_a_signal_while_processes_stop_surfaces_once_all_are_stopped(processes, tmp_path, monkeypatch):
+    # Prepare: a parent and its detached child; a second SIGINT arrives as the first kills go out.
+    processes.start("child", _parent_of_a_detached_child(tmp_path / "ready"), dict(os.environ), tmp_path / "log")
+    _wait_for_file(tmp_path / "ready")
+    real_kill_all = soak_module._kill_all
+
+    def interrupted_kill_all(pids):
+        signal.raise_signal(signal.SIGINT)
+        real_kill_all(pids)
+
+    monkeypatch.setattr(soak_module, "_kill_all", interrupted_kill_all)
+    # Execute
+    with pytest.raises(KeyboardInterrupt):
+        processes.stop_all()
+    # Assert: the detached child (found by the tag in its environment) was stopped all the same
+    assert leftovers(processes.tag) == [] and processes.ours() == []
+
+
+def test_every_process_started_carries_the_tag_and_leads_its_own_group(processes, tmp_path):
+    p = processes.start("child", _parent_of_a_detached_child(tmp_path / "ready"), dict(os.environ), tmp_path / "log")
+    _wait_for_file(tmp_path / "ready")
+    table = {q.pid: q for q in soak_module.proc_table()}
+    assert os.getpgid(p.pid) == p.pid and table[p.pid].sid == p.pid
+    assert sorted(q.tag for q in table.values() if q.tag == processes.tag) == [processes.tag] * 2
+    assert table[os.getpid()].tag != processes.tag  # the soak's own process is not one of its processes
+
+
 # --------------------------------------------------------------------------- the real soak
-class SoakRuns(_Background):
-    """``reshuffle soak --quick --json``, then a second quick soak interrupted with SIGINT once its nodes run.
-
-    The second starts with SIGINT ignored, as a shell starts a command put in the background: the soak
-    must stop on it all the same (without a SIGINT handler of its own it ran on, past its caller's end)."""
-
-    def _results(self) -> list[Path]:
-        return [self.dir / "quick.json", self.dir / "interrupted.json"]
-
-    @staticmethod
-    def _cmd(folder: Path, sigint_ignored: bool = False) -> list[str]:
-        args = ["soak", "--quick", "--json", "--dir", str(folder)]
-        if not sigint_ignored:
-            return [sys.executable, "-m", "reshuffle.cli", *args]
-        return [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-                "from reshuffle.cli import main; sys.exit(main(sys.argv[1:]))", *args]
-
-    @staticmethod
-    def _env() -> dict:
-        return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                    OMP_NUM_THREADS="1")
-
-    def _run(self) -> None:
-        r = subprocess.run(self._cmd(self.dir / "quick"), cwd=ROOT, env=self._env(), capture_output=True, text=True,
-                           timeout=1800)
-        _write_result(self.dir / "quick.json", {"returncode": r.returncode, "stdout": r.stdout,
-                                                "stderr": r.stderr[-6000:], "folder": str(self.dir / "quick")})
-        folder = self.dir / "interrupted"
-        p = subprocess.Popen(self._cmd(folder, sigint_ignored=True), cwd=ROOT, env=self._env(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        ports, lines = [], []
-        for line in p.stderr:  # the soak names its ports, then starts the run: interrupt it there
-            lines.append(line)
-            if line.startswith("soak: processes name"):
-                ports = json.loads(line.rsplit("ports ", 1)[1])
-                break
-        os.killpg(p.pid, signal.SIGINT)
-        rest = p.communicate(timeout=120)[1]
-        _write_result(self.dir / "interrupted.json", {"returncode": p.returncode, "ports": ports,
-                                                      "folder": str(folder), "stderr": "".join(lines) + rest[-3000:]})
-
-    @staticmethod
-    def load(workdir: Path, name: str, timeout: float = 1800) -> dict:
-        return _read_result(Path(workdir) / f"{name}.json", timeout)
+# A quick soak takes 3 to 8 minutes on 2 shared cores; these bounds only stop a hung one.
+SOAK_TIMEOUT = 3600
 
 
-@pytest.fixture(scope="module")
-def soak_runs(request) -> Path:
-    return request.config.reshuffle_background / "SoakRuns"
+def _soak(folder: Path, tag: str, sigint_ignored: bool = False, **kwargs) -> subprocess.Popen:
+    """``reshuffle soak --quick --json`` in a session of its own; every process it starts inherits ``tag``.
+
+    With ``sigint_ignored`` it starts as a shell starts a command put in the background: the soak must
+    stop on SIGINT all the same."""
+    args = ["soak", "--quick", "--json", "--dir", str(folder)]
+    cmd = [sys.executable, "-m", "reshuffle.cli", *args] if not sigint_ignored else [
+        sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+        "from reshuffle.cli import main; sys.exit(main(sys.argv[1:]))", *args]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1", **{TAG_VAR: tag})
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+                            **kwargs)
 
 
-def test_quick_soak_names_and_loses_nobody_honest(soak_runs):
-    r = SoakRuns.load(soak_runs, "quick")
-    assert r["returncode"] == 0, r["stdout"][-3000:] + r["stderr"]
-    out = json.loads(r["stdout"])
+def _new_tag() -> str:
+    return f"test-{secrets.token_hex(8)}"
+
+
+@pytest.mark.soak
+def test_quick_soak_names_and_loses_nobody_honest(tmp_path):
+    # Execute
+    tag = _new_tag()
+    p = _soak(tmp_path / "quick", tag, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        stdout, stderr = p.communicate(timeout=SOAK_TIMEOUT)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.communicate(timeout=600)
+    # Assert
+    assert p.returncode == 0, stdout[-3000:] + stderr[-6000:]
+    out = json.loads(stdout)
     assert out["ok"] and out["resumes"] == 1 and len(out["rounds"]) == 2
     assert any("killed during" in e for e in out["events"]) and any("restarted" in e for e in out["events"])
     assert any("ServerApp killed" in e for e in out["events"])
@@ -143,15 +200,44 @@ def test_quick_soak_names_and_loses_nobody_honest(soak_runs):
         assert rnd["blamed"] == {} and rnd["honest_lost"] == 0 and (rnd["outcome"] == "completed"
                                                                      or rnd["round"] in lost)
     assert out["final_accuracy"] > 0.5 and abs(out["final_accuracy"] - out["fault_free_accuracy"]) < 0.15
-    # nothing of it is left running: neither its own check nor ours finds a process
-    assert out["left_running"] == [] and leftovers(out["folder"], out["ports"]) == []
+    # nothing of it is left running: neither its own check nor ours (its tag, folder and ports) finds a process
+    assert out["left_running"] == [] and leftovers(tag, out["folder"], out["ports"]) == []
 
 
-def test_an_interrupted_soak_stops_every_process_it_started(soak_runs):
-    r = SoakRuns.load(soak_runs, "interrupted")
-    assert r["ports"], r["stderr"]
-    assert r["returncode"] == 130, r["stderr"]
-    deadline = time.monotonic() + 10  # the kernel reaps the last ones asynchronously
-    while leftovers(r["folder"], r["ports"]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert leftovers(r["folder"], r["ports"]) == []
+# The soak prints each line as it reaches that point: the SIGINT lands while the SuperLink starts,
+# while the SuperNodes start, while `flwr run` starts, and inside round 1's protocol.
+INTERRUPT_AT = {
+    "superlink-start": "soak: starting the SuperLink",
+    "nodes-start": "soak: starting 4 SuperNodes",
+    "flwr-run-start": "soak: starting flwr run",
+    "mid-round": "soak: round 1: the protocol has started",
+}
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("point", list(INTERRUPT_AT))
+def test_an_interrupted_soak_stops_every_process_it_started(point, tmp_path):
+    # Prepare
+    tag, folder = _new_tag(), tmp_path / point
+    p = _soak(folder, tag, sigint_ignored=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        lines = []
+        for line in p.stderr:
+            lines.append(line)
+            if line.strip() == INTERRUPT_AT[point]:
+                break
+        else:
+            p.wait()
+            pytest.fail(f"the soak ended (exit {p.returncode}) before {INTERRUPT_AT[point]!r}:\n" + "".join(lines))
+        # Execute: SIGINT to its process group, as Ctrl-C sends it
+        os.killpg(p.pid, signal.SIGINT)
+        rest = p.communicate(timeout=SOAK_TIMEOUT)[1]
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    # Assert: it stopped there; nothing it started (everything that inherited the tag, or names its
+    # folder) is left
+    said = "".join(lines) + rest[-3000:]
+    assert p.returncode == 130 and "reshuffle: interrupted" in rest, said
+    assert leftovers(tag, folder) == []

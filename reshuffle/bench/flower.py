@@ -16,17 +16,29 @@ all N clients), without network or process start-up. Ratios come from one run.
 trip through the SuperLink in a deployment, where it costs seconds), counted at
 the grid; ``pushes_after_training`` those from the push in which the nodes' train
 handlers ran (inclusive: the nodes answer it once trained), also counted at the grid.
+
+Without ``--quick`` it also runs the project's app in Flower's local simulation
+(``flwr run``, Ray, 5 SuperNodes, 2 rounds) and prints the wall time of a protocol
+phase as the grid measured it (``local_simulation``), beside the 3 s that Flower's
+own ``send_and_receive`` sleeps between pulls: the cost per phase that adaptive
+polling avoids. The train push (local training) and round 1's claim push (the
+nodes' start-up) are left out.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import tempfile
 import time
 from logging import WARNING
+from pathlib import Path
 
 import numpy as np
 
 DEFAULT_NS = (10, 20)
 DEFAULT_D = 61_706  # LeNet-5 on 28x28 inputs, as in ``reshuffle bench round``
+FLOWER_PULL_INTERVAL = 3.0  # seconds between pulls in Flower's Grid.send_and_receive (flwr 1.x)
 
 
 _TRAIN_CALLS = [0]  # train handlers run so far, in this process
@@ -137,8 +149,42 @@ def _secagg_round(N: int, d: int) -> tuple[float, tuple[int, int]]:
     return timed["fit"], (int(timed["pushes"]), int(timed["after"]))
 
 
+def local_simulation(nodes: int = 5, rounds: int = 2, timeout: float = 1800.0) -> dict:
+    """Seconds per protocol phase of the project's app in Flower's local simulation, beside Flower's pull interval."""
+    from reshuffle.errors import ConfigError
+    from reshuffle.flower.local import BIN, flwr_env, stop_processes_of, write_simulation_home
+
+    root = Path(__file__).resolve().parents[2]
+    project = root / "pyproject.toml"
+    if not project.is_file() or "[tool.flwr.app]" not in project.read_text():
+        raise ConfigError(f"the local simulation runs the Flower app of a checkout; {root} has no pyproject.toml "
+                          "declaring one (run with --quick to leave it out)")
+    with tempfile.TemporaryDirectory(prefix="reshuffle-bench-flower-") as d:
+        home, out = Path(d) / "flwr-home", Path(d) / "out"
+        write_simulation_home(home, nodes)
+        # Nobody drops: the phase timeout only bounds a slow phase on a loaded machine.
+        cmd = [str(BIN / "flwr"), "run", str(root), "--stream", "--run-config",
+               f'out-dir="{out}" rounds={rounds} phase-timeout=300.0']
+        try:
+            r = subprocess.run(cmd, cwd=root, env=flwr_env(home, root), capture_output=True, text=True, timeout=timeout)
+        finally:
+            stop_processes_of(home)  # the local SuperLink that `flwr run` started
+        metrics = out / "metrics.json"
+        if r.returncode or not metrics.is_file():
+            raise RuntimeError(f"the local simulation failed (exit {r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+        reports = json.loads(metrics.read_text())["reshuffle"]
+    phases = [s for rep in reports for k, s in rep["phase_seconds"].items()
+              if k != "train" and (rep["round"], k) != (1, "claim")]
+    if not phases:
+        raise RuntimeError("the local simulation recorded no protocol phase")
+    mean = sum(phases) / len(phases)
+    return {"nodes": nodes, "rounds": rounds, "protocol_phases": len(phases), "protocol_phase_s_mean": mean,
+            "protocol_phase_s_max": max(phases), "flower_pull_interval_s": FLOWER_PULL_INTERVAL,
+            "mean/pull_interval": mean / FLOWER_PULL_INTERVAL}
+
+
 def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
-    """Seconds per round and ratios, per N."""
+    """Seconds per round and ratios, per N; without ``quick``, the local simulation's seconds per phase."""
     from flwr.supercore.logger import FLOWER_LOGGER
 
     FLOWER_LOGGER.setLevel(WARNING)  # Flower logs every message at INFO
@@ -160,4 +206,6 @@ def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
             "secaggplus/plain": secagg / plain,
             "models_to_strategy": {"plain": N, "reshuffle": N, "secaggplus": "1 sum"},
         }
+    if not quick:
+        out["local_simulation"] = local_simulation()
     return out

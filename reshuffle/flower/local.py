@@ -1,10 +1,11 @@
 """Running ``flwr`` from this venv on one machine: free ports, the environment, leftover SuperLinks.
 
-Shared by the Flower tests, ``experiments/flower_groups.py`` and ``make flower``
-(``python -m reshuffle.flower.local flwr run ...`` runs a ``flwr`` command with its
-output cleaned: no colour codes off a terminal, none of Flower's notes that
-contradict the federation size it reports); users go through ``make flower`` or
-their own ``flwr run``.
+Shared by the Flower tests, ``reshuffle bench flower``, the soak,
+``experiments/flower_groups.py`` and ``make flower`` (``python -m
+reshuffle.flower.local flwr run ...`` runs a ``flwr`` command with its output
+cleaned: no colour codes off a terminal, none of Flower's notes that contradict
+the federation size it reports); users go through ``make flower`` or their own
+``flwr run``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,15 @@ def flwr_env(home: Path, root: Path) -> dict:
         "FLWR_TELEMETRY_ENABLED": "0",
     })
     return env
+
+
+def write_simulation_home(home: Path, nodes: int) -> None:
+    """A FLWR_HOME whose default connection is Flower's local simulation: ``nodes`` SuperNodes, one CPU each."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = ":local:"\n'
+        f"options.num-supernodes = {nodes}\noptions.backend.client-resources.num-cpus = 1\n"
+    )
 
 
 def stop_processes_of(home: Path, sig: int = signal.SIGKILL) -> None:

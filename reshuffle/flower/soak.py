@@ -19,19 +19,25 @@ stayed up through the round were not delivered ("lost"). It passes when no
 honest node was blamed or lost and every round was recorded; the final accuracy
 is set against the same run without faults, over the in-process Grid.
 
-Every process it starts leads its own process group (session); all of them are
-stopped when it ends, whether it succeeds, fails, or is interrupted (SIGINT,
-SIGTERM, SIGHUP, or interpreter exit). SIGINT stops it even where it was
-started with SIGINT ignored, as a shell does for a command put in the background.
+Every process it starts leads its own process group (session) and is recorded
+before an interrupt can take effect; everything they start in turn carries the
+soak's tag in its environment. All of them are stopped when it ends, whether it
+succeeds, fails, or is interrupted (SIGINT, SIGTERM, SIGHUP, or interpreter exit),
+also when the signal comes while a process is starting. SIGINT stops it even where
+it was started with SIGINT ignored, as a shell does for a command put in the
+background. Progress lines on each start ("soak: starting the SuperLink", ...)
+and at each round's protocol let a caller interrupt it at a known point.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import random
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -78,8 +84,35 @@ class SoakConfig:
 
 
 # --------------------------------------------------------------------------- processes
-def _proc_table() -> list[tuple[int, int, int, str]]:
-    """(pid, ppid, session id, command line) of every live process (Linux /proc; zombies left out)."""
+# Every process a soak starts gets this variable (unique per soak) in its environment, and passes
+# it on to whatever it starts: Flower's SuperExec, ServerApps and ClientApps inherit it, so that
+# /proc finds them wherever they run (other sessions, no port or folder on their command line).
+TAG_VAR = "RESHUFFLE_SOAK_TAG"
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    sid: int
+    cmd: str
+    tag: str  # TAG_VAR in its environment ("" when unset or unreadable)
+
+
+def _environ_value(pid: str, name: str) -> str:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # another user's process, or gone
+        return ""
+    key = name.encode() + b"="
+    for item in env.split(b"\0"):
+        if item.startswith(key):
+            return item[len(key):].decode(errors="replace")
+    return ""
+
+
+def proc_table() -> list[Proc]:
+    """Every live process (Linux /proc; zombies left out)."""
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -91,49 +124,96 @@ def _proc_table() -> list[tuple[int, int, int, str]]:
             continue
         fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
         if fields[0] != "Z":
-            out.append((int(d.name), int(fields[1]), int(fields[3]), cmd))
+            out.append(Proc(int(d.name), int(fields[1]), int(fields[3]), cmd, _environ_value(d.name, TAG_VAR)))
     return out
+
+
+class SignalGate:
+    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread, but not inside :meth:`held`:
+    there the signal waits until the block ends.
+
+    Processes are started and recorded inside :meth:`held`, so that an interrupt never falls between
+    a child's creation and its record (it used to leave that child running). Held in Python rather
+    than with ``pthread_sigmask``: a blocked mask is inherited across ``exec``, and the children would
+    then ignore the SIGTERM that stops them.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():  # handlers live in the main thread only
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum, frame) -> None:
+        if self._depth:
+            self._pending = signum
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    @contextlib.contextmanager
+    def held(self):
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if not self._depth and self._pending is not None:
+                signum, self._pending = self._pending, None
+                raise KeyboardInterrupt(f"signal {signum}")
 
 
 class Processes:
     """The processes a soak starts, and everything they start in turn.
 
-    Each is started in its own session. Flower's SuperLink and SuperNodes start their
-    SuperExec in a session of its own, which then starts the ServerApp and ClientApps;
-    those all name the runtime port of their SuperLink or SuperNode on their command
-    line. :meth:`ours` finds all of them (by session, by descent, or by one of our ports),
-    and :meth:`stop_all` ends every one.
+    Each is started in its own session (its own process group), and recorded before an interrupt
+    can surface (:class:`SignalGate`). Flower's SuperLink and SuperNodes start their SuperExec in
+    a session of its own, which then starts the ServerApp and ClientApps. :meth:`ours` finds all of
+    them (by the soak's tag in their environment, by session or by descent), and :meth:`stop_all`
+    ends every one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tag: str | None = None, gate: SignalGate | None = None) -> None:
+        self.tag = tag or f"{os.getpid()}-{secrets.token_hex(8)}"
+        self.gate = gate or SignalGate()
         self.started: dict[str, subprocess.Popen] = {}
         self.sessions: set[int] = set()
         self.ports: set[int] = set()
         self._lock = threading.Lock()
 
     def start(self, name: str, cmd: list[str], env: dict, log: Path, cwd: Path = ROOT) -> subprocess.Popen:
-        with open(log, "ab") as fh:
+        env = dict(env, **{TAG_VAR: self.tag})
+        with self.gate.held(), open(log, "ab") as fh:
             p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True)
-        with self._lock:
-            self.started[name] = p
-            self.sessions.add(p.pid)
+            with self._lock:
+                self.started[name] = p
+                self.sessions.add(p.pid)
         return p
 
     def ours(self, port: int | None = None) -> list[tuple[int, str]]:
-        """(pid, command line) of every live process of this soak (only those of ``port`` if given)."""
-        table = _proc_table()
-        marks = [f"{HOST}:{q}" for q in ([port] if port is not None else self.ports)]
+        """(pid, command line) of every live process of this soak (only those naming ``port`` if given)."""
+        table = proc_table()
         if port is None:
-            mine = {pid for pid, _, sid, cmd in table if sid in self.sessions or any(m in cmd for m in marks)}
+            mine = {p.pid for p in table if p.tag == self.tag or p.sid in self.sessions}
         else:
-            mine = {pid for pid, _, _, cmd in table if any(m in cmd for m in marks)}
+            mine = {p.pid for p in table if f"{HOST}:{port}" in p.cmd}
         grew = True
         while grew:  # and their descendants
-            new = {pid for pid, ppid, _, _ in table if ppid in mine and pid not in mine}
+            new = {p.pid for p in table if p.ppid in mine and p.pid not in mine}
             mine |= new
             grew = bool(new)
-        return [(pid, cmd) for pid, _, _, cmd in table if pid in mine and pid != os.getpid()]
+        return [(p.pid, p.cmd) for p in table if p.pid in mine and p.pid != os.getpid()]
 
     def signal(self, name: str, sig: int) -> None:
         p = self.started.get(name)
@@ -153,40 +233,44 @@ class Processes:
         if p is not None:
             p.wait(timeout=30)
 
-    def stop_all(self) -> None:
-        with self._lock:
-            names = list(self.started)
-        for name in names:
-            self.signal(name, signal.SIGCONT)
-            self.signal(name, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for name in names:
-            try:
-                self.started[name].wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for _ in range(50):
-            left = self.ours()
-            if not left:
-                break
-            _kill_all(pid for pid, _ in left)
-            time.sleep(0.1)
-        for name in names:
-            p = self.started.pop(name, None)
-            if p is not None:
-                p.wait(timeout=30)
+    def stop_all(self, grace: float = 5.0, patience: float = 120.0) -> list[str]:
+        """SIGTERM every group, SIGKILL what is left after ``grace`` seconds, until nothing of ours runs
+        (at most ``patience`` seconds: a loaded machine is slow to end processes). Signals that arrive
+        meanwhile wait until it is done. Returns the command lines still running (none, normally)."""
+        with self.gate.held():
+            with self._lock:
+                names = list(self.started)
+            for name in names:
+                self.signal(name, signal.SIGCONT)
+                self.signal(name, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            for name in names:
+                try:
+                    self.started[name].wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+            deadline = time.monotonic() + patience
+            while (left := self.ours()) and time.monotonic() < deadline:
+                _kill_all(pid for pid, _ in left)
+                time.sleep(0.1)
+            for name in names:
+                p = self.started.pop(name, None)
+                if p is not None:
+                    p.wait(timeout=30)  # SIGKILLed above: reaped, no zombie left
+            return [cmd for _, cmd in left]
 
 
-def leftovers(folder: str | Path, ports) -> list[str]:
-    """Command lines of live processes that name the soak's folder or one of its ports: none once it ended."""
-    marks = [str(folder)] + [f"{HOST}:{q}" for q in ports]
-    table = _proc_table()
-    parent = {pid: ppid for pid, ppid, _, _ in table}
+def leftovers(tag: str, folder: str | Path = "", ports=()) -> list[str]:
+    """Command lines of live processes of the soak with ``tag`` (in their environment) or that name its
+    folder or one of its ports, this process and its ancestors excepted: none once it ended."""
+    marks = ([str(folder)] if folder else []) + [f"{HOST}:{q}" for q in ports]
+    table = proc_table()
+    parent = {p.pid: p.ppid for p in table}
     mine, pid = set(), os.getpid()
     while pid and pid not in mine:  # this process and its ancestors (a wrapper naming the folder, say)
         mine.add(pid)
         pid = parent.get(pid, 0)
-    return [cmd for pid, _, _, cmd in table if pid not in mine and any(m in cmd for m in marks)]
+    return [p.cmd for p in table if p.pid not in mine and (p.tag == tag or any(m in p.cmd for m in marks))]
 
 
 def _kill_all(pids) -> None:
@@ -242,7 +326,8 @@ class Soak:
         self.cfg, self.say = cfg, say
         self.dir = Path(cfg.workdir) if cfg.workdir else Path(tempfile.mkdtemp(prefix="reshuffle-soak-"))
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.procs = Processes()
+        # The tests set the tag to find, on their own, every process the soak started.
+        self.procs = Processes(tag=os.environ.get(TAG_VAR) or None)
         # A node answering malformed messages, in the full soak (-1: none); with one node killed as
         # well, N - 2 must still reach the protocol's threshold t (N = 8: t = 5).
         self.malformed = -1 if cfg.quick else random.Random(cfg.seed + 1).randrange(cfg.nodes)
@@ -250,6 +335,7 @@ class Soak:
         self.events: list[str] = []
         self.node_starts = dict.fromkeys(range(cfg.nodes), 0)
         self.node_ports: dict[int, int] = {}
+        self.protocol_started: set[int] = set()  # rounds whose protocol was seen to start
         self.out = self.dir / "out"
         self.keys = self.dir / "keys"
         self.home = self.dir / "flwr-home"
@@ -273,6 +359,7 @@ class Soak:
         self.env = flwr_env(self.home, ROOT)
         self.env["OMP_NUM_THREADS"] = "1"
         log = self.dir / "superlink.log"
+        self.say("soak: starting the SuperLink")
         p = self.procs.start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--host", HOST, "--port",
                                            str(self.port), "--database", str(self.dir / "link.db")], self.env, log,
                          cwd=self.dir)  # the ServerApps run here: what they write to their cwd stays in the soak folder
@@ -309,6 +396,7 @@ class Soak:
 
     def _start_run(self, resume: bool) -> Path:
         log = self.dir / ("run-resumed.log" if resume else "run.log")
+        self.say(f"soak: starting flwr run{' (resume)' if resume else ''}")
         self.procs.start("run", [str(BIN / "flwr"), "run", ".", "soak", "--stream", "--run-config",
                                  self._run_config(resume)], self.env, log)
         return log
@@ -334,7 +422,9 @@ class Soak:
         elif f.kind == "pause":
             secs = self.cfg.phase_timeout / 4
             self.procs.signal(f"node-{f.node}", signal.SIGSTOP)
-            threading.Timer(secs, self.procs.signal, (f"node-{f.node}", signal.SIGCONT)).start()
+            resume = threading.Timer(secs, self.procs.signal, (f"node-{f.node}", signal.SIGCONT))
+            resume.daemon = True  # an interrupted soak does not wait for it
+            resume.start()
             self.events.append(f"round {f.round}: node {f.node} paused {secs:.0f} s during the protocol")
         elif f.kind == "server":
             pids = self._server_pids()
@@ -363,6 +453,9 @@ class Soak:
             text = log.read_text(errors="replace") if log.exists() else ""
             # The ServerApp numbers its grid's rounds as its own (a resumed one too).
             started = f"round {T}: roster of" in text
+            if started and T not in self.protocol_started:
+                self.protocol_started.add(T)
+                self.say(f"soak: round {T}: the protocol has started")
             for f in self.plan:
                 if f.done or f.round != T:
                     continue
@@ -385,6 +478,7 @@ class Soak:
         t0 = time.monotonic()
         self._keys()
         self._start_link()
+        self.say(f"soak: starting {self.cfg.nodes} SuperNodes")
         for i in range(self.cfg.nodes):
             self._start_node(i)
         bad = f" (node {self.malformed} answers malformed messages)" if self.malformed >= 0 else ""
@@ -499,25 +593,24 @@ def fault_free_accuracy(cfg: SoakConfig) -> float:
 
 
 def run_soak(cfg: SoakConfig, say: Callable[[str], None] = print) -> dict:
-    """Run the soak; every process it started is stopped when it returns or raises (signals included)."""
-    soak = Soak(cfg, say)
-    atexit.register(soak.close)
-    previous = {}
+    """Run the soak; every process it started is stopped when it returns or raises.
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, on_signal)
+    SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt (also where SIGINT was ignored, as a shell
+    does for a command put in the background), except while a process is being started and
+    recorded, or while the processes are being stopped: there they wait until that is done.
+    """
+    soak = Soak(cfg, say)
+    gate = soak.procs.gate
+    atexit.register(soak.close)
+    gate.install()
     try:
         result = soak.run()
     finally:
-        soak.close()
-        atexit.unregister(soak.close)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    result["left_running"] = leftovers(soak.dir, soak.procs.ports)
+        try:
+            soak.close()  # a signal arriving meanwhile surfaces once every process is stopped
+        finally:
+            atexit.unregister(soak.close)
+            gate.restore()
+    result["left_running"] = leftovers(soak.procs.tag, soak.dir, soak.procs.ports)
     result["ok"] = result["ok"] and not result["left_running"]
     return result
-
-

@@ -42,6 +42,10 @@ clientapp.evaluate()(example_client.evaluate)
 
 class ProbeGrid(ReshuffleGrid):
     probe_dir = ""
+    phase_timeout = 60.0  # ReshuffleGrid's default; the run config's probe-phase-timeout sets it
+
+    def __init__(self, grid, **kwargs):
+        super().__init__(grid, **{"phase_timeout": type(self).phase_timeout, **kwargs})
 
     def send_and_receive(self, messages, *, timeout=None):
         messages = list(messages)
@@ -51,7 +55,8 @@ class ProbeGrid(ReshuffleGrid):
             seen = [{"node": r.metadata.src_node_id, "digest": _digest(r.content)} for r in replies]
             report = self.rounds[-1]
             (Path(self.probe_dir) / f"server-{rnd}.json").write_text(json.dumps(
-                {"round": rnd, "replies": seen, "roster": report.roster, "phase_seconds": report.phase_seconds}))
+                {"round": rnd, "replies": seen, "sent": report.sent, "roster": report.roster,
+                 "dropouts": report.dropouts, "failed": report.failed}))
         return replies
 
 
@@ -61,6 +66,7 @@ serverapp = ServerApp()
 @serverapp.main()
 def main(grid, context):
     ProbeGrid.probe_dir = str(context.run_config["probe-dir"])
+    ProbeGrid.phase_timeout = float(context.run_config["probe-phase-timeout"])
     os.chdir(ProbeGrid.probe_dir)  # the example writes results.json and final_model.pt to its folder
     example_server.ReshuffleGrid = ProbeGrid
     example_server.main(grid, context)
