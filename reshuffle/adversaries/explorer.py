@@ -130,7 +130,7 @@ class ExploreReport:
     """What the explorer covered and found."""
 
     states: int = 0
-    schedules: int = 0  # leaves: paths that ended (no move left) or reached the depth bound
+    schedules: int = 0  # paths searched to their end: no move left, the depth bound, or every next state seen
     transitions: int = 0  # participant deliveries made (after the cache)
     handled: int = 0  # participant deliveries computed (cache misses)
     max_depth: int = 0
