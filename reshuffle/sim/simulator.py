@@ -38,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from reshuffle.attacks import Attack, RoundView, make_attack
+from reshuffle.attacks import Attack, Lab, RoundView, make_attack
 from reshuffle.clients import (
     NO_LABEL, BatchedTrainer, Dataset, TrainConfig, build_model, get_flat, load_dataset, local_train, partition,
     predict,
@@ -263,7 +263,8 @@ class Simulation:
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 4))
         try:
             if self.attack.rule_aware:
-                bad = self.attack.craft(self._round_view(U_own, U_honest, T), rng)
+                bad = self.attack.craft(self._round_view(U_own, U_honest, T, mal), rng)
+                self._choices = self.attack.choices()
             else:
                 bad = self.attack(observed_updates(self.attack, U_own, U_honest), len(mal), rng)
         except ConfigError as exc:
@@ -276,7 +277,14 @@ class Simulation:
                 models[i] = (self.W_g + bad[row]).astype(np.float32)
         return {i: c for i, c in unencodable(models, "attack output").items() if i in set(mal)}
 
-    def _round_view(self, U_own: np.ndarray, U_honest: np.ndarray, T: int) -> RoundView:
+    def _lab(self, mal: list[int]) -> Lab:
+        """The colluders' model copy and their own clean data (what they hold in a deployment)."""
+        idx = [self.parts[i] for i in mal]
+        owner = np.concatenate([np.full(len(p), k) for k, p in enumerate(idx)]) if idx else np.zeros(0, np.int64)
+        return Lab(copy.deepcopy(self.model), self.W_g.copy(), self.data.x_train[np.concatenate(idx)],
+                   self.data.y_train[np.concatenate(idx)], owner, self.data.num_classes, self.train_cfg)
+
+    def _round_view(self, U_own: np.ndarray, U_honest: np.ndarray, T: int, mal: list[int]) -> RoundView:
         """What rule-aware colluders see: both sets of updates and the deployed rule, on their own copy.
 
         The copy is the run's rule with its configuration, pre-aggregators and
@@ -285,15 +293,24 @@ class Simulation:
         """
         rule = copy.deepcopy(self.rule)
         W_g, codec = self.W_g, self.codec
+        last: dict[str, np.ndarray] = {}
 
         def decide(U: np.ndarray):
-            W = np.asarray(U, dtype=np.float64) + W_g
-            # The encoding clips to ±clip anyway; clipping first keeps float32 from overflowing.
-            W = np.clip(W, -codec.clip, codec.clip, out=W).astype(np.float32)
-            rows = codec.roundtrip(W.ravel()).reshape(W.shape).astype(np.float64) - W_g
-            return rule.decide(rows, round=T)
+            U = np.array(U, dtype=np.float64)
+            # Rows equal to the previous call's keep their rounded form (searches vary a few rows per call).
+            prev = last.get("in")
+            todo = ~(U == prev).all(axis=1) if prev is not None and prev.shape == U.shape else np.ones(len(U), bool)
+            rows = last["out"] if prev is not None and prev.shape == U.shape else np.empty_like(U)
+            if todo.any():
+                W = U[todo] + W_g
+                # The encoding clips to ±clip anyway; clipping first keeps float32 from overflowing.
+                W = np.clip(W, -codec.clip, codec.clip, out=W).astype(np.float32)
+                rows[todo] = codec.roundtrip(W.ravel()).reshape(W.shape).astype(np.float64) - W_g
+            last["in"], last["out"] = U, rows
+            return rule.decide(rows.copy(), round=T)
 
-        return RoundView(own=U_own, honest=U_honest, decide=decide, round=T)
+        return RoundView(own=U_own, honest=U_honest, decide=decide, round=T, global_model=W_g.copy(),
+                         lab=self._lab(mal))
 
     def _dropouts(self, T: int) -> dict[str, list[int]]:
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 5))
@@ -350,15 +367,20 @@ class Simulation:
         def mean_weight(rows):
             return float(np.mean(weights[rows])) if rows and weights is not None else None
 
+        # The attackers' share of the weight that reaches the aggregate (for weighted rules, what TPR misses).
+        total = float(weights.sum()) if weights is not None else 0.0
+        share = float(weights[m_rows].sum()) / total if total > 0 and mal else None
         return {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
                 "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows),
-                "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows)}
+                "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows),
+                "malicious_share": share}
 
     def step(self) -> RoundRecord:
         """Run one round and return its record."""
         self._round += 1
         T = self._round
         seconds: dict[str, float] = {}
+        self._choices: dict | None = None
         models, seconds["training"], seconds["training_total"] = self._train(T)
         broken = unencodable(models, "local training diverged")
         # Every client that trained diverged: the run has diverged even if W_g itself is finite.
@@ -417,7 +439,8 @@ class Simulation:
             fpr=counts["honest_flagged"] / counts["honest_rows"] if counts["honest_rows"] else None,
             seconds=seconds, bytes=nbytes, models_received=len(got), models_accepted=len(accepted),
             dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
-            diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y), **counts,
+            diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y),
+            attack_choices=self._choices, **counts,
         )
 
     def _eval_set(self, last: bool) -> tuple[np.ndarray, np.ndarray]:
