@@ -324,7 +324,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     if args.config:
         whole = load_grid_toml(args.config, whole)
     sel = Selection(datasets=args.datasets, partitions=args.partitions, attacks=args.attacks, rules=args.rules,
-                    seeds=args.seeds, models=args.models, rounds=args.rounds)
+                    seeds=args.seeds, models=args.models, rounds=args.rounds, long_rounds=args.long_rounds)
     whole = sel.apply_base(whole)
     grid = validate(sel.apply(whole))
     out = Path(args.out)
@@ -336,8 +336,10 @@ def cmd_grid(args: argparse.Namespace) -> int:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         backend = make_backend(args.jobs or cores, args.ray)
         cells = grid.cells()
+        long = (f", {len(grid.long_attacks)} × {len(grid.all_long_rules)} more over {grid.long_rounds} rounds"
+                if len(grid.long_attacks) > 1 else "")
         print(f"grid: {len(cells)} cells ({len(grid.settings_list)} settings × {len(grid.all_attacks)} attacks × "
-              f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds) in {out}, on {backend.name}", flush=True)
+              f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds{long}) in {out}, on {backend.name}", flush=True)
         if grid.skipped_rules:
             print(f"grid: rule(s) {', '.join(grid.skipped_rules)} not registered: left out", flush=True)
         res = run_grid(grid, out, backend, data_root, summary_grid=whole, max_cells=args.max_cells, quiet=args.quiet)
@@ -469,6 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5)")
     grid.add_argument("--seeds", nargs="+", type=_non_negative_int, metavar="S", help="seeds (default 1 2 3)")
     grid.add_argument("--rounds", type=_positive(int), help="rounds per run")
+    grid.add_argument("--long-rounds", type=_non_negative_int, metavar="N",
+                      help="rounds of the backdoor cells' longer horizon (default 30; 0: none)")
     grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding mnist/ and fashion-mnist/ (default: data/)")
     grid.add_argument("--max-cells", type=_positive(int), metavar="N", help="run at most N cells, then stop")
     grid.add_argument("--summary-only", action="store_true", help="only rebuild the summary from the stored cells")

@@ -285,15 +285,17 @@ class ObjectiveAttack(RuleAware):
         return self._choices
 
 
-def _family(name: str, start: Candidate, *, placements=PLACEMENTS, roles=("same", "chain"),
+def _family(name: str, *, placements=PLACEMENTS, roles=("same", "chain"),
             norms=(None, 0.5, 0.9), masks=(0.0,), scale_max: float = 64.0) -> Family:
     """A :class:`Family` from user options (lists from TOML become tuples)."""
-    try:
-        return Family(placements=tuple(placements), roles=tuple(roles),
-                      norms=tuple(None if v in (None, "none") else v for v in norms), masks=tuple(masks),
-                      scale_max=_positive(f"{name} scale_max", scale_max), start=start)
-    except TypeError:
-        raise ConfigError(f"{name}: placements, roles, norms and masks must be lists") from None
+    if not all(isinstance(v, (list, tuple)) and v for v in (placements, roles, norms, masks)):
+        raise ConfigError(f"{name}: placements, roles, norms and masks must be non-empty lists, got "
+                          f"{placements!r}, {roles!r}, {norms!r}, {masks!r}")
+    norms = tuple(None if v in (None, "none") else v for v in norms)
+    # The search starts at λ = 1 on the first value of every axis.
+    first = Candidate(1.0, placements[0], roles[0], norms[0], masks[0])
+    return Family(placements=tuple(placements), roles=tuple(roles), norms=norms, masks=tuple(masks),
+                  scale_max=_positive(f"{name} scale_max", scale_max), start=first)
 
 
 class BackdoorObjective(ObjectiveAttack, BadNets):
@@ -316,7 +318,10 @@ class BackdoorObjective(ObjectiveAttack, BadNets):
             # Clean updates from W_g on each attacker's own data, same batch order as its poisoned training.
             seed = int(rng.integers(2**31))
             ref = np.stack([lab.train(*lab.data(k), seed=seed + k) for k in range(own.shape[0])])
-            return (own - ref).mean(axis=0)
+            b = (own - ref).mean(axis=0)
+            if np.isfinite(b).all():
+                return b
+            # Clean training from W_g diverged (a model already pushed far): fall back to the honest mean.
         return own.mean(axis=0) - H.mean(axis=0)
 
     def triggered(self, lab):
@@ -338,7 +343,7 @@ class MaxProjBackdoor(BackdoorObjective):
     def __init__(self, target: int = 0, poison_fraction: float = 0.5, objective: str = "projection",
                  max_calls: int = 20, reference: str = "trained", placements=PLACEMENTS, roles=("same", "chain"),
                  norms=(None, 0.5, 0.9), scale_max: float = 64.0) -> None:
-        fam = _family("maxproj-backdoor", Candidate(1.0), placements=placements, roles=roles, norms=norms,
+        fam = _family("maxproj-backdoor", placements=placements, roles=roles, norms=norms,
                       scale_max=scale_max)
         super().__init__(target, poison_fraction, objective, fam, max_calls, reference)
 
@@ -358,7 +363,7 @@ class NeurotoxinMaxProj(BackdoorObjective):
                  norms=(None, 0.5, 0.9), scale_max: float = 64.0) -> None:
         if isinstance(mask, bool) or not isinstance(mask, (int, float)) or not 0 < mask < 1:
             raise ConfigError(f"neurotoxin-maxproj mask must be a share in (0, 1), got {mask!r}")
-        fam = _family("neurotoxin-maxproj", Candidate(1.0, mask=float(mask)), placements=placements, roles=roles,
+        fam = _family("neurotoxin-maxproj", placements=placements, roles=roles,
                       norms=norms, masks=(float(mask),), scale_max=scale_max)
         super().__init__(target, poison_fraction, objective, fam, max_calls, reference)
 
@@ -383,7 +388,7 @@ class MaxDev(ObjectiveAttack):
         if direction not in _PERTURBATIONS:
             raise ConfigError(f"maxdev direction must be one of {', '.join(_PERTURBATIONS)}, got {direction!r}")
         self.direction = direction
-        super().__init__(objective, _family("maxdev", Candidate(1.0), placements=placements, roles=roles,
+        super().__init__(objective, _family("maxdev", placements=placements, roles=roles,
                                             norms=norms, scale_max=scale_max), max_calls)
 
     def payload(self, view, own, H, rng):
