@@ -27,9 +27,13 @@ a coordinate mask M, and then, optionally, its norm set to a quantile of the
 honest norms. The family's axes:
 
 * ``scale`` λ, searched multiplicatively in [``scale_min``, ``scale_max``];
-* ``placement`` of the base: ``mean`` (the honest mean, all rows alike) or
+* ``placement`` of the base: ``mean`` (the honest mean, all rows alike),
   ``lean`` (attacker k leans on the k-th most central honest row, so each row
-  sits inside the rule's majority cluster beside a different honest row);
+  sits inside the rule's majority cluster beside a different honest row) or
+  ``coord`` (coordinate by coordinate: the honest mean plus λ honest standard
+  deviations σ_j in the payload's sign, as ALIE shifts; against coordinate-wise
+  rules, which rank each coordinate's values, this is the most a row can move a
+  coordinate while it stays inside the trimmed range);
 * ``roles`` of the attackers: ``same`` (every attacker carries λ); ``chain``
   (all lean on one honest row, attacker k carries λ(k+1)/m: a chain of rows
   from that honest row to the payload, which single-linkage clustering links
@@ -70,7 +74,7 @@ from reshuffle.attacks.base import RoundView, check_view, register_attack
 from reshuffle.attacks.omniscient import _PERTURBATIONS
 from reshuffle.errors import ConfigError
 
-PLACEMENTS = ("lean", "mean")
+PLACEMENTS = ("lean", "mean", "coord")
 ROLES = ("same", "chain", "lift")
 OBJECTIVES = ("projection", "deviation", "loss", "success")
 
@@ -199,13 +203,19 @@ class Context:
         self.norms = np.linalg.norm(H, axis=1)
         self.size = float(np.median(self.norms)) or 1.0
         self.order = central_rows(H)
-        self._units: dict[float, np.ndarray] = {}
+        self._units: dict = {}
 
     def direction(self, mask: float) -> np.ndarray:
         """The unit payload without the ``mask`` share of coordinates where |μ| is largest."""
         if mask not in self._units:
             self._units[mask] = _unit(self.payload * mask_of(self.mu, mask)) if mask > 0 else _unit(self.payload)
         return self._units[mask]
+
+    def shift(self, mask: float) -> np.ndarray:
+        """σ_j · sign(payload_j), without the masked coordinates: one honest standard deviation per coordinate."""
+        if ("shift", mask) not in self._units:
+            self._units["shift", mask] = self.H.std(axis=0) * np.sign(self.direction(mask))
+        return self._units["shift", mask]
 
 
 class ObjectiveAttack(RuleAware):
@@ -234,10 +244,13 @@ class ObjectiveAttack(RuleAware):
             base = np.broadcast_to(ctx.H[ctx.order[0]], (m, ctx.H.shape[1]))
             lam = c.scale * (np.arange(m) + 1) / m
         else:
-            base = np.broadcast_to(ctx.mu, (m, ctx.H.shape[1])) if c.placement == "mean" \
+            base = np.broadcast_to(ctx.mu, (m, ctx.H.shape[1])) if c.placement in ("mean", "coord") \
                 else ctx.H[ctx.order[np.arange(m) % len(ctx.order)]]
             lam = np.full(m, c.scale)
-        R = base + (lam * ctx.size)[:, None] * p
+        if c.placement == "coord" and c.roles != "chain":
+            R = base + lam[:, None] * ctx.shift(c.mask)
+        else:
+            R = base + (lam * ctx.size)[:, None] * p
         if c.norm is not None:
             target = float(np.quantile(norms, c.norm))
             rn = np.linalg.norm(R, axis=1)

@@ -15,12 +15,15 @@ from reshuffle.server.rules.base import Decision, Rule, check_f, check_round, ch
 from reshuffle.server.rules.registry import register_rule
 
 
-def coordinate_ranks(U: np.ndarray) -> np.ndarray:
-    """rank[i, k] = position of U[i, k] in column k sorted ascending (ties by row index)."""
+def coordinate_ranks(U: np.ndarray, sorted_too: bool = False):
+    """rank[i, k] = position of U[i, k] in column k sorted ascending (ties by row index).
+
+    With ``sorted_too``, also the columns sorted (from the same argsort: one sort, not two).
+    """
     order = np.argsort(U, axis=0, kind="stable")
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(U.shape[0])[:, None], axis=0)
-    return ranks
+    return (ranks, np.take_along_axis(U, order, axis=0)) if sorted_too else ranks
 
 
 @register_rule("fedavg")
@@ -55,9 +58,9 @@ class Median(Rule):
         check_round(round)
         U = check_updates(updates)
         n = U.shape[0]
-        ranks = coordinate_ranks(U)
+        ranks, ordered = coordinate_ranks(U, sorted_too=True)
         middle = (ranks == (n - 1) // 2) | (ranks == n // 2)
-        return Decision(np.median(U, axis=0), tuple(range(n)), middle.mean(axis=1))
+        return Decision(ordered[[(n - 1) // 2, n // 2]].mean(axis=0), tuple(range(n)), middle.mean(axis=1))
 
 
 @register_rule("trimmed-mean")
@@ -84,7 +87,7 @@ class TrimmedMean(Rule):
         n = U.shape[0]
         if n <= 2 * self.trim:
             raise ConfigError(f"trimmed mean needs n > 2·trim updates; got n={n} with trim={self.trim}")
-        ranks = coordinate_ranks(U)
+        ranks, ordered = coordinate_ranks(U, sorted_too=True)
         kept = (ranks >= self.trim) & (ranks < n - self.trim)
-        agg = np.sort(U, axis=0)[self.trim : n - self.trim].mean(axis=0)
+        agg = ordered[self.trim : n - self.trim].mean(axis=0)
         return Decision(agg, tuple(range(n)), kept.mean(axis=1))
