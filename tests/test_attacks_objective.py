@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from reshuffle.attacks import RoundView, make_attack
 from reshuffle.attacks.adaptive import perturbation
-from reshuffle.attacks.objective import Candidate, Family, mask_of, pattern_search
+from reshuffle.attacks.objective import Candidate, Family, mask_of, pattern_search, support_of
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules import make_rule
 from reshuffle.sim import Simulation, SimConfig
@@ -65,24 +65,37 @@ def test_call_budget_choices_and_determinism(name, max_calls):
     assert 1 <= calls <= max_calls and np.array_equal(first, again)
     assert first.shape == (M, HONEST.shape[1]) and np.isfinite(first).all()
     ch = a.choices()
-    assert ch["calls"] == calls and set(ch) >= {"scale", "placement", "roles", "norm", "mask", "score"}
+    assert ch["calls"] == calls and set(ch) >= {"scale", "placement", "roles", "norm", "mask", "support", "score"}
 
 
 def test_the_rows_follow_the_declared_family():
-    a = prepared("maxproj-backdoor", placements=["mean"], roles=["same"], norms=[0.5], max_calls=5)
+    a = prepared("maxproj-backdoor", placements=["mean"], roles=["same"], norms=[0.5], supports=[1.0], max_calls=5)
     bad, _ = craft(a, make_rule("fedavg", f=M))
     # every row at the median honest norm, all alike (the honest mean plus the same payload)
     assert np.allclose(np.linalg.norm(bad, axis=1), np.median(np.linalg.norm(HONEST, axis=1)))
     assert np.allclose(bad, bad[0])
-    chain = prepared("maxproj-backdoor", roles=["chain"], placements=["lean"], norms=["none"], max_calls=3)
+    chain = prepared("maxproj-backdoor", roles=["chain"], placements=["lean"], norms=["none"], supports=[1.0],
+                     max_calls=3)
     rows, _ = craft(chain, make_rule("fedavg", f=M))
     # a chain: every row on the same honest row, carrying 1/m, 2/m, ... of the payload
     steps = np.linalg.norm(np.diff(rows, axis=0), axis=1)
     assert np.allclose(steps, steps[0]) and steps[0] > 0
 
 
+def test_a_sparse_payload_moves_only_its_support_and_coord_rows_shift_by_honest_deviations():
+    a = prepared("maxproj-backdoor", placements=["coord"], roles=["same"], norms=["none"], supports=[0.1], max_calls=3)
+    bad, _ = craft(a, make_rule("trimmed-mean", f=M))
+    payload = OWN.mean(axis=0) - HONEST.mean(axis=0)
+    on = support_of(payload, 0.1)
+    shift = (bad[0] - HONEST.mean(axis=0)) / HONEST.std(axis=0)
+    assert on.sum() == 0.1 * payload.size and np.allclose(shift[~on], 0)
+    # every coordinate of the support moves by the same number of honest deviations, in the payload's sign
+    assert np.allclose(shift[on], a.choices()["scale"] * np.sign(payload[on]))
+
+
 def test_the_neurotoxin_payload_leaves_the_busiest_coordinates_alone():
-    a = prepared("neurotoxin-maxproj", mask=0.2, placements=["mean"], roles=["same"], norms=["none"], max_calls=4)
+    a = prepared("neurotoxin-maxproj", mask=0.2, placements=["mean"], roles=["same"], norms=["none"], supports=[1.0],
+                 max_calls=4)
     bad, _ = craft(a, make_rule("fedavg", f=M))
     mu = HONEST.mean(axis=0)
     busy = ~mask_of(mu, 0.2)
@@ -110,6 +123,7 @@ def test_pattern_search_spends_at_most_its_calls_and_keeps_the_best_it_scored(ta
     ({"max_calls": 0}, "max_calls"), ({"objective": "deviation"}, "objective"), ({"reference": "oracle"}, "reference"),
     ({"placements": ["inside"]}, "placements"), ({"norms": [1.5]}, "norms"), ({"roles": "same"}, "roles"),
     ({"scale_max": 0}, "scale_max"), ({"scale_max": 0.5}, "scale"), ({"norms": []}, "norms"),
+    ({"supports": [0.0]}, "supports"),
 ])
 def test_bad_options_are_refused(options, match):
     with pytest.raises(ConfigError, match=match):
@@ -160,7 +174,7 @@ def test_the_lab_trains_and_scores_from_the_global_model():
 
 
 def test_a_view_without_a_lab_falls_back_to_the_honest_mean_reference():
-    a = prepared("maxproj-backdoor", placements=["mean"], roles=["same"], norms=["none"], max_calls=2)
+    a = prepared("maxproj-backdoor", placements=["mean"], roles=["same"], norms=["none"], supports=[1.0], max_calls=2)
     bad = a.craft(RoundView(OWN, HONEST, lambda U: make_rule("fedavg", f=M).decide(U)), np.random.default_rng(0))
     payload = OWN.mean(axis=0) - HONEST.mean(axis=0)
     shift = bad[0] - HONEST.mean(axis=0)
@@ -168,5 +182,6 @@ def test_a_view_without_a_lab_falls_back_to_the_honest_mean_reference():
 
 
 def test_candidates_record_as_plain_values():
-    c = Candidate(2.0, "mean", "chain", 0.5, 0.1)
-    assert c.as_dict() == {"scale": 2.0, "placement": "mean", "roles": "chain", "norm": 0.5, "mask": 0.1}
+    c = Candidate(2.0, "mean", "chain", 0.5, 0.1, 0.05)
+    assert c.as_dict() == {"scale": 2.0, "placement": "mean", "roles": "chain", "norm": 0.5, "mask": 0.1,
+                           "support": 0.05}

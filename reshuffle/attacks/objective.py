@@ -44,7 +44,11 @@ honest norms. The family's axes:
   scaled to;
 * ``mask``: the share of coordinates, those where the honest mean moves most,
   that the payload leaves out (Neurotoxin, Zhang et al., ICML 2022: the
-  backdoor then lives where honest updates rarely write, and lasts longer).
+  backdoor then lives where honest updates rarely write, and lasts longer);
+* ``support``: the share of coordinates, those where the payload is largest,
+  that it keeps (1: all). A sparse payload spends a row's norm where it
+  matters: against a norm bound it carries more per coordinate, against a
+  coordinate-wise rule it moves the coordinates that carry the backdoor.
 
 The search is a pattern search from ``start``: each step tries λ times and
 divided by the step factor and every other value of each discrete axis, moves
@@ -88,10 +92,11 @@ class Candidate:
     roles: str = "same"
     norm: float | None = None
     mask: float = 0.0
+    support: float = 1.0
 
     def as_dict(self) -> dict:
         return {"scale": self.scale, "placement": self.placement, "roles": self.roles, "norm": self.norm,
-                "mask": self.mask}
+                "mask": self.mask, "support": self.support}
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class Family:
     roles: tuple[str, ...] = ("same", "chain")
     norms: tuple[float | None, ...] = (None, 0.5, 0.9)
     masks: tuple[float, ...] = (0.0,)
+    supports: tuple[float, ...] = (1.0,)
     scale_min: float = 1 / 64
     scale_max: float = 64.0
     start: Candidate = field(default_factory=lambda: Candidate(1.0))
@@ -116,12 +122,14 @@ class Family:
         check("norms", self.norms, lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
                                                              and 0 < v <= 1))
         check("masks", self.masks, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1)
+        check("supports", self.supports, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+              and 0 < v <= 1)
         if not 0 < self.scale_min <= self.start.scale <= self.scale_max < math.inf:
             raise ConfigError(f"scales must satisfy 0 < scale_min <= start <= scale_max < inf, got "
                               f"{self.scale_min}, {self.start.scale}, {self.scale_max}")
         s = self.start
         if s.placement not in self.placements or s.roles not in self.roles or s.norm not in self.norms \
-                or s.mask not in self.masks:
+                or s.mask not in self.masks or s.support not in self.supports:
             raise ConfigError(f"the search's start {s} is not in the family")
 
     def neighbours(self, c: Candidate, step: float) -> list[Candidate]:
@@ -131,6 +139,7 @@ class Family:
         out += [replace(c, roles=v) for v in self.roles if v != c.roles]
         out += [replace(c, norm=v) for v in self.norms if v != c.norm]
         out += [replace(c, mask=v) for v in self.masks if v != c.mask]
+        out += [replace(c, support=v) for v in self.supports if v != c.support]
         return [x for x in out if x != c]
 
 
@@ -181,6 +190,14 @@ def mask_of(mu: np.ndarray, share: float) -> np.ndarray:
     return keep
 
 
+def support_of(v: np.ndarray, share: float) -> np.ndarray:
+    """Boolean mask keeping the ``share`` of coordinates where |v| is largest (all of them for share 1)."""
+    keep = np.zeros(v.shape, dtype=bool)
+    k = max(1, int(round(share * v.size)))
+    keep[np.argpartition(-np.abs(v), k - 1)[:k]] = True
+    return keep
+
+
 def central_rows(H: np.ndarray) -> np.ndarray:
     """Honest row indices, the most central first: by cosine to the mean of the honest unit rows."""
     norms = np.linalg.norm(H, axis=1)
@@ -203,19 +220,21 @@ class Context:
         self.norms = np.linalg.norm(H, axis=1)
         self.size = float(np.median(self.norms)) or 1.0
         self.order = central_rows(H)
+        self.sigma = H.std(axis=0)
         self._units: dict = {}
 
-    def direction(self, mask: float) -> np.ndarray:
-        """The unit payload without the ``mask`` share of coordinates where |μ| is largest."""
-        if mask not in self._units:
-            self._units[mask] = _unit(self.payload * mask_of(self.mu, mask)) if mask > 0 else _unit(self.payload)
-        return self._units[mask]
+    def direction(self, mask: float, support: float = 1.0) -> np.ndarray:
+        """The unit payload without the ``mask`` share of coordinates where |μ| is largest, on its ``support``."""
+        if (mask, support) not in self._units:
+            p = self.payload * mask_of(self.mu, mask) if mask > 0 else self.payload
+            self._units[mask, support] = _unit(p * support_of(p, support) if support < 1 else p)
+        return self._units[mask, support]
 
-    def shift(self, mask: float) -> np.ndarray:
-        """σ_j · sign(payload_j), without the masked coordinates: one honest standard deviation per coordinate."""
-        if ("shift", mask) not in self._units:
-            self._units["shift", mask] = self.H.std(axis=0) * np.sign(self.direction(mask))
-        return self._units["shift", mask]
+    def shift(self, mask: float, support: float = 1.0) -> np.ndarray:
+        """σ_j · sign(payload_j) on the payload's coordinates: one honest standard deviation per coordinate."""
+        if ("shift", mask, support) not in self._units:
+            self._units["shift", mask, support] = self.sigma * np.sign(self.direction(mask, support))
+        return self._units["shift", mask, support]
 
 
 class ObjectiveAttack(RuleAware):
@@ -239,7 +258,7 @@ class ObjectiveAttack(RuleAware):
     def rows(self, c: Candidate, ctx: "Context") -> np.ndarray:
         """The (m, d) rows of candidate ``c`` (see the module docstring)."""
         m, norms = ctx.m, ctx.norms
-        p = ctx.direction(c.mask)
+        p = ctx.direction(c.mask, c.support)
         if c.roles == "chain":
             base = np.broadcast_to(ctx.H[ctx.order[0]], (m, ctx.H.shape[1]))
             lam = c.scale * (np.arange(m) + 1) / m
@@ -248,7 +267,7 @@ class ObjectiveAttack(RuleAware):
                 else ctx.H[ctx.order[np.arange(m) % len(ctx.order)]]
             lam = np.full(m, c.scale)
         if c.placement == "coord" and c.roles != "chain":
-            R = base + lam[:, None] * ctx.shift(c.mask)
+            R = base + lam[:, None] * ctx.shift(c.mask, c.support)
         else:
             R = base + (lam * ctx.size)[:, None] * p
         if c.norm is not None:
@@ -298,17 +317,19 @@ class ObjectiveAttack(RuleAware):
         return self._choices
 
 
-def _family(name: str, *, placements=PLACEMENTS, roles=("same", "chain"),
-            norms=(None, 0.5, 0.9), masks=(0.0,), scale_max: float = 64.0) -> Family:
-    """A :class:`Family` from user options (lists from TOML become tuples)."""
-    if not all(isinstance(v, (list, tuple)) and v for v in (placements, roles, norms, masks)):
-        raise ConfigError(f"{name}: placements, roles, norms and masks must be non-empty lists, got "
-                          f"{placements!r}, {roles!r}, {norms!r}, {masks!r}")
+def _family(name: str, *, placements=PLACEMENTS, roles=("same", "chain"), norms=(None, 0.5, 0.9), masks=(0.0,),
+            supports=(1.0,), scale_max: float = 64.0) -> Family:
+    """A :class:`Family` from user options (lists from TOML become tuples; "none" is a norm left as built)."""
+    axes = {"placements": placements, "roles": roles, "norms": norms, "masks": masks, "supports": supports}
+    bad = [k for k, v in axes.items() if not (isinstance(v, (list, tuple)) and v)]
+    if bad:
+        raise ConfigError(f"{name}: {', '.join(bad)} must be non-empty lists, got "
+                          + ", ".join(repr(axes[k]) for k in bad))
     norms = tuple(None if v in (None, "none") else v for v in norms)
     # The search starts at λ = 1 on the first value of every axis.
-    first = Candidate(1.0, placements[0], roles[0], norms[0], masks[0])
+    first = Candidate(1.0, placements[0], roles[0], norms[0], masks[0], supports[0])
     return Family(placements=tuple(placements), roles=tuple(roles), norms=norms, masks=tuple(masks),
-                  scale_max=_positive(f"{name} scale_max", scale_max), start=first)
+                  supports=tuple(supports), scale_max=_positive(f"{name} scale_max", scale_max), start=first)
 
 
 class BackdoorObjective(ObjectiveAttack, BadNets):
@@ -347,16 +368,18 @@ class BackdoorObjective(ObjectiveAttack, BadNets):
 class MaxProjBackdoor(BackdoorObjective):
     r"""BadNets rows chosen to maximise the aggregate's projection on the backdoor direction.
 
-    The payload is the backdoor direction b (module docstring); the family
-    searched is placement × roles (same, chain) × norm (as built, the honest
-    median, the 0.9 quantile) × λ, no mask. ``max_calls`` rule calls per round
-    (20). ``success`` is BadNets' backdoor success.
+    The payload is the backdoor direction b (module docstring). The family
+    searched (each axis an option): ``placements`` (lean, mean, coord),
+    ``roles`` (same, chain), ``norms`` (as built, the honest median, the 0.9
+    quantile), ``supports`` (all coordinates, the 5 % where b is largest) and
+    λ up to ``scale_max``; no mask. ``max_calls`` rule calls per round (20).
+    ``success`` is BadNets' backdoor success.
     """
 
     def __init__(self, target: int = 0, poison_fraction: float = 0.5, objective: str = "projection",
                  max_calls: int = 20, reference: str = "trained", placements=PLACEMENTS, roles=("same", "chain"),
-                 norms=(None, 0.5, 0.9), scale_max: float = 64.0) -> None:
-        fam = _family("maxproj-backdoor", placements=placements, roles=roles, norms=norms,
+                 norms=(None, 0.5, 0.9), supports=(1.0, 0.05), scale_max: float = 64.0) -> None:
+        fam = _family(self.name, placements=placements, roles=roles, norms=norms, supports=supports,
                       scale_max=scale_max)
         super().__init__(target, poison_fraction, objective, fam, max_calls, reference)
 
@@ -373,11 +396,11 @@ class NeurotoxinMaxProj(BackdoorObjective):
 
     def __init__(self, target: int = 0, poison_fraction: float = 0.5, mask: float = 0.1, objective: str = "projection",
                  max_calls: int = 20, reference: str = "trained", placements=PLACEMENTS, roles=("same", "chain"),
-                 norms=(None, 0.5, 0.9), scale_max: float = 64.0) -> None:
+                 norms=(None, 0.5, 0.9), supports=(1.0, 0.05), scale_max: float = 64.0) -> None:
         if isinstance(mask, bool) or not isinstance(mask, (int, float)) or not 0 < mask < 1:
             raise ConfigError(f"neurotoxin-maxproj mask must be a share in (0, 1), got {mask!r}")
-        fam = _family("neurotoxin-maxproj", placements=placements, roles=roles,
-                      norms=norms, masks=(float(mask),), scale_max=scale_max)
+        fam = _family(self.name, placements=placements, roles=roles, norms=norms, masks=(float(mask),),
+                      supports=supports, scale_max=scale_max)
         super().__init__(target, poison_fraction, objective, fam, max_calls, reference)
 
 
@@ -389,24 +412,24 @@ class MaxDev(ObjectiveAttack):
     ``unit-vec`` −μ/‖μ‖ by default, ``std`` −σ, ``sign`` −sign μ); the
     objective ``deviation`` is the aggregate's deviation from the honest mean
     along it, or ``loss``, the attackers' own clean-data loss after the step.
-    The family searched is ``maxproj-backdoor``'s; ``max_calls`` rule calls per
-    round (20).
+    The family searched is ``maxproj-backdoor``'s on every coordinate
+    (``supports`` (1,)); ``max_calls`` rule calls per round (20).
     """
 
     objectives = ("deviation", "loss")
 
     def __init__(self, direction: str = "unit-vec", objective: str = "deviation", max_calls: int = 20,
-                 placements=PLACEMENTS, roles=("same", "chain"), norms=(None, 0.5, 0.9),
+                 placements=PLACEMENTS, roles=("same", "chain"), norms=(None, 0.5, 0.9), supports=(1.0,),
                  scale_max: float = 64.0) -> None:
         if direction not in _PERTURBATIONS:
             raise ConfigError(f"maxdev direction must be one of {', '.join(_PERTURBATIONS)}, got {direction!r}")
         self.direction = direction
-        super().__init__(objective, _family("maxdev", placements=placements, roles=roles,
-                                            norms=norms, scale_max=scale_max), max_calls)
+        super().__init__(objective, _family(self.name, placements=placements, roles=roles, norms=norms,
+                                            supports=supports, scale_max=scale_max), max_calls)
 
     def payload(self, view, own, H, rng):
         return perturbation(H, self.direction)
 
 
 __all__ = ["BackdoorObjective", "Candidate", "Family", "MAX_CALLS", "MaxDev", "MaxProjBackdoor", "NeurotoxinMaxProj",
-           "ObjectiveAttack", "central_rows", "mask_of", "pattern_search"]
+           "ObjectiveAttack", "central_rows", "mask_of", "pattern_search", "support_of"]
