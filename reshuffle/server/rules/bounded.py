@@ -20,7 +20,7 @@ def _bound(U: np.ndarray, bound: float | None) -> tuple[np.ndarray, float]:
     """(per-row clipping factors, the bound S): S = ``bound``, or the median row norm."""
     norms = np.linalg.norm(U, axis=1)
     S = float(np.median(norms)) if bound is None else bound
-    return (clip_factors(norms, S) if S > 0 else np.ones(len(U))), S
+    return clip_factors(norms, S), S
 
 
 def _noise(name: str, v: object) -> float:
