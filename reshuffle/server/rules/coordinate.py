@@ -15,15 +15,74 @@ from reshuffle.server.rules.base import Decision, Rule, check_f, check_round, ch
 from reshuffle.server.rules.registry import register_rule
 
 
-def coordinate_ranks(U: np.ndarray, sorted_too: bool = False):
-    """rank[i, k] = position of U[i, k] in column k sorted ascending (ties by row index).
-
-    With ``sorted_too``, also the columns sorted (from the same argsort: one sort, not two).
-    """
+def coordinate_ranks(U: np.ndarray) -> np.ndarray:
+    """rank[i, k] = position of U[i, k] in column k sorted ascending (ties by row index)."""
     order = np.argsort(U, axis=0, kind="stable")
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(U.shape[0])[:, None], axis=0)
-    return (ranks, np.take_along_axis(U, order, axis=0)) if sorted_too else ranks
+    return ranks
+
+
+def _merge_network(n: int) -> list[tuple[int, int]]:
+    """Batcher's odd-even merge sort comparators (a < b) for n inputs, those of the next power of two
+    that touch no padding (padding is +inf at the end, which such comparators never move)."""
+    m = 1 << max(n - 1, 0).bit_length()
+    pairs, p = [], 1
+    while p < m:
+        k = p
+        while k >= 1:
+            for j in range(k % p, m - k, 2 * k):
+                for i in range(min(k, m - j - k)):
+                    if (i + j) // (2 * p) == (i + j + k) // (2 * p) and i + j + k < n:
+                        pairs.append((i + j, i + j + k))
+            k //= 2
+        p *= 2
+    return pairs
+
+
+#: Up to this many rows, columns are sorted by a comparator network (whole-row minimum and maximum,
+#: about 5x faster than an argsort along the rows for n = 20); above it, by numpy's sort.
+NETWORK_ROWS = 32
+_NETWORKS = {n: _merge_network(n) for n in range(1, NETWORK_ROWS + 1)}
+
+
+def sorted_columns(U: np.ndarray) -> np.ndarray:
+    """Each column of U sorted ascending (a new array).
+
+    >>> sorted_columns(np.array([[3.0, 1.0], [1.0, 2.0], [2.0, 0.0]])).tolist()
+    [[1.0, 0.0], [2.0, 1.0], [3.0, 2.0]]
+    """
+    n = U.shape[0]
+    if n > NETWORK_ROWS:
+        return np.sort(U, axis=0)
+    X = U.copy()
+    low = np.empty(U.shape[1])
+    for a, b in _NETWORKS[n]:
+        np.minimum(X[a], X[b], out=low)
+        np.maximum(X[a], X[b], out=X[b])
+        X[a] = low
+    return X
+
+
+def kept_share(U: np.ndarray, ordered: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Per row, the share of coordinates in which its value holds one of the sorted positions [start, stop).
+
+    Rows tied at a boundary value share the positions that value holds inside the range equally (rather
+    than by row index), so copies of one row get the same weight.
+    """
+    n = U.shape[0]
+    lo, hi = ordered[start], ordered[stop - 1]
+    kept = ((U >= lo) & (U <= hi)).astype(np.float64)
+    # Without ties, a value equal to a boundary holds that (kept) position; only tied columns need counting.
+    tied = np.flatnonzero(((ordered[1:] == ordered[:-1]) & (ordered[1:] >= lo) & (ordered[:-1] <= hi)).any(axis=0))
+    if tied.size:
+        T, sub = U[:, tied], kept[:, tied]
+        for v in (lo[tied], hi[tied]):
+            lt, le = (T < v).sum(axis=0), (T <= v).sum(axis=0)
+            inside = np.clip(np.minimum(le, stop) - np.maximum(lt, start), 0, n)
+            sub = np.where(T == v, (inside / np.maximum(le - lt, 1))[None, :], sub)
+        kept[:, tied] = sub
+    return kept.mean(axis=1)
 
 
 @register_rule("fedavg")
@@ -58,9 +117,9 @@ class Median(Rule):
         check_round(round)
         U = check_updates(updates)
         n = U.shape[0]
-        ranks, ordered = coordinate_ranks(U, sorted_too=True)
-        middle = (ranks == (n - 1) // 2) | (ranks == n // 2)
-        return Decision(ordered[[(n - 1) // 2, n // 2]].mean(axis=0), tuple(range(n)), middle.mean(axis=1))
+        ordered = sorted_columns(U)
+        mid = slice((n - 1) // 2, n // 2 + 1)
+        return Decision(ordered[mid].mean(axis=0), tuple(range(n)), kept_share(U, ordered, mid.start, mid.stop))
 
 
 @register_rule("trimmed-mean")
@@ -87,7 +146,6 @@ class TrimmedMean(Rule):
         n = U.shape[0]
         if n <= 2 * self.trim:
             raise ConfigError(f"trimmed mean needs n > 2·trim updates; got n={n} with trim={self.trim}")
-        ranks, ordered = coordinate_ranks(U, sorted_too=True)
-        kept = (ranks >= self.trim) & (ranks < n - self.trim)
+        ordered = sorted_columns(U)
         agg = ordered[self.trim : n - self.trim].mean(axis=0)
-        return Decision(agg, tuple(range(n)), kept.mean(axis=1))
+        return Decision(agg, tuple(range(n)), kept_share(U, ordered, self.trim, n - self.trim))
