@@ -33,6 +33,9 @@ def aggregate(rule, bad):
     ("maxproj-backdoor", "constrain-scale", "flame"),
     ("maxproj-backdoor", "constrain-scale", "multi-krum"),
     ("neurotoxin-maxproj", "constrain-scale", "signguard"),
+    ("trim-edge", "constrain-scale", "clip-trim"),
+    ("trim-edge", "constrain-scale", "median"),
+    ("clip-sparse", "constrain-scale", "norm-bound"),
 ])
 def test_backdoor_objective_beats_acceptance_seeking_scaling(name, baseline, rule):
     r = make_rule(rule, f=M, seed=3)
@@ -55,17 +58,20 @@ def test_maxdev_beats_agr_tailored_on_the_deviation(direction, rule):
     assert (aggregate(r, mine) - mu) @ p > 1.3 * ((aggregate(r, theirs) - mu) @ p) > 0
 
 
-@pytest.mark.parametrize("name", ["maxproj-backdoor", "neurotoxin-maxproj", "maxdev"])
+@pytest.mark.parametrize("name", ["maxproj-backdoor", "neurotoxin-maxproj", "maxdev", "trim-edge", "clip-sparse"])
 @pytest.mark.parametrize("max_calls", [1, 7, 20])
 def test_call_budget_choices_and_determinism(name, max_calls):
-    a = prepared(name, max_calls=max_calls)
+    grid = {"levels": [1.0], "supports": [0.1]} if name in ("trim-edge", "clip-sparse") and max_calls < 20 else {}
+    a = prepared(name, max_calls=max_calls, **grid)
     rule = make_rule("cone-clip", f=M)
     first, calls = craft(a, rule, seed=11)
     again, _ = craft(a, rule, seed=11)
     assert 1 <= calls <= max_calls and np.array_equal(first, again)
     assert first.shape == (M, HONEST.shape[1]) and np.isfinite(first).all()
     ch = a.choices()
-    assert ch["calls"] == calls and set(ch) >= {"scale", "placement", "roles", "norm", "mask", "support", "score"}
+    keys = {"level", "support"} if grid or name in ("trim-edge", "clip-sparse") else {
+        "scale", "placement", "roles", "norm", "mask", "support"}
+    assert ch["calls"] == calls and set(ch) >= keys | {"score"}
 
 
 def test_the_rows_follow_the_declared_family():
@@ -185,3 +191,33 @@ def test_candidates_record_as_plain_values():
     c = Candidate(2.0, "mean", "chain", 0.5, 0.1, 0.05)
     assert c.as_dict() == {"scale": 2.0, "placement": "mean", "roles": "chain", "norm": 0.5, "mask": 0.1,
                            "support": 0.05}
+
+
+def test_trim_edge_rows_sit_at_the_honest_quantile_on_the_support_and_the_median_elsewhere():
+    a = prepared("trim-edge", levels=[0.75], supports=[0.1], max_calls=1)
+    bad, _ = craft(a, make_rule("clip-trim", f=M))
+    payload = OWN.mean(axis=0) - HONEST.mean(axis=0)
+    on = support_of(payload, 0.1)
+    up = on & (payload > 0)
+    down = on & (payload < 0)
+    assert np.allclose(bad[0, up], np.quantile(HONEST, 0.75, axis=0)[up])
+    assert np.allclose(bad[0, down], np.quantile(HONEST, 0.25, axis=0)[down])
+    assert np.allclose(bad[0, ~on], np.median(HONEST, axis=0)[~on]) and np.allclose(bad, bad[0])
+
+
+def test_clip_sparse_rows_are_short_and_zero_off_their_support():
+    a = prepared("clip-sparse", levels=[2.0], supports=[0.01], max_calls=1)
+    bad, _ = craft(a, make_rule("norm-bound", f=M))
+    payload = OWN.mean(axis=0) - HONEST.mean(axis=0)
+    on = support_of(payload, 0.01)
+    assert np.allclose(bad[:, ~on], 0) and np.allclose(bad[0, on], 2 * HONEST.std(axis=0)[on] * np.sign(payload[on]))
+    assert np.linalg.norm(bad[0]) < np.median(np.linalg.norm(HONEST, axis=1))
+
+
+@pytest.mark.parametrize("name,options,match", [
+    ("trim-edge", {"levels": [0.4]}, "levels"), ("trim-edge", {"supports": [0]}, "supports"),
+    ("clip-sparse", {"levels": []}, "levels"), ("clip-sparse", {"max_calls": 5}, "exceed max_calls"),
+])
+def test_mechanism_attacks_refuse_bad_grids(name, options, match):
+    with pytest.raises(ConfigError, match=match):
+        make_attack(name, **options)
