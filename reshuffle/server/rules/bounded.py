@@ -14,7 +14,7 @@ from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
     Decision, Rule, check_f, check_positive, check_round, check_seed, check_updates, clip_factors, round_rng,
 )
-from reshuffle.server.rules.coordinate import kept_share, sorted_columns
+from reshuffle.server.rules.coordinate import trim_columns
 from reshuffle.server.rules.registry import register_rule
 
 
@@ -109,12 +109,10 @@ class ClipTrim(Rule):
         if n <= 2 * self.trim:
             raise ConfigError(f"clip-trim needs n > 2·trim updates; got n={n} with trim={self.trim}")
         k, S = _bound(U, self.bound)
-        V = U * k[:, None]
-        ordered = sorted_columns(V)
-        agg = ordered[self.trim: n - self.trim].mean(axis=0)
+        agg, kept = trim_columns(U * k[:, None], self.trim)
         if self.noise > 0:
             agg = agg + rng.normal(0.0, self.noise * S, size=U.shape[1])
-        return Decision(agg, tuple(range(n)), k * kept_share(V, ordered, self.trim, n - self.trim))
+        return Decision(agg, tuple(range(n)), k * kept.mean(axis=1))
 
 
 @register_rule("robust-lr")
