@@ -24,7 +24,9 @@ def test_default_grid_covers_every_attack_and_the_registered_decision_rules():
     # the backdoors and the clean run again over the long horizon, under the long horizon's rules
     assert g.long_rounds == 30 and set(g.long_attacks) == {"none"} | {a for a in attack_names() if is_backdoor(a)}
     assert {"badnets", "dba", "maxproj-backdoor"} <= set(g.long_attacks) and "alie" not in g.long_attacks
-    long = 2 * 2 * len(g.long_attacks) * len(g.all_long_rules) * 3
+    # there: clean FedAvg and `default` under the clean run, `default` alone under each backdoor
+    assert g.all_long_rules == ("fedavg", "default") and g.long_rules_of("badnets") == ("default",)
+    long = 2 * 2 * (2 + len(g.long_attacks) - 1) * 3
     assert len(g.cells()) == 2 * 2 * len(g.all_attacks) * len(g.all_rules) * 3 + long
     assert len(set(c.relpath for c in g.cells())) == len(g.cells())
     # every cell's settings pass the simulator's validation
@@ -102,7 +104,10 @@ def test_long_horizon_cells_run_their_rounds_and_a_grid_file_or_the_command_line
     p.write_text('long_rounds = 12\nlong_rules = ["default"]\nrules = ["multi-krum", "default"]\n')
     short = validate(load_grid_toml(p, g))
     assert short.all_long_rules == ("fedavg", "default") and short.long_rounds == 12
-    assert {c.rule for c in short.cells() if c.rounds == 12} == {"fedavg", "default"}
+    assert {(c.attack == "none", c.rule) for c in short.cells() if c.rounds == 12} == {
+        (True, "fedavg"), (True, "default"), (False, "default")}
+    every = dataclasses.replace(short, long_rules=None)
+    assert {c.rule for c in every.cells() if c.rounds == 12 and c.attack == "dba"} == {"fedavg", "multi-krum", "default"}
     assert not [c for c in Selection(long_rounds=0).apply_base(short).cells() if c.rounds is not None]
     p.write_text('long_rules = ["flame"]\nrules = ["multi-krum"]\n')
     with pytest.raises(ConfigError, match="long_rules"):

@@ -174,7 +174,7 @@ def test_pooled_rates_from_per_round_fields():
 
 def test_the_long_horizon_counts_in_the_worst_case_against_clean_fedavg_over_as_many_rounds(tmp_path):
     # Prepare: the hand cells, then BadNets and the clean run over 30 rounds, where median lets the backdoor in
-    grid = GRID.__class__(**{**GRID.__dict__, "long_rounds": 30})
+    grid = GRID.__class__(**{**GRID.__dict__, "long_rounds": 30, "long_rules": None})
     assert grid.long_attacks == ("none", "badnets")
     _write_hand_cells(tmp_path)
     long = {("none", "fedavg"): (0.95, None), ("none", "multi-krum"): (0.94, None), ("none", "median"): (0.94, None),
