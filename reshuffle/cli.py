@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from reshuffle.clients import MODELS
 from reshuffle.errors import ReShuffleError
 
 
@@ -71,8 +72,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.what == "simulate":
         from reshuffle.bench import simulate as sim_bench
 
-        results = sim_bench.run(args.dataset, args.model, args.clients, args.data_dir,
+        results = sim_bench.run(args.dataset, args.model, args.clients or 20, args.data_dir,
                                 samples=256 if args.quick else None, threads=args.threads)
+    elif args.what == "models":
+        from reshuffle.bench import models as models_bench
+
+        results = models_bench.run(clients=args.clients or 8, threads=args.threads, quick=args.quick,
+                                   models=tuple(args.models) if args.models else None)
+        if not args.json:
+            models_bench.print_models_table(results)
+            return 0
     else:
         from reshuffle.bench import round as round_bench
 
@@ -118,50 +127,100 @@ def _non_negative_int(text: str) -> int:
     return v
 
 
-# (flag, type, help); dest = SimConfig field name. Defaults come from SimConfig,
+def _dataset_help() -> str:
+    """The registered datasets, for help texts (the registry needs no torch)."""
+    from reshuffle.clients.data import dataset_names
+
+    return f"{', '.join(dataset_names())}, hf:NAME (a Hugging Face dataset) or a plug-in's name"
+
+
+def _share(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid fraction {text!r}") from None
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"fraction {text!r} must lie in (0, 1]")
+    return v
+
+
+# (flag, type, help); dest = SimConfig field name. Defaults come from SimConfig (the help shows them),
 # so an option left out does not override a --config file.
 _SIM_OPTIONS = [
-    ("--dataset", str, "digits (embedded), mnist, fashion-mnist"),
-    ("--data-dir", str, "folder with the idx files for mnist / fashion-mnist (default: data/<dataset>)"),
-    ("--model", str, "logreg, mlp, lenet5"),
+    ("--dataset", str, _dataset_help()),
+    ("--data-dir", str, "folder holding the dataset's files (default: data/<dataset>; for hf:NAME its cache)"),
+    ("--model", str, f"{', '.join(MODELS)} or a plug-in's name"),
     ("--clients", _positive(int), "number of clients N"),
+    ("--fraction", _share, "fraction of the clients sampled for each round (seeded; attackers like everyone)"),
+    ("--clients-per-round", _positive(int), "clients sampled for each round, instead of --fraction "
+                                            "(default: all)"),
     ("--rounds", _positive(int), "number of rounds"),
     ("--local-epochs", _positive(int), "local epochs per round"),
     ("--batch-size", _positive(int), "local batch size"),
     ("--lr", _positive(float), "local learning rate alpha"),
-    ("--optimizer", str, "sgd or adam"),
-    ("--partition", str, "iid or dirichlet"),
+    ("--optimizer", str, "local optimizer: sgd or adam"),
+    ("--partition", str, "iid, dirichlet, pathological, shard, natural (by writer) or dirichlet-legacy; "
+                         "Flower Datasets' partitions"),
     ("--alpha", _positive(float), "Dirichlet concentration (with --partition dirichlet)"),
+    ("--classes-per-client", _positive(int), "classes each client holds (with --partition pathological)"),
+    ("--shards-per-client", _positive(int), "label-sorted shards each client holds (with --partition shard)"),
+    ("--device", str, "auto (the best available), cpu, cuda, cuda:N or mps: where local training and evaluation run"),
     ("--attack", str, "an attack's name (none, sign-flip, alie, badnets, agr-tailored, ...; all are listed in "
                       "docs/fl.md)"),
     ("--malicious", _fraction, "fraction of malicious clients"),
     ("--rule", str, "default (chosen by its worst case in the detection grid), fedavg, krum, multi-krum, bulyan, "
                     "cosine, fltrust, median, trimmed-mean, cclip, geomed, dnc, flame, signguard, ...; join with + to "
                     "intersect (signguard+flame)"),
-    ("--f", _non_negative_int, "attackers the rule assumes (default: the simulated number)"),
-    ("--dropout", _fraction, "fraction of clients that drop out each round (at a random phase)"),
+    ("--f", _non_negative_int, "attackers the rule assumes per round (default: the expected number in a round)"),
+    ("--server-opt", str, "server optimiser stepping from the rule's aggregate: sgd, momentum (FedAvgM), adam, "
+                          "yogi (FedOpt)"),
+    ("--server-lr", _positive(float), "server step size (default: 1 for sgd and momentum, 0.01 for adam and "
+                                      "yogi)"),
+    ("--dropout", _fraction, "fraction of a round's clients that drop out (at a random phase)"),
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
     ("--training", str, "auto, batched (all clients in one stacked computation) or sequential"),
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
     ("--group-size", _positive(int), "anonymity groups of about this size (real shuffle; default: one group)"),
-    ("--seed", _non_negative_int, "seed of data split, initial model, training order, attacks"),
+    ("--seed", _non_negative_int, "seed of data split, initial model, sampling, training order, attacks"),
     ("--root-samples", _positive(int), "size of FLTrust's server root dataset"),
-    ("--eval-subset", _positive(int), "evaluate on this many fixed test samples in every round but the last"),
+    ("--eval-subset", _positive(int), "evaluate on this many fixed test samples in every round but the last "
+                                      "(default: all)"),
     ("--adversary", str, "protocol adversary played in every real round (names: reshuffle redteam --json)"),
 ]
+
+
+def _help_with_default(flag: str, text: str) -> str:
+    """``text`` with SimConfig's default for ``flag`` (unless the text says it, or there is none)."""
+    from reshuffle.sim.config import SimConfig
+
+    default = SimConfig().as_dict().get(flag[2:].replace("-", "_"))
+    if "default" in text or default is None:
+        return text
+    return f"{text} (default: {default})"
+
+
+class _Interrupted(Exception):
+    """Ctrl-C during a simulation whose finished rounds are checkpointed in ``out``."""
+
+    def __init__(self, out: str, cfg) -> None:
+        self.out, self.cfg = out, cfg
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from reshuffle.sim import from_mapping, load_toml
     from reshuffle.sim.config import SimConfig
-    from reshuffle.sim.report import default_out_dir
+    from reshuffle.sim.report import claim_out_dir, default_out_dir
 
     if args.resume is not None:
         return _resume_simulation(args)
+    if args.overwrite and not (args.out or args.config):
+        raise ReShuffleError("--overwrite replaces the run in --out: give --out")
     values = load_toml(args.config) if args.config else {}
     cfg = from_mapping(values, SimConfig(), source=args.config or "config")
     explicit = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _SIM_OPTIONS}
     explicit = {k: v for k, v in explicit.items() if v is not None}
+    if args.local_bn:
+        explicit["local_bn"] = True
     if args.plugin:
         explicit["plugins"] = cfg.plugins + args.plugin
     if args.pre:
@@ -169,38 +228,58 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     out = args.out or cfg.out or str(default_out_dir())
     explicit["out"] = out
     cfg = from_mapping(explicit, cfg, source="command line")
+    claim_out_dir(out, overwrite=args.overwrite)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    data = _run_with_progress(cfg, out, quiet=args.quiet)
-    diverged = f"; the global model diverged in round {data['diverged_at']}" if data["diverged_at"] else ""
-    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds{diverged}; outputs in {out}")
-    return 0
+    return _finish(_run_with_progress(cfg, out, quiet=args.quiet), cfg, out)
 
 
-# Options that leave a run's results unchanged, so they may come with --resume.
-_RESUME_ALLOWS = {"resume", "quiet", "threads", "func", "cmd"}
+# Options that may come with --resume: they leave a run's results unchanged, name what the checkpoint may
+# not (the plug-ins, checked against its hashes, and where the data lies), or extend it (--rounds).
+_RESUME_ALLOWS = {"resume", "quiet", "threads", "func", "cmd", "plugin", "data_dir", "rounds"}
 
 
 def _resume_simulation(args: argparse.Namespace) -> int:
     from reshuffle.sim.checkpoint import load_simulation
 
     given = sorted(f"--{k.replace('_', '-')}" for k, v in vars(args).items()
-                   if k not in _RESUME_ALLOWS and v not in (None, []))
+                   if k not in _RESUME_ALLOWS and v not in (None, [], False))
     if given:
         raise ReShuffleError(f"--resume continues a run with the settings it started with; "
                              f"leave out {', '.join(given)}")
-    cfg, ck = load_simulation(args.resume)
+    cfg, ck = load_simulation(args.resume, plugins=args.plugin, data_dir=args.data_dir, rounds=args.rounds)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     print(f"resuming {args.resume} after round {ck.round} of {cfg.rounds}")
-    data = _run_with_progress(cfg, args.resume, quiet=args.quiet, resume=ck)
+    return _finish(_run_with_progress(cfg, args.resume, quiet=args.quiet, resume=ck), cfg, args.resume)
+
+
+def _finish(data: dict, cfg, out: str) -> int:
+    """Print the run's outcome; rounds that kept W_g are named on stderr (metrics.json has every reason)."""
+    skipped = data["skipped_rounds"]
+    if skipped:
+        first = min(skipped, key=int)
+        print(f"reshuffle: warning: {len(skipped)} of {data['rounds_run']} rounds left the global model unchanged; "
+              f"round {first}: {skipped[first]}", file=sys.stderr)
     diverged = f"; the global model diverged in round {data['diverged_at']}" if data["diverged_at"] else ""
-    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds{diverged}; outputs in {args.resume}")
+    print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds{diverged}; outputs in {out}")
     return 0
+
+
+def resume_command(out: str, cfg) -> str:
+    """The command that continues the run checkpointed in ``out``."""
+    import shlex
+
+    parts = ["reshuffle", "simulate", "--resume", out]
+    for p in cfg.plugins:
+        parts += ["--plugin", p]
+    if cfg.data_dir:
+        parts += ["--data-dir", cfg.data_dir]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def _run_with_progress(cfg, out: str, quiet: bool, resume=None) -> dict:
@@ -217,19 +296,23 @@ def _run_with_progress(cfg, out: str, quiet: bool, resume=None) -> dict:
         checkpoint.save(out, checkpoint.simulation_checkpoint(sim, records))
         write_metrics(out, sim.result(records))  # atomically, so an interrupted run keeps its rounds
 
-    if quiet:
-        return write_outputs(out, sim.result(sim.run(save, records)))
-    cols = (TextColumn("round"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[status]}"), TimeElapsedColumn())
-    with Progress(*cols, transient=False) as bar:
-        task = bar.add_task("rounds", total=cfg.rounds, completed=done, status="training")
+    try:
+        if quiet:
+            return write_outputs(out, sim.result(sim.run(save, records)))
+        cols = (TextColumn("round"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn())
+        with Progress(*cols, transient=False) as bar:
+            task = bar.add_task("rounds", total=cfg.rounds, completed=done, status="training")
 
-        def on_round(rec) -> None:
-            save(rec)
-            det = "".join(f" {k} {v:.2f}" for k, v in (("tpr", rec.tpr), ("fpr", rec.fpr)) if v is not None)
-            status = f"skipped ({rec.skipped})" if rec.skipped else f"accuracy {rec.accuracy:.4f}{det}"
-            bar.update(task, advance=1, status=status)
+            def on_round(rec) -> None:
+                save(rec)
+                det = "".join(f" {k} {v:.2f}" for k, v in (("tpr", rec.tpr), ("fpr", rec.fpr)) if v is not None)
+                status = f"skipped ({rec.skipped})" if rec.skipped else f"accuracy {rec.accuracy:.4f}{det}"
+                bar.update(task, advance=1, status=status)
 
-        data = sim.result(sim.run(on_round, records))
+            data = sim.result(sim.run(on_round, records))
+    except KeyboardInterrupt:
+        raise _Interrupted(out, cfg) from None
     write_outputs(out, data)
     return data
 
@@ -253,9 +336,9 @@ def cmd_data(args: argparse.Namespace) -> int:
         use = "" if args.dir is None else f"; pass --data-dir {folder} to use it"
         print(f"{args.name}: {len(results)} files in {folder}, SHA-256 verified{use}")
         return 0
-    names = args.names or [n for n in dl.SOURCES if (root / n).exists()]
+    names = args.names or [n for n in dl.downloadable() if (root / n).exists()]
     if not names:
-        raise DataError(f"no dataset in {root}; get one with `reshuffle data fetch mnist|fashion-mnist` "
+        raise DataError(f"no dataset in {root}; get one with `reshuffle data fetch {'|'.join(dl.downloadable())}` "
                         f"or pass --data-dir to the commands that load data")
     bad = 0
     for name in names:
@@ -288,10 +371,38 @@ def cmd_games(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+def cmd_explore(args: argparse.Namespace) -> int:
+    from reshuffle.adversaries import weak
+    from reshuffle.adversaries.explorer import ExploreConfig, explore
+    from reshuffle.protocol.participant import Participant
+
+    cls = {"none": Participant, "reopens-after-upload": weak.ReopensAfterUpload,
+           "answers-every-complaint": weak.AnswersEveryComplaint}[args.weak]
+    cfg = ExploreConfig(N=args.N or 4, R_max=args.r_max, depth=args.depth, budget=args.budget, split=args.split,
+                        seed=args.seed)
+    r = explore(cfg, cls)
+    if args.json:
+        print(json.dumps(r.as_dict(), indent=2))
+    else:
+        done = "all reachable states" if r.complete else f"stopped at the budget of {args.budget} states"
+        print(f"explored {r.states} states and {r.schedules} schedules of the PS ({done}), paths up to "
+              f"{r.max_depth} moves, {r.uploads} with an honest upload, in {r.seconds:.1f} s "
+              f"(N={cfg.N}, R_max={cfg.R_max}, {'each recipient apart too' if cfg.split else 'broadcast moves'})")
+        print("moves accepted: " + ", ".join(f"{k} {v}" for k, v in sorted(r.kinds.items())))
+        print(f"honest models linked on any path: {r.links}")
+        for v in r.violations:
+            print(f"VIOLATION {v}")
+        if not r.violations:
+            print("no violation: no key masked two plaintexts, no uploader revealed its slot phase, nothing linked")
+    return 1 if r.violations else 0
+
+
 def cmd_redteam(args: argparse.Namespace) -> int:
     from reshuffle.adversaries.redteam import run_redteam
 
-    rows = run_redteam(rounds=args.rounds, N=args.N, names=args.only or None)
+    if args.explore:
+        return cmd_explore(args)
+    rows = run_redteam(rounds=args.rounds, N=args.N or 8, names=args.only or None)
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
     else:
@@ -299,7 +410,7 @@ def cmd_redteam(args: argparse.Namespace) -> int:
         from rich.markup import escape
         from rich.table import Table
 
-        t = Table(title=f"reshuffle redteam (N={args.N}, {args.rounds} rounds each)")
+        t = Table(title=f"reshuffle redteam (N={args.N or 8}, {args.rounds} rounds each)")
         for col in ("behaviour", "role", "rounds", "honest delivered", "culprit named", "honest named",
                     "detected by", "extra s", "result"):
             t.add_column(col)
@@ -324,9 +435,12 @@ def cmd_grid(args: argparse.Namespace) -> int:
     if args.config:
         whole = load_grid_toml(args.config, whole)
     sel = Selection(datasets=args.datasets, partitions=args.partitions, attacks=args.attacks, rules=args.rules,
-                    seeds=args.seeds, models=args.models, rounds=args.rounds, long_rounds=args.long_rounds)
+                    seeds=args.seeds, models=args.models, rounds=args.rounds, fraction=args.fraction,
+                    server_opt=args.server_opt, server_lr=args.server_lr, long_rounds=args.long_rounds)
     whole = sel.apply_base(whole)
     grid = validate(sel.apply(whole))
+    if any((args.datasets, args.partitions, args.attacks, args.rules, args.seeds, args.models)):
+        whole = None  # a subset named on the command line is summarised against its own cells
     out = Path(args.out)
     data_root = Path(args.data_dir_root) if args.data_dir_root else default_data_root()
     if args.summary_only:
@@ -342,6 +456,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
               f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds{long}) in {out}, on {backend.name}", flush=True)
         if grid.skipped_rules:
             print(f"grid: rule(s) {', '.join(grid.skipped_rules)} not registered: left out", flush=True)
+        for setting, why in grid.needs_data(data_root).items():
+            print(f"grid: {setting.label} needs data, its cells wait: {why}", flush=True)
         res = run_grid(grid, out, backend, data_root, summary_grid=whole, max_cells=args.max_cells, quiet=args.quiet)
         summary, interrupted = res.summary, res.interrupted
         print(f"grid: ran {res.ran} cells ({res.failed} failed) in {res.wall_seconds:.0f} s: "
@@ -411,7 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     ca.set_defaults(func=cmd_ca)
 
     bench = sub.add_parser("bench", help="benchmarks (ratios measured in one run)")
-    bench.add_argument("what", choices=["crypto", "round", "flower", "simulate"])
+    bench.add_argument("what", choices=["crypto", "round", "flower", "simulate", "models"])
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     bench.add_argument("--N", type=int, nargs="+", help="round, flower: participants (10 50 100; 10 20)")
@@ -419,19 +535,34 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dataset", default="mnist", help="simulate: digits, mnist, fashion-mnist")
     bench.add_argument("--data-dir", help="simulate: folder with the idx files")
     bench.add_argument("--model", default="lenet5", help="simulate: logreg, mlp, lenet5")
-    bench.add_argument("--clients", type=_positive(int), default=20, help="simulate: clients trained")
-    bench.add_argument("--threads", type=_positive(int), default=1, help="simulate: torch threads")
+    bench.add_argument("--clients", type=_positive(int), help="simulate, models: clients trained (20; 8)")
+    bench.add_argument("--threads", type=_positive(int), default=1, help="simulate, models: torch threads")
+    bench.add_argument("--models", nargs="+", metavar="NAME",
+                       help="models: only these built-in models (logreg mlp lenet5 cnn resnet18)")
     bench.add_argument("--group-size", type=_positive(int), help="round: anonymity group size g")
     bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
     bench.add_argument("--baseline", metavar="PATH",
                        help="round: a checkout of another version whose participant CPU is measured alongside")
     bench.set_defaults(func=cmd_bench)
 
-    red = sub.add_parser("redteam", help="play every registered protocol adversary against the round")
+    red = sub.add_parser("redteam", help="play every registered protocol adversary against the round",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     red.add_argument("--rounds", type=_positive(int), default=2, help="rounds per behaviour (seeds 1..R)")
-    red.add_argument("--N", type=_positive(int), default=8, help="participants per round (>= 4)")
+    red.add_argument("--N", type=_positive(int), default=None,
+                     help="participants per round (>= 4; default 8, or 4 with --explore)")
     red.add_argument("--only", nargs="+", metavar="NAME", help="only these behaviours")
-    red.add_argument("--json", action="store_true", help="print a JSON list of rows")
+    red.add_argument("--json", action="store_true", help="print JSON")
+    ex = red.add_argument_group("explorer of PS schedules (--explore)")
+    ex.add_argument("--explore", action="store_true",
+                    help="play a PS that sends any message a participant accepts, in every order, over a small real "
+                         "round; check one key per plaintext, no reveal about an uploaded slot, no link")
+    ex.add_argument("--depth", type=_positive(int), default=60, help="moves per schedule at most")
+    ex.add_argument("--budget", type=_positive(int), default=3000, help="distinct states at most")
+    ex.add_argument("--split", action="store_true", help="also deliver each message to each recipient alone")
+    ex.add_argument("--r-max", type=_positive(int), default=2, help="reservation iterations of the explored round")
+    ex.add_argument("--seed", type=int, default=1, help="seed of the explored round's keys and randomness")
+    ex.add_argument("--weak", choices=("none", "reopens-after-upload", "answers-every-complaint"), default="none",
+                    help="explore participants with one fix undone, to see the explorer find the break")
     red.set_defaults(func=cmd_redteam)
 
     games = sub.add_parser("games", help="run the security games (docs/security/)")
@@ -439,13 +570,16 @@ def build_parser() -> argparse.ArgumentParser:
     games.add_argument("--json", action="store_true", help="print a JSON list of results")
     games.set_defaults(func=cmd_games)
 
-    data = sub.add_parser("data", help="download and verify MNIST / Fashion-MNIST (default folder: data/)")
+    from reshuffle.clients.data import dataset_names, dataset_spec
+
+    fetchable = [n for n in dataset_names() if dataset_spec(n).download is not None]
+    data = sub.add_parser("data", help=f"download and verify {', '.join(fetchable)} (default folder: data/)")
     data_sub = data.add_subparsers(dest="data_cmd", required=True)
     dir_help = "data folder holding NAME/ per dataset (default: data/ in the repository)"
-    fetch = data_sub.add_parser("fetch", help="download a dataset's four idx files and check their SHA-256")
-    fetch.add_argument("name", help="mnist or fashion-mnist")
+    fetch = data_sub.add_parser("fetch", help="download a dataset's files and check their SHA-256")
+    fetch.add_argument("name", help=" or ".join(fetchable))
     fetch.add_argument("--dir", help=dir_help)
-    fetch.add_argument("--url", help="base URL of a mirror holding the four .gz files (default: the public source)")
+    fetch.add_argument("--url", help="base URL of a mirror holding the dataset's files (default: the public source)")
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
     verify = data_sub.add_parser("verify", help="check the files in place against their known SHA-256")
     verify.add_argument("names", nargs="*", help="datasets to check (default: every dataset folder present)")
@@ -462,18 +596,25 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--jobs", type=_positive(int), help="local worker processes, one core each (default: all cores)")
     grid.add_argument("--ray", metavar="ADDRESS", help="run cells as Ray tasks on this cluster ('local': start one)")
     grid.add_argument("--full", action="store_true",
-                      help="every registered rule, Dir(0.5) and LeNet-5 too, 20 rounds")
+                      help="every registered rule, Dir(0.5) and LeNet-5 too, cifar10-dir0.3-cnn and "
+                           "femnist-natural-cnn (where their data is), 20 rounds")
     grid.add_argument("--config", help="grid TOML file overriding the default grid's axes and base settings")
-    grid.add_argument("--datasets", nargs="+", metavar="NAME", help="only these datasets (digits, mnist, fashion-mnist)")
-    grid.add_argument("--partitions", nargs="+", metavar="P", help="iid, dirichlet (alpha 0.3) or dirichlet:ALPHA")
+    grid.add_argument("--datasets", nargs="+", metavar="NAME", help=f"only these datasets ({_dataset_help()})")
+    grid.add_argument("--partitions", nargs="+", metavar="P",
+                      help="iid, natural, dirichlet[:ALPHA] (0.3), dirichlet-legacy[:ALPHA], pathological[:K] or "
+                           "shard[:K] (K per client, 2)")
     grid.add_argument("--attacks", nargs="+", metavar="NAME", help="only these attacks (the clean run is always in)")
     grid.add_argument("--rules", nargs="+", metavar="NAME", help="only these rules (FedAvg is always in)")
-    grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5)")
+    grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5, cnn, resnet18, "
+                                                                  "plug-ins)")
     grid.add_argument("--seeds", nargs="+", type=_non_negative_int, metavar="S", help="seeds (default 1 2 3)")
     grid.add_argument("--rounds", type=_positive(int), help="rounds per run")
     grid.add_argument("--long-rounds", type=_non_negative_int, metavar="N",
                       help="rounds of the backdoor cells' longer horizon (default 30; 0: none)")
-    grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding mnist/ and fashion-mnist/ (default: data/)")
+    grid.add_argument("--fraction", type=_share, help="fraction of the clients sampled for each round (default: all)")
+    grid.add_argument("--server-opt", help="server optimiser: sgd, momentum, adam, yogi (default: sgd)")
+    grid.add_argument("--server-lr", type=_positive(float), help="server step size (default: the optimiser's)")
+    grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding a folder per dataset (default: data/)")
     grid.add_argument("--max-cells", type=_positive(int), metavar="N", help="run at most N cells, then stop")
     grid.add_argument("--summary-only", action="store_true", help="only rebuild the summary from the stored cells")
     grid.add_argument("--docs", metavar="FILE",
@@ -483,18 +624,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="run a simulated federation on Re-Shuffle")
     for flag, kind, text in _SIM_OPTIONS:
-        sim.add_argument(flag, type=kind, default=None, help=text)
+        sim.add_argument(flag, type=kind, default=None, help=_help_with_default(flag, text))
+    sim.add_argument("--local-bn", action="store_true", default=None,
+                     help="keep BatchNorm layers with each client (FedBN) instead of federating them")
     sim.add_argument("--config", help="TOML file with the same keys (command-line options win)")
-    sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>)")
+    sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>); refused if it holds a run")
+    sim.add_argument("--overwrite", action="store_true", help="replace the run in --out")
     sim.add_argument("--plugin", action="append", default=[],
-                     help="import this module first (it registers attacks, rules or pre-aggregators)")
+                     help="import this module first (it registers attacks, rules, pre-aggregators, models or "
+                          "datasets)")
     sim.add_argument("--pre", action="append", default=[],
                      help="pre-aggregator in front of the rule: nnm, bucketing, clip (repeat or comma-separate)")
     sim.add_argument("--threads", type=_positive(int), help="torch threads")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.add_argument("--resume", metavar="OUT_DIR",
-                     help="continue the run whose output folder this is from its last finished round "
-                          "(its own settings; only --quiet and --threads may come with it)")
+                     help="continue the run whose output folder this is from its last finished round, with its "
+                          "own settings; give its --plugin and --data-dir again (checked, never read from the "
+                          "checkpoint), and --rounds N to extend a finished run")
     sim.set_defaults(func=cmd_simulate)
 
     soak = sub.add_parser("soak", help="the Flower app on a real SuperLink and SuperNodes, under kills, pauses, "
@@ -518,6 +664,18 @@ def main(argv: list[str] | None = None) -> int:
     except ReShuffleError as exc:
         print(f"reshuffle: error: {exc}", file=sys.stderr)
         return 2
+    except _Interrupted as stop:
+        from reshuffle.sim import checkpoint
+
+        try:
+            done = checkpoint.load(stop.out).round
+        except checkpoint.CheckpointError:
+            print(f"reshuffle: interrupted before the first round finished; nothing to resume in {stop.out}",
+                  file=sys.stderr)
+        else:
+            print(f"reshuffle: interrupted after round {done} of {stop.cfg.rounds}; continue with:\n"
+                  f"  {resume_command(stop.out, stop.cfg)}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         print("reshuffle: interrupted", file=sys.stderr)
         return 130

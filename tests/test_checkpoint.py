@@ -141,7 +141,7 @@ def _resumed(cfg: SimConfig, stop_after: int, folder: Path) -> tuple[Simulation,
 
 
 @pytest.mark.parametrize("shuffle,extra", [
-    ("ideal", dict(attack="sign-flip", malicious=0.34, rule="multi-krum", dropout=0.17)),
+    ("ideal", dict(attack="sign-flip", malicious=0.17, rule="multi-krum", dropout=0.17)),
     ("none", dict(attack="alie", malicious=0.34, rule="fltrust")),
     # real: the protocol's secrets are OS-random, but the models it recovers are ordered canonically;
     # the adversary is named in round 1 and stays banned after the resume
@@ -162,7 +162,7 @@ def test_a_resumed_simulation_equals_an_uninterrupted_one(tmp_path, shuffle, ext
 def test_every_attribute_carried_across_rounds_is_in_the_checkpoint(tmp_path):
     # A Simulation restored after round 2 must hold the same data as the one that ran rounds 1-2;
     # an attribute added later that carries state across rounds, and is not saved, fails here.
-    cfg = SimConfig(**CFG, attack="sign-flip", malicious=0.34, rule="multi-krum", shuffle="ideal")
+    cfg = SimConfig(**CFG, attack="sign-flip", malicious=0.17, rule="multi-krum", shuffle="ideal")
     ran = Simulation(cfg)
     recs = [ran.step(), ran.step()]
     checkpoint.save(tmp_path, checkpoint.simulation_checkpoint(ran, recs))
@@ -264,7 +264,8 @@ def test_resume_on_the_command_line_takes_nothing_else(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["simulate", "--dataset", "digits", "--model", "logreg", "--clients", "4", "--rounds", "2",
                  "--shuffle", "none", "--out", str(out), "--quiet"]) == 0
-    for extra in (["--rounds", "3"], ["--out", str(tmp_path)], ["--pre", "clip"], ["--config", "x.toml"]):
+    for extra in (["--seed", "3"], ["--out", str(tmp_path)], ["--pre", "clip"], ["--config", "x.toml"],
+                  ["--overwrite"]):
         assert main(["simulate", "--resume", str(out), *extra]) == 2
         assert f"leave out {extra[0]}" in capsys.readouterr().err
     raw = (out / checkpoint.FILE).read_bytes()

@@ -64,27 +64,46 @@ def _comparable(m: dict) -> dict:
     return m
 
 
-def test_a_killed_server_app_resumes_at_the_next_round_with_the_saved_model(tmp_path):
+def test_a_killed_server_app_resumes_with_a_fresh_round_number_and_the_saved_model(tmp_path):
+    # Nodes take part in each round number once: a resumed ServerApp never runs again a round it had
+    # started. The round the kill interrupted is lost (W_g kept), and the run goes on with the next.
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _server(whole)
-    # Execute: killed while round 3's train messages go out; then resumed, on fresh nodes
+    # Execute: killed while round 3's train messages go out (its claims were sent); then resumed, on fresh nodes
     with pytest.raises(Killed):
         _server(killed, kill_in_round=3)
     saved = checkpoint.load(killed, kind="flower")
-    assert saved.round == 2
+    assert saved.round == 2 and saved.state["started"] == 3
     lg = _server(tmp_path / "ignored", resume=str(killed), **{"out-dir": ""})
-    # Assert: the resumed app sent round 3 first, with the model saved after round 2
+    # Assert: the resumed app's first round is 4, in its claims as in its train messages, with the model
+    # saved after round 2
     sent = _train_models(lg)
-    assert [T for T, _ in sent[::NODES]] == [3, 4]
+    assert [T for T, _ in sent[::NODES]] == [4]
+    assert {m.content[RECORD]["T"] for m in lg.sent if RECORD in m.content} == {4}
     assert sent[0][1].tobytes() == saved.arrays["global_model"].tobytes()
-    # ... wrote into the folder it resumed, and ended where the uninterrupted run ended
-    a, b = checkpoint.load(killed), checkpoint.load(whole)
-    assert a.round == b.round == 4
-    assert a.arrays["global_model"].tobytes() == b.arrays["global_model"].tobytes()
+    # ... recorded round 3 as lost, wrote into the folder it resumed, and matches the uninterrupted run
+    # until round 2
     ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (killed, whole))
-    assert _comparable(ma) == _comparable(mb)
-    assert [r["round"] for r in ma["reshuffle"]] == [1, 2, 3, 4]
+    assert [r["round"] for r in ma["rounds"]] == [r["round"] for r in ma["reshuffle"]] == [1, 2, 3, 4]
+    assert ma["rounds"][2]["skipped"].startswith("interrupted") and ma["rounds"][2]["models_received"] == 0
+    assert ma["reshuffle"][2]["outcome"].startswith("W_g kept: interrupted")
+    assert _comparable(ma)["rounds"][:2] == _comparable(mb)["rounds"][:2]
+    assert ma["rounds"][3]["models_received"] == NODES
+    assert checkpoint.load(killed).round == 4
     assert not (tmp_path / "ignored").exists()
+
+
+def test_a_server_app_killed_again_before_the_next_round_loses_no_other_round(tmp_path):
+    # Killed in round 2, resumed and killed again in round 3: rounds 2 and 3 are lost, 4 runs.
+    with pytest.raises(Killed):
+        _server(tmp_path, kill_in_round=2)
+    with pytest.raises(Killed):
+        _server(tmp_path, kill_in_round=3, resume=str(tmp_path))
+    lg = _server(tmp_path, resume=str(tmp_path))
+    assert [T for T, _ in _train_models(lg)[::NODES]] == [4]
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    assert [r["skipped"] is not None and r["skipped"].startswith("interrupted") for r in m["rounds"]] == \
+        [False, True, True, False]
 
 
 def test_resume_refuses_other_settings_and_a_damaged_checkpoint(tmp_path):
@@ -142,3 +161,26 @@ def test_dropin_recipe_saves_with_flowers_evaluate_fn_and_resumes_with_initial_a
         assert a.tobytes() == b.tobytes()
     np.testing.assert_allclose(resumed["w"].numpy(), 8 / 16 + 1.5 * (1 + 1 / 2 + 1 / 4 + 1 / 8))
     assert checkpoint.load(tmp_path).round == 4
+
+
+def test_a_new_run_refuses_an_out_dir_holding_a_run_unless_overwrite(tmp_path):
+    from reshuffle.errors import ConfigError
+
+    _server(tmp_path, rounds=1)
+    first = (tmp_path / "metrics.json").read_bytes()
+    with pytest.raises(ConfigError, match="holds a run .*overwrite = true replaces it"):
+        _server(tmp_path, rounds=1)
+    assert (tmp_path / "metrics.json").read_bytes() == first
+    _server(tmp_path, rounds=1, overwrite=True)
+    assert json.loads((tmp_path / "metrics.json").read_text())["rounds_run"] == 1
+
+
+def test_grid_round_numbers_only_go_up():
+    from reshuffle.errors import ConfigError
+    from reshuffle.flower.grid import ReshuffleGrid
+
+    grid = ReshuffleGrid(LoopbackGrid(lambda m, c: None, 2))
+    grid.skip_to(5)
+    assert grid.next_round == 5
+    with pytest.raises(ConfigError, match="round numbers only go up; the next round is 5"):
+        grid.skip_to(4)

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reshuffle.clients import (
-    DataError, TrainConfig, build_model, dirichlet, get_flat, iid, load_dataset, local_train, parse_idx, predict,
-    read_idx, set_flat,
+    DataError, TrainConfig, build_model, dirichlet, dirichlet_legacy, get_flat, iid, load_dataset, local_train,
+    parse_idx, predict, read_idx, set_flat,
 )
 from reshuffle.errors import ConfigError
 
@@ -107,11 +107,26 @@ def test_iid_is_a_partition(n, seed):
 
 @given(st.integers(2, 20), st.sampled_from([0.05, 0.5, 5.0]), st.integers(0, 2**31))
 @settings(max_examples=30, deadline=None)
-def test_dirichlet_is_a_seeded_partition(n, alpha, seed):
+def test_dirichlet_legacy_is_a_seeded_partition(n, alpha, seed):
     labels = np.arange(1000) % 10
-    parts = dirichlet(labels, n, alpha, seed)
+    parts = dirichlet_legacy(labels, n, alpha, seed)
     assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(1000))
     assert min(map(len, parts)) >= 2
+    assert all(np.array_equal(a, b) for a, b in zip(parts, dirichlet_legacy(labels, n, alpha, seed)))
+
+
+@given(st.integers(2, 12), st.sampled_from([0.1, 0.5, 5.0]), st.integers(0, 2**31))
+@settings(max_examples=15, deadline=None)
+def test_dirichlet_is_a_seeded_partition_or_a_clear_refusal(n, alpha, seed):
+    # Flower's partitioner redraws (10 times) until every client holds 10 samples, then gives up.
+    labels = np.arange(600) % 10
+    try:
+        parts = dirichlet(labels, n, alpha, seed)
+    except ConfigError as exc:
+        assert "DirichletPartitioner refused" in str(exc) and "attempts" in str(exc)
+        return
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(600))
+    assert min(map(len, parts)) >= 10
     assert all(np.array_equal(a, b) for a, b in zip(parts, dirichlet(labels, n, alpha, seed)))
 
 
@@ -180,36 +195,3 @@ def test_training_never_writes_into_the_global_model(digits):
     before = W_g.copy()
     local_train(m, W_g, digits.x_train[:64], digits.y_train[:64], TrainConfig(), seed=1)
     assert np.array_equal(W_g, before)
-
-
-@pytest.mark.parametrize("model, momentum", [("lenet5", 0.0), ("mlp", 0.0), ("mlp", 0.9), ("logreg", 0.5)])
-def test_batched_training_equals_sequential(digits, model, momentum):
-    # Prepare: clients of unequal sizes (short last batches, clients that finish early), two epochs
-    from reshuffle.clients import BatchedTrainer
-
-    m = build_model(model, digits.input_shape, 10, seed=3)
-    W_g = get_flat(m)
-    cfg = TrainConfig(epochs=2, batch_size=16, lr=0.1, momentum=momentum)
-    idx = [np.arange(0, 40), np.arange(40, 61), np.arange(100, 107), np.arange(200, 264)]
-    seeds = [11, 12, 13, 14]
-    # Execute
-    seq = [local_train(m, W_g, digits.x_train[i], digits.y_train[i], cfg, s) for i, s in zip(idx, seeds)]
-    bat = BatchedTrainer(m, digits.x_train, digits.y_train, cfg).train(W_g, idx, seeds)
-    # Assert: equal up to float rounding, and training did move every model
-    for a, b in zip(seq, bat):
-        assert b.dtype == np.float32 and np.allclose(a, b, rtol=0, atol=1e-5)
-        assert np.abs(a - W_g).max() > 1e-3
-
-
-def test_batched_training_refuses_what_it_cannot_reproduce(digits):
-    from reshuffle.clients import BatchedTrainer
-
-    m = build_model("mlp", digits.input_shape, 10)
-    with pytest.raises(ConfigError, match="plain SGD"):
-        BatchedTrainer(m, digits.x_train, digits.y_train, TrainConfig(optimizer="adam"))
-    bt = BatchedTrainer(m, digits.x_train, digits.y_train, TrainConfig())
-    with pytest.raises(ConfigError, match="2 clients but 1 seeds"):
-        bt.train(get_flat(m), [np.arange(3), np.arange(3)], [1])
-    with pytest.raises(ConfigError, match="at least one sample"):
-        bt.train(get_flat(m), [np.arange(0)], [1])
-    assert BatchedTrainer.pays_off(m) and not BatchedTrainer.pays_off(build_model("lenet5", (1, 8, 8), 10))

@@ -44,10 +44,13 @@ class HonestAfterAll(ParticipantBehaviour):
     """Deals a bad share to P0 but answers the complaint with the right one."""
 
     class participant_class(BadShare.participant_class):
-        def _on_complaints(self, m):
-            g = self._ctx.group
-            self._dealt[0][0] = (self._dealt[0][0] - 1) % g.order
-            return super()._on_complaints(m)
+        def _on_complaints(self, s, m):
+            from dataclasses import replace
+
+            ys = list(s.dealing.dealt[0])
+            ys[0] = (ys[0] - 1) % self.ctx.group.order
+            s = replace(s, dealing=replace(s.dealing, dealt={**s.dealing.dealt, 0: tuple(ys)}))
+            return super()._on_complaints(s, m)
 
 
 def test_a_good_public_answer_replaces_the_share_and_names_nobody():
@@ -62,8 +65,8 @@ def test_a_good_public_answer_replaces_the_share_and_names_nobody():
 
 class SilentDealer(ParticipantBehaviour):
     class participant_class(BadShare.participant_class):
-        def _on_complaints(self, m):
-            return []
+        def _on_complaints(self, s, m):
+            return s, []
 
 
 def test_a_silent_accused_dealer_is_excluded_not_named():
@@ -95,10 +98,11 @@ class WrongCombined(ParticipantBehaviour):
 
 
 def test_inconsistent_combined_commitment_names_the_dealer_before_the_upload():
-    # Honest recipients' shares fail the wrong Ĉ: they complain; the dealer's answer fails too.
+    # Honest recipients' shares fail the wrong Ĉ: they complain, and the PS checks the accused dealer's
+    # Ĉ against its commitments: its signed advertisement and bundle name it, whatever it answers.
     ups = make_updates(N, d=6, seed=5)
     r = reshuffle.shuffle(ups, seed=5, adversaries=[WrongCombined(pids=(3,))])
-    assert set(r.blamed) == {3} and r.output.evidence[3].kind in (cpl.KIND_BAD_COMMITMENT, cpl.KIND_BAD_ANSWER)
+    assert set(r.blamed) == {3} and r.output.evidence[3].kind == cpl.KIND_BAD_COMMITMENT
     cpl.verify_share_evidence(r.output.evidence[3], keys_of(ups, r.params, 5), r.params)
     assert r.online == [i for i in range(N) if i != 3]
 
@@ -107,13 +111,13 @@ class LyingRevealer(ParticipantBehaviour):
     """Reveals a wrong value for one share at the upload's unmasking."""
 
     class participant_class(Participant):
-        def _reveal(self, m, online):
-            resp = super()._reveal(m, online)
+        def _reveal(self, s, m, online):
+            plan, resp = super()._reveal(s, m, online)
             if m != self.params.upload_m:
-                return resp
+                return plan, resp
             owner, kind, share = resp.shares[0]
-            bad = type(share)(share.x, (share.y + 1) % self._ctx.group.order)
-            return msg.UnmaskResponse(resp.T, resp.m, resp.sender, ((owner, kind, bad),) + resp.shares[1:])
+            bad = type(share)(share.x, (share.y + 1) % self.ctx.group.order)
+            return plan, msg.UnmaskResponse(resp.T, resp.m, resp.sender, ((owner, kind, bad),) + resp.shares[1:])
 
 
 def test_a_wrong_revealed_share_is_dropped_by_the_commitments_and_the_round_completes():
@@ -134,27 +138,25 @@ class CancellingDealer(ParticipantBehaviour):
     """
 
     class participant_class(Participant):
-        def _on_advertise_list(self, m):
-            (bundle,) = super()._on_advertise_list(m)
-            from reshuffle.crypto.channel import Channel
-            from reshuffle.protocol.complaints import Dealer, combined_for
-            from reshuffle.protocol.participant import SETUP_PHASE_AD
-            from reshuffle.wire import Writer
+        def _on_advertise_list(self, s, m):
+            s, (bundle,) = super()._on_advertise_list(s, m)
+            from dataclasses import replace
 
-            g, q = self._ctx.group, self._ctx.group.order
-            rho = Dealer(self._my_advert, bundle.digest(), bundle.combined).rho()
-            ys = self._dealt[0]
+            from reshuffle.protocol.complaints import Dealer, combined_for
+            from reshuffle.protocol.participant import SETUP_PHASE_AD, _share_payload
+
+            g, q, advert = self.ctx.group, self.ctx.group.order, s.dealing.advert
+            rho = Dealer(advert, bundle.digest(), bundle.combined).rho()
+            ys = list(s.dealing.dealt[0])
             e = 12345
             ys[0] = (ys[0] + e) % q
             ys[1] = (ys[1] - e * rho[0] * pow(rho[1], -1, q)) % q  # rho_0 e_0 + rho_1 e_1 = 0
-            w = Writer()
-            for y in ys:
-                w.fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)
-            ct = Channel(self._keys.enc, self._adverts[0].enc_key, self.pid, 0, self.T, self._rng).seal(
-                SETUP_PHASE_AD, w.bytes())
+            ct = s.peers.channels[0].seal(SETUP_PHASE_AD, _share_payload(g, ys))
+            # What it dealt is what it publishes when P0 complains.
+            s = replace(s, dealing=replace(s.dealing, dealt={**s.dealing.dealt, 0: tuple(ys)}))
             cts = tuple((j, ct if j == 0 else c) for j, c in bundle.ciphertexts)
             digest = msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts).digest()
-            return [msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts, combined_for(self._my_advert, digest))]
+            return s, [msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts, combined_for(advert, digest))]
 
 
 def test_share_errors_cannot_be_chosen_to_cancel_in_the_batch_check():

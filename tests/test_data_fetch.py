@@ -7,6 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -225,8 +226,9 @@ def test_base_url_gets_one_trailing_slash(scheme, host, segments, slash):
     assert check_base_url(out) == out
 
 
-@pytest.mark.parametrize("name, why", [("cifar", "unknown dataset 'cifar'; the downloadable ones are mnist, "
-                                                 "fashion-mnist"), ("digits", "embedded")])
+@pytest.mark.parametrize("name, why", [("cifar", "unknown dataset 'cifar'; the downloadable ones are cifar10, "
+                                                 "fashion-mnist, mnist"), ("digits", "embedded"),
+                                       ("femnist", "no download: FEMNIST as LEAF's preprocess.sh writes it")])
 def test_unknown_dataset(name, why, tmp_path):
     with pytest.raises(ConfigError, match=why):
         fetch(name, tmp_path)
@@ -284,13 +286,66 @@ def test_cli_fetch_then_verify(mnist_mirror, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["data", "fetch", "cifar", "--quiet"], "unknown dataset 'cifar'; the downloadable ones are mnist, fashion-mnist"),
+    (["data", "fetch", "cifar", "--quiet"], "unknown dataset 'cifar'; the downloadable ones are cifar10, "
+                                            "fashion-mnist, mnist"),
     (["data", "fetch", "mnist", "--url", "ftp://x/"], "--url 'ftp://x/': the scheme must be http or https"),
-    (["data", "verify"], r"no dataset in .*; get one with `reshuffle data fetch mnist\|fashion-mnist` or pass "
-                         "--data-dir"),
+    (["data", "verify"], r"no dataset in .*; get one with `reshuffle data fetch cifar10\|fashion-mnist\|mnist` or "
+                         "pass --data-dir"),
 ])
 def test_cli_errors_are_one_line(argv, message, tmp_path, capsys):
     rc = main([*argv, "--dir", str(tmp_path / "empty")])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
     assert re.search(message, err), err
+
+
+def _archive(members: dict[str, bytes], links: dict[str, str] = {}) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, body in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+        for name, target in links.items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def test_archive_dataset_is_verified_then_unpacked_member_by_member(mirror, tmp_path):
+    # Prepare: a dataset shipped as one archive (as CIFAR-10's binary version is), holding its two members, an
+    # entry outside the folder and a link; a plug-in dataset declares the archive's checksum and its members.
+    import hashlib
+
+    from data_helpers import cifar10_records
+    from reshuffle.clients.data import RemoteFile, Source, register_dataset
+
+    rng = np.random.default_rng(0)
+    bins = {f"batches/{n}": cifar10_records(rng.integers(0, 10, 2).astype(np.uint8), rng)[0] for n in ("a", "b")}
+    body = _archive({**bins, "../escape.bin": b"x", "batches/extra.bin": b"y"}, links={"batches/link": "/etc/passwd"})
+    mirror.files["/arch/data.tar.gz"] = body
+    remote = RemoteFile("data.tar.gz", len(body), hashlib.sha256(body).hexdigest())
+    register_dataset("test-fetch-archive", classes=10, input_shape=(3, 32, 32), source="an archive",
+                     download=Source("test-fetch-archive", mirror.url + "arch/", (remote,), tuple(bins)))(
+        lambda folder: None)
+    # Execute
+    first = fetch("test-fetch-archive", tmp_path)
+    second = fetch("test-fetch-archive", tmp_path)
+    # Assert: the archive checked, exactly the listed members written, nothing unpacked twice
+    folder = tmp_path / "test-fetch-archive"
+    assert [w for _, w in first] == ["downloaded", "unpacked", "unpacked"] and [w for _, w in second] == ["present"]
+    assert {n: (folder / n).read_bytes() for n in bins} == bins
+    assert sorted(p.name for p in (folder / "batches").iterdir()) == ["a", "b"]
+    assert not (tmp_path / "escape.bin").exists() and files_in(folder) == ["batches", "data.tar.gz"]
+    # A listed member that is a link, or absent, is refused.
+    from reshuffle.clients.fetch import unpack
+
+    with pytest.raises(FetchError, match="batches/link is not a regular file in the archive"):
+        unpack(folder / "data.tar.gz", tmp_path / "out", ("batches/link",))
+    with pytest.raises(FetchError, match="the archive lacks batches/c"):
+        unpack(folder / "data.tar.gz", tmp_path / "out", ("batches/c",))
+    assert not (tmp_path / "out" / "batches" / "link").exists()

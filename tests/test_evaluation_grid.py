@@ -20,7 +20,9 @@ def test_default_grid_covers_every_attack_and_the_registered_decision_rules():
     assert g.all_attacks[0] == "none" and set(g.all_attacks) == set(attack_names())
     assert list(g.rules) == [r for r in DEFAULT_RULES if r in rule_names()]
     assert list(g.skipped_rules) == [r for r in DEFAULT_RULES if r not in rule_names()]
-    assert [p.label for p in g.partitions] == ["iid", "dir0.3"] and g.seeds == (1, 2, 3)
+    # The Dirichlet split the published cells were computed with: this project's earlier one.
+    assert [p.label for p in g.partitions] == ["iid", "ldir0.3"] and g.seeds == (1, 2, 3)
+    assert g.partitions[1].settings() == {"partition": "dirichlet-legacy", "alpha": 0.3} and g.extra == ()
     # the backdoors and the clean run again over the long horizon, under the long horizon's rules
     assert g.long_rounds == 30 and set(g.long_attacks) == {"none"} | {a for a in attack_names() if is_backdoor(a)}
     assert {"badnets", "dba", "maxproj-backdoor"} <= set(g.long_attacks) and "alie" not in g.long_attacks
@@ -38,8 +40,10 @@ def test_default_grid_covers_every_attack_and_the_registered_decision_rules():
 def test_full_grid_adds_rules_partitions_model_and_rounds():
     g = default_grid(full=True)
     assert set(rule_names()) <= set(g.rules)
-    assert [p.label for p in g.partitions] == ["iid", "dir0.3", "dir0.5"] and g.models == ("mlp", "lenet5")
+    assert [p.label for p in g.partitions] == ["iid", "ldir0.3", "dir0.5"] and g.models == ("mlp", "lenet5")
     assert dict(g.base)["rounds"] == 20
+    assert [s.label for s in g.settings_list[-2:]] == ["cifar10-dir0.3-cnn", "femnist-natural-cnn"]
+    assert g.cell_settings(Cell(g.settings_list[-1], "alie", "fedavg", 1))["partition"] == "natural"
 
 
 def test_skewed_partitions_train_one_client_at_a_time_unless_the_grid_says_otherwise():
@@ -66,13 +70,44 @@ def test_eval_subset_is_passed_only_when_the_simulator_has_it(monkeypatch):
     assert "eval_subset" not in g.cell_settings(cell)
 
 
-@pytest.mark.parametrize("text, want", [("iid", Partition("iid")), ("dirichlet", Partition("dirichlet", 0.3)),
-                                        ("dirichlet:0.5", Partition("dirichlet", 0.5))])
-def test_partition_names(text, want):
-    assert Partition.parse(text) == want
+@pytest.mark.parametrize("text, want, label, settings", [
+    ("iid", Partition("iid"), "iid", {"partition": "iid"}),
+    ("dirichlet", Partition("dirichlet", 0.3), "dir0.3", {"partition": "dirichlet", "alpha": 0.3}),
+    ("dirichlet:0.5", Partition("dirichlet", 0.5), "dir0.5", {"partition": "dirichlet", "alpha": 0.5}),
+    ("dirichlet-legacy", Partition("dirichlet-legacy", 0.3), "ldir0.3", {"partition": "dirichlet-legacy", "alpha": 0.3}),
+    ("pathological:3", Partition("pathological", per_client=3), "path3",
+     {"partition": "pathological", "classes_per_client": 3}),
+    ("shard", Partition("shard", per_client=2), "shard2", {"partition": "shard", "shards_per_client": 2}),
+    ("natural", Partition("natural"), "natural", {"partition": "natural"}),
+])
+def test_partition_names(text, want, label, settings):
+    p = Partition.parse(text)
+    assert p == want and p.label == label and p.settings() == settings
 
 
-@pytest.mark.parametrize("text", ["iid:0.3", "dirichlet:x", "dirichlet:0", "shards"])
+def test_selection_keeps_the_extra_settings_its_axes_still_hold():
+    g = default_grid(full=True)
+    assert [s.label for s in Selection(datasets=["cifar10"]).apply(g).extra] == ["cifar10-dir0.3-cnn"]
+    assert Selection(models=["mlp"]).apply(g).extra == ()
+    assert len(Selection(seeds=[1]).apply(g).extra) == 2
+
+
+def test_settings_whose_data_is_absent_wait_and_are_listed(tmp_path):
+    g = default_grid(full=True)
+    waiting = g.needs_data(tmp_path)
+    assert {s.dataset for s in waiting} == {"mnist", "fashion-mnist", "cifar10", "femnist"}
+    assert "`reshuffle data fetch cifar10 --dir" in waiting[g.settings_list[-2]]
+    assert "LEAF" in waiting[g.settings_list[-1]]
+    from data_helpers import write_cifar10
+
+    write_cifar10(tmp_path / "cifar10")
+    assert g.settings_list[-2] not in g.needs_data(tmp_path)
+    assert g.cell_settings(Cell(g.settings_list[-2], "none", "fedavg", 1), tmp_path)["data_dir"] == str(
+        tmp_path / "cifar10")
+
+
+@pytest.mark.parametrize("text", ["iid:0.3", "dirichlet:x", "dirichlet:0", "shards", "shard:0", "pathological:x",
+                                  "natural:2"])
 def test_bad_partitions_are_refused(text):
     with pytest.raises(ConfigError, match="partition"):
         Partition.parse(text)
@@ -107,11 +142,31 @@ def test_long_horizon_cells_run_their_rounds_and_a_grid_file_or_the_command_line
     assert {(c.attack == "none", c.rule) for c in short.cells() if c.rounds == 12} == {
         (True, "fedavg"), (True, "default"), (False, "default")}
     every = dataclasses.replace(short, long_rules=None)
-    assert {c.rule for c in every.cells() if c.rounds == 12 and c.attack == "dba"} == {"fedavg", "multi-krum", "default"}
+    assert {c.rule for c in every.cells() if c.rounds == 12 and c.attack == "dba"} == {
+        "fedavg", "multi-krum", "default"}
     assert not [c for c in Selection(long_rounds=0).apply_base(short).cells() if c.rounds is not None]
     p.write_text('long_rules = ["flame"]\nrules = ["multi-krum"]\n')
-    with pytest.raises(ConfigError, match="long_rules"):
-        validate(load_grid_toml(p, g))
+    with pytest.raises(ConfigError, match="long_rules flame"):
+        load_grid_toml(p, g)
     p.write_text('long_rounds = -1\n')
     with pytest.raises(ConfigError, match="long_rounds"):
         load_grid_toml(p, g)
+
+
+def test_a_setting_without_its_data_waits_and_is_not_failed(tmp_path):
+    from reshuffle.evaluation.backends import InlineBackend
+    from reshuffle.evaluation.grid import Grid, Setting
+    from reshuffle.evaluation.runner import run_grid
+
+    # Prepare: digits (embedded) runs; cifar10 with the CNN has no files under the data root
+    grid = validate(Grid(datasets=("digits",), partitions=(Partition("iid"),), models=("logreg",), rules=("fedavg",),
+                         seeds=(1,), base=(("clients", 4), ("rounds", 1), ("shuffle", "ideal")),
+                         extra=(Setting("cifar10", Partition("dirichlet", 0.3), "cnn"),)))
+    # Execute
+    res = run_grid(grid, tmp_path / "out", InlineBackend(), tmp_path / "data", plots=False, quiet=True)
+    # Assert: one cell ran, none failed; the other is listed as needing its data, with how to get it
+    assert (res.ran, res.failed) == (1, 0)
+    assert res.summary["counts"] == {"total": 2, "done": 1, "failed": 0, "missing": 1}
+    assert list(res.summary["needs_data"]) == ["cifar10-dir0.3-cnn"]
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Settings that need data (1; not run, not failed)" in md and "reshuffle data fetch cifar10" in md

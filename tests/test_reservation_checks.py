@@ -70,7 +70,7 @@ def test_honest_counts_never_fail_the_bound(seed, members, decoys, drop):
     # holds every iteration (else an honest round would be opened for nothing).
     n, k = 4 * (members + decoys), min(8, 4 * (members + decoys))
     rng = SeededRandom(seed.to_bytes(8, "big"), b"test")
-    parties = {j: Reservation(sample_distinct(n, k, rng), rng) for j in range(members + decoys)}
+    parties = {j: Reservation.start(sample_distinct(n, k, rng)) for j in range(members + decoys)}
     present = set(parties)
     start_members, history = members, []
     for frac in drop:
@@ -78,15 +78,15 @@ def test_honest_counts_never_fail_the_bound(seed, members, decoys, drop):
         present -= gone
         counts = np.zeros(n, np.uint32)
         for j in present:
-            pick = parties[j].choose()
-            if pick is not None:
-                counts[pick] += 1
+            parties[j] = parties[j].choose(rng)
+            if parties[j].pick is not None:
+                counts[parties[j].pick] += 1
         U = sum(1 for j in present if j < members)
         bound = opening.count_bound(U, decoys, len(settled_slots(history)), start_members - U)
         assert opening.check_counts(counts, bound) is None
         history.append(tuple(int(c) for c in counts))
         for j in present:
-            parties[j].observe(counts)
+            parties[j] = parties[j].observe(counts)
 
 
 # ---------------------------------------------------------------- abusive count vectors
@@ -138,16 +138,16 @@ def test_evidence_against_an_honest_participant_cannot_be_made():
     seen = {}
     orig = server._close_open
 
-    def spy():
-        seen.update(reveals=dict(server._opening.reveals), vectors=dict(server._opening.vectors),
-                    seeds=dict(server._opening.seeds))
-        return orig()
+    def spy(st):
+        seen.update(reveals=dict(st.collector.reveals), vectors=dict(st.collector.vectors),
+                    seeds=dict(st.collector.seeds))
+        return orig(st)
 
     server._close_open = spy
     InProcessRunner(server, parts).run()
     keys = {i: c.key for i, c in server._roster.items()}
     for i in (0, 2):
-        ev = opening.CountEvidence(opening.KIND_BAD_COUNT, i, 1, msg.relay_bytes(server._adverts[i]),
+        ev = opening.CountEvidence(opening.KIND_BAD_COUNT, i, 1, msg.relay_bytes(server.adverts[i]),
                                    seen["vectors"][i], seen["reveals"][i], seen["seeds"][i])
         with pytest.raises(Refused, match="one-hot or zero"):
             opening.verify_count_evidence(ev, keys, p)
@@ -160,23 +160,23 @@ class _Victim(ParticipantBehaviour):
     name = "victim"
 
     class participant_class(Participant):
-        def _reservation_vector(self):
-            v = super()._reservation_vector()
-            if self._m == 1:
-                self.behaviour.picks[1] = self._reservation.pick
-            return v
+        def _reservation_vector(self, s):
+            s, v, rows = super()._reservation_vector(s)
+            if s.inv.m == 1:
+                self.behaviour.picks[1] = s.slots.reservation.pick
+            return s, v, rows
 
 
 class _Canceller(ParticipantBehaviour):
     name = "canceller"
 
     class participant_class(Participant):
-        def _reservation_vector(self):
-            v = super()._reservation_vector()
+        def _reservation_vector(self, s):
+            s, v, rows = super()._reservation_vector(s)
             target = self.behaviour.victim.picks.get(1)
-            if self._m == 1 and target is not None and target != self._reservation.pick:
+            if s.inv.m == 1 and target is not None and target != s.slots.reservation.pick:
                 v[target : target + 1] -= np.uint32(1)  # wraps to 2^32 - 1 when zero
-            return v
+            return s, v, rows
 
 
 @pytest.mark.parametrize("seed", [7, 8])
@@ -202,11 +202,20 @@ def test_a_cancelled_pick_is_objected_to_and_the_canceller_named(seed):
         assert len(r.models) == N - 2
 
 
-def test_false_objection_is_named_with_the_counts_it_was_shown():
-    ups = make_updates(N, d=12, seed=8)
-    r = reshuffle.shuffle(ups, seed=8, adversaries=[make_adversary("false-objection")])
-    assert set(r.blamed) == {1} and delivered_all_honest(r)
-    ev, keys = r.output.evidence[1], roster_keys(ups, r.params, 8)
+@pytest.mark.parametrize("seed,ended", [(9, False), (8, True)])
+def test_false_objection_is_named_with_the_counts_it_was_shown(seed, ended):
+    # Seed 9: the objection follows iteration 1 mid-reservation, the slot phase restarts without the
+    # objector. Seed 8: iteration 1's counts ended the reservation, so the objection came instead of
+    # the upload: the round ends, the objector is named and nobody that uploaded opens anything.
+    ups = make_updates(N, d=12, seed=seed)
+    r = reshuffle.shuffle(ups, seed=seed, adversaries=[make_adversary("false-objection")], raise_on_failure=False)
+    assert set(r.blamed) == {1}
+    if ended:
+        assert r.models == [] and "reservation had ended" in r.failure
+        assert all(not r.views[i].errors for i in HONEST)
+    else:
+        assert delivered_all_honest(r)
+    ev, keys = r.output.evidence[1], roster_keys(ups, r.params, seed)
     assert ev.kind == opening.KIND_FALSE_OBJECTION
     opening.verify_count_evidence(ev, keys, r.params)
     # Other counts than those its signed h commits to do not verify.
@@ -223,14 +232,14 @@ class _SilentAbuser(ParticipantBehaviour):
     name = "silent-abuser"
 
     class participant_class(Participant):
-        def _reservation_vector(self):
-            v = super()._reservation_vector()
-            if self._m == 1:
-                v[self._reservation.candidates] = 1
-            return v
+        def _reservation_vector(self, s):
+            s, v, rows = super()._reservation_vector(s)
+            if s.inv.m == 1:
+                v[list(s.slots.reservation.candidates)] = 1
+            return s, v, rows
 
-        def _on_open_request(self, m):
-            return []
+        def _on_open_request(self, s, m):
+            return s, []
 
 
 def test_a_member_silent_at_the_opening_is_dropped_not_named():
@@ -271,12 +280,13 @@ def test_participants_refuse_counts_an_honest_ps_would_have_opened(monkeypatch):
 class _StaleOpen(Server):
     """Asks to open iteration 1 after iteration 2 was published."""
 
-    def _open_invocation(self, m, mask_set, counts):
+    def _open_invocation(self, m, mask_set, counts, excluded=()):
+        st, out = super()._open_invocation(m, mask_set, counts, excluded)
         if m == 3 and not getattr(self, "_done_once", False):
             self._done_once = True
-            self._objections = {}
-            return self._open(1, "stale")
-        return super()._open_invocation(m, mask_set, counts)
+            self.opened = self._open(st, 1, "stale")
+            return self.opened
+        return st, out
 
 
 def test_participants_refuse_to_open_an_older_iteration():
@@ -288,20 +298,20 @@ def test_participants_refuse_to_open_an_older_iteration():
         InProcessRunner(server, parts).run()
     for pp in parts.values():
         assert any(isinstance(e, Refused) and "asked to open iteration 1" in str(e) for e in pp.view.errors)
-    assert not getattr(server, "_opening", None) or not server._opening.reveals
+    assert not server.opened[0].collector.reveals
 
 
 def test_a_restart_naming_an_honest_member_is_refused():
     # The PS relabels the culprit's evidence as P2's: the honest members refuse the restart.
     class Framer(Server):
-        def _close_open(self):
-            out = super()._close_open()
-            ev = self._share_evidence[1]
+        def _close_open(self, st):
+            nxt, out = super()._close_open(st)
+            ev = self.culprits[1]
             fake = dataclasses.replace(ev, pid=2).encode()
             rs = msg.decode(out[0][1], self._ctx)
             forged = msg.Restart(rs.T, rs.m, rs.sender, rs.opened, rs.ot_table, rs.decoy_commit,
                                  rs.evidence + (fake,), rs.silent)
-            return [(i, forged.encode(self._sk)) for i, _ in out]
+            return nxt, [(i, forged.encode(self._sk)) for i, _ in out]
 
     ups = make_updates(N, d=12, seed=13)
     p = reshuffle.protocol.params.RoundParams.default(N, 12)
@@ -360,11 +370,11 @@ def test_a_restart_without_a_reservation_iteration_is_refused():
     # After an abuse in iteration R_max, a PS that "restarts" at the upload invocation would re-run
     # the upload under keys of a vector it already holds: the members refuse.
     class LateRestart(Server):
-        def _close_open(self):
+        def _close_open(self, st):
             p = self.params
             self.params = dataclasses.replace(p, R_max=p.R_max + 1)  # skips its own check
             try:
-                return super()._close_open()
+                return super()._close_open(st)
             finally:
                 self.params = p
 

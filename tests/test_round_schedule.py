@@ -122,19 +122,19 @@ def test_grouped_prepare_then_upload():
 class _EarlyUpload(Server):
     """Jumps to the upload right after iteration 1, whatever the counts."""
 
-    def _open_invocation(self, m, mask_set, counts):
+    def _open_invocation(self, m, mask_set, counts, excluded=()):
         if 1 < m <= self.params.R_max:
             m = self.params.upload_m
-        return super()._open_invocation(m, mask_set, counts)
+        return super()._open_invocation(m, mask_set, counts, excluded)
 
 
 class _ExtraIteration(Server):
     """Runs another iteration although the counts settled every party."""
 
-    def _open_invocation(self, m, mask_set, counts):
-        if m == self.params.upload_m and self._phase_start + len(self._phase_counts) <= self.params.R_max:
-            m = self._phase_start + len(self._phase_counts)
-        return super()._open_invocation(m, mask_set, counts)
+    def _open_invocation(self, m, mask_set, counts, excluded=()):
+        if m == self.params.upload_m and self.slots.last < self.params.R_max:
+            m = self.slots.last + 1
+        return super()._open_invocation(m, mask_set, counts, excluded)
 
 
 def _run_with(server_cls, n, seed):
@@ -166,17 +166,16 @@ def test_reservation_ends_only_when_no_honest_party_can_still_settle(members, de
     # Honest parties (decoys included) pick by the rule; the reservation stops where slots_done says.
     n, k = 4 * (members + decoys), 8
     rng = SeededRandom(seed.to_bytes(4, "big"), b"test")
-    parties = [Reservation(sample_distinct(n, min(k, n), rng), rng) for _ in range(members + decoys)]
+    parties = [Reservation.start(sample_distinct(n, min(k, n), rng)) for _ in range(members + decoys)]
     history = []
     for _ in range(8):
         counts = np.zeros(n, dtype=np.int64)
+        parties = [p_.choose(rng) for p_ in parties]
         for p_ in parties:
-            pick = p_.choose()
-            if pick is not None:
-                counts[pick] += 1
+            if p_.pick is not None:
+                counts[p_.pick] += 1
         history.append(tuple(int(c) for c in counts))
-        for p_ in parties:
-            p_.observe(counts)
+        parties = [p_.observe(counts) for p_ in parties]
         if opening.slots_done(members, decoys, len(settled_slots(history)), 0):
             # Assert: every party holds a slot, so no further iteration could change anything.
             assert all(p_.slot is not None for p_ in parties)

@@ -152,9 +152,10 @@ def test_participants_share_adverts_and_drop_dealing_state_after_setup():
     assert len(server.output.models) == 8
     a, b = parts[0], parts[1]
     assert a.phase is PPhase.DONE
-    assert a._dealers is None and a._dealt is None and a._polys is None and a._my_advert is None
-    assert a._adverts[5] is b._adverts[5]
-    assert all(len(ys) == 2 * server.params.M and all(isinstance(y, int) for y in ys) for ys in a._held.values())
+    assert a.state.dealers is None and a.state.dealing is None
+    assert a.state.peers.adverts[5] is b.state.peers.adverts[5]
+    assert all(len(ys) == 2 * server.params.M and all(isinstance(y, int) for y in ys)
+               for ys in a.state.held.values())
 
 
 # ------------------------------------------------------------- the masks' floor in bench round

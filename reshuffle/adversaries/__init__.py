@@ -2,6 +2,7 @@
 
 from reshuffle.adversaries import participants as _participants  # noqa: F401  (registers)
 from reshuffle.adversaries import ps as _ps  # noqa: F401  (registers)
+from reshuffle.adversaries import reorder as _reorder  # noqa: F401  (registers)
 from reshuffle.adversaries.base import (
     Behaviour,
     ParticipantBehaviour,

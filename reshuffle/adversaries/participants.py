@@ -47,7 +47,7 @@ class ByteTamper(ParticipantBehaviour):
             if m.TYPE != b.mtype or (b.m is not None and m.m != b.m) or getattr(self, "_tampered", False):
                 return [data]
             self._tampered = b.once
-            return [msg.resign(d, self._sk, self._ctx) for d in b.fn(data)]
+            return [msg.resign(d, self._sk, self.ctx) for d in b.fn(data)]
 
     def holds(self, result, honest) -> Verdict:
         return verdict_all_honest_delivered(self, result, honest, "parser/validator")
@@ -106,22 +106,23 @@ class MultiSlot(ParticipantBehaviour):
         self.culprits = self.pids
 
     class participant_class(Participant):
-        def _reservation_vector(self) -> np.ndarray:
-            v = np.zeros(self.params.n, dtype=np.uint32)
-            v[self._reservation.candidates] = 1
-            return v
+        def _reservation_vector(self, s):
+            s, v, rows = super()._reservation_vector(s)
+            v[:] = 0
+            v[list(s.slots.reservation.candidates)] = 1
+            return s, v, rows
 
-        def _model_list(self):
+        def _model_list(self, s):
             from reshuffle.protocol import credential
             from reshuffle.protocol.reservation import settled_slots
 
-            p = self.params
-            S = settled_slots(self._counts)
+            p, slots = self.params, s.slots
+            S = settled_slots(slots.counts)
             lw = np.zeros((len(S), p.row_words), dtype=p.codec.dtype)
             enc = p.codec.encode(self._model)
             for pos, slot in enumerate(S):
-                if slot in self._tokens:
-                    row = credential.build_row(enc.words, self._tokens[slot], self._credential,
+                if slot in slots.tokens:
+                    row = credential.build_row(enc.words, slots.tokens[slot], s.cred.value,
                                                self._rng.bytes(credential.K_BYTES), self.T, pos)
                     lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
             self.view.position = None
@@ -159,20 +160,20 @@ class CountAbuse(ParticipantBehaviour):
         self.mode, self.iteration, self.culprits = mode, iteration, self.pids
 
     class participant_class(Participant):
-        def _reservation_vector(self) -> np.ndarray:
-            v = super()._reservation_vector()
-            b = self.behaviour
-            if self._m != b.iteration or getattr(self, "_abused", False):
-                return v
+        def _reservation_vector(self, s):
+            s, v, rows = super()._reservation_vector(s)
+            b, res = self.behaviour, s.slots.reservation
+            if s.inv.m != b.iteration or getattr(self, "_abused", False):
+                return s, v, rows
             self._abused = True
             if b.mode == "k-hot":
-                v[self._reservation.candidates] = 1  # its k OT choices
+                v[list(res.candidates)] = 1  # its k OT choices
             elif b.mode == "large":
-                v[self._reservation.pick if self._reservation.pick is not None else 0] = 5
+                v[res.pick if res.pick is not None else 0] = 5
             else:
-                others = [s for s in range(self.params.n) if s != self._reservation.pick]
+                others = [j for j in range(self.params.n) if j != res.pick]
                 v[others[int.from_bytes(self._rng.bytes(4), "big") % len(others)]] = np.uint32(2**32 - 1)
-            return v
+            return s, v, rows
 
     def holds(self, result, honest) -> Verdict:
         v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
@@ -197,8 +198,9 @@ class FalseObjection(ParticipantBehaviour):
     """Objects to the counts of reservation iteration ``iteration`` although its pick was counted.
 
     The objection forces the iteration open; the objector's own signed vector and the counts
-    its signed objection's h commits to show the objection false, so it is named, and the
-    slot phase restarts without it (§8.2).
+    its signed objection's h commits to show the objection false, so it is named. Mid-reservation
+    the slot phase restarts without it; if those counts ended the reservation, the objection
+    replaced the upload and the round ends instead (§8.2).
     """
 
     stopped_by = "§8.2 opening: the objector's own vector and counts refute it"
@@ -208,22 +210,26 @@ class FalseObjection(ParticipantBehaviour):
         self.iteration, self.culprits = iteration, self.pids
 
     class participant_class(Participant):
-        def _on_mask_request(self, m):
-            pick = self._reservation.pick
-            out = super()._on_mask_request(m)
+        def _on_mask_request(self, s, m):
+            pick = s.slots.reservation.pick
+            nxt, out = super()._on_mask_request(s, m)
             # The request that follows the iteration's counts: the next iteration's, or the upload's
             # when those counts settled every party.
-            if self._last_certified != self.behaviour.iteration or not out or out[0].TYPE != MsgType.MASKED_INPUT:
-                return out
+            if s.inv.last_certified != self.behaviour.iteration or not out or out[0].TYPE != MsgType.MASKED_INPUT:
+                return nxt, out
+            from dataclasses import replace
+
             from reshuffle.protocol.phases import PPhase
 
-            self.phase = PPhase.OBJECTED
-            slot = pick if pick is not None else min(self._reservation.candidates)
-            return [msg.Objection(self.T, m.m, self.pid, slot, self._h[m.m])]
+            slot = pick if pick is not None else min(s.slots.reservation.candidates)
+            return replace(nxt, phase=PPhase.OBJECTED), [msg.Objection(self.T, m.m, self.pid, slot, nxt.inv.h[m.m])]
 
     def holds(self, result, honest) -> Verdict:
         v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
-        v.detail = f"named: {sorted(result.blamed)}"
+        if result.failure is not None and "reservation had ended" in result.failure:
+            # The objection replaced the upload: the round ends, with the objector named (§8.2).
+            v.holds = v.culprits_right and not v.wrong
+        v.detail = f"named: {sorted(result.blamed)}; round: {result.failure or 'completed'}"
         return v
 
 
@@ -240,8 +246,8 @@ class Jam(ParticipantBehaviour):
     stopped_by = "§9 decoy audit and openings"
 
     class participant_class(Participant):
-        def _model_list(self):
-            lw, rows = super()._model_list()
+        def _model_list(self, s):
+            lw, rows = super()._model_list(s)
             lw[:] = np.frombuffer(self._rng.bytes(lw.nbytes), dtype=lw.dtype)
             return lw, rows
 
@@ -261,8 +267,8 @@ class TamperOneRow(ParticipantBehaviour):
     stopped_by = "§7.2 row tag; §9 decoys"
 
     class participant_class(Participant):
-        def _model_list(self):
-            lw, rows = super()._model_list()
+        def _model_list(self, s):
+            lw, rows = super()._model_list(s)
             p = self.params
             grid = lw.reshape(rows, p.row_words)
             others = [r for r in range(rows) if r != self.view.position]
@@ -295,16 +301,18 @@ class FalseOpening(Jam):
     stopped_by = "§9 disputes: K_ij revealed with a DLEQ proof"
 
     class participant_class(Jam.participant_class):
-        def _on_blame_request(self, m):
-            (op,) = super()._on_blame_request(m)
+        def _on_blame_request(self, s, m):
+            s, (op,) = super()._on_blame_request(s, m)
             rows = []
             for pos, keys in op.rows:
                 keys = list(keys)
                 j, k = keys[0]
                 keys[0] = (j, bytes(b ^ 0xFF for b in k))
                 rows.append((pos, tuple(keys)))
-            self._opening = msg.Opening(op.T, op.m, op.sender, tuple(rows))
-            return [self._opening]
+            from dataclasses import replace
+
+            op = msg.Opening(op.T, op.m, op.sender, tuple(rows))
+            return replace(s, opening=op), [op]
 
     def holds(self, result, honest) -> Verdict:
         return _blame_verdict(self, result, honest, self.stopped_by, must_name=True)
@@ -328,30 +336,28 @@ class BadShare(ParticipantBehaviour):
         self.index, self.delta = index, delta  # which of the 2M shares is off, and by how much
 
     class participant_class(Participant):
-        def _on_advertise_list(self, m):
-            (bundle,) = super()._on_advertise_list(m)
-            from reshuffle.crypto.channel import Channel
-            from reshuffle.protocol.participant import SETUP_PHASE_AD
-            from reshuffle.wire import Writer
+        def _on_advertise_list(self, s, m):
+            s, (bundle,) = super()._on_advertise_list(s, m)
+            from dataclasses import replace
 
-            g = self._ctx.group
-            v = self.behaviour.victim
-            v = min(j for j in self._dealt if j != self.pid) if v is None else v
-            if v not in self._dealt or v == self.pid:
-                return [bundle]
-            b = self.behaviour  # a behaviour reusing this class may set only the victim
-            i = getattr(b, "index", 0) % len(self._dealt[v])
-            self._dealt[v][i] = (self._dealt[v][i] + getattr(b, "delta", 1)) % g.order
-            w = Writer()
-            for y in self._dealt[v]:
-                w.fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)
-            ct = Channel(self._keys.enc, self._adverts[v].enc_key, self.pid, v, self.T, self._rng).seal(
-                SETUP_PHASE_AD, w.bytes())
             from reshuffle.protocol.complaints import combined_for
+            from reshuffle.protocol.participant import SETUP_PHASE_AD, _share_payload
 
+            g, deal = self.ctx.group, s.dealing
+            v = self.behaviour.victim
+            v = min(j for j in deal.dealt if j != self.pid) if v is None else v
+            if v not in deal.dealt or v == self.pid:
+                return s, [bundle]
+            b = self.behaviour  # a behaviour reusing this class may set only the victim
+            ys = list(deal.dealt[v])
+            i = getattr(b, "index", 0) % len(ys)
+            ys[i] = (ys[i] + getattr(b, "delta", 1)) % g.order
+            # The bad share is what it deals, and what it would publish to answer the complaint.
+            s = replace(s, dealing=replace(deal, dealt={**deal.dealt, v: tuple(ys)}))
+            ct = s.peers.channels[v].seal(SETUP_PHASE_AD, _share_payload(g, ys))
             cts = tuple((j, ct if j == v else c) for j, c in bundle.ciphertexts)
             digest = msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts).digest()
-            return [msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts, combined_for(self._my_advert, digest))]
+            return s, [msg.ShareBundle(bundle.T, bundle.m, bundle.sender, cts, combined_for(deal.advert, digest))]
 
     def holds(self, result, honest) -> Verdict:
         v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
@@ -375,7 +381,7 @@ class FalseComplaint(ParticipantBehaviour):
     class participant_class(Participant):
         def _seal(self, m):
             if m.TYPE == MsgType.OT_REQUEST:
-                others = tuple(j for j in self._mask_set if j != self.pid)
+                others = tuple(j for j in self.state.inv.mask_set if j != self.pid)
                 m = msg.OTRequestMsg(m.T, m.m, m.sender, m.request, m.cred_request, others)
             return super()._seal(m)
 

@@ -2,9 +2,12 @@
 
 What must hold against each: an honest participant either detects the deviation
 before it reveals anything that would link or unmask it, or the deviation makes
-the affected sums uniformly random. :func:`exposed` checks the first half on the
-honest participants' own records of what they revealed; the second shows as
-rows that fail their checks.
+the affected sums uniformly random. Two checks judge every PS behaviour:
+:func:`exposed` reads the honest participants' own records of what they revealed
+(both share kinds of one owner and invocation), and the linker
+(:mod:`~reshuffle.adversaries.linker`) plays the attacker on everything the PS
+held at the end (:class:`CuriousServer`): a behaviour holds only if it links no
+honest participant to its model.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from __future__ import annotations
 from collections import Counter
 
 from reshuffle.adversaries.base import PSBehaviour, Verdict, register_adversary
+from reshuffle.adversaries.linker import PSView, correct_links, link
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.messages import ShareKind
+from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.reservation import settled_slots
-from reshuffle.protocol.server import Server, SPhase
+from reshuffle.protocol.server import DisputeStep, Server, UnmaskStep
 
 
 def exposed(result, honest: list[int]) -> list[tuple[int, int]]:
@@ -35,18 +40,93 @@ def exposed(result, honest: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-class _PSAttack(PSBehaviour):
-    def __init__(self, target: int = 0) -> None:
-        self.target = target
+class CuriousServer(Server):
+    """The shipped PS, filing everything it receives and draws into a :class:`PSView`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.view = PSView(self.params, self.T)
+
+    def receive(self, sender: int, data: bytes) -> None:
+        self.view.absorb(sender, data)
+        super().receive(sender, data)
+
+    def _new_slot_phase(self, start):
+        slots = super()._new_slot_phase(start)
+        self.view.tables = (*self.view.tables, tuple(slots.ot.tokens))
+        return slots
+
+    def _invocation(self, m, mask_set, counts, excluded=()):
+        st, live = super()._invocation(m, mask_set, counts, excluded)
+        v = self.view
+        if m <= self.params.R_max:
+            v.table_of = {**v.table_of, st.h: len(v.tables) - 1}
+        v.mask_sets = {**v.mask_sets, **{(i, m, st.h): tuple(st.mask_set) for i in st.mask_set}}
+        return st, live
+
+
+def colluder_secrets(p: Participant) -> dict:
+    """Everything a colluding participant hands the PS: its own secrets and the shares it holds."""
+    keys = p.state.session.keys
+    held = {(owner, idx // 2 + 1, ShareKind.DH_SECRET if idx % 2 else ShareKind.SELF_SEED): y
+            for owner, ys in p.state.held.items() for idx, y in enumerate(ys)}
+    return {**{(m + 1, ShareKind.SELF_SEED): b for m, b in enumerate(keys.seeds)},
+            **{(m + 1, ShareKind.DH_SECRET): kp.secret for m, kp in enumerate(keys.mask)}, "held": held}
+
+
+class LinkingPS(PSBehaviour):
+    """A PS behaviour scored by the links its :class:`CuriousServer` can compute.
+
+    ``colluders`` are participant ids that share every secret with the PS; they run
+    ``colluder_class`` (the honest participant by default).
+    """
+
+    colluders: tuple[int, ...] = ()
+    colluder_class: type = Participant
+    server_class = CuriousServer
+
+    def __init__(self) -> None:
+        self.coalition: dict[int, Participant] = {}
+        self.server: CuriousServer | None = None
+
+    def make(self, *args, **kwargs) -> CuriousServer:
+        s = super().make(*args, **kwargs)
+        self.server = s
+        return s
+
+    def make_participant(self, pid: int, *args, **kwargs) -> Participant:
+        p = self.colluder_class(pid, *args, **kwargs)
+        p.behaviour = self
+        self.coalition[pid] = p
+        return p
+
+    def links(self, result, honest) -> list[int]:
+        """Honest participants the PS linked to their own model (grouped rounds: none is scored)."""
+        if self.server is None:
+            return []
+        view = self.server.view
+        for pid, p in self.coalition.items():
+            if p.state.session is not None:
+                view.colluders = {**view.colluders, pid: colluder_secrets(p)}
+        truth = {i: result.views[i].model_digest for i in honest if result.views[i].model_digest}
+        return correct_links(link(view), truth, view.params)
 
     def verdict(self, result, honest, detected_by: str) -> Verdict:
         leaks = exposed(result, honest)
+        linked = self.links(result, honest)
         wrong = sorted(set(result.blamed) & set(honest))
-        moved = self.target in result.positions and getattr(result.output, "_forked", False)
-        ok = not leaks and not wrong and not moved
         got = sum(i in result.positions for i in honest)
-        return Verdict(ok, got, len(honest), True, wrong, detected_by,
-                       f"individual uploads exposed: {leaks or 'none'}")
+        return Verdict(not leaks and not linked and not wrong, got, len(honest), True, wrong, detected_by,
+                       f"individual uploads exposed: {leaks or 'none'}; honest models linked: {linked or 'none'}")
+
+    def holds(self, result, honest) -> Verdict:
+        return self.verdict(result, honest, self.stopped_by)
+
+
+class _PSAttack(LinkingPS):
+    def __init__(self, target: int = 0) -> None:
+        super().__init__()
+        self.target = target
 
 
 @register_adversary("equivocate-u")
@@ -55,41 +135,40 @@ class EquivocateU(_PSAttack):
 
     stopped_by = "§6.2–6.3 certificate: t signatures on one (T, m, U_m, h_m)"
 
-    class server_class(Server):
-        def _close_masked(self):
-            out = super()._close_masked()
-            if self.m != self.params.upload_m:
-                return out
-            b = self.behaviour
-            Um = self.online[self.m]
-            fewer = tuple(i for i in Um if i != b.target)
-            alt = msg.UnmaskRequest(self.T, self.m, SERVER_ID, fewer).encode(self._sk)
-            half = set(fewer[: len(fewer) // 2])
-            self._alt = (fewer, msg.consent_statement(self.T, self.m, fewer, self._h), {})
-            return [(i, alt if i in half else d) for i, d in out]
+    class server_class(CuriousServer):
+        _alt = None
 
-        def _on_consent(self, sender, c):
-            fewer, stmt, sigs = getattr(self, "_alt", (None, None, None))
+        def _close_masked(self, st):
+            nxt, out = super()._close_masked(st)
+            if st.inv != self.params.upload_m:
+                return nxt, out
+            target = self.behaviour.target
+            fewer = tuple(i for i in nxt.online if i != target)
+            alt = msg.UnmaskRequest(self.T, st.inv, SERVER_ID, fewer).encode(self._sk)
+            half = set(fewer[: len(fewer) // 2])
+            self._alt = (fewer, msg.consent_statement(self.T, st.inv, fewer, st.h), {})
+            return nxt, [(i, alt if i in half else d) for i, d in out]
+
+        def _on_consent(self, st, sender, c):
             try:
-                super()._on_consent(sender, c)
+                super()._on_consent(st, sender, c)
             except Exception:
-                if stmt is None:
+                if self._alt is None:
                     raise
+                fewer, stmt, sigs = self._alt
                 self._roster[sender].key.verify("consent", stmt, c.consent)
                 sigs[sender] = c.consent
 
-        def _close_consent(self):
-            fewer, stmt, sigs = getattr(self, "_alt", (None, None, None))
-            if stmt is None:
-                return super()._close_consent()
+        def _close_consent(self, st):
+            if self._alt is None:
+                return super()._close_consent(st)
+            fewer, stmt, sigs = self._alt
             # Certificates for both lists with whatever it collected (each below t if c is respected).
-            main = msg.CertificateMsg(self.T, self.m, SERVER_ID, self.online[self.m], tuple(sorted(self._consents.items())))
-            alt = msg.CertificateMsg(self.T, self.m, SERVER_ID, fewer, tuple(sorted(sigs.items())))
-            self._start_unmask()
-            return [(i, alt.encode(self._sk)) for i in sigs] + [(i, main.encode(self._sk)) for i in self._consents]
-
-    def holds(self, result, honest) -> Verdict:
-        return self.verdict(result, honest, self.stopped_by)
+            main = msg.CertificateMsg(self.T, st.m, SERVER_ID, st.online, tuple(sorted(st.consents.items())))
+            alt = msg.CertificateMsg(self.T, st.m, SERVER_ID, fewer, tuple(sorted(sigs.items())))
+            self._tx.absorb_certified(st.m, st.online)
+            out = [(i, alt.encode(self._sk)) for i in sigs] + [(i, main.encode(self._sk)) for i in st.consents]
+            return UnmaskStep(st.sum, st.online, st.dropped), out
 
 
 @register_adversary("fork-position")
@@ -102,22 +181,22 @@ class ForkPosition(_PSAttack):
 
     stopped_by = "§6.2–6.3 h_m in every stream key (the fork makes the sums random)"
 
-    class server_class(Server):
-        def _check_view(self, sender, mi):
+    class server_class(CuriousServer):
+        def _check_view(self, st, sender, mi):
             """It adds every vector, forked or not (it is the one forking)."""
 
-        def _open_invocation(self, m, mask_set, counts):
-            out = super()._open_invocation(m, mask_set, counts)
+        def _open_invocation(self, m, mask_set, counts, excluded=()):
+            st, out = super()._open_invocation(m, mask_set, counts, excluded)
             if m != 2:
-                return out
+                return st, out
             fake = list(counts)
             free = next((s for s, c in enumerate(fake) if c == 0), None)
             last = max((s for s, c in enumerate(fake) if c == 1), default=None)
             if free is None or last is None or free > last:
-                return out
+                return st, out
             fake[free], fake[last] = 1, 2
             forked = msg.MaskRequest(self.T, m, SERVER_ID, tuple(fake)).encode(self._sk)
-            return [(i, forked if i == self.behaviour.target else d) for i, d in out]
+            return st, [(i, forked if i == self.behaviour.target else d) for i, d in out]
 
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
@@ -132,17 +211,17 @@ class TaggedOT(_PSAttack):
 
     stopped_by = "§7.1 DLEQ proof of the OT answers against B"
 
-    class server_class(Server):
-        def _on_ot_request(self, sender, m):
-            super()._on_ot_request(sender, m)
+    class server_class(CuriousServer):
+        def _on_ot_request(self, st, sender, m):
+            super()._on_ot_request(st, sender, m)
             if sender == self.behaviour.target:
                 from reshuffle.crypto.ot import OTRequest, OTResponse
 
                 req = OTRequest.decode(self.group, m.request, self.params.k)
                 beta2 = self.group.random_scalar(self._rng)
                 fake = OTResponse(self.T, tuple(a**beta2 for a in req.blinded))
-                good = self._ot_answers[sender]
-                self._ot_answers[sender] = msg.OTResponseMsg(
+                good = st.answers[sender]
+                st.answers[sender] = msg.OTResponseMsg(
                     good.T, good.m, good.sender, fake.encode(), good.ot_proof, good.cred_eval, good.cred_proof
                 )
 
@@ -164,8 +243,8 @@ class PerParticipantKey(_PSAttack):
 
     stopped_by = "§6.2–6.3 C in RoundStart, hence in h (the fork makes the sums random)"
 
-    class server_class(Server):
-        def _check_view(self, sender, mi):
+    class server_class(CuriousServer):
+        def _check_view(self, st, sender, mi):
             """It adds every vector, forked or not."""
 
         def start(self):
@@ -177,14 +256,14 @@ class PerParticipantKey(_PSAttack):
                                    g.base_mul(self._gamma2))
             return [(i, other.encode(self._sk) if i == self.behaviour.target else d) for i, d in out]
 
-        def _on_ot_request(self, sender, m):
+        def _on_ot_request(self, st, sender, m):
             if sender != self.behaviour.target:
-                return super()._on_ot_request(sender, m)
+                return super()._on_ot_request(st, sender, m)
             # The target's credential under its own key: its row would be recognisable.
             gamma, key = self._gamma, self.cred_key
             self._gamma, self.cred_key = self._gamma2, self.group.base_mul(self._gamma2)
             try:
-                super()._on_ot_request(sender, m)
+                super()._on_ot_request(st, sender, m)
             finally:
                 self._gamma, self.cred_key = gamma, key
 
@@ -207,7 +286,7 @@ class DifferentGlobalModel(_PSAttack):
 
         return global_model_hash(b"marked" + gh) if pid == self.target else gh
 
-    class server_class(Server):
+    class server_class(CuriousServer):
         def start(self):
             out = super().start()
             rs = msg.decode(out[0][1], self._ctx)
@@ -216,10 +295,10 @@ class DifferentGlobalModel(_PSAttack):
                                    rs.server_cert, rs.roster, rs.cred_key).encode(self._sk)
             return [(i, other if i == t else d) for i, d in out]
 
-        def _on_advertise(self, sender, a):
-            if sender in self._adverts:
-                return super()._on_advertise(sender, a)
-            self._adverts[sender] = a  # any model: it is the one that forked them
+        def _on_advertise(self, st, sender, a):
+            if sender in st.adverts:
+                return super()._on_advertise(st, sender, a)
+            st.adverts[sender] = a  # any model: it is the one that forked them
 
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
@@ -234,27 +313,22 @@ class BothShares(_PSAttack):
 
     stopped_by = "answer-once per invocation; one signed statement per (T, m)"
 
-    class server_class(Server):
-        def _close_consent(self):
-            out = super()._close_consent()
-            if self.m == self.params.upload_m:
-                Um = self.online[self.m]
-                fewer = tuple(i for i in Um if i != self.behaviour.target)
-                again = msg.UnmaskRequest(self.T, self.m, SERVER_ID, fewer).encode(self._sk)
+    class server_class(CuriousServer):
+        def _close_consent(self, st):
+            nxt, out = super()._close_consent(st)
+            if st.m == self.params.upload_m:
+                fewer = tuple(i for i in st.online if i != self.behaviour.target)
+                again = msg.UnmaskRequest(self.T, st.m, SERVER_ID, fewer).encode(self._sk)
                 out += [(i, again) for i in fewer]
-            return out
-
-    def holds(self, result, honest) -> Verdict:
-        return self.verdict(result, honest, self.stopped_by)
+            return nxt, out
 
 
-
-class _ForcedBlame(Server):
+class _ForcedBlame(CuriousServer):
     """A PS that starts the blame step on a clean round (the rows are checked only at the upload)."""
 
-    def _check_rows(self):
-        super()._check_rows()
-        self._failed.setdefault(-1, "forced")
+    def _check_rows(self, st):
+        lw, valid, failed = super()._check_rows(st)
+        return lw, valid, {**failed, -1: "forced"}
 
 
 @register_adversary("false-decoy-claim")
@@ -264,10 +338,10 @@ class FalseDecoyClaim(_PSAttack):
     stopped_by = "§9 audit: positions must be the decoys the opened seed gives; never one's own row"
 
     class server_class(_ForcedBlame):
-        def _check_rows(self):
-            super()._check_rows()
-            self._decoy_pos = list(range(len(settled_slots(self.counts))))
-            self._blame.positions = self._decoy_pos
+        def _check_rows(self, st):
+            out = super()._check_rows(st)
+            st.sum.blame.positions = list(range(len(settled_slots(self.counts))))
+            return out
 
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
@@ -284,21 +358,21 @@ class ForgedDispute(_PSAttack):
     stopped_by = "§9: K_ij only against the partner's validly signed, conflicting opening"
 
     class server_class(_ForcedBlame):
-        def _close_blame(self):
+        def _close_blame(self, st):
             t = self.behaviour.target
-            ops = self._blame.openings
+            ops = st.blame.openings
             if t not in ops:
-                return super()._close_blame()
+                return super()._close_blame(st)
             partner = next(j for j in sorted(ops) if j != t)
-            forged = msg.Opening(self.T, self.m, partner, tuple(
+            forged = msg.Opening(self.T, st.m, partner, tuple(
                 (pos, tuple((j, bytes(32)) for j, _ in keys)) for pos, keys in ops[partner][0].rows))
             # Unsigned by the partner (signed by the PS instead), and a copy of the real one: neither may work.
             fake = forged.encode(self._sk)
             real = ops[partner][1]
-            self.phase = SPhase.DISPUTE
-            self._blame._disputed.add((min(t, partner), max(t, partner)))
-            return [(t, msg.Dispute(self.T, self.m, SERVER_ID, partner, fake).encode(self._sk)),
-                    (t, msg.Dispute(self.T, self.m, SERVER_ID, partner, real).encode(self._sk))]
+            st.blame._disputed.add((min(t, partner), max(t, partner)))
+            return DisputeStep(st.blame, st.valid, st.failed, st.lw), [
+                (t, msg.Dispute(self.T, st.m, SERVER_ID, partner, fake).encode(self._sk)),
+                (t, msg.Dispute(self.T, st.m, SERVER_ID, partner, real).encode(self._sk))]
 
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)

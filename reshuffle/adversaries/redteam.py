@@ -51,7 +51,7 @@ def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | Non
     rows = []
     for name in names:
         b0 = make_adversary(name)
-        controlled = set(getattr(b0, "pids", ()))
+        controlled = set(getattr(b0, "pids", ())) | set(getattr(b0, "colluders", ()))
         honest = [i for i in range(N) if i not in controlled]
         got = want = right = wrong = 0
         extra, ok, details = 0.0, True, []

@@ -37,7 +37,8 @@ class Lab:
     on every call), ``x``/``y`` the colluders' own clean local data pooled,
     ``owner`` the attacker rank (0..m−1) of each sample, ``config`` the
     federation's local training settings (a ``TrainConfig``, the defaults of
-    :meth:`train`).
+    :meth:`train`), ``layout`` how the flat vector maps onto the model's
+    entries (a ``FlatLayout``; None: every parameter, in order).
     """
 
     model: Any
@@ -47,6 +48,7 @@ class Lab:
     owner: np.ndarray
     num_classes: int
     config: Any
+    layout: Any = None
 
     @property
     def attackers(self) -> int:
@@ -71,9 +73,9 @@ class Lab:
         """(n, classes) float64 outputs of W_g + ``update`` on inputs ``x``."""
         import torch
 
-        from reshuffle.clients import set_flat
+        from reshuffle.clients import FlatLayout
 
-        set_flat(self.model, self._params(update))
+        (self.layout or FlatLayout.of(self.model)).set(self.model, self._params(update))
         self.model.eval()
         out = []
         with torch.no_grad():
@@ -109,5 +111,5 @@ class Lab:
         over = {k: v for k, v in (("epochs", epochs), ("lr", lr), ("batch_size", batch_size)) if v is not None}
         cfg = replace(self.config, **over)  # TrainConfig validates the attacker's choices
         W = local_train(self.model, self.global_model, np.ascontiguousarray(x, dtype=np.float32),
-                        np.asarray(y, dtype=np.int64), cfg, seed)
+                        np.asarray(y, dtype=np.int64), cfg, seed, layout=self.layout)
         return W.astype(np.float64) - self.global_model.astype(np.float64)

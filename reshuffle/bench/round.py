@@ -413,17 +413,16 @@ def reservation_monte_carlo(N: int, trials: int, R_max: int = 4, seed: int = 0, 
     iterations: dict[int, int] = {}
     unslotted = 0
     for _ in range(trials):
-        parties = [Reservation(sample_distinct(p.n, p.k, rng), rng) for _ in range(N + p.decoys)]
+        parties = [Reservation.start(sample_distinct(p.n, p.k, rng)) for _ in range(N + p.decoys)]
         history: list[np.ndarray] = []
         for _ in range(R_max):
             counts = np.zeros(p.n, dtype=np.int64)
+            parties = [q.choose(rng) for q in parties]
             for q in parties:
-                pick = q.choose()
-                if pick is not None:
-                    counts[pick] += 1
+                if q.pick is not None:
+                    counts[q.pick] += 1
             history.append(counts)
-            for q in parties:
-                q.observe(counts)
+            parties = [q.observe(counts) for q in parties]
             if slots_done(N, p.decoys, len(settled_slots(history)), 0):
                 break
         iterations[len(history)] = iterations.get(len(history), 0) + 1

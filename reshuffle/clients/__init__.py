@@ -1,24 +1,32 @@
-"""Client side of federated learning: datasets, partitions, models, local training.
+"""Client side of federated learning: datasets, partitions, models, devices, local training.
 
-Names resolve lazily, so drivers that only need the option lists (or the
-protocol) do not pay for importing torch.
+Models and datasets are registries (``register_model``, ``register_dataset``)
+that ``--plugin`` modules extend. Names resolve lazily, so drivers that only
+need the option lists (or the protocol) do not pay for importing torch.
 """
 
 from __future__ import annotations
 
 import importlib
 
-DATASETS = ("digits", "mnist", "fashion-mnist")
-MODELS = ("logreg", "mlp", "lenet5")
-PARTITIONS = ("iid", "dirichlet")
+#: The built-in models and datasets (the registries add plug-ins to them: ``model_names()``, ``dataset_names()``).
+MODELS = ("logreg", "mlp", "lenet5", "cnn", "resnet18")
+DATASETS = ("digits", "mnist", "fashion-mnist", "cifar10", "femnist")
+PARTITIONS = ("iid", "dirichlet", "pathological", "shard", "natural", "dirichlet-legacy")
 OPTIMIZERS = ("sgd", "adam")
+DEVICES = ("auto", "cpu", "cuda", "mps")
 
 _WHERE = {
-    "DataError": "data", "Dataset": "data", "load_dataset": "data", "parse_idx": "data", "read_idx": "data",
-    "build_model": "models", "get_flat": "models", "set_flat": "models",
-    "dirichlet": "partitions", "iid": "partitions", "partition": "partitions",
-    "BatchedTrainer": "train", "TrainConfig": "train", "batch_schedule": "train", "local_train": "train",
-    "NO_LABEL": "train", "predict": "train",
+    "DataError": "data", "Dataset": "data", "DatasetSpec": "data", "HF_PREFIX": "data", "dataset_names": "data",
+    "dataset_spec": "data", "load_dataset": "data", "parse_cifar10": "data", "parse_idx": "data",
+    "parse_leaf": "data", "read_idx": "data", "register_dataset": "data",
+    "FlatLayout": "models", "build_model": "models", "check_model_name": "models", "get_flat": "models",
+    "model_names": "models", "register_model": "models", "set_flat": "models",
+    "dirichlet": "partitions", "dirichlet_legacy": "partitions", "iid": "partitions", "natural": "partitions",
+    "partition": "partitions", "pathological": "partitions", "shard": "partitions",
+    "TrainConfig": "train", "batch_schedule": "train", "local_train": "train", "NO_LABEL": "train", "predict": "train",
+    "BatchedTrainer": "batched",
+    "best_device": "device", "resolve_device": "device",
 }
 
 
@@ -28,4 +36,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'reshuffle.clients' has no attribute {name!r}")
 
 
-__all__ = ["DATASETS", "MODELS", "OPTIMIZERS", "PARTITIONS", *_WHERE]
+__all__ = ["DATASETS", "DEVICES", "MODELS", "OPTIMIZERS", "PARTITIONS", *_WHERE]

@@ -1,12 +1,16 @@
-"""Download and verify the MNIST and Fashion-MNIST idx files (``reshuffle data``).
+"""Download and verify the datasets that have a download (``reshuffle data``).
 
-Each dataset is four gzip'd idx files in ``<root>/<name>/``, the layout
-:func:`reshuffle.clients.data.load_dataset` reads. A download streams into a
-temporary file beside its destination, is checked against the file's known size
-and SHA-256 (below, computed from the published files, whose md5 sums are the
-datasets' own), and only then renamed into place: an interrupted or corrupted
-download never leaves a file that looks complete. Files already in place with the
-right checksum are not downloaded again.
+Each dataset's files land in ``<root>/<name>/``, the layout
+:func:`reshuffle.clients.data.load_dataset` reads: MNIST's and Fashion-MNIST's
+four gzip'd idx files, CIFAR-10's binary archive (unpacked into its six ``.bin``
+files once verified). A download streams into a temporary file beside its
+destination, is checked against the file's known size and SHA-256 (in
+:mod:`reshuffle.clients.data`, computed from the published files, whose md5
+sums are the datasets' own), and only then renamed into place: an interrupted or
+corrupted download never leaves a file that looks complete. Files already in
+place with the right checksum are not downloaded again. An archive is unpacked
+member by member, only the regular files its :class:`Source` names, each
+through a temporary file: no path from the archive is ever used.
 
 Only the standard library talks to the network (``urllib``); ``rich`` draws the
 progress bar.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import tarfile
 import tempfile
 import urllib.error
 import urllib.parse
@@ -26,7 +31,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from reshuffle.clients.data import DataError, default_data_root
+from reshuffle.clients.data import (
+    CIFAR10_SOURCE, FASHION_MNIST_SOURCE, MNIST_SOURCE, DataError, RemoteFile, Source, dataset_names, dataset_spec,
+    default_data_root,
+)
 from reshuffle.errors import ConfigError
 
 CHUNK = 1 << 16
@@ -41,57 +49,8 @@ class ChecksumError(FetchError):
     """A file's SHA-256 differs from the known one."""
 
 
-@dataclass(frozen=True)
-class RemoteFile:
-    """One idx file: its name, size in bytes and SHA-256 (hex)."""
-
-    name: str
-    size: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a dataset's files come from by default, and what they must be."""
-
-    dataset: str
-    base_url: str
-    files: tuple[RemoteFile, ...]
-
-
-# Smallest first, so a wrong base URL shows up before the large downloads.
-SOURCES: dict[str, Source] = {
-    "mnist": Source(
-        "mnist",
-        # The mirror torchvision downloads MNIST from.
-        "https://ossci-datasets.s3.amazonaws.com/mnist/",
-        (
-            RemoteFile("t10k-labels-idx1-ubyte.gz", 4_542,
-                       "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"),
-            RemoteFile("train-labels-idx1-ubyte.gz", 28_881,
-                       "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c"),
-            RemoteFile("t10k-images-idx3-ubyte.gz", 1_648_877,
-                       "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6"),
-            RemoteFile("train-images-idx3-ubyte.gz", 9_912_422,
-                       "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609"),
-        ),
-    ),
-    "fashion-mnist": Source(
-        "fashion-mnist",
-        # Zalando Research's repository, which hosts the dataset's canonical files.
-        "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
-        (
-            RemoteFile("t10k-labels-idx1-ubyte.gz", 5_148,
-                       "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5"),
-            RemoteFile("train-labels-idx1-ubyte.gz", 29_515,
-                       "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845"),
-            RemoteFile("t10k-images-idx3-ubyte.gz", 4_422_102,
-                       "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073"),
-            RemoteFile("train-images-idx3-ubyte.gz", 26_421_880,
-                       "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84"),
-        ),
-    ),
-}
+#: The built-in downloads, by dataset.
+SOURCES: dict[str, Source] = {s.dataset: s for s in (MNIST_SOURCE, FASHION_MNIST_SOURCE, CIFAR10_SOURCE)}
 
 # (file, bytes received so far) after every chunk.
 OnBytes = Callable[[RemoteFile, int], None]
@@ -106,13 +65,20 @@ class FileCheck:
     detail: str = ""
 
 
+def downloadable() -> list[str]:
+    """The registered datasets that have a download."""
+    return [n for n in dataset_names() if dataset_spec(n).download is not None]
+
+
 def source(name: str) -> Source:
-    """The download source of dataset ``name``; unknown names raise :class:`ConfigError`."""
-    if name == "digits":
-        raise ConfigError("dataset 'digits' is embedded (scikit-learn); there is nothing to fetch")
-    if name not in SOURCES:
-        raise ConfigError(f"unknown dataset {name!r}; the downloadable ones are {', '.join(SOURCES)}")
-    return SOURCES[name]
+    """The download source of dataset ``name``; unknown names and datasets without one raise :class:`ConfigError`."""
+    try:
+        spec = dataset_spec(name)
+    except ConfigError:
+        raise ConfigError(f"unknown dataset {name!r}; the downloadable ones are {', '.join(downloadable())}") from None
+    if spec.download is None:
+        raise ConfigError(f"dataset {name!r} has no download: {spec.source}")
+    return spec.download
 
 
 def check_base_url(url: str) -> str:
@@ -154,7 +120,7 @@ def check_file(path: Path, expected: RemoteFile) -> FileCheck:
 
 
 def verify(name: str, root: str | Path | None = None) -> list[FileCheck]:
-    """Check the four files of dataset ``name`` in ``<root>/<name>/`` (default root: ``data/``)."""
+    """Check the downloaded files of dataset ``name`` in ``<root>/<name>/`` (default root: ``data/``)."""
     folder = _root(root) / source(name).dataset
     return [check_file(folder / f.name, f) for f in source(name).files]
 
@@ -166,11 +132,11 @@ def fetch(name: str, root: str | Path | None = None, base_url: str | None = None
     Parameters
     ----------
     name : str
-        ``mnist`` or ``fashion-mnist``.
+        A dataset with a download (:func:`downloadable`).
     root : str or Path, optional
         Data root; default :func:`~reshuffle.clients.data.default_data_root`.
     base_url : str, optional
-        Mirror holding the four files; default the dataset's public source.
+        Mirror holding the dataset's files; default the dataset's public source.
     on_bytes : callable, optional
         Called with (file, bytes so far) while downloading (progress display).
 
@@ -178,7 +144,9 @@ def fetch(name: str, root: str | Path | None = None, base_url: str | None = None
     -------
     list of (RemoteFile, str)
         Each file with ``"present"`` (already there, checksum ok),
-        ``"downloaded"`` or ``"replaced"`` (it was there with a wrong checksum).
+        ``"downloaded"`` or ``"replaced"`` (it was there with a wrong checksum);
+        then each member unpacked from an archive, ``"unpacked"`` (a
+        :class:`RemoteFile` of size 0 and no checksum: the archive's was checked).
 
     Raises
     ------
@@ -203,7 +171,38 @@ def fetch(name: str, root: str | Path | None = None, base_url: str | None = None
             continue
         download(base + f.name, folder / f.name, f, on_bytes)
         done.append((f, "downloaded" if check.status == "missing" else "replaced"))
+    if src.members and (any(what != "present" for _, what in done)
+                        or not all((folder / m).is_file() for m in src.members)):
+        _writable_folder(folder)
+        done += [(RemoteFile(m, 0, ""), "unpacked") for m in unpack(folder / src.files[0].name, folder, src.members)]
     return done
+
+
+def unpack(archive: Path, folder: Path, members: tuple[str, ...]) -> list[str]:
+    """Extract the regular files ``members`` of a ``.tar.gz`` archive to ``folder / member``, atomically each.
+
+    Only the names listed are read, and only as regular files: links, devices and
+    unlisted entries are never written, and no path from the archive is used.
+    """
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for name in members:
+                try:
+                    entry = tar.getmember(name)
+                except KeyError:
+                    raise FetchError(f"{archive}: the archive lacks {name}") from None
+                if not entry.isfile():
+                    raise FetchError(f"{archive}: {name} is not a regular file in the archive")
+                dest = folder / name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(entry) as src, _temp_beside(dest) as (tmp, out):
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+                    out.close()
+                    os.replace(tmp, dest)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise FetchError(f"{archive}: cannot unpack it ({exc})") from None
+    return list(members)
 
 
 def download(url: str, dest: Path, expected: RemoteFile, on_bytes: OnBytes | None = None) -> None:

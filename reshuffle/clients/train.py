@@ -1,9 +1,15 @@
-"""Local training and evaluation.
+"""Local training and evaluation, on the model's device.
 
 ``local_train`` starts from the global model W_g and returns the local model
 W_i = W_g − α·Σ G (several SGD or Adam steps), as docs/protocol.md §5 step 0 has the
 participant upload. The PS, which knows W_g, forms the update U_i = W_i − W_g
-itself before running a detection rule.
+itself before running a detection rule. The flat vectors are float32 numpy
+arrays on the CPU; training runs wherever the model is (``model.to(device)``).
+
+What a client keeps for itself between rounds (integer buffers such as
+BatchNorm's ``num_batches_tracked``; BatchNorm's weights and statistics under
+FedBN's local BatchNorm) travels in a ``local`` dict (:meth:`FlatLayout.get_local`),
+which training reads and updates in place.
 """
 
 from __future__ import annotations
@@ -15,11 +21,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from reshuffle.clients.models import get_flat, set_flat
-from reshuffle.clients.stacked import StackedNet
+from reshuffle.clients.models import FlatLayout
 from reshuffle.errors import ConfigError
 
-from reshuffle.clients import OPTIMIZERS
+OPTIMIZERS = ("sgd", "adam")
 
 
 @dataclass(frozen=True)
@@ -41,30 +46,40 @@ class TrainConfig:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
-def local_train(
-    model: nn.Module, W_g: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: TrainConfig, seed: int
-) -> np.ndarray:
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter or buffer (the CPU for a model with neither)."""
+    for t in model.state_dict(keep_vars=True).values():
+        return t.device
+    return torch.device("cpu")
+
+
+def local_train(model: nn.Module, W_g: np.ndarray, x: np.ndarray, y: np.ndarray, cfg: TrainConfig, seed: int, *,
+                layout: FlatLayout | None = None, local: dict[str, torch.Tensor] | None = None) -> np.ndarray:
     """Train ``model`` from W_g on (x, y); return the local model W_i as float32.
 
-    ``seed`` fixes the batch order, so a client's result depends only on W_g and
-    its data: the same run with any shuffle mode trains identically.
+    ``seed`` fixes the batch order, so a client's result depends only on W_g, its
+    own ``local`` state and its data: the same run with any shuffle mode trains
+    identically. ``local`` (the client's own entries) is loaded first and updated in place.
     """
-    set_flat(model, W_g)
+    layout = layout or FlatLayout.of(model)
+    layout.set(model, W_g)
+    if local is not None:
+        layout.set_local(model, local)
     model.train()
     if cfg.optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     else:
         opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(cfg.epochs):
-        order = torch.randperm(len(yt), generator=gen)
-        for start in range(0, len(yt), cfg.batch_size):
-            idx = order[start : start + cfg.batch_size]
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(xt[idx]), yt[idx]).backward()
-            opt.step()
-    return get_flat(model)
+    device = model_device(model)
+    xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+    for idx in batch_schedule(len(yt), cfg, seed):
+        idx = idx.to(device)
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(xt[idx]), yt[idx]).backward()
+        opt.step()
+    if local is not None:
+        local.update(layout.get_local(model))
+    return layout.get(model)
 
 
 #: The label :func:`predict` gives an input whose model output is not finite (never a class).
@@ -72,24 +87,29 @@ NO_LABEL = -1
 
 
 @torch.no_grad()
-def predict(model: nn.Module, W: np.ndarray, x: np.ndarray, batch: int = 2048) -> np.ndarray:
-    """Predicted labels of ``x`` under parameters W; :data:`NO_LABEL` where the output is not finite.
+def predict(model: nn.Module, W: np.ndarray, x: np.ndarray, batch: int = 2048, *, layout: FlatLayout | None = None,
+            local: dict[str, torch.Tensor] | None = None) -> np.ndarray:
+    """Predicted labels of ``x`` under the flat model W (and a client's ``local`` entries); :data:`NO_LABEL` where the output is not finite.
 
     A diverged model (NaN/Inf parameters or logits) predicts nothing: its
     argmax would otherwise name an arbitrary class (torch's argmax picks a NaN's
     index), which would count as accurate for that class and as a backdoor hit
     when it is the target.
     """
-    set_flat(model, W)
+    layout = layout or FlatLayout.of(model)
+    layout.set(model, W)
+    if local is not None:
+        layout.set_local(model, local)
     model.eval()
+    device = model_device(model)
     xt = torch.from_numpy(x)
     out = []
     for i in range(0, len(xt), batch):
-        logits = model(xt[i : i + batch])
+        logits = model(xt[i : i + batch].to(device))
         labels = logits.argmax(1)
         labels[~torch.isfinite(logits).all(1)] = NO_LABEL
-        out.append(labels)
-    return torch.cat(out).numpy()
+        out.append(labels.cpu())
+    return torch.cat(out).numpy() if out else np.zeros(0, np.int64)
 
 
 def batch_schedule(n: int, cfg: TrainConfig, seed: int) -> list[torch.Tensor]:
@@ -100,110 +120,3 @@ def batch_schedule(n: int, cfg: TrainConfig, seed: int) -> list[torch.Tensor]:
         order = torch.randperm(n, generator=gen)
         out.extend(order[start : start + cfg.batch_size] for start in range(0, n, cfg.batch_size))
     return out
-
-
-class BatchedTrainer:
-    """Local SGD of many clients as one computation over stacked parameters.
-
-    Client c starts from W_g and takes exactly the steps :func:`local_train` takes
-    with ``seeds[c]`` (same batches in the same order, same SGD update), so the
-    results agree with sequential training up to float rounding. Clients with
-    fewer batches, and the short last batch, are padded with zero-weight samples;
-    a padded step leaves the client's parameters and momentum untouched.
-
-    Gradients come from :class:`~reshuffle.clients.stacked.StackedNet`, which
-    knows our three models. Only plain SGD (with optional momentum) on those is
-    batched: Adam and other models fall back to :func:`local_train` (see
-    :meth:`supports`).
-
-    Parameters
-    ----------
-    model : the architecture; its parameters are only read for names and shapes.
-    x_pool, y_pool : one array holding every client's samples; clients index into it.
-    cfg : the local training settings.
-    """
-
-    def __init__(self, model: nn.Module, x_pool: np.ndarray, y_pool: np.ndarray, cfg: TrainConfig) -> None:
-        if not self.supports(model, cfg):
-            raise ConfigError(f"batched training needs plain SGD on logreg, mlp or lenet5 (optimizer {cfg.optimizer!r}, "
-                              f"model {type(model).__name__})")
-        if len(x_pool) != len(y_pool):
-            raise ConfigError(f"pool has {len(x_pool)} inputs but {len(y_pool)} labels")
-        self.model, self.cfg = model, cfg
-        self.x = torch.from_numpy(np.ascontiguousarray(x_pool))
-        self.y = torch.from_numpy(np.ascontiguousarray(y_pool))
-        self.names = [name for name, _ in model.named_parameters()]
-        self.shapes = [p.shape for _, p in model.named_parameters()]
-        self._grads = StackedNet(model).gradients
-
-    @staticmethod
-    def supports(model: nn.Module, cfg: TrainConfig) -> bool:
-        """True when this trainer reproduces ``local_train`` for ``model`` and ``cfg``."""
-        return cfg.optimizer == "sgd" and StackedNet.supports(model)
-
-    @staticmethod
-    def pays_off(model: nn.Module) -> bool:
-        """True when batching is faster on CPU: models without convolutions.
-
-        Dense layers become batched matrix products (MLP: 1.6–2.7× measured). The
-        convolutions still run one client at a time (see :mod:`reshuffle.clients.stacked`),
-        so LeNet-5 gains only the pooling and bookkeeping: 0.9–1.2× measured on this
-        2-core machine, not enough to pick it by default. See ``reshuffle bench simulate``.
-        """
-        return not any(isinstance(mod, nn.modules.conv._ConvNd) for mod in model.modules())
-
-    def _stack(self, W_g: np.ndarray, C: int) -> dict[str, torch.Tensor]:
-        flat = torch.tensor(W_g, dtype=torch.float32)
-        out, at = {}, 0
-        for name, shape in zip(self.names, self.shapes):
-            k = shape.numel()
-            out[name] = flat[at : at + k].view(shape).expand(C, *shape).clone()
-            at += k
-        if at != flat.numel():
-            raise ConfigError(f"flat model has {flat.numel()} values; this model needs {at}")
-        return out
-
-    def _schedule(self, client_idx: list[np.ndarray], seeds: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(S, C, B) pool indices and 0/1 weights for every step of every client."""
-        B, C = self.cfg.batch_size, len(client_idx)
-        plans = [batch_schedule(len(idx), self.cfg, s) for idx, s in zip(client_idx, seeds)]
-        S = max(len(p) for p in plans)
-        index = torch.zeros((S, C, B), dtype=torch.int64)
-        weight = torch.zeros((S, C, B), dtype=torch.float32)
-        for c, (idx, plan) in enumerate(zip(client_idx, plans)):
-            pool_idx = torch.from_numpy(np.asarray(idx, dtype=np.int64))
-            for s, batch in enumerate(plan):
-                index[s, c, : len(batch)] = pool_idx[batch]
-                weight[s, c, : len(batch)] = 1.0
-        return index, weight
-
-    def train(self, W_g: np.ndarray, client_idx: list[np.ndarray], seeds: list[int]) -> list[np.ndarray]:
-        """Local models W_c (float32) of the clients whose samples are ``x_pool[client_idx[c]]``."""
-        if len(client_idx) != len(seeds) or not client_idx:
-            raise ConfigError(f"{len(client_idx)} clients but {len(seeds)} seeds")
-        if any(len(idx) == 0 for idx in client_idx):
-            raise ConfigError("every client needs at least one sample")
-        C, lr, mom = len(client_idx), self.cfg.lr, self.cfg.momentum
-        params = self._stack(W_g, C)
-        bufs: dict[str, torch.Tensor] | None = None
-        index, weight = self._schedule(client_idx, seeds)
-        started = torch.zeros(C, dtype=torch.bool)
-        for s in range(index.shape[0]):
-            w = weight[s]
-            active = w[:, 0] > 0
-            grads = self._grads(params, self.x[index[s]], self.y[index[s]], w)
-            with torch.no_grad():
-                for name in self.names:
-                    g = grads[name]
-                    mask = active.view(C, *([1] * (g.dim() - 1)))
-                    if mom:
-                        if bufs is None:
-                            bufs = {n: torch.zeros_like(p) for n, p in params.items()}
-                        first = (~started).view_as(mask)
-                        new_buf = torch.where(first, g, bufs[name] * mom + g)
-                        bufs[name] = torch.where(mask, new_buf, bufs[name])
-                        g = bufs[name]
-                    params[name] = torch.where(mask, params[name] - lr * g, params[name])
-            started |= active
-        flat = torch.cat([params[n].reshape(C, -1) for n in self.names], dim=1)
-        return list(flat.numpy().astype(np.float32))

@@ -157,11 +157,17 @@ class OTSender:
             raise UnexpectedMessage(f"OT request for round {request.T}, this is round {self.T}")
         if receiver in self._answered:
             raise AlreadyAnswered(f"participant {receiver} already received its OT answer")
+        response = self.evaluate(request)
+        self._answered.add(receiver)
+        return response
+
+    def evaluate(self, request: OTRequest) -> OTResponse:
+        """``D_j = A_j^beta`` for a validated request, without the answer-once bookkeeping of :meth:`answer`
+        (which an honest PS applies; the explorer of PS schedules plays a PS that may not)."""
         if not 0 < len(request.blinded) <= self.k:
             raise DecodeError(f"OT request with {len(request.blinded)} elements, at most k={self.k}")
         if len({a.to_bytes() for a in request.blinded}) != len(request.blinded):
             raise DecodeError("OT request repeats an element")
-        self._answered.add(receiver)
         return OTResponse(self.T, tuple(a**self._beta for a in request.blinded))
 
     def prove(self, request: OTRequest, response: OTResponse, context: bytes, rng: RandomSource | None = None) -> Proof:

@@ -36,23 +36,42 @@ OS_RANDOM: RandomSource = _OSRandom()
 
 
 class SeededRandom:
-    """Deterministic AES-CTR stream; for tests and reproducible experiments only."""
+    """Deterministic AES-256-CTR stream; for tests and reproducible experiments only.
 
-    __slots__ = ("_enc",)
+    The stream owns its position: :meth:`copy` gives an independent generator that
+    continues from the same point (the explorer of PS schedules branches participants so).
+    Keystream is produced a chunk at a time; the chunk is immutable, so copies share it.
+    """
+
+    __slots__ = ("_key", "_pos", "_buf", "_at")
+    _CHUNK = 4096
 
     def __init__(self, seed: int | bytes, label: bytes = b"") -> None:
         if isinstance(seed, int):
             if seed < 0:
                 raise ValueError("seed must be non-negative")
             seed = seed.to_bytes((seed.bit_length() + 7) // 8 or 1, "big")
-        key = HKDF(
+        self._key = HKDF(
             algorithm=hashes.SHA256(), length=32, salt=b"reshuffle/v1/seeded-random",
             info=label,
         ).derive(bytes(seed))
-        self._enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+        self._pos, self._buf, self._at = 0, b"", 0  # _buf holds the keystream from position _at
 
     def bytes(self, n: int) -> bytes:
-        return self._enc.update(bytes(n))
+        start = self._pos - self._at
+        if start + n > len(self._buf):
+            block, skip = divmod(self._pos, 16)
+            enc = Cipher(algorithms.AES(self._key), modes.CTR(block.to_bytes(16, "big"))).encryptor()
+            self._buf, self._at = enc.update(bytes(skip + max(n, self._CHUNK)))[skip:], self._pos
+            start = 0
+        self._pos += n
+        return self._buf[start: start + n]
+
+    def copy(self) -> "SeededRandom":
+        """A generator at the same position that advances on its own."""
+        out = SeededRandom.__new__(SeededRandom)
+        out._key, out._pos, out._buf, out._at = self._key, self._pos, self._buf, self._at
+        return out
 
     def child(self, label: bytes) -> "SeededRandom":
         """An independent stream derived from this one (e.g. one per participant)."""

@@ -51,6 +51,8 @@ DEFAULT_BASE: dict[str, Any] = {
 EVAL_SUBSET = 2000
 #: The longer horizon of the backdoor cells (0: none).
 LONG_ROUNDS = 30
+#: Partitions whose clients' sizes differ widely: their cells train one client at a time.
+SKEWED_SIZES = ("dirichlet", "dirichlet-legacy", "natural")
 #: Keys of a grid TOML file.
 _TOML_KEYS = {"datasets", "partitions", "attacks", "rules", "seeds", "models", "base", "plugins", "long_rounds",
               "long_rules"}
@@ -58,33 +60,54 @@ _TOML_KEYS = {"datasets", "partitions", "attacks", "rules", "seeds", "models", "
 
 @dataclass(frozen=True, order=True)
 class Partition:
-    """How the training set is split: ``iid`` or ``dirichlet`` with concentration ``alpha``."""
+    """How the training set is split: a partition of :mod:`reshuffle.clients.partitions` and its parameter.
+
+    ``alpha`` is the Dirichlet concentration (``dirichlet``, ``dirichlet-legacy``);
+    ``per_client`` the classes (``pathological``) or shards (``shard``) per client.
+    """
 
     kind: str
     alpha: float | None = None
+    per_client: int | None = None
+
+    #: kind → label prefix; the label is the prefix and the parameter (``dir0.3``, ``path2``, ``natural``).
+    PREFIX = {"iid": "iid", "dirichlet": "dir", "dirichlet-legacy": "ldir", "pathological": "path", "shard": "shard",
+              "natural": "natural"}
 
     @classmethod
     def parse(cls, text: str) -> "Partition":
-        """``iid``, ``dirichlet`` (alpha 0.3) or ``dirichlet:ALPHA``."""
-        kind, _, alpha = str(text).partition(":")
-        if kind == "iid" and not alpha:
-            return cls("iid")
-        if kind == "dirichlet":
+        """``iid``, ``natural``, ``dirichlet[:ALPHA]`` (0.3), ``dirichlet-legacy[:ALPHA]``, ``pathological[:K]``
+        (2 classes per client) or ``shard[:K]`` (2 shards per client)."""
+        kind, _, value = str(text).partition(":")
+        if kind in ("iid", "natural") and not value:
+            return cls(kind)
+        if kind in ("dirichlet", "dirichlet-legacy"):
             try:
-                a = float(alpha) if alpha else 0.3
+                a = float(value) if value else 0.3
             except ValueError:
-                raise ConfigError(f"partition {text!r}: alpha {alpha!r} is not a number") from None
+                raise ConfigError(f"partition {text!r}: alpha {value!r} is not a number") from None
             if not a > 0:
                 raise ConfigError(f"partition {text!r}: alpha must be positive")
-            return cls("dirichlet", a)
-        raise ConfigError(f"unknown partition {text!r}; choose iid, dirichlet or dirichlet:ALPHA")
+            return cls(kind, a)
+        if kind in ("pathological", "shard"):
+            if value and not value.isdigit() or value and int(value) < 1:
+                raise ConfigError(f"partition {text!r}: {value!r} is not a positive int")
+            return cls(kind, per_client=int(value) if value else 2)
+        raise ConfigError(f"unknown partition {text!r}; choose iid, natural, dirichlet[:ALPHA], "
+                          f"dirichlet-legacy[:ALPHA], pathological[:K] or shard[:K]")
 
     @property
     def label(self) -> str:
-        return "iid" if self.kind == "iid" else f"dir{self.alpha:g}"
+        value = self.alpha if self.alpha is not None else self.per_client
+        return self.PREFIX[self.kind] + ("" if value is None else f"{value:g}")
 
     def settings(self) -> dict[str, Any]:
-        return {"partition": self.kind} | ({} if self.alpha is None else {"alpha": self.alpha})
+        out: dict[str, Any] = {"partition": self.kind}
+        if self.alpha is not None:
+            out["alpha"] = self.alpha
+        if self.per_client is not None:
+            out["classes_per_client" if self.kind == "pathological" else "shards_per_client"] = self.per_client
+        return out
 
 
 @dataclass(frozen=True, order=True)
@@ -96,6 +119,10 @@ class Setting:
     @property
     def label(self) -> str:
         return f"{self.dataset}-{self.partition.label}-{self.model}"
+
+
+#: Settings ``--full`` runs besides its product: CIFAR-10 and FEMNIST (by writer) with the FedAvg CNN.
+FULL_EXTRA = (Setting("cifar10", Partition("dirichlet", 0.3), "cnn"), Setting("femnist", Partition("natural"), "cnn"))
 
 
 @dataclass(frozen=True, order=True)
@@ -139,9 +166,32 @@ class Grid:
     long_rounds: int = LONG_ROUNDS
     long_rules: tuple[str, ...] | None = LONG_RULES
 
+    #: Settings run besides the product of the three axes (``cifar10-dir0.3-cnn``, say).
+    extra: tuple[Setting, ...] = ()
+
     @property
     def settings_list(self) -> list[Setting]:
-        return [Setting(d, p, m) for d in self.datasets for p in self.partitions for m in self.models]
+        product = [Setting(d, p, m) for d in self.datasets for p in self.partitions for m in self.models]
+        return product + [s for s in self.extra if s not in product]
+
+    def needs_data(self, data_root: Path | None = None) -> dict[Setting, str]:
+        """The settings whose dataset files are missing under ``data_root``, with how to get them.
+
+        Their cells are not run (nor counted as failed) until the data is there.
+        A Hugging Face dataset downloads on first use and is never listed.
+        """
+        from reshuffle.clients.data import dataset_spec, default_data_root
+
+        out = {}
+        for s in self.settings_list:
+            spec = dataset_spec(s.dataset)
+            folder = spec.folder_in(default_data_root() if data_root is None else data_root)
+            missing = spec.needs(folder)
+            if missing and spec.num_classes is not None:
+                how = (f"`reshuffle data fetch {s.dataset} --dir {folder.parent}`" if spec.download is not None
+                       else spec.source)
+                out[s] = f"{s.dataset} not in {folder} ({', '.join(missing)} missing): {how}"
+        return out
 
     @property
     def all_attacks(self) -> tuple[str, ...]:
@@ -186,7 +236,7 @@ class Grid:
             s["rounds"] = cell.rounds
         if self.plugins:
             s["plugins"] = list(self.plugins)
-        if cell.setting.partition.kind == "dirichlet" and "training" not in s:
+        if cell.setting.partition.kind in SKEWED_SIZES and "training" not in s:
             # Stacked training runs as many steps as the largest client needs (2–2.6× the mean at α = 0.3):
             # on skewed partitions one client at a time costs less (MNIST, MLP: 18 against 29 CPU s).
             s["training"] = "sequential"
@@ -196,11 +246,16 @@ class Grid:
             if s.get("f") is None:
                 from reshuffle.sim.config import SimConfig
 
-                s["f"] = dataclasses.replace(SimConfig(), clients=s.get("clients", SimConfig.clients),
-                                             malicious=s.get("malicious", SimConfig.malicious)).n_malicious
+                # The attacked runs' f: the expected attackers in a round (its cohort, with sampling).
+                sizes = {k: s[k] for k in ("clients", "malicious", "fraction", "clients_per_round") if k in s}
+                s["f"] = dataclasses.replace(SimConfig(), **sizes).rule_f
             s["malicious"] = 0.0
-        if data_root is not None and cell.setting.dataset != "digits":
-            s["data_dir"] = str(data_root / cell.setting.dataset)
+        if data_root is not None:
+            from reshuffle.clients.data import dataset_spec
+
+            spec = dataset_spec(cell.setting.dataset)
+            if spec.reads_files:
+                s["data_dir"] = str(spec.folder_in(data_root))
         if "eval_subset" not in s and _has_sim_field("eval_subset"):
             s["eval_subset"] = EVAL_SUBSET
         return s
@@ -214,14 +269,15 @@ class Grid:
             self, datasets=merge(self.datasets, other.datasets), partitions=merge(self.partitions, other.partitions),
             attacks=merge(self.attacks, other.attacks), rules=merge(self.rules, other.rules),
             seeds=merge(self.seeds, other.seeds), models=merge(self.models, other.models),
-            skipped_rules=merge(self.skipped_rules, other.skipped_rules),
+            skipped_rules=merge(self.skipped_rules, other.skipped_rules), extra=merge(self.extra, other.extra),
             long_rules=None if self.long_rules is None or other.long_rules is None
             else merge(self.long_rules, other.long_rules))
 
     def describe(self) -> dict[str, Any]:
         """The grid's axes and base settings, JSON-ready."""
         return {"datasets": list(self.datasets), "partitions": [p.label for p in self.partitions],
-                "models": list(self.models), "attacks": list(self.all_attacks), "rules": list(self.all_rules),
+                "models": list(self.models), "extra_settings": [s.label for s in self.extra],
+                "attacks": list(self.all_attacks), "rules": list(self.all_rules),
                 "seeds": list(self.seeds), "base": dict(self.base), "skipped_rules": list(self.skipped_rules),
                 "long_rounds": self.long_rounds, "long_attacks": list(self.long_attacks[1:]),
                 "long_rules": list(self.all_long_rules) if len(self.long_attacks) > 1 else []}
@@ -268,18 +324,24 @@ def usable_rules(names: Iterable[str]) -> tuple[list[str], list[str]]:
 
 
 def default_grid(full: bool = False) -> Grid:
-    """The default decision grid; ``full`` adds every registered rule, Dir(0.5), LeNet-5 and 20 rounds."""
+    """The default decision grid; ``full`` adds every registered rule, Flower's Dir(0.5), LeNet-5, CIFAR-10 with the
+    CNN under Flower's Dir(0.3), FEMNIST with the CNN by writer, and 20 rounds.
+
+    The default grid's Dirichlet partition is ``dirichlet-legacy`` (α = 0.3), the split its published results
+    were computed with (label ``ldir0.3``).
+    """
     rules = list(DEFAULT_RULES)
-    partitions: tuple[Partition, ...] = (Partition("iid"), Partition("dirichlet", 0.3))
-    models, base = ("mlp",), dict(DEFAULT_BASE)
+    partitions: tuple[Partition, ...] = (Partition("iid"), Partition("dirichlet-legacy", 0.3))
+    models, base, extra = ("mlp",), dict(DEFAULT_BASE), ()
     if full:
         rules += [r for r in registered_rules() if r not in rules]
         partitions += (Partition("dirichlet", 0.5),)
         models += ("lenet5",)
         base["rounds"] = 20
+        extra = FULL_EXTRA
     ok, refused = usable_rules(rules)
     return Grid(partitions=partitions, attacks=tuple(registered_attacks()), rules=tuple(ok), models=models,
-                base=tuple(base.items()), skipped_rules=tuple(refused))
+                base=tuple(base.items()), skipped_rules=tuple(refused), extra=extra)
 
 
 def check_names(kind: str, names: Iterable[str], known: Iterable[str]) -> None:
@@ -333,22 +395,25 @@ def load_grid_toml(path: str | Path, base: Grid) -> Grid:
         grid = dataclasses.replace(grid, attacks=tuple(registered_attacks()))
     if spec.get("rules") == "all":
         grid = dataclasses.replace(grid, rules=tuple(registered_rules()))
+    stray = [r for r in spec.get("long_rules", ()) if r not in grid.all_rules]
+    if stray:
+        raise ConfigError(f"{p}: long_rules {', '.join(stray)} are not rules of the grid ({', '.join(grid.all_rules)})")
     return grid
 
 
 def validate(grid: Grid) -> Grid:
     """Check every axis (names, seeds, base settings through SimConfig); return ``grid``."""
-    from reshuffle.clients import DATASETS, MODELS
+    from reshuffle.clients.data import dataset_names, dataset_spec
+    from reshuffle.clients.models import model_names
 
-    check_names("dataset", grid.datasets, DATASETS)
-    check_names("model", grid.models, MODELS)
+    check_names("dataset", [d for d in grid.datasets if not d.startswith("hf:")], dataset_names())
+    for d in grid.datasets:
+        dataset_spec(d)
+    check_names("model", grid.models, model_names())
     check_names("attack", grid.attacks, registered_attacks())
     _, refused = usable_rules(grid.rules)
     if refused:
         raise ConfigError(f"unknown rule(s) {', '.join(refused)}; registered: {', '.join(registered_rules())}")
-    stray = [r for r in grid.long_rules or () if r not in grid.all_rules]
-    if stray:
-        raise ConfigError(f"long_rules {', '.join(stray)} are not rules of the grid ({', '.join(grid.all_rules)})")
     for name, axis in (("datasets", grid.datasets), ("partitions", grid.partitions), ("attacks", grid.all_attacks),
                        ("rules", grid.rules), ("seeds", grid.seeds), ("models", grid.models)):
         if not axis:
@@ -377,6 +442,10 @@ class Selection:
     models: list[str] | None = None
     rounds: int | None = None
     long_rounds: int | None = None
+    #: Base settings every cell takes (None: the grid's): client sampling and the server optimiser.
+    fraction: float | None = None
+    server_opt: str | None = None
+    server_lr: float | None = None
 
     def apply(self, grid: Grid) -> Grid:
         over: dict[str, Any] = {}
@@ -393,10 +462,16 @@ class Selection:
             over["seeds"] = tuple(self.seeds)
         if self.models:
             over["models"] = tuple(self.models)
+        # An extra setting stays when the narrowed axes still hold its dataset, partition and model.
+        keep = {"datasets": lambda s: s.dataset, "partitions": lambda s: s.partition, "models": lambda s: s.model}
+        over["extra"] = tuple(s for s in grid.extra if all(get(s) in over[axis] for axis, get in keep.items()
+                                                           if axis in over))
         return dataclasses.replace(grid, **over)
 
     def apply_base(self, grid: Grid) -> Grid:
         """``grid`` with the base settings this selection changes (they change every cell)."""
-        base = dict(grid.base) | ({} if self.rounds is None else {"rounds": self.rounds})
+        given = {"rounds": self.rounds, "fraction": self.fraction, "server_opt": self.server_opt,
+                 "server_lr": self.server_lr}
+        base = dict(grid.base) | {k: v for k, v in given.items() if v is not None}
         long = grid.long_rounds if self.long_rounds is None else self.long_rounds
         return dataclasses.replace(grid, base=tuple(base.items()), long_rounds=long)

@@ -197,6 +197,10 @@ def summary_markdown(summary: dict, heatmaps: dict[str, str]) -> str:
             md += [f"## {title}", ""] + setting_tables(summary, setting, rounds) + [""]
             if rounds is None and setting in heatmaps:
                 md += [f"![{setting}]({heatmaps[setting]})", ""]
+    waiting = summary.get("needs_data") or {}
+    if waiting:
+        md += [f"## Settings that need data ({len(waiting)}; not run, not failed)", ""]
+        md += [f"- {setting}: {why}" for setting, why in waiting.items()] + [""]
     failed = [(c, f) for c in summary["cells"] for f in c["failed"]]
     if failed:
         md += [f"## Failed cells ({len(failed)}; run again to retry)", ""]

@@ -114,7 +114,9 @@ def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, s
         tmp.unlink(missing_ok=True)
     records = load_records(covered, out, expected_configs(covered, summary_grid, data_root))
     # Missing, failed or stale (run with other settings: load_records gives None) cells run, in grid order.
-    not_done = [c for c in grid.cells() if (records[c] or {}).get("status") != "done"]
+    # Settings whose dataset is absent wait for their data: listed in the summary, neither run nor failed.
+    waiting = grid.needs_data(data_root)
+    not_done = [c for c in grid.cells() if (records[c] or {}).get("status") != "done" and c.setting not in waiting]
     todo = not_done if max_cells is None else not_done[:max_cells]
     total = len(grid.cells())
     progress = Progress(total, total - len(not_done), len(todo), quiet, stream)
@@ -134,16 +136,21 @@ def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, s
                 progress.advance(cell, rec)
                 now = time.perf_counter()
                 draw = plots and now - last_plot >= HEATMAP_EVERY_S
-                write_reports(summarize(summary_grid, records), out, plots=draw)
+                write_reports(_summary(summary_grid, records, data_root), out, plots=draw)
                 last_plot = now if draw else last_plot
     except KeyboardInterrupt:
         result.interrupted = True
     finally:
         progress.close()
         result.wall_seconds = time.perf_counter() - t0
-        result.summary = summarize(summary_grid, records)
+        result.summary = _summary(summary_grid, records, data_root)
         write_reports(result.summary, out, plots=plots)
     return result
+
+
+def _summary(grid: Grid, records, data_root: Path | None) -> dict[str, Any]:
+    """The grid's summary, with the settings that need data (label → how to get it)."""
+    return summarize(grid, records) | {"needs_data": {s.label: why for s, why in grid.needs_data(data_root).items()}}
 
 
 def _cell_id(c: Cell) -> dict[str, Any]:
@@ -156,6 +163,6 @@ def summary_only(grid: Grid, out: Path, data_root: Path | None = None, whole: Gr
     """Rebuild the summary files of ``out`` from the stored cells of ``grid`` (and of ``whole``)."""
     cells = cells_covered(grid, whole)
     shown = grid if whole is None else whole.union(grid)
-    summary = summarize(shown, load_records(cells, out, expected_configs(cells, shown, data_root)))
+    summary = _summary(shown, load_records(cells, out, expected_configs(cells, shown, data_root)), data_root)
     write_reports(summary, out, plots=plots)
     return summary

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,8 @@ ATTACKER_METRIC = "reshuffle-attacker"  # only in replies of nodes whose own nod
 FORBIDDEN_CONFIG = ("attack", "score", "score-detection", "malicious", "attack-options")
 
 # Run-config keys that are not SimConfig settings.
-FLOWER_KEYS = {"out-dir", "phase-timeout", "train-timeout", "round-timeout", "key-dir", "r-max", "resume"}
+FLOWER_KEYS = {"out-dir", "phase-timeout", "train-timeout", "round-timeout", "key-dir", "r-max", "resume",
+               "overwrite"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class FlowerSettings:
     key_dir: str
     r_max: int | None = None  # reservation iterations (RoundParams.R_max); None: the protocol's default
     resume: str = ""  # output folder of an earlier run to continue from its checkpoint; "": a new run
+    overwrite: bool = False  # a new run may replace the run in out_dir
 
 
 def _positive(run_config: dict[str, Any], key: str, default: float) -> float:
@@ -44,9 +47,17 @@ def settings(run_config: dict[str, Any]) -> FlowerSettings:
             "on Flower, only a node's own node_config enables an attack (attack=\"sign-flip\"); "
             "the run config, which the server side chooses, cannot: keep attack = \"none\" and malicious = 0"
         )
-    sim_values = {k: v for k, v in run_config.items() if k not in FLOWER_KEYS}
-    sim_values.setdefault("clients", 2)  # replaced by the number of nodes that answer
-    sim = from_mapping({k: v for k, v in sim_values.items() if v != ""}, source="run config")
+    sim_values = {k: v for k, v in run_config.items() if k not in FLOWER_KEYS and v != ""}
+    if "clients" in sim_values:
+        raise ConfigError("clients is the number of connected nodes on Flower; sample them with fraction "
+                          "or clients-per-round")
+    # A stand-in for the nodes that connect: the fewest for which the sampling settings give a round of 2.
+    per_round, frac = sim_values.get("clients-per-round"), sim_values.get("fraction", 1.0)
+    stand_in = per_round if isinstance(per_round, int) and per_round > 2 else 2
+    if isinstance(frac, (int, float)) and not isinstance(frac, bool) and 0 < frac < 1:
+        stand_in = max(stand_in, math.ceil(2 / frac))
+    sim_values["clients"] = stand_in
+    sim = from_mapping(sim_values, source="run config")
     if sim.shuffle != "real":
         raise ConfigError("the Flower apps always run the real protocol; set shuffle = \"real\"")
     r_max = run_config.get("r-max", "")
@@ -58,8 +69,15 @@ def settings(run_config: dict[str, Any]) -> FlowerSettings:
     return FlowerSettings(
         sim, str(run_config.get("out-dir", "")), phase, train,
         _positive(run_config, "round-timeout", train + 30 * phase), str(run_config.get("key-dir", "")),
-        None if r_max == "" else r_max, str(run_config.get("resume", "")),
+        None if r_max == "" else r_max, str(run_config.get("resume", "")), _flag(run_config, "overwrite"),
     )
+
+
+def _flag(run_config: dict[str, Any], key: str) -> bool:
+    v = run_config.get(key, False)
+    if not isinstance(v, bool):
+        raise ConfigError(f"{key} must be true or false, got {v!r}")
+    return v
 
 
 def resume_identity(s: FlowerSettings) -> dict[str, Any]:

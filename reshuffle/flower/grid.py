@@ -386,6 +386,22 @@ class ReshuffleGrid(Grid):
     def get_nodes(self):
         return self._grid.get_nodes()
 
+    # --- round numbers --------------------------------------------------------------
+    @property
+    def next_round(self) -> int:
+        """The round number the next train round will carry (1, 2, ... unless :meth:`skip_to` moved it)."""
+        return self._T + 1
+
+    def skip_to(self, T: int) -> None:
+        """Number the next train round T, above every round number this grid used.
+
+        A resumed ServerApp starts its grid above the last round it started before it stopped:
+        nodes take part in each round number once, and a round is never run twice.
+        """
+        if not isinstance(T, int) or isinstance(T, bool) or T < self.next_round:
+            raise ConfigError(f"skip_to({T!r}): round numbers only go up; the next round is {self.next_round}")
+        self._T = T - 1
+
     # --- keys and reports -----------------------------------------------------------
     @property
     def train_timeout(self) -> float:

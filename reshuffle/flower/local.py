@@ -1,12 +1,16 @@
 """Running ``flwr`` from this venv on one machine: free ports, the environment, leftover SuperLinks.
 
-Shared by the Flower tests and ``experiments/flower_groups.py``; users go through
-``make flower`` or their own ``flwr run``.
+Shared by the Flower tests, ``experiments/flower_groups.py`` and ``make flower``
+(``python -m reshuffle.flower.local flwr run ...`` runs a ``flwr`` command with its
+output cleaned: no colour codes off a terminal, none of Flower's notes that
+contradict the federation size it reports); users go through ``make flower`` or
+their own ``flwr run``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -53,3 +57,43 @@ def stop_processes_of(home: Path, sig: int = signal.SIGKILL) -> None:
                 os.kill(int(pid), sig)
             except ProcessLookupError:
                 pass
+
+
+# --- `make flower`: Flower's output without its noise ---------------------------------------------
+#: Lines Flower's local simulation prints whatever the federation's size (they would contradict the
+#: size it reports next) and its hint on how to change that size.
+FLOWER_NOISE = ("Since flwr 1.32, default simulated SuperNodes changed from 10 to 2.",
+                "To change federation size, use the following command:",
+                "flwr federation simulation-config ")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def clean(line: str, colour: bool) -> str | None:
+    """``line`` as ``make flower`` shows it: None for Flower's noise, colour codes stripped unless ``colour``."""
+    plain = _ANSI.sub("", line)
+    if any(n in plain for n in FLOWER_NOISE):
+        return None
+    return line if colour else plain
+
+
+def run_filtered(cmd: list[str]) -> int:
+    """Run ``cmd`` (a ``flwr`` command) with its output passed through :func:`clean`; its exit status."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               # Ray warns about a default it will change; it does not apply here (no GPUs).
+               RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="0")
+    colour = sys.stdout.isatty()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            errors="replace")
+    try:
+        for line in proc.stdout:
+            out = clean(line, colour)
+            if out is not None:
+                sys.stdout.write(out)
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+    return proc.wait()
+
+
+if __name__ == "__main__":  # python -m reshuffle.flower.local flwr run . --stream ...
+    sys.exit(run_filtered(sys.argv[1:]))

@@ -3,7 +3,9 @@
 ``ClientApp(mods=[reshuffle_mod])``. Train messages carry the reserved record
 (:mod:`reshuffle.flower.reserved`); the mod handles them by stage:
 
-- ``claim``: the round opens before anyone trains. The node starts a fresh
+- ``claim``: the round opens before anyone trains. A node claims each round number
+  once: a claim for a round at or below the last one it claimed is refused, so the
+  PS cannot run a round twice and difference the sums. The node starts a fresh
   :class:`~reshuffle.protocol.session.SessionState` without a model, kept in
   ``context.state``, bound to the H(W_g^T) the record announces, and answers only
   with its participant id, certificate and a signed claim.
@@ -35,7 +37,7 @@ from reshuffle.crypto.domain import label
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, ReShuffleError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_SIMULATION, claim, node_identity, node_mode
-from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN, STATE
+from reshuffle.flower.reserved import LEDGER, RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN, STATE
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.session import SessionState
 
@@ -44,6 +46,11 @@ HASH_BYTES = 32
 
 def _claim(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
     T = reserved.uint(rec, "T")
+    last = _last_round(ctx)
+    if last is not None and T <= last:
+        # Running a round twice would let the PS difference the two sums, or see which row a node's
+        # absence removes: a node takes part in each round number once (docs/protocol.md §10).
+        raise Refused(f"claim for round {T}: this node took part in round {last} already; a round runs once")
     reserved.uint(rec, "words", reserved.MAX_WORDS)
     mode = reserved.field(rec, "keys", str)
     global_hash = reserved.field(rec, "hash", bytes)
@@ -55,9 +62,20 @@ def _claim(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
     state = SessionState.new(ident.pid, T, None, ident.key, ident.cert, ident.ca.verify_key,
                              global_hash, words=True)  # type: ignore[arg-type]
     _store(ctx, state)
+    ctx.state[LEDGER] = ConfigRecord({"last-round": T})
     proof = claim(ident, ctx.run_id, T, msg.metadata.dst_node_id)
     return Message(RecordDict({RECORD: ConfigRecord({"pid": ident.pid, "cert": ident.cert.encode(),
                                                      "claim": proof})}), reply_to=msg)
+
+
+def _last_round(ctx: Context) -> int | None:
+    """The last round this node claimed in this run (kept in its Context, beside the session)."""
+    if LEDGER not in ctx.state:
+        return None
+    v = ctx.state[LEDGER].get("last-round")  # type: ignore[union-attr]
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise DecodeError(f"this node's round ledger is corrupt: last round {v!r}")
+    return v
 
 
 def _load(ctx: Context, T: int, stage: str) -> SessionState:

@@ -48,15 +48,13 @@ class AnswersTwice(Participant):
 
     def handle(self, data: bytes) -> list[bytes]:
         if self.phase is PPhase.DONE:
-            m = msg.decode(data, self._ctx)
+            m = msg.decode(data, self.ctx)
             if isinstance(m, msg.UnmaskRequest):
-                saved = self._mask_set  # forget the request: the next one is judged afresh
+                # Each request is judged afresh against the state after the certified reveal.
                 try:
-                    return [self._reveal(m.m, m.online).encode(self._sk)]
+                    return [self._reveal(self.state, m.m, m.online)[1].encode(self._sk)]
                 except ProtocolError:
                     return []
-                finally:
-                    self._mask_set = saved
         return super().handle(data)
 
 
@@ -76,7 +74,7 @@ class CuriousPS:
         for sender, data in self.transcript:
             m = msg.decode(data, ctx)
             if isinstance(m, msg.MaskedInput) and m.m == p.upload_m:
-                out[sender] = np.frombuffer(m.words, dtype=p.codec.dtype).copy()
+                out[sender] = (np.frombuffer(m.words, dtype=p.codec.dtype).copy(), bytes(m.h))
         return out
 
     def _ask_dropped(self, i: int) -> int | None:
@@ -102,22 +100,23 @@ class CuriousPS:
         p, m, g = s.params, s.params.upload_m, s.group
         uploads = self._uploads()
         slot = settled_slots(s.counts)[position]
-        token = np.frombuffer(s._ot.tokens[slot], dtype=p.codec.dtype)
+        token = np.frombuffer(s.tokens()[slot], dtype=p.codec.dtype)
         mask_set = s.online[m - 1] if m - 1 in s.online else s.online[m]
-        keys = {j: s._adverts[j].mask_keys[m - 1] for j in mask_set}
+        keys = {j: s.adverts[j].mask_keys[m - 1] for j in mask_set}
         for i in candidates:
             # Only the challenge row matters: strip i's self mask and every pairwise mask it can key.
-            row = uploads[i].reshape(-1, p.row_words)[position].copy()
-            streams = [(self_key(g, s.T, m, i, s._recover(i, ShareKind.SELF_SEED), s._h, position), -1)]
+            words, h = uploads[i]
+            row = words.reshape(-1, p.row_words)[position].copy()
+            streams = [(self_key(g, s.T, m, i, s.seeds[m][i], h, position), -1)]
             x_i = self._ask_dropped(i)
             for j in mask_set:
                 if j == i:
                     continue
                 if x_i is not None:
-                    streams.append((pair_key(s.T, m, i, j, x_i, keys[j], s._h, position), -pair_sign(i, j)))
+                    streams.append((pair_key(s.T, m, i, j, x_i, keys[j], h, position), -pair_sign(i, j)))
                 elif j in self.colluders:
-                    x_j = self.colluders[j]._keys.mask[m - 1].secret
-                    streams.append((pair_key(s.T, m, j, i, x_j, keys[i], s._h, position), -pair_sign(i, j)))
+                    x_j = self.colluders[j].state.session.keys.mask[m - 1].secret
+                    streams.append((pair_key(s.T, m, j, i, x_j, keys[i], h, position), -pair_sign(i, j)))
             accumulate_streams(row, streams)
             off = p.d + credential.pad_bytes(p.d * row.itemsize) // row.itemsize
             if np.array_equal(row[off : off + token.size], token):

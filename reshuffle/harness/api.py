@@ -71,6 +71,13 @@ def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed", b: int
     return ups
 
 
+class _Colluder:
+    """A PS behaviour's colluding participant, as the participant side of the harness sees it."""
+
+    def __init__(self, ps) -> None:
+        self.make = ps.make_participant
+
+
 def _split_adversaries(adversaries, N: int):
     """{pid: participant behaviour} and the PS behaviour (or None), checked."""
     per_pid, ps = {}, None
@@ -80,6 +87,11 @@ def _split_adversaries(adversaries, N: int):
             if ps is not None:
                 raise ConfigError(f"two PS behaviours: {ps!r} and {b!r}")
             ps = b
+            # A PS with colluding participants builds them itself (they share its secrets).
+            for pid in getattr(b, "colluders", ()):
+                if not 0 <= pid < N or pid in per_pid:
+                    raise ConfigError(f"{b!r} colludes with participant {pid}, not a free id of 0..{N - 1}")
+                per_pid[pid] = _Colluder(b)
         elif role == "participant":
             for pid in b.pids:
                 if not 0 <= pid < N:
@@ -115,37 +127,57 @@ def build_round(
     every group) and each participant a :class:`GroupedParticipant` around the
     participant it would otherwise be; they share one :class:`CheckCache`.
     """
-    rng = SeededRandom(seed, b"shuffle") if seed is not None else OS_RANDOM
+    ident = identities(len(updates), seed)
     participant_cls = participant_cls or Participant
     hostile, ps_behaviour = _split_adversaries(adversaries, len(updates))
     cache = CheckCache() if group_size is not None else None
-
-    def key() -> SigningKey:
-        return SigningKey.from_seed(rng.bytes(32))
-
-    ca = CertificateAuthority.from_seed(rng.bytes(32))
-    ps_key = key()
-    ps_cert = ca.issue(SERVER_ID, ps_key.verify_key, ROLE_SERVER)
     gh = global_model_hash(global_model)
     # A PS behaviour may hand some participants another global model (what they receive is its choice).
     gh_for = getattr(ps_behaviour, "global_hash_for", lambda pid, h: h)
-    participants, roster = {}, {}
+    participants = {}
+    ca = CertificateAuthority.verifier(ident.ca.verify_key)
     for i, u in enumerate(updates):  # None: the participant trains while the offline steps run
-        sk = key()
-        roster[i] = ca.issue(i, sk.verify_key)
-        prng = SeededRandom(rng.bytes(32), b"participant") if seed is not None else None
         make = hostile[i].make if i in hostile else participant_cls
-        args = (i, T, u, sk, roster[i], CertificateAuthority.verifier(ca.verify_key), gh_for(i, gh), prng)
+        args = (i, T, u, ident.keys[i], ident.roster[i], ca, gh_for(i, gh), ident.participant_rng[i])
         participants[i] = make(*args) if group_size is None else GroupedParticipant(
             *args, make=make, cache=cache)
-    srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
     if group_size is None:
-        server = make_server(p, T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, srng)
+        server = make_server(p, T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, ident.server_rng)
     else:
-        server = GroupedServer(T, roster, ps_key, ps_cert, CertificateAuthority.verifier(ca.verify_key), gh, p.d,
-                               group_size, dict(overrides or {}), srng, make_server, group_collusion)
+        server = GroupedServer(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, p.d,
+                               group_size, dict(overrides or {}), ident.server_rng, make_server, group_collusion)
     return server, participants
+
+
+@dataclass(frozen=True)
+class Identities:
+    """A fresh CA, the PS's certified key, each participant's certified key, and their randomness."""
+
+    ca: CertificateAuthority
+    ps_key: SigningKey
+    ps_cert: object
+    keys: tuple[SigningKey, ...]
+    roster: dict
+    participant_rng: tuple
+    server_rng: object
+
+
+def identities(N: int, seed: int | None = None) -> Identities:
+    """Keys and certificates for a round of N participants (reproducible with ``seed``: a cryptographic
+    PRG is seeded, never numpy's; without it everything comes from OS randomness)."""
+    rng = SeededRandom(seed, b"shuffle") if seed is not None else OS_RANDOM
+    ca = CertificateAuthority.from_seed(rng.bytes(32))
+    ps_key = SigningKey.from_seed(rng.bytes(32))
+    ps_cert = ca.issue(SERVER_ID, ps_key.verify_key, ROLE_SERVER)
+    keys, roster, prngs = [], {}, []
+    for i in range(N):
+        sk = SigningKey.from_seed(rng.bytes(32))
+        keys.append(sk)
+        roster[i] = ca.issue(i, sk.verify_key)
+        prngs.append(SeededRandom(rng.bytes(32), b"participant") if seed is not None else None)
+    srng = SeededRandom(rng.bytes(32), b"server") if seed is not None else None
+    return Identities(ca, ps_key, ps_cert, tuple(keys), roster, tuple(prngs), srng)
 
 
 ASSIGN = "assign"  # the group assignment's entry in ShuffleResult.stats

@@ -62,7 +62,7 @@ from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant, ParticipantView
 from reshuffle.protocol.phases import PHASES
 from reshuffle.harness.runner import Envelope, InProcessRunner, Interceptor
-from reshuffle.protocol.server import RoundOutput, Server
+from reshuffle.protocol.server import Server
 from reshuffle.wire import Parser, Writer
 
 BATCH, ACK, SLOT, VIEWS, STOP, REPLY, GROW, DONE, VIEWDATA, FAILED, MODELS = range(1, 12)
@@ -108,7 +108,7 @@ def encode_view(pid: int, v: ParticipantView) -> bytes:
     w = Writer().u32(pid)
     _opt(w, v.slot)
     _opt(w, v.position)
-    w.u32_list(sorted(v.uploaded)).u64(v.clipped).u32(len(v.errors))
+    w.u32_list(sorted(v.uploaded)).u64(v.clipped).var(v.model_digest or b"").u32(len(v.errors))
     for e in v.errors:
         w.var(type(e).__name__.encode()).var(str(e).encode())
     w.u32(len(v.revealed))
@@ -132,6 +132,7 @@ def decode_view(p: Parser, max_items: int) -> tuple[int, ParticipantView]:
     v = ParticipantView(slot=_read_opt(p, "slot"), position=_read_opt(p, "position"))
     v.uploaded = set(p.u32_list("uploaded", max_items))
     v.clipped = p.u64("clipped")
+    v.model_digest = p.var("model digest", 32) or None
     n_err = p.u32("errors")
     if n_err > max_items:
         raise DecodeError(f"view of {pid} lists {n_err} errors")

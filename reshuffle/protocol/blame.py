@@ -190,15 +190,21 @@ class BlameResult:
 
 
 class BlameCollector:
-    """The PS side of the blame step for one round (driven by :class:`~reshuffle.protocol.server.Server`)."""
+    """The PS side of the blame step for one round: the upload's decoy rows as they arrive, then the
+    openings and disputes once the upload is unmasked (:meth:`begin`)."""
 
-    def __init__(self, server, positions: list[int]) -> None:
-        self.s = server
+    def __init__(self, group: Group, params, T: int, m: int, positions: list[int], adverts: dict) -> None:
+        self.g, self.p, self.T, self.m = group, params, T, m
         self.positions = list(positions)
+        self.adverts = adverts
         self.uploads: dict[int, tuple] = {}
         self.openings: dict[int, tuple[msg.Opening, bytes]] = {}
         self.proved: dict[tuple[int, int], tuple[Element, bytes]] = {}
         self._disputed: set[tuple[int, int]] = set()
+        self.online: tuple[int, ...] = ()
+        self.mask_set: tuple[int, ...] = ()
+        self.seeds: dict[int, int] = {}
+        self.lw: np.ndarray | None = None
 
     def keep_upload(self, sender: int, mi: msg.MaskedInput, rows: np.ndarray) -> None:
         """Keep a member's decoy rows and what its signature covers (the rest is only summed)."""
@@ -209,14 +215,17 @@ class BlameCollector:
         """A nonzero row that failed its checks (decoy rows included) starts blame, if there are decoys."""
         return bool(self.positions) and any(reason != "empty" for reason in failed.values())
 
+    def begin(self, online, mask_set, seeds: dict[int, int], lw: np.ndarray) -> None:
+        """The upload is unmasked: U_M, its mask set U_{M-1}, the self seeds of U_M and the model list."""
+        self.online, self.mask_set, self.seeds, self.lw = tuple(online), tuple(mask_set), dict(seeds), lw
+
     # -- openings ---------------------------------------------------------
     def on_opening(self, sender: int, op: msg.Opening) -> None:
-        s = self.s
-        if sender not in s.online[s.m] or sender not in self.uploads:
-            raise DecodeError(f"opening from {sender}, whose upload is not in U_{s.m}")
+        if sender not in self.online or sender not in self.uploads:
+            raise DecodeError(f"opening from {sender}, whose upload is not in U_{self.m}")
         if sender in self.openings:
             raise AlreadyAnswered(f"second opening from {sender}")
-        partners = set(s._mask_set) - {sender}
+        partners = set(self.mask_set) - {sender}
         if [pos for pos, _ in op.rows] != self.positions:
             raise Refused(f"opening of {sender} covers positions {[p for p, _ in op.rows]}, asked {self.positions}")
         for pos, keys in op.rows:
@@ -235,52 +244,49 @@ class BlameCollector:
             for j in ids[a_idx + 1 :]:
                 if any(self._claims(i, pos).get(j) != self._claims(j, pos).get(i) for pos in self.positions):
                     self._disputed.add((i, j))
-                    out.append((i, msg.Dispute(self.s.T, self.s.m, SERVER_ID, j, self.openings[j][1])))
-                    out.append((j, msg.Dispute(self.s.T, self.s.m, SERVER_ID, i, self.openings[i][1])))
+                    out.append((i, msg.Dispute(self.T, self.m, SERVER_ID, j, self.openings[j][1])))
+                    out.append((j, msg.Dispute(self.T, self.m, SERVER_ID, i, self.openings[i][1])))
         return out
 
     def on_dispute_answer(self, sender: int, a: msg.DisputeAnswer) -> None:
-        s, g = self.s, self.s.group
+        g = self.g
         pair = (min(sender, a.partner), max(sender, a.partner))
         if pair not in self._disputed:
             raise Refused(f"dispute answer of {sender} about {a.partner}, which is not disputed")
-        m = s.params.upload_m
-        X_s, X_p = s._adverts[sender].mask_keys[m - 1], s._adverts[a.partner].mask_keys[m - 1]
+        X_s, X_p = self.adverts[sender].mask_keys[self.m - 1], self.adverts[a.partner].mask_keys[self.m - 1]
         voprf.verify_dleq(g.generator(), X_s, [X_p], [a.secret], voprf.Proof.decode(g, a.proof),
-                          dispute_context(s.T, sender, a.partner))
+                          dispute_context(self.T, sender, a.partner))
         self.proved[pair] = (a.secret, a.proof)
 
     # -- verdict ----------------------------------------------------------
     def result(self) -> BlameResult:
-        s, g = self.s, self.s.group
-        m = s.params.upload_m
-        seeds = s._seeds[m]
+        g, m, T, seeds = self.g, self.m, self.T, self.seeds
         evidence: dict[int, Evidence] = {}
-        explained = {pos: np.zeros(s.params.row_words, dtype=s._acc.dtype) for pos in self.positions}
+        explained = {pos: np.zeros(self.p.row_words, dtype=self.lw.dtype) for pos in self.positions}
         for (i, j), (K, proof) in sorted(self.proved.items()):
             for pos in self.positions:
                 h = self.uploads[i][3]
-                true = pair_row_key(K.to_bytes(), s.T, m, i, j, h, pos)
+                true = pair_row_key(K.to_bytes(), T, m, i, j, h, pos)
                 for liar, partner in ((i, j), (j, i)):
                     if self._claims(liar, pos).get(partner) != true and liar not in evidence:
                         evidence[liar] = Evidence(
-                            KIND_FALSE_OPENING, liar, pos, msg.relay_bytes(s._adverts[liar]),
+                            KIND_FALSE_OPENING, liar, pos, msg.relay_bytes(self.adverts[liar]),
                             self.openings[liar][1], upload_h=h, partner=partner,
-                            partner_advert=msg.relay_bytes(s._adverts[partner]), secret=K.to_bytes(), proof=proof,
+                            partner_advert=msg.relay_bytes(self.adverts[partner]), secret=K.to_bytes(), proof=proof,
                         )
         for i, (op, op_bytes) in sorted(self.openings.items()):
             rows, hashes, sig, h, hdr = self.uploads[i]
             for pos in self.positions:
                 if pos not in rows:
                     continue
-                plain = plaintext_at(g, s.T, m, h, i, seeds[i], rows[pos], self._claims(i, pos), pos)
+                plain = plaintext_at(g, T, m, h, i, seeds[i], rows[pos], self._claims(i, pos), pos)
                 explained[pos] += plain
                 if plain.any() and i not in evidence:
                     evidence[i] = Evidence(
-                        KIND_NONZERO, i, pos, msg.relay_bytes(s._adverts[i]), op_bytes, hdr, h, hashes,
+                        KIND_NONZERO, i, pos, msg.relay_bytes(self.adverts[i]), op_bytes, hdr, h, hashes,
                         rows[pos].tobytes(), sig, seeds[i],
                     )
-        lw = s._acc.reshape(-1, s.params.row_words)
+        lw = self.lw.reshape(-1, self.p.row_words)
         unexplained = any(not np.array_equal(explained.get(pos), lw[pos]) for pos in self.positions)
-        silent = sorted(set(s.online[m]) - set(self.openings))
+        silent = sorted(set(self.online) - set(self.openings))
         return BlameResult(evidence, silent if unexplained else [])

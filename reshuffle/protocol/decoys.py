@@ -41,24 +41,21 @@ class Decoys:
 
     def __init__(self, seed: bytes, T: int, n: int, k: int, d: int) -> None:
         self.seed, self.T, self.d = seed, T, d
-        self._res = []
-        for j in range(d):
-            rng = SeededRandom(seed, label("decoy/participant", T, j))
-            self._res.append(Reservation(sample_distinct(n, k, rng), rng))
+        self._rngs = [SeededRandom(seed, label("decoy/participant", T, j)) for j in range(d)]
+        self._res = [Reservation.start(sample_distinct(n, k, rng)) for rng in self._rngs]
         self.n = n
 
     def picks(self) -> np.ndarray:
         """This iteration's decoy count vector (each decoy one-hot or zero)."""
         v = np.zeros(self.n, dtype=np.uint32)
+        self._res = [r.choose(rng) for r, rng in zip(self._res, self._rngs)]
         for r in self._res:
-            pick = r.choose()
-            if pick is not None:
-                v[pick] += 1
+            if r.pick is not None:
+                v[r.pick] += 1
         return v
 
     def observe(self, counts) -> None:
-        for r in self._res:
-            r.observe(counts)
+        self._res = [r.observe(counts) for r in self._res]
 
     @property
     def slots(self) -> set[int]:

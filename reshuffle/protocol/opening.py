@@ -16,8 +16,9 @@ names the objector. Each name comes with a :class:`CountEvidence` that a third
 party checks with :func:`verify_count_evidence` from the roster's keys alone:
 everything in it is signed by the culprit or fixed by a hash it signed. Members
 that do not reveal are dropped, never named. The slot phase then restarts
-without them (new OT table and β, new decoys; the credential stays), so the picks
-the opening exposed say nothing about the slots of the upload.
+without them (new OT table and β, new decoys; the credential stays), so no member that sent
+its model list takes part: an opening comes before the upload of its slot phase or ends
+the round, so the picks it exposes are never the slots of an upload.
 """
 
 from __future__ import annotations
@@ -161,8 +162,7 @@ def verify_count_evidence(ev: CountEvidence, keys, params) -> np.ndarray:
     msg.verify(obj, keys[ev.pid])
     if len(ev.counts) != params.n:
         raise Refused(f"count evidence holds {len(ev.counts)} counts, the round has n={params.n}")
-    tx = Transcript(vec.T)
-    tx.h = vec.h
+    tx = Transcript.at(vec.h)
     tx.absorb_certified(ev.r, ev.certified)
     if tx.absorb_counts(obj.m, ev.counts) != obj.h:
         raise Refused("the counts in the evidence are not the ones the objector was shown")

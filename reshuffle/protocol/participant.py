@@ -1,4 +1,4 @@
-"""Participant state machine (docs/protocol.md §5–§7).
+"""Participant state machine (docs/protocol.md §5–§9).
 
 A :class:`Participant` sees only bytes from the PS and answers with bytes. Every
 incoming message is fully parsed, its PS signature checked and its content
@@ -7,6 +7,17 @@ with a typed :class:`Refusal` and abort the round (the PS is the only sender, so
 a bad message means a bad PS or a bad network, and the safe move is to stop
 revealing anything). Every reply is signed with the participant's key.
 
+Everything the participant knows about the round between two messages is one
+value, :class:`ParticipantState`: its phase (:class:`~reshuffle.protocol.phases.PPhase`)
+and one frozen record per mechanism, each created by the transition that needs it
+(:class:`Session` at ROUND_START, :class:`Peers` with the advertisements,
+:class:`SlotPhase` per slot phase, :class:`Invocations` for the MaskedSums). Each
+handler of :data:`~reshuffle.protocol.phases.PARTICIPANT_TABLE` takes the state and
+the message and returns the next state with its replies; a refused message leaves
+nothing of what it started. The explorer of PS schedules
+(:mod:`reshuffle.adversaries.explorer`) branches a participant by copying it
+(:meth:`Participant.fork`).
+
 The rooms it uses: :mod:`~reshuffle.protocol.transcript` (h_m, consent and
 certificate), :mod:`~reshuffle.protocol.credential` (row credential and tag),
 :mod:`~reshuffle.crypto.voprf` (proofs of the OT answers and the credential).
@@ -14,15 +25,18 @@ certificate), :mod:`~reshuffle.protocol.credential` (row credential and tag),
 
 from __future__ import annotations
 
+import copy
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 import numpy as np
 
 from reshuffle.crypto import voprf
 from reshuffle.crypto.channel import Channel, DHKeyPair
 from reshuffle.crypto.domain import label
-from reshuffle.crypto.ot import OTReceiver, OTResponse, OTTable
+from reshuffle.crypto.group import Element
+from reshuffle.crypto.ot import OTReceiver, OTRequest, OTResponse, OTTable
 from reshuffle.crypto.rand import RandomSource, as_source
 from reshuffle.crypto.shamir import Shamir, Share
 from reshuffle.crypto.signatures import (
@@ -31,6 +45,7 @@ from reshuffle.crypto.signatures import (
     Certificate,
     CertificateAuthority,
     SigningKey,
+    VerifyKey,
 )
 from reshuffle.errors import (
     ConfigError,
@@ -40,8 +55,8 @@ from reshuffle.errors import (
     Refused,
     UnexpectedMessage,
 )
-from reshuffle.protocol import messages as msg
 from reshuffle.protocol import credential
+from reshuffle.protocol import messages as msg
 from reshuffle.protocol import opening
 from reshuffle.protocol.blame import audit_iteration, dispute_context
 from reshuffle.protocol.complaints import Dealer, check_shares, own_combined, secret_index
@@ -67,11 +82,112 @@ def ot_proof_context(T: int) -> bytes:
     return label("ot/answer-proof", T)
 
 
-@dataclass
-class _RoundKeys:
+@dataclass(frozen=True)
+class RoundKeys:
+    """This round's secrets: the channel key pair, and per invocation m = 1..M the masking key pair
+    x_{i,m} (index m − 1) and the self-mask seed b_{i,m}."""
+
     enc: DHKeyPair
-    mask: list[DHKeyPair]  # x_{i,m}, m = 1..M (index m-1)
-    seeds: list[int]  # b_{i,m}
+    mask: tuple[DHKeyPair, ...]
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Session:
+    """What ROUND_START fixed (§5.0): the parameters, the roster, the PS's keys, this round's secrets."""
+
+    params: RoundParams
+    ctx: Context
+    roster: Mapping[int, Certificate]
+    server_vk: VerifyKey
+    cred_key: Element
+    keys: RoundKeys
+
+
+@dataclass(frozen=True)
+class Dealing:
+    """The dealer's side of setup (§6.4), dropped when setup ends: the polynomials, the own signed
+    advertisement, and once the advertisers are known the share values dealt to each."""
+
+    polys: tuple[tuple[int, ...], ...]
+    advert: msg.Advertise
+    dealt: Mapping[int, tuple[int, ...]] | None = None
+    own_payload: bytes = b""
+
+
+@dataclass(frozen=True)
+class Peers:
+    """The advertisers (§5.1): their signed advertisements and the channels to them."""
+
+    adverts: Mapping[int, msg.Advertise]
+    channels: Mapping[int, Channel]
+
+
+@dataclass(frozen=True)
+class CredentialRequest:
+    """The row credential (§7.2): the nonce r, the blind and blinded input, and once unblinded the credential."""
+
+    r: bytes
+    blind: int
+    blinded: Element
+    value: credential.Credential | None = None
+
+
+@dataclass(frozen=True)
+class SlotPhase:
+    """One slot phase (§5.2–5.3, §8.2): its OT table and request, the tokens obtained, the reservation
+    and the counts published so far. A restart begins another at invocation ``start``."""
+
+    start: int
+    table: OTTable
+    decoy_commit: bytes
+    ot: OTReceiver
+    request: OTRequest
+    tokens: Mapping[int, bytes] | None = None
+    reservation: Reservation | None = None
+    counts: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class Invocations:
+    """The MaskedSums (§6): the current invocation m, h_m of each, the mask set now and per invocation,
+    the one U_m signed per invocation, what was revealed, and the last certified reservation iteration."""
+
+    m: int = 0
+    h: Mapping[int, bytes] = field(default_factory=dict)
+    mask_set: tuple[int, ...] = ()
+    mask_sets: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    consented: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    revealed: Mapping[int, Mapping[int, ShareKind]] = field(default_factory=dict)
+    sent: frozenset[int] = frozenset()  # invocations whose vector it sent (each at most once)
+    last_certified: int = 0
+    abandoned: bool = False  # the first iteration was abandoned after complaints (§5a)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An opening this participant answered (§8.2): the iteration, and where a restart must resume."""
+
+    r: int
+    resume: int
+
+
+@dataclass(frozen=True)
+class ParticipantState:
+    """Everything the participant holds about round T between two messages; each handler returns the next."""
+
+    phase: PPhase
+    h: bytes  # the transcript hash so far (§6.2)
+    session: Session | None = None
+    dealing: Dealing | None = None
+    peers: Peers | None = None
+    held: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # owner -> its 2M share values at our point
+    dealers: Mapping[int, Dealer] | None = None  # (digest, Ĉ) of each dealer, until setup ends
+    cred: CredentialRequest | None = None
+    slots: SlotPhase | None = None
+    inv: Invocations = field(default_factory=Invocations)
+    opened: Opened | None = None
+    opening: msg.Opening | None = None  # its signed opening of the decoy rows (§9), kept for disputes
 
 
 @dataclass
@@ -84,6 +200,10 @@ class ParticipantView:
     errors: list[ProtocolError] = field(default_factory=list)
     clipped: int = 0  # coordinates of its model clipped by the fixed-point codec
     revealed: dict[int, dict[int, "ShareKind"]] = field(default_factory=dict)  # m -> owner -> kind it revealed
+    model_digest: bytes | None = None  # SHA-256 of the model words in its row (to score a linking attacker)
+
+
+Replies = tuple[ParticipantState, list[msg.Message]]
 
 
 class Participant:
@@ -106,6 +226,9 @@ class Participant:
     EncodingError : a float model holds NaN or Inf (checked before anything is masked).
     """
 
+    #: which message each state accepts, and the handler (a subclass may deviate here too)
+    TABLE = PARTICIPANT_TABLE
+
     def __init__(
         self,
         pid: int,
@@ -122,20 +245,35 @@ class Participant:
         self._sk, self._cert, self._ca = signing_key, cert, ca
         self._hash = global_hash
         self._rng = as_source(rng)
-        self.phase = PPhase.AWAIT_START
+        self.state = ParticipantState(PPhase.AWAIT_START, Transcript(T).h)
         self.view = ParticipantView()
-        self._ctx = Context()
-        self.params: RoundParams | None = None
-        self._tx = Transcript(T)
-        self._m = 0  # current MaskedSum invocation
-        self._h: dict[int, bytes] = {}  # m -> h_m
-        self._consented: dict[int, tuple[int, ...]] = {}  # m -> the one U_m signed
-        self._mask_sets: dict[int, list[int]] = {}  # m -> U_{m-1}, the mask set of invocation m
-        self._revealed = self.view.revealed  # m -> owner -> kind revealed
-        self._last_certified = 0  # the last reservation iteration certified (the one an opening may name)
-        self._abandoned = False  # the PS abandoned the first iteration after complaints (§5a)
         if model is not None:
             self.provide_model(model)
+
+    # ------------------------------------------------------------------ #
+    @property
+    def phase(self) -> PPhase:
+        return self.state.phase
+
+    @property
+    def params(self) -> RoundParams | None:
+        return self.state.session.params if self.state.session else None
+
+    @property
+    def ctx(self) -> Context:
+        return self.state.session.ctx if self.state.session else Context()
+
+    def fork(self) -> "Participant":
+        """An independent copy in the same state (the state is a value; the randomness and the diary
+        are copied), for the explorer of PS schedules. Needs a copyable randomness source."""
+        if not hasattr(self._rng, "copy"):
+            raise ConfigError("only a participant with a seeded randomness source can be forked")
+        out = copy.copy(self)
+        out._rng = self._rng.copy()
+        v = self.view
+        out.view = replace(v, uploaded=set(v.uploaded), errors=list(v.errors),
+                           revealed={m: dict(plan) for m, plan in v.revealed.items()})
+        return out
 
     def provide_model(self, model: np.ndarray) -> None:
         """Set W_i^T once training is done; checked now (NaN/Inf, and length and kind once the round's
@@ -159,12 +297,13 @@ class Participant:
     # ------------------------------------------------------------------ #
     def handle(self, data: bytes) -> list[bytes]:
         """Process one message from the PS; return the replies to send back."""
+        s = self.state
         try:
-            m = msg.decode(data, self._ctx)
-            handlers = PARTICIPANT_TABLE[self.phase]
+            m = msg.decode(data, self.ctx)
+            handlers = self.TABLE[s.phase]
             if m.TYPE not in handlers:
                 raise UnexpectedMessage(
-                    f"participant {self.pid} in state '{self.phase.value}' got {m.TYPE.name}; "
+                    f"participant {self.pid} in state '{s.phase.value}' got {m.TYPE.name}; "
                     f"expected {expected_names(handlers)}"
                 )
             if m.sender != SERVER_ID:
@@ -172,15 +311,16 @@ class Participant:
             if m.T != self.T:
                 raise UnexpectedMessage(f"message for round {m.T}, this is round {self.T}")
             if m.TYPE is not MsgType.ROUND_START:
-                msg.verify(m, self._server_vk)
-            return [data for r in getattr(self, handlers[m.TYPE])(m) for data in self._seal(r)]
+                msg.verify(m, s.session.server_vk)
+            self.state, replies = getattr(self, handlers[m.TYPE])(s, m)
+            return [data for r in replies for data in self._seal(r)]
         except ProtocolError as exc:
             self.view.errors.append(exc)
-            prev_phase = self.phase
-            self.phase = PPhase.ABORTED
-            if prev_phase in (PPhase.DONE, PPhase.OPENED, PPhase.ABORTED):
+            self.state = replace(s, phase=PPhase.ABORTED)
+            if s.phase in (PPhase.DONE, PPhase.OPENED, PPhase.ABORTED):
                 return []
-            return [msg.Refusal(self.T, self._m, self.pid, type(exc).__name__, str(exc)).encode(self._sk)]
+            m_ = s.inv.m
+            return [msg.Refusal(self.T, m_, self.pid, type(exc).__name__, str(exc)).encode(self._sk)]
 
     def _seal(self, m: msg.Message) -> list[bytes]:
         """The signed bytes to send for ``m`` (the hook adversaries override)."""
@@ -188,7 +328,7 @@ class Participant:
 
     # ------------------------------------------------------------------ #
     # §5 step 0 → 1: check the signed broadcast, advertise keys.
-    def _on_round_start(self, m: msg.RoundStart) -> list[msg.Message]:
+    def _on_round_start(self, s: ParticipantState, m: msg.RoundStart) -> Replies:
         self._ca.verify(m.server_cert, subject=SERVER_ID, role=ROLE_SERVER)
         msg.verify(m, m.server_cert.key)
         if m.global_hash != self._hash:
@@ -201,434 +341,435 @@ class Participant:
         p = m.params
         if self._model is not None:
             self._check_model(self._model, p, Refused)
-        self.params, self._roster, self._server_vk = p, roster, m.server_cert.key
-        self._cred_key = m.cred_key
-        self._tx.absorb("round-start", m.body())
         g = p.group_obj()
-        self._ctx = Context(g, p)
-        self._keys = _RoundKeys(
+        keys = RoundKeys(
             DHKeyPair.generate(g, self._rng),
-            [DHKeyPair.generate(g, self._rng) for _ in range(p.M)],
-            [g.random_scalar(self._rng) for _ in range(p.M)],
+            tuple(DHKeyPair.generate(g, self._rng) for _ in range(p.M)),
+            tuple(g.random_scalar(self._rng) for _ in range(p.M)),
         )
         # §6.4: one degree t-1 polynomial per secret (b_1, x_1, b_2, x_2, ...), committed before any share.
-        secrets = [v for m_ in range(p.M) for v in (self._keys.seeds[m_], self._keys.mask[m_].secret)]
-        self._polys = [[sec] + [g.random_scalar(self._rng) for _ in range(p.t - 1)] for sec in secrets]
-        commitments = tuple(tuple(g.base_mul(a) for a in poly) for poly in self._polys)
-        adv = msg.Advertise(self.T, 0, self.pid, self._hash, self._keys.enc.public, commitments)
-        self._my_advert = adv
-        self.phase = PPhase.AWAIT_ADVERTS
-        return [adv]
+        secrets = [v for m_ in range(p.M) for v in (keys.seeds[m_], keys.mask[m_].secret)]
+        polys = tuple((sec, *(g.random_scalar(self._rng) for _ in range(p.t - 1))) for sec in secrets)
+        commitments = tuple(tuple(g.base_mul(a) for a in poly) for poly in polys)
+        adv = msg.Advertise(self.T, 0, self.pid, self._hash, keys.enc.public, commitments)
+        session = Session(p, Context(g, p), roster, m.server_cert.key, m.cred_key, keys)
+        h = Transcript.at(s.h).absorb("round-start", m.body())
+        return replace(s, phase=PPhase.AWAIT_ADVERTS, h=h, session=session, dealing=Dealing(polys, adv)), [adv]
 
     # §5 step 1: verify every signed advertisement, share b_{i,m} and x_{i,m}.
-    def _on_advertise_list(self, m: msg.AdvertiseList) -> list[msg.Message]:
-        p, g = self.params, self._ctx.group
+    def _on_advertise_list(self, s: ParticipantState, m: msg.AdvertiseList) -> Replies:
+        ses, deal = s.session, s.dealing
+        p, g = ses.params, ses.ctx.group
         adverts: dict[int, msg.Advertise] = {}
         for raw in m.adverts:
-            a = msg.decode_shared(raw, self._ctx)  # the same relayed bytes reach every member
+            a = msg.decode_shared(raw, ses.ctx)  # the same relayed bytes reach every member
             if not isinstance(a, msg.Advertise):
                 raise DecodeError("advertise list holds a non-ADVERTISE message")
-            if a.sender not in self._roster or a.sender in adverts:
+            if a.sender not in ses.roster or a.sender in adverts:
                 raise Refused(f"advertise list has an unknown or repeated sender {a.sender}")
             if a.T != self.T or a.global_hash != self._hash:
                 raise Refused(f"advertisement of {a.sender} is for another round or model")
-            msg.verify(a, self._roster[a.sender].key)
+            msg.verify(a, ses.roster[a.sender].key)
             adverts[a.sender] = a
-        if adverts.get(self.pid) != self._my_advert:
+        if adverts.get(self.pid) != deal.advert:
             raise Refused("the PS did not relay this participant's own advertisement unchanged")
         if len(adverts) < p.t:
             raise Refused(f"only {len(adverts)} advertisements, threshold t={p.t}")
-        self._tx.absorb("adverts", m.body())
-        self._adverts = adverts
         shamir = Shamir(g.order, p.t)
         peers = sorted(adverts)
         xs = [j + 1 for j in peers]
-        self._dealt: dict[int, list[int]] = {j: [] for j in peers}
-        for poly in self._polys:
+        dealt: dict[int, list[int]] = {j: [] for j in peers}
+        for poly in deal.polys:
             for j, share in zip(peers, shamir.shares_from_coefficients(poly, xs)):
-                self._dealt[j].append(share.y)
-        per_peer = {j: Writer() for j in peers}
-        for j, ys in self._dealt.items():
-            for y in ys:
-                per_peer[j].fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)
-        self._own_shares_payload = per_peer[self.pid].bytes()
-        cts = []
+                dealt[j].append(share.y)
         # Kept for opening the peers' shares at delivery: one DH per peer, not two.
-        self._channels = {j: Channel(self._keys.enc, adverts[j].enc_key, self.pid, j, self.T, self._rng)
-                          for j in peers if j != self.pid}
-        for j, ch in self._channels.items():
-            cts.append((j, ch.seal(SETUP_PHASE_AD, per_peer[j].bytes())))
-        self.phase = PPhase.AWAIT_SHARES
+        channels = {j: Channel(ses.keys.enc, adverts[j].enc_key, self.pid, j, self.T, self._rng)
+                    for j in peers if j != self.pid}
+        deal = replace(deal, dealt={j: tuple(ys) for j, ys in dealt.items()}, own_payload=_share_payload(g, dealt[self.pid]))
+        cts = tuple((j, ch.seal(SETUP_PHASE_AD, _share_payload(g, deal.dealt[j]))) for j, ch in channels.items())
         # Ĉ under weights bound to these ciphertexts (§6.4): the shares are fixed before the weights.
-        digest = msg.ShareBundle(self.T, 0, self.pid, tuple(cts)).digest()
-        return [msg.ShareBundle(self.T, 0, self.pid, tuple(cts), own_combined(self._my_advert, digest, self._polys))]
+        digest = msg.ShareBundle(self.T, 0, self.pid, cts).digest()
+        bundle = msg.ShareBundle(self.T, 0, self.pid, cts, own_combined(deal.advert, digest, deal.polys))
+        h = Transcript.at(s.h).absorb("adverts", m.body())
+        return replace(s, phase=PPhase.AWAIT_SHARES, h=h, dealing=deal, peers=Peers(adverts, channels)), [bundle]
 
-    def _parse_shares(self, owner: int, payload: bytes) -> list[int]:
-        g, p = self._ctx.group, self.params
+    def _parse_shares(self, s: ParticipantState, owner: int, payload: bytes) -> tuple[int, ...]:
+        g, p = s.session.ctx.group, s.session.params
         parser = Parser(payload, f"shares from {owner}")
-        ys = [g.scalar_from_bytes(parser.fixed(g.scalar_size, "share"), f"share from {owner}") for _ in range(2 * p.M)]
+        ys = tuple(g.scalar_from_bytes(parser.fixed(g.scalar_size, "share"), f"share from {owner}")
+                   for _ in range(2 * p.M))
         parser.finish()
         return ys
 
-    def _hold(self, owner: int, ys: list[int]) -> None:
-        # The owner's 2M share values in commitment order (b_1, x_1, b_2, ...): every held share has
-        # x = pid + 1, so a Share is built only when it is revealed.
-        self._held[owner] = tuple(ys)
-
     # §5 steps 1–2: shares addressed to us, U_0, OT table; request tokens and the credential (§7.2).
-    def _on_share_delivery(self, m: msg.ShareDelivery) -> list[msg.Message]:
-        p = self.params
+    def _on_share_delivery(self, s: ParticipantState, m: msg.ShareDelivery) -> Replies:
+        ses, p = s.session, s.session.params
         U0 = set(m.online)
-        if not U0 <= set(self._adverts) or self.pid not in U0 or len(U0) < p.t:
+        if not U0 <= set(s.peers.adverts) or self.pid not in U0 or len(U0) < p.t:
             raise Refused(f"U_0 is not a subset of the advertisers containing {self.pid} with >= t members")
-        table = OTTable.decode(self._ctx.group, m.ot_table, p.n)
+        table = OTTable.decode(ses.ctx.group, m.ot_table, p.n)
         if table.T != self.T:
             raise UnexpectedMessage(f"OT table for round {table.T}")
-        self._tx.absorb("setup", m.common())
-        self._decoy_commit = m.decoy_commit
         info = {d: (digest, comb) for d, digest, comb in m.dealers}
         if set(info) != U0:
             raise Refused("the PS relayed the bundle digests of another set than U_0")
-        self._dealers = {d: Dealer(self._adverts[d], digest, comb) for d, (digest, comb) in info.items()}
-        self._held: dict[int, tuple[int, ...]] = {}
-        self._hold(self.pid, self._parse_shares(self.pid, self._own_shares_payload))
+        dealers = {d: Dealer(s.peers.adverts[d], digest, comb) for d, (digest, comb) in info.items()}
+        # Every held share has x = pid + 1 (owner -> the 2M values in commitment order b_1, x_1, b_2, ...):
+        # a Share is built only when it is revealed.
+        held = {self.pid: self._parse_shares(s, self.pid, s.dealing.own_payload)}
         got = dict(m.ciphertexts)
         complaints = []
-        for s in sorted(U0 - {self.pid}):
+        for d in sorted(U0 - {self.pid}):
             # §6.4: all shares of one dealer checked in one batch; any failure is a complaint.
             try:
-                if s not in got:
-                    raise DecodeError(f"no shares delivered from {s}")
-                ys = self._parse_shares(s, self._channels[s].open(SETUP_PHASE_AD, got[s]))
-                check_shares(self._dealers[s], self.pid + 1, ys)
-                self._hold(s, ys)
+                if d not in got:
+                    raise DecodeError(f"no shares delivered from {d}")
+                ys = self._parse_shares(s, d, s.peers.channels[d].open(SETUP_PHASE_AD, got[d]))
+                check_shares(dealers[d], self.pid + 1, ys)
+                held[d] = ys
             except ProtocolError as exc:
                 self.view.errors.append(exc)
-                complaints.append(s)
-        self._mask_set = sorted(U0)
-        self._ot_table = table
-        self._ot = OTReceiver(self._ctx.group, self.T, p.n, k=p.k, rng=self._rng)
-        self._ot_request = self._ot.request()
-        suite = credential.suite(self._ctx.group)
-        self._cred_r = self._rng.bytes(credential.R_BYTES)
-        self._cred_blind, self._cred_blinded = voprf.blind(
-            suite, credential.cred_input(self.T, self._cred_r), self._rng
-        )
+                complaints.append(d)
+        ot = OTReceiver(ses.ctx.group, self.T, p.n, k=p.k, rng=self._rng)
+        request = ot.request()
+        suite = credential.suite(ses.ctx.group)
+        r = self._rng.bytes(credential.R_BYTES)
+        blind, blinded = voprf.blind(suite, credential.cred_input(self.T, r), self._rng)
+        h = Transcript.at(s.h).absorb("setup", m.common())
         # §5a: the first reservation vector rides on the OT request. It needs the candidate slots,
         # not their tokens, and it is unmasked only after the OT answers' proofs have been checked
         # and t members certified U_1; if a complaint is raised the PS abandons it unrevealed.
-        self._start_reservation()
-        self._phase_start = 1
-        first = self._masked_input(1, self._tx.absorb_counts(1, (), ()))
-        self.phase = PPhase.AWAIT_OT
-        return [msg.OTRequestMsg(self.T, 0, self.pid, self._ot_request.encode(), self._cred_blinded,
-                                 tuple(complaints)), first]
+        slots = SlotPhase(1, table, m.decoy_commit, ot, request, reservation=Reservation.start(ot.choices))
+        h1 = Transcript.at(h).absorb_counts(1, (), ())
+        s = replace(s, h=h1, held=held, dealers=dealers, cred=CredentialRequest(r, blind, blinded), slots=slots,
+                    inv=replace(s.inv, mask_set=tuple(sorted(U0))))
+        s, first = self._masked_input(s, 1, h1)
+        ot_req = msg.OTRequestMsg(self.T, 0, self.pid, request.encode(), blinded, tuple(complaints))
+        return replace(s, phase=PPhase.AWAIT_OT), [ot_req, first]
 
-    # §6.4: a dealer answers complaints by publishing the disputed shares, signed.
-    def _on_complaints(self, m: msg.Complaints) -> list[msg.Message]:
-        bad = (set(m.complainers) - set(self._dealt)) | ({self.pid} & set(m.complainers))
+    # §6.4: a dealer answers complaints by publishing the disputed shares, signed: once, and for at most
+    # t − 1 − c complainers. The PS relays the ciphertexts, so it can make honest recipients complain by
+    # withholding them; with the c shares of its colluders, more published shares would reach t.
+    def _on_complaints(self, s: ParticipantState, m: msg.Complaints) -> Replies:
+        p, dealt = s.session.params, s.dealing.dealt
+        bad = (set(m.complainers) - set(dealt)) | ({self.pid} & set(m.complainers))
         if bad:
             raise Refused(f"complaints from {sorted(bad)}, who hold no shares dealt by this participant")
-        return [msg.ComplaintAnswer(self.T, 0, self.pid, tuple((j, tuple(self._dealt[j])) for j in m.complainers))]
+        if len(set(m.complainers)) > p.t - 1 - p.c:
+            raise Refused(f"{len(set(m.complainers))} complaints: publishing that many shares would give the PS "
+                          f"and c={p.c} colluders t={p.t} of them; at most {p.t - 1 - p.c} are answered")
+        answer = msg.ComplaintAnswer(self.T, 0, self.pid, tuple((j, tuple(dealt[j])) for j in m.complainers))
+        return replace(s, phase=PPhase.ANSWERED), [answer]
 
     # §7.1–7.2: both proofs are checked before U_1 is certified, hence before any vector is unmasked.
-    def _on_ot_response(self, m: msg.OTResponseMsg) -> list[msg.Message]:
-        g = self._ctx.group
+    def _on_ot_response(self, s: ParticipantState, m: msg.OTResponseMsg) -> Replies:
+        ses, g = s.session, s.session.ctx.group
         suite = credential.suite(g)
         (y,) = voprf.finalize(
-            suite, [credential.cred_input(self.T, self._cred_r)], [self._cred_blind], [m.cred_eval],
-            [self._cred_blinded], self._cred_key, voprf.Proof.decode(g, m.cred_proof),
+            suite, [credential.cred_input(self.T, s.cred.r)], [s.cred.blind], [m.cred_eval],
+            [s.cred.blinded], ses.cred_key, voprf.Proof.decode(g, m.cred_proof),
         )
-        self._credential = credential.Credential(self._cred_r, y)
-        self._take_tokens(m.response, m.ot_proof)
+        slots = self._take_tokens(s, s.slots, m.response, m.ot_proof)
+        held = dict(s.held)
         for dealer, raw in m.resolved:
             # The dealer's own signed, public answer to our complaint; checked like a delivery.
-            ans = msg.decode(raw, self._ctx)
-            if not isinstance(ans, msg.ComplaintAnswer) or ans.sender != dealer or dealer not in self._dealers:
+            ans = msg.decode(raw, ses.ctx)
+            if not isinstance(ans, msg.ComplaintAnswer) or ans.sender != dealer or dealer not in s.dealers:
                 raise Refused(f"resolved complaint about {dealer} is not that dealer's answer")
-            msg.verify(ans, self._roster[dealer].key)
+            msg.verify(ans, ses.roster[dealer].key)
             ys = dict(ans.shares).get(self.pid)
             try:
                 if ys is None:
                     raise DecodeError(f"the answer of {dealer} holds no shares for us")
-                check_shares(self._dealers[dealer], self.pid + 1, ys)
-                self._hold(dealer, list(ys))
+                check_shares(s.dealers[dealer], self.pid + 1, ys)
+                held[dealer] = tuple(ys)
             except ProtocolError as exc:
                 self.view.errors.append(exc)
-        self._end_setup()
-        self.phase = PPhase.AWAIT_FIRST
-        return []
+        # Setup is over (§6.4): the polynomials, the shares dealt and every dealer's Ĉ are dropped; kept
+        # are the peers' advertisements (channel keys, g^b and X, for masking, audit and disputes) and
+        # the held share values.
+        return replace(s, phase=PPhase.AWAIT_FIRST, held=held, cred=replace(s.cred, value=credential.Credential(
+            s.cred.r, y)), slots=slots, dealing=None, dealers=None), []
 
     # §5a: after complaints the PS abandons the first iteration (masked before the complaint step
     # could exclude a dealer): nothing of invocation 1 is ever revealed, the slot phase starts at 2.
-    def _on_first_abandoned(self, m: msg.MaskRequest) -> list[msg.Message]:
+    def _on_first_abandoned(self, s: ParticipantState, m: msg.MaskRequest) -> Replies:
         if m.m != 2 or m.counts:
             raise UnexpectedMessage(f"mask request for invocation {m.m} while U_1 is awaited")
-        if self.params.R_max < 2:
+        if s.session.params.R_max < 2:
             raise Refused("the first iteration is abandoned, but R_max=1 leaves no other")
-        self._reservation.withdraw()
-        self._phase_start = 2
-        self._abandoned = True
-        return self._on_mask_request(m)
+        slots = replace(s.slots, start=2, reservation=s.slots.reservation.withdraw())
+        return self._on_mask_request(replace(s, slots=slots, inv=replace(s.inv, abandoned=True)), m)
 
-    def _end_setup(self) -> None:
-        """Setup is over (§6.4): drop what only dealing, checking and complaints needed.
-
-        Kept: the peers' advertisements (their channel keys, g^b and X, for masking, audit
-        and disputes) and the held share values. Dropped: this participant's polynomials,
-        the shares it dealt (complaints are answered before the first masked vector), its
-        own advertisement object and every dealer's Ĉ.
-        """
-        self._polys = self._dealt = self._dealers = self._own_shares_payload = self._my_advert = None
-
-    def _take_tokens(self, response: bytes, proof: bytes) -> None:
+    def _take_tokens(self, s: ParticipantState, slots: SlotPhase, response: bytes, proof: bytes) -> SlotPhase:
         """Verify the OT answers' proof against B (§7.1) and recover the tokens of this participant's choices."""
-        g = self._ctx.group
-        resp = OTResponse.decode(g, response, self.params.k)
-        if len(resp.answers) != len(self._ot_request.blinded):
-            raise DecodeError(f"OT response has {len(resp.answers)} answers for {len(self._ot_request.blinded)} requests")
+        g, p = s.session.ctx.group, s.session.params
+        resp = OTResponse.decode(g, response, p.k)
+        if len(resp.answers) != len(slots.request.blinded):
+            raise DecodeError(f"OT response has {len(resp.answers)} answers for {len(slots.request.blinded)} requests")
         voprf.verify_dleq(
-            g.generator(), self._ot_table.B, self._ot_request.blinded, resp.answers,
+            g.generator(), slots.table.B, slots.request.blinded, resp.answers,
             voprf.Proof.decode(g, proof), ot_proof_context(self.T),
         )
-        self._tokens = self._ot.recover(self._ot_table, resp)
-
-    def _start_reservation(self) -> None:
-        """A slot phase's reservation over this participant's k OT choices (its candidate slots)."""
-        self._reservation = Reservation(self._ot.choices, self._rng)
-        self._counts: list[tuple[int, ...]] = []  # of the current slot phase
+        return replace(slots, tokens=slots.ot.recover(slots.table, resp))
 
     # §6.1 for §5 steps 3–4: reservation vectors, then the model list, masked under h_m.
-    def _on_mask_request(self, m: msg.MaskRequest) -> list[msg.Message]:
-        p = self.params
-        nxt = self._m + 1
+    def _on_mask_request(self, s: ParticipantState, m: msg.MaskRequest) -> Replies:
+        p, inv, slots = s.session.params, s.inv, s.slots
+        nxt = inv.m + 1
         # The upload may follow any iteration whose counts settle every party (checked below).
         if m.m != nxt and not (m.m == p.upload_m and m.counts and nxt <= p.R_max):
             raise UnexpectedMessage(f"mask request for invocation {m.m}, expected {nxt}")
-        if (m.m == self._phase_start) != (len(m.counts) == 0) or (m.counts and len(m.counts) != p.n):
+        if (m.m == slots.start) != (len(m.counts) == 0) or (m.counts and len(m.counts) != p.n):
             raise DecodeError(f"invocation {m.m} carries {len(m.counts)} counts")
+        if m.counts and not slots.start <= inv.m == inv.last_certified:
+            # Counts publish the last certified iteration of this slot phase; there is none yet.
+            raise UnexpectedMessage(f"counts with the request for invocation {m.m}, but no iteration of this slot "
+                                    f"phase (from {slots.start}) is certified")
         if m.m > p.upload_m:
             raise UnexpectedMessage(f"invocation {m.m} beyond the upload ({p.upload_m})")
         # Only the request that replaces an abandoned first iteration names the dealers the complaint step excluded.
-        first = self._abandoned and m.m == 2
-        if m.excluded and (not first or not set(m.excluded) <= set(self._mask_set) or self.pid in m.excluded):
+        first = inv.abandoned and m.m == 2
+        if m.excluded and (not first or not set(m.excluded) <= set(inv.mask_set) or self.pid in m.excluded):
             raise Refused(f"invocation {m.m} excludes {list(m.excluded)} from the mask set")
+        mask_set = inv.mask_set
         if first:
-            self._mask_set = sorted(set(self._mask_set) - set(m.excluded))
-            if len(self._mask_set) < p.t:
-                raise Refused(f"U_0 after the complaint step has {len(self._mask_set)} members, t={p.t}")
-        h = self._tx.absorb_counts(m.m, m.counts, m.excluded)
-        self._h[m.m], self._m = h, m.m
+            mask_set = tuple(sorted(set(mask_set) - set(m.excluded)))
+            if len(mask_set) < p.t:
+                raise Refused(f"U_0 after the complaint step has {len(mask_set)} members, t={p.t}")
+        h = Transcript.at(s.h).absorb_counts(m.m, m.counts, m.excluded)
+        s = replace(s, h=h, inv=replace(inv, m=m.m, h={**inv.h, m.m: h}, mask_set=mask_set))
         if m.counts:
             # §8.2: counts no honest PS publishes stop the round; a lost own pick is objected to.
-            bound = opening.count_bound(len(self._mask_set), p.decoys, len(settled_slots(self._counts)),
-                                        len(self._mask_sets[self._phase_start]) - len(self._mask_set))
-            reason = opening.check_counts(m.counts, bound)
+            settled = len(settled_slots(slots.counts))
+            missing = len(inv.mask_sets[slots.start]) - len(mask_set)
+            reason = opening.check_counts(m.counts, opening.count_bound(len(mask_set), p.decoys, settled, missing))
             if reason is not None:
                 raise Refused(f"published counts of iteration {m.m - 1} fail the count check: {reason}")
-            pick = self._reservation.pick
+            pick = slots.reservation.pick
             if pick is not None and m.counts[pick] == 0:
-                self.phase = PPhase.OBJECTED
-                return [msg.Objection(self.T, m.m, self.pid, pick, h)]
-            self._counts.append(m.counts)
-            self._reservation.observe(m.counts)
+                return replace(s, phase=PPhase.OBJECTED), [msg.Objection(self.T, m.m, self.pid, pick, h)]
+            slots = replace(slots, counts=slots.counts + (tuple(m.counts),),
+                            reservation=slots.reservation.observe(m.counts))
+            s = replace(s, slots=slots)
             # Both sides end the reservation at the same point: as soon as nobody can still pick.
             # Members missing from the phase's first U never submitted in it, so own no settled slot.
-            done = opening.slots_done(len(self._mask_set), p.decoys, len(settled_slots(self._counts)),
-                                      len(self._consented[self._phase_start]) - len(self._mask_set))
+            done = opening.slots_done(len(mask_set), p.decoys, len(settled_slots(slots.counts)),
+                                      len(inv.consented[slots.start]) - len(mask_set))
             if done and m.m <= p.R_max:
                 raise Refused(f"invocation {m.m} is another reservation iteration, but every party has settled: "
                               "the upload comes next")
             if not done and m.m != nxt:
                 raise Refused(f"invocation {m.m} skips iterations {nxt}..{p.R_max} while parties may still pick")
-        self.phase = PPhase.AWAIT_LIST
-        return [self._masked_input(m.m, h)]
+        s, vector = self._masked_input(s, m.m, h)
+        # One model list per round: once it is sent, nothing about this slot phase's picks is revealed.
+        return replace(s, phase=PPhase.UPLOADED if m.m == p.upload_m else PPhase.AWAIT_LIST), [vector]
 
-    def _masked_input(self, m: int, h: bytes) -> msg.MaskedInput:
+    def _masked_input(self, s: ParticipantState, m: int, h: bytes) -> tuple[ParticipantState, msg.MaskedInput]:
         """Invocation m's vector (a reservation vector, or LW for the upload), masked under h_m."""
-        self._h[m], self._m = h, m
-        if m <= self.params.R_max:
-            v, rows = self._reservation_vector(), 1
+        ses, inv = s.session, s.inv
+        self._check_fresh(s, m)
+        s = replace(s, inv=replace(inv, h={**inv.h, m: h}, m=m, mask_sets={**inv.mask_sets, m: inv.mask_set},
+                                   sent=inv.sent | {m}))
+        if m <= ses.params.R_max:
+            s, v, rows = self._reservation_vector(s)
         else:
-            v, rows = self._model_list()
-        self._mask_sets[m] = list(self._mask_set)
-        peers = {j: self._adverts[j].mask_keys[m - 1] for j in self._mask_set}
-        mask_in_place(v, self._ctx.group, self.T, m, self.pid, self._keys.seeds[m - 1],
-                      self._keys.mask[m - 1].secret, peers, h, rows)
+            v, rows = self._model_list(s)
+        peers = {j: s.peers.adverts[j].mask_keys[m - 1] for j in inv.mask_set}
+        mask_in_place(v, ses.ctx.group, self.T, m, self.pid, ses.keys.seeds[m - 1],
+                      ses.keys.mask[m - 1].secret, peers, h, rows)
         self.view.uploaded.add(m)
         v.setflags(write=False)  # the message views v: its words are copied once, into the encoding
-        return msg.MaskedInput(self.T, m, self.pid, h, rows, memoryview(v).cast("B"))
+        return s, msg.MaskedInput(self.T, m, self.pid, h, rows, memoryview(v).cast("B"))
 
-    def _reservation_vector(self) -> np.ndarray:
+    def _check_fresh(self, s: ParticipantState, m: int) -> None:
+        """One key, one plaintext: never a second vector under the keys of one invocation."""
+        if m in s.inv.sent:
+            raise Refused(f"invocation {m}'s vector was sent already: its keys mask one plaintext")
+
+    def _reservation_vector(self, s: ParticipantState) -> tuple[ParticipantState, np.ndarray, int]:
         """One-hot at this iteration's pick, or all zeros (settled, or no free candidate left)."""
-        v = np.zeros(self.params.n, dtype=np.uint32)
-        pick = self._reservation.choose()
-        if pick is not None:
-            v[pick] = 1
-        return v
+        v = np.zeros(s.session.params.n, dtype=np.uint32)
+        res = s.slots.reservation.choose(self._rng)
+        if res.pick is not None:
+            v[res.pick] = 1
+        return replace(s, slots=replace(s.slots, reservation=res)), v, 1
 
-    def _model_list(self) -> tuple[np.ndarray, int]:
+    def _model_list(self, s: ParticipantState) -> tuple[np.ndarray, int]:
         """LW: one row per settled slot; ours holds the credentialed, tagged row (§5 step 4, §7.2)."""
-        p = self.params
-        S = settled_slots(self._counts)
+        p, slots = s.session.params, s.slots
+        S = settled_slots(slots.counts)
         lw = np.zeros((len(S), p.row_words), dtype=p.codec.dtype)
         if self._model is None:
             # Still training when the upload is asked for: this participant drops out of the round.
             raise UnexpectedMessage(f"participant {self.pid} has no model yet: the upload is asked for before "
                                     "training ended")
-        slot = self._reservation.slot
+        slot = slots.reservation.slot
         self.view.slot = slot
         if slot is not None:
             pos = S.index(slot)
             self.view.position = pos
             enc = p.codec.encode(self._model)
             self.view.clipped = enc.clipped
+            self.view.model_digest = hashlib.sha256(enc.words.tobytes()).digest()
             row = credential.build_row(
-                enc.words, self._tokens[slot], self._credential, self._rng.bytes(credential.K_BYTES), self.T, pos
+                enc.words, slots.tokens[slot], s.cred.value, self._rng.bytes(credential.K_BYTES), self.T, pos
             )
             lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
         return lw.reshape(-1), max(len(S), 1)
 
     # §8.2: open a failed iteration (reveal x_{i,r} only), then take part in the restarted slot phase.
-    def _on_open_request(self, m: msg.OpenRequest) -> list[msg.Message]:
-        r = m.m
-        last = self._last_certified
-        if r != last or not self._phase_start <= r <= self.params.R_max or r not in self._revealed:
+    def _on_open_request(self, s: ParticipantState, m: msg.OpenRequest) -> Replies:
+        p, inv, r = s.session.params, s.inv, m.m
+        last = inv.last_certified
+        if r != last or not s.slots.start <= r <= p.R_max or r not in inv.revealed:
             raise Refused(f"asked to open iteration {r}; the last certified iteration of this slot phase is {last}")
-        self._tx.absorb_open(r, m.reason)
-        self._opened, self._resume = r, r + 1  # invocation r+1 is reused: none of its keys was revealed
-        X = {j: self._adverts[j].mask_keys[r - 1] for j in self._mask_sets[r] if j != self.pid}
-        self.phase = PPhase.AWAIT_RESTART
-        return [msg.OpenReveal(self.T, r, self.pid, self._keys.mask[r - 1].secret, tuple(sorted(X.items())))]
+        h = Transcript.at(s.h).absorb_open(r, m.reason)
+        X = {j: s.peers.adverts[j].mask_keys[r - 1] for j in inv.mask_sets[r] if j != self.pid}
+        reveal = msg.OpenReveal(self.T, r, self.pid, s.session.keys.mask[r - 1].secret, tuple(sorted(X.items())))
+        # A restart resumes at the first invocation none of whose keys masked anything: one key, one
+        # plaintext (after an objection, invocation r + 1's vectors were sent already). An objection
+        # to the counts that ended the reservation ends the round: the upload followed them.
+        phase = PPhase.ENDED if inv.m == p.upload_m else PPhase.AWAIT_RESTART
+        return replace(s, phase=phase, h=h, opened=Opened(r, inv.m + 1)), [reveal]
 
-    def _on_restart(self, m: msg.Restart) -> list[msg.Message]:
-        p = self.params
-        if m.m != self._resume or m.opened != self._opened:
-            raise Refused(f"restart at invocation {m.m} after opening {m.opened}; expected {self._resume}, {self._opened}")
+    def _on_restart(self, s: ParticipantState, m: msg.Restart) -> Replies:
+        ses, p, op = s.session, s.session.params, s.opened
+        if m.m != op.resume or m.opened != op.r:
+            raise Refused(f"restart at invocation {m.m} after opening {m.opened}; expected {op.resume}, {op.r}")
         if m.m > p.R_max:
             # No reservation iteration is left: a restart could only re-run the upload invocation.
             raise Refused(f"restart at invocation {m.m} leaves no reservation iteration (R_max={p.R_max})")
-        keys = {j: c.key for j, c in self._roster.items()}
+        keys = {j: c.key for j, c in ses.roster.items()}
+        mask_set = set(s.inv.mask_set)
         named = set()
         for raw in m.evidence:
             ev = opening.CountEvidence.decode(raw)
-            if ev.r != self._opened or ev.pid not in self._mask_set:
+            if ev.r != op.r or ev.pid not in mask_set:
                 raise Refused(f"restart names {ev.pid} for iteration {ev.r}, not a member of the opened one")
             opening.verify_count_evidence(ev, keys, p)
             named.add(ev.pid)
-        if not set(m.silent) <= set(self._mask_set) or self.pid in set(m.silent) | named:
-            raise Refused(f"restart drops {list(m.silent)}: not members of U_{self._opened} other than this one")
-        self._mask_set = sorted(set(self._mask_set) - named - set(m.silent))
-        if len(self._mask_set) < p.t:
-            raise Refused(f"the restarted slot phase has {len(self._mask_set)} members, threshold t={p.t}")
-        table = OTTable.decode(self._ctx.group, m.ot_table, p.n)
+        if not set(m.silent) <= mask_set or self.pid in set(m.silent) | named:
+            raise Refused(f"restart drops {list(m.silent)}: not members of U_{op.r} other than this one")
+        mask_set -= named | set(m.silent)
+        if len(mask_set) < p.t:
+            raise Refused(f"the restarted slot phase has {len(mask_set)} members, threshold t={p.t}")
+        table = OTTable.decode(ses.ctx.group, m.ot_table, p.n)
         if table.T != self.T:
             raise UnexpectedMessage(f"OT table for round {table.T}")
-        self._tx.absorb("restart", m.body())
-        self._ot_table, self._decoy_commit = table, m.decoy_commit
-        self._ot = OTReceiver(self._ctx.group, self.T, p.n, k=p.k, rng=self._rng)
-        self._ot_request = self._ot.request()
-        self._m, self._phase_start = m.m - 1, m.m
-        self.phase = PPhase.AWAIT_SLOTS
-        return [msg.SlotRequest(self.T, m.m, self.pid, self._ot_request.encode())]
+        h = Transcript.at(s.h).absorb("restart", m.body())
+        ot = OTReceiver(ses.ctx.group, self.T, p.n, k=p.k, rng=self._rng)
+        request = ot.request()
+        slots = SlotPhase(m.m, table, m.decoy_commit, ot, request)
+        inv = replace(s.inv, m=m.m - 1, mask_set=tuple(sorted(mask_set)))
+        s = replace(s, phase=PPhase.AWAIT_SLOTS, h=h, slots=slots, inv=inv)
+        return s, [msg.SlotRequest(self.T, m.m, self.pid, request.encode())]
 
-    def _on_slot_response(self, m: msg.SlotResponse) -> list[msg.Message]:
-        if m.m != self._phase_start:
-            raise UnexpectedMessage(f"slot response for invocation {m.m}, the slot phase restarts at {self._phase_start}")
-        self._take_tokens(m.response, m.ot_proof)
-        self._start_reservation()
-        self.phase = PPhase.AWAIT_MASK
-        return []
+    def _on_slot_response(self, s: ParticipantState, m: msg.SlotResponse) -> Replies:
+        if m.m != s.slots.start:
+            raise UnexpectedMessage(f"slot response for invocation {m.m}, the slot phase restarts at {s.slots.start}")
+        slots = self._take_tokens(s, s.slots, m.response, m.ot_proof)
+        slots = replace(slots, reservation=Reservation.start(slots.ot.choices))
+        return replace(s, phase=PPhase.AWAIT_MASK, slots=slots), []
 
     # §6.2–6.3: sign the one statement (T, m, U_m, h_m) of this invocation.
-    def _on_unmask_request(self, m: msg.UnmaskRequest) -> list[msg.Message]:
-        p = self.params
-        if m.m != self._m:
-            raise UnexpectedMessage(f"U_{m.m} announced during invocation {self._m}")
-        Um, prev = set(m.online), set(self._mask_set)
+    def _on_unmask_request(self, s: ParticipantState, m: msg.UnmaskRequest) -> Replies:
+        p, inv = s.session.params, s.inv
+        if m.m != inv.m:
+            raise UnexpectedMessage(f"U_{m.m} announced during invocation {inv.m}")
+        Um, prev = set(m.online), set(inv.mask_set)
         if not Um <= prev:
             raise Refused(f"U_{m.m} is not a subset of U_{m.m - 1}: inconsistent online lists")
         if self.pid not in Um or len(Um) < p.t:
             raise Refused(f"U_{m.m} has {len(Um)} members (t={p.t}) or omits participant {self.pid}")
-        self._consented[m.m] = m.online
-        stmt = msg.consent_statement(self.T, m.m, m.online, self._h[m.m])
-        self.phase = PPhase.AWAIT_CERT
-        return [msg.Consent(self.T, m.m, self.pid, self._sk.sign(CONSENT_CONTEXT, stmt))]
+        if m.m in inv.consented:
+            raise Refused(f"U_{m.m} was signed already: one statement per invocation")
+        stmt = msg.consent_statement(self.T, m.m, m.online, inv.h[m.m])
+        s = replace(s, phase=PPhase.AWAIT_CERT, inv=replace(inv, consented={**inv.consented, m.m: m.online}))
+        return s, [msg.Consent(self.T, m.m, self.pid, self._sk.sign(CONSENT_CONTEXT, stmt))]
 
     # §6.3 after the certificate: reveal shares once, never both kinds for one owner.
-    def _on_certificate(self, m: msg.CertificateMsg) -> list[msg.Message]:
-        p = self.params
-        if m.m != self._m or m.online != self._consented.get(m.m):
+    def _on_certificate(self, s: ParticipantState, m: msg.CertificateMsg) -> Replies:
+        p, inv = s.session.params, s.inv
+        if m.m != inv.m or m.online != inv.consented.get(m.m):
             raise Refused(f"certificate is for another U_{m.m} than the one this participant signed")
-        keys = {j: self._roster[j].key for j in m.online}
-        check_certificate(self.T, m.m, m.online, self._h[m.m], m.signatures, keys, p.t)
-        self._tx.absorb_certified(m.m, m.online)
-        if m.m <= p.R_max:
-            self._last_certified = m.m
-        self.phase = PPhase.DONE if m.m == p.upload_m else PPhase.AWAIT_MASK
-        return [self._reveal(m.m, m.online)]
+        keys = {j: s.session.roster[j].key for j in m.online}
+        check_certificate(self.T, m.m, m.online, inv.h[m.m], m.signatures, keys, p.t)
+        h = Transcript.at(s.h).absorb_certified(m.m, m.online)
+        plan, response = self._reveal(s, m.m, m.online)
+        # One answer per invocation: the state moves on.
+        self.view.revealed[m.m] = dict(plan)
+        inv = replace(inv, mask_set=tuple(sorted(m.online)), revealed={**inv.revealed, m.m: plan},
+                      last_certified=m.m if m.m <= p.R_max else inv.last_certified)
+        phase = PPhase.DONE if m.m == p.upload_m else PPhase.AWAIT_MASK
+        return replace(s, phase=phase, h=h, inv=inv), [response]
 
-    def _reveal(self, m: int, online: tuple[int, ...]) -> msg.UnmaskResponse:
-        """Shares for a certified U_m: self seeds of its members, DH secrets of the dropped."""
-        Um, prev = set(online), set(self._mask_set)
+    def _reveal(self, s: ParticipantState, m: int, online) -> tuple[dict[int, ShareKind], msg.UnmaskResponse]:
+        """The shares for U_m = ``online``: self seeds of its members, DH secrets of the rest of the mask
+        set; one kind per owner (the plan is a dict)."""
+        Um, prev = set(online), set(s.inv.mask_set)
         plan = {j: ShareKind.SELF_SEED for j in Um}
         plan.update({j: ShareKind.DH_SECRET for j in prev - Um})
-        # One kind per owner (plan is a dict), one answer per invocation (the state moves on).
-        self._revealed[m] = plan
-        out = [
-            (owner, kind, Share(self.pid + 1, self._held[owner][secret_index(m, kind)]))
+        out = tuple(
+            (owner, kind, Share(self.pid + 1, s.held[owner][secret_index(m, kind)]))
             for owner, kind in sorted(plan.items())
-            if owner in self._held
-        ]
-        self._mask_set = sorted(Um)
-        return msg.UnmaskResponse(self.T, m, self.pid, tuple(out))
+            if owner in s.held
+        )
+        return plan, msg.UnmaskResponse(self.T, m, self.pid, out)
 
     # §9 steps 1–2: audit every reservation iteration, then open the decoy rows' keys (never its own row).
-    def _on_blame_request(self, m: msg.BlameRequest) -> list[msg.Message]:
-        p, g = self.params, self._ctx.group
+    def _on_blame_request(self, s: ParticipantState, m: msg.BlameRequest) -> Replies:
+        ses, p, g, inv, slots = s.session, s.session.params, s.session.ctx.group, s.inv, s.slots
         if m.m != p.upload_m:
             raise UnexpectedMessage(f"blame request for invocation {m.m}, the upload is {p.upload_m}")
-        check_opening(self.T, m.decoy_seed, self._decoy_commit)
-        picks, slots = replay(m.decoy_seed, self.T, p.n, p.k, p.decoys, self._counts)
-        keys = {j: c.key for j, c in self._roster.items()}
+        check_opening(self.T, m.decoy_seed, slots.decoy_commit)
+        picks, decoy_slots = replay(m.decoy_seed, self.T, p.n, p.k, p.decoys, slots.counts)
+        keys = {j: c.key for j, c in ses.roster.items()}
         # The slot phase that produced the upload (it ended early once every party had settled).
-        iterations = range(self._phase_start, self._phase_start + len(self._counts))
+        iterations = range(slots.start, slots.start + len(slots.counts))
         if len(m.vectors) != len(iterations):
             raise Refused(f"blame request audits {len(m.vectors)} iterations, the slot phase had {len(iterations)}")
         for idx, r in enumerate(iterations):
-            vectors = [msg.decode(v, self._ctx) for v in m.vectors[idx]]
+            vectors = [msg.decode(v, ses.ctx) for v in m.vectors[idx]]
             audit_iteration(
-                g, self.T, r, self._h[r], list(self._consented[r]), self._mask_sets[r], vectors,
-                dict(m.seeds[idx]), dict(m.dropped[idx]), self._adverts, keys, self._counts[idx], picks[idx],
+                g, self.T, r, inv.h[r], list(inv.consented[r]), inv.mask_sets[r], vectors,
+                dict(m.seeds[idx]), dict(m.dropped[idx]), s.peers.adverts, keys, slots.counts[idx], picks[idx],
             )
-        positions = decoy_positions(self._counts, slots)
+        positions = decoy_positions(slots.counts, decoy_slots)
         if list(m.positions) != positions or self.view.position in positions:
             raise Refused(f"asked to open positions {list(m.positions)}, the decoys hold {positions}")
         up = p.upload_m
-        x = self._keys.mask[up - 1].secret
-        K = {j: pair_secret(x, self._adverts[j].mask_keys[up - 1]) for j in self._mask_sets[up] if j != self.pid}
+        x = ses.keys.mask[up - 1].secret
+        K = {j: pair_secret(x, s.peers.adverts[j].mask_keys[up - 1]) for j in inv.mask_sets[up] if j != self.pid}
         rows = tuple(
-            (pos, tuple((j, pair_row_key(K_j, self.T, up, self.pid, j, self._h[up], pos)) for j, K_j in sorted(K.items())))
+            (pos, tuple((j, pair_row_key(K_j, self.T, up, self.pid, j, inv.h[up], pos)) for j, K_j in sorted(K.items())))
             for pos in positions
         )
-        self._opening = msg.Opening(self.T, up, self.pid, rows)
-        self.phase = PPhase.OPENED
-        return [self._opening]
+        op = msg.Opening(self.T, up, self.pid, rows)
+        return replace(s, phase=PPhase.OPENED, opening=op), [op]
 
     # §9 step 3: reveal K_ij, proved, only against the partner's signed conflicting opening.
-    def _on_dispute(self, m: msg.Dispute) -> list[msg.Message]:
-        g, up = self._ctx.group, self.params.upload_m
-        theirs = msg.decode(m.partner_opening, self._ctx)
+    def _on_dispute(self, s: ParticipantState, m: msg.Dispute) -> Replies:
+        ses, g, up = s.session, s.session.ctx.group, s.session.params.upload_m
+        theirs = msg.decode(m.partner_opening, ses.ctx)
         if not isinstance(theirs, msg.Opening) or theirs.sender != m.partner or theirs.T != self.T:
             raise Refused("dispute does not carry the partner's opening")
-        msg.verify(theirs, self._roster[m.partner].key)
-        mine = {pos: dict(keys) for pos, keys in self._opening.rows}
+        msg.verify(theirs, ses.roster[m.partner].key)
+        mine = {pos: dict(keys) for pos, keys in s.opening.rows}
         if all(dict(keys).get(self.pid) == mine.get(pos, {}).get(m.partner) for pos, keys in theirs.rows):
             raise Refused(f"the opening of {m.partner} does not conflict with this participant's")
-        x = self._keys.mask[up - 1].secret
-        X_p = self._adverts[m.partner].mask_keys[up - 1]
+        x = ses.keys.mask[up - 1].secret
+        X_p = s.peers.adverts[m.partner].mask_keys[up - 1]
         K = X_p**x
-        proof = voprf.prove_dleq(x, g.generator(), self._keys.mask[up - 1].public, [X_p], [K], self._rng,
+        proof = voprf.prove_dleq(x, g.generator(), ses.keys.mask[up - 1].public, [X_p], [K], self._rng,
                                  dispute_context(self.T, self.pid, m.partner))
-        self.phase = PPhase.DONE_BLAME
-        return [msg.DisputeAnswer(self.T, up, self.pid, m.partner, K, proof.encode(g))]
+        return replace(s, phase=PPhase.DONE_BLAME), [msg.DisputeAnswer(self.T, up, self.pid, m.partner, K,
+                                                                       proof.encode(g))]
+
+
+def _share_payload(g, ys) -> bytes:
+    """Share values as fixed-size scalars, in commitment order (one recipient's plaintext, §6.4)."""
+    w = Writer()
+    for y in ys:
+        w.fixed(y.to_bytes(g.scalar_size, "big"), g.scalar_size)
+    return w.bytes()

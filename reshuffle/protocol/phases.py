@@ -38,12 +38,16 @@ class PPhase(enum.Enum):
     AWAIT_START = "await ROUND_START (§5.0)"
     AWAIT_ADVERTS = "await ADVERTISE_LIST (§5.1)"
     AWAIT_SHARES = "await SHARE_DELIVERY (§5.1–5.2)"
-    AWAIT_OT = "await OT_RESPONSE (§5.2)"
+    AWAIT_OT = "await OT_RESPONSE (§5.2), or COMPLAINTS about its shares (§6.4)"
+    ANSWERED = "answered the complaints about its shares: await OT_RESPONSE (§5.2, §6.4)"
     AWAIT_FIRST = "await UNMASK_REQUEST of iteration 1, or MASK_REQUEST 2 that abandons it after complaints (§5a)"
     AWAIT_MASK = "await MASK_REQUEST (§6.1), or OPEN_REQUEST of the last iteration (§8.2)"
-    AWAIT_LIST = "await UNMASK_REQUEST with U_m (§6.2–6.3), or OPEN_REQUEST of the last iteration (§8.2)"
+    AWAIT_LIST = ("sent a count vector: await UNMASK_REQUEST with U_m (§6.2–6.3), or OPEN_REQUEST of the last "
+                  "iteration (§8.2)")
+    UPLOADED = "sent its model list: await UNMASK_REQUEST with U_M (§6.2–6.3); nothing of its slot phase opens (§8.2)"
     OBJECTED = "objected to the counts: await OPEN_REQUEST (§8.2)"
     AWAIT_RESTART = "revealed x of a failed iteration: await RESTART (§8.2)"
+    ENDED = "revealed x of the iteration after which the reservation ended: the round is over (§8.2)"
     AWAIT_SLOTS = "await SLOT_RESPONSE of the restarted slot phase (§8.2)"
     AWAIT_CERT = "await CERTIFICATE of U_m (§6.2–6.3, then §6.3)"
     DONE = "done (may be asked to open decoy rows, §9)"
@@ -58,11 +62,14 @@ PARTICIPANT_TABLE: dict[PPhase, dict[MsgType, str]] = {
     PPhase.AWAIT_ADVERTS: {MsgType.ADVERTISE_LIST: "_on_advertise_list"},
     PPhase.AWAIT_SHARES: {MsgType.SHARE_DELIVERY: "_on_share_delivery"},
     PPhase.AWAIT_OT: {MsgType.OT_RESPONSE: "_on_ot_response", MsgType.COMPLAINTS: "_on_complaints"},
+    PPhase.ANSWERED: {MsgType.OT_RESPONSE: "_on_ot_response"},
     PPhase.AWAIT_FIRST: {MsgType.UNMASK_REQUEST: "_on_unmask_request", MsgType.MASK_REQUEST: "_on_first_abandoned"},
     PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request", MsgType.OPEN_REQUEST: "_on_open_request"},
     PPhase.AWAIT_LIST: {MsgType.UNMASK_REQUEST: "_on_unmask_request", MsgType.OPEN_REQUEST: "_on_open_request"},
+    PPhase.UPLOADED: {MsgType.UNMASK_REQUEST: "_on_unmask_request"},
     PPhase.OBJECTED: {MsgType.OPEN_REQUEST: "_on_open_request"},
     PPhase.AWAIT_RESTART: {MsgType.RESTART: "_on_restart"},
+    PPhase.ENDED: {},
     PPhase.AWAIT_SLOTS: {MsgType.SLOT_RESPONSE: "_on_slot_response"},
     PPhase.AWAIT_CERT: {MsgType.CERTIFICATE: "_on_certificate"},
     PPhase.DONE: {MsgType.BLAME_REQUEST: "_on_blame_request"},

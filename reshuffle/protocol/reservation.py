@@ -9,6 +9,7 @@ settled slot, in slot order: ``position = rank of slot among settled slots``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -25,46 +26,51 @@ def settled_slots(count_history: Iterable[Sequence[int]]) -> list[int]:
     return sorted(out)
 
 
+@dataclass(frozen=True)
 class Reservation:
-    """One participant's reservation state across iterations."""
+    """One party's reservation state across the iterations of a slot phase (a value: every step
+    returns the next one). ``pick`` is this iteration's slot (None: an all-zero vector), ``slot``
+    the settled one."""
 
-    def __init__(self, candidates: Iterable[int], rng: RandomSource) -> None:
-        self.candidates = sorted(candidates)
-        self._rng = rng
-        self.pick: int | None = None
-        self.slot: int | None = None  # settled reservation slot
-        self.collided: set[int] = set()  # L, as seen by this participant
-        self.occupied: set[int] = set()  # settled by someone else
-        self.tried: set[int] = set()
+    candidates: tuple[int, ...]
+    pick: int | None = None
+    slot: int | None = None
+    collided: frozenset[int] = frozenset()  # L, as seen by this party
+    occupied: frozenset[int] = frozenset()  # settled by someone else
+    tried: frozenset[int] = frozenset()
 
-    def observe(self, counts: Sequence[int]) -> None:
-        """Counts published for the last iteration."""
+    @classmethod
+    def start(cls, candidates: Iterable[int]) -> "Reservation":
+        return cls(tuple(sorted(candidates)))
+
+    def observe(self, counts: Sequence[int]) -> "Reservation":
+        """After the counts published for the last iteration."""
         counts = np.asarray(counts)
-        ones = set(np.flatnonzero(counts == 1).tolist())
-        if self.pick is not None and self.slot is None:
+        slot, collided = self.slot, set(self.collided)
+        if self.pick is not None and slot is None:
             if counts[self.pick] == 1:
-                self.slot = self.pick
+                slot = self.pick
             else:
-                self.collided.add(self.pick)
-        self.occupied |= ones - {self.slot}
-        self.collided |= set(np.flatnonzero(counts >= 2).tolist())
-        self.pick = None
+                collided.add(self.pick)
+        ones = set(np.flatnonzero(counts == 1).tolist())
+        collided |= set(np.flatnonzero(counts >= 2).tolist())
+        return replace(self, pick=None, slot=slot, collided=frozenset(collided),
+                       occupied=self.occupied | (ones - {slot}))
 
-    def withdraw(self) -> None:
+    def withdraw(self) -> "Reservation":
         """Forget this iteration's pick: its iteration was abandoned before anything was unmasked."""
-        if self.pick is not None:
-            self.tried.discard(self.pick)
-            self.pick = None
+        if self.pick is None:
+            return self
+        return replace(self, pick=None, tried=self.tried - {self.pick})
 
-    def choose(self) -> int | None:
-        """The slot to submit this iteration, or None for an all-zero vector."""
+    def choose(self, rng: RandomSource) -> "Reservation":
+        """This iteration's pick (``.pick``; None for an all-zero vector), drawn from ``rng``."""
         if self.slot is not None:
-            return None
+            return self
         free = [c for c in self.candidates if c not in self.occupied]
         fresh = [c for c in free if c not in self.tried]
         pool = fresh or free
         if not pool:
-            return None
-        self.pick = pool[uniform_below(len(pool), self._rng)]
-        self.tried.add(self.pick)
-        return self.pick
+            return replace(self, pick=None)
+        pick = pool[uniform_below(len(pool), rng)]
+        return replace(self, pick=pick, tried=self.tried | {pick})

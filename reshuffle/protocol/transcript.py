@@ -35,6 +35,13 @@ class Transcript:
     def __init__(self, T: int) -> None:
         self.h = hashlib.sha256(label("transcript/start", T)).digest()
 
+    @classmethod
+    def at(cls, h: bytes) -> "Transcript":
+        """A transcript that continues from the hash ``h`` (a participant keeps only h between messages)."""
+        tx = cls.__new__(cls)
+        tx.h = h
+        return tx
+
     def absorb(self, tag: str, data: bytes) -> bytes:
         self.h = hashlib.sha256(
             label("transcript/" + tag, len(data)) + self.h + bytes(data)

@@ -149,19 +149,33 @@ def load(folder: str | Path, kind: str | None = None) -> Checkpoint:
     return ckpt
 
 
-def check_config(ckpt: Checkpoint, config: dict[str, Any], where: str) -> None:
-    """Raise :class:`CheckpointError` naming every setting in which ``config`` differs from the checkpoint's."""
+def check_config(ckpt: Checkpoint, config: dict[str, Any], where: str, defaults: dict[str, Any] | None = None,
+                 exempt: frozenset[str] = frozenset()) -> None:
+    """Raise :class:`CheckpointError` naming every setting in which ``config`` differs from the checkpoint's.
+
+    A setting the checkpoint predates counts as its value in ``defaults`` (this version's default);
+    settings in ``exempt`` may differ.
+    """
     if config_hash(config) == ckpt.config_hash:
         return
-    keys = sorted(set(config) | set(ckpt.config))
-    diff = [f"{k}: {ckpt.config.get(k)!r} in the checkpoint, {config.get(k)!r} now" for k in keys
-            if _canonical(config.get(k)) != _canonical(ckpt.config.get(k))]
-    raise CheckpointError(f"{where} was checkpointed with another configuration ({'; '.join(diff)}); "
-                          "a run resumes only with the settings it started with")
+    defaults = defaults or {}
+    recorded = {**{k: v for k, v in defaults.items() if k in config}, **ckpt.config}
+    keys = sorted((set(config) | set(recorded)) - exempt)
+    diff = [f"{k}: {recorded.get(k)!r} in the checkpoint, {config.get(k)!r} now" for k in keys
+            if _canonical(config.get(k)) != _canonical(recorded.get(k))]
+    if diff:
+        raise CheckpointError(f"{where} was checkpointed with another configuration ({'; '.join(diff)}); "
+                              "a run resumes only with the settings it started with")
 
 
 # --- reshuffle simulate --------------------------------------------------------------
 SIMULATE = "simulate"
+
+
+#: Settings a resumed simulation takes from its command line, not from the checkpoint: where the data
+#: lies (a checkpoint never names a path that is read), the plug-ins (never a module that is imported:
+#: they are checked against the recorded hashes), and the rounds (a finished run may be extended).
+RESUME_GIVEN = frozenset({"data_dir", "plugins", "rounds"})
 
 
 def run_identity(cfg) -> dict[str, Any]:
@@ -175,23 +189,44 @@ def simulation_checkpoint(sim, records: list) -> Checkpoint:
 
     arrays, state = sim.state()
     return Checkpoint(SIMULATE, state["round"], run_identity(sim.cfg), arrays,
-                      {"simulation": state, "rounds": [asdict(r) for r in records]})
+                      {"simulation": state, "rounds": [asdict(r) for r in records], "plugins": dict(sim.plugins)})
 
 
-def load_simulation(folder: str | Path) -> tuple[Any, Checkpoint]:
+def load_simulation(folder: str | Path, plugins: list[str] = (), data_dir: str | None = None,
+                    rounds: int | None = None) -> tuple[Any, Checkpoint]:
     """(configuration, checkpoint) of the simulation whose output folder is ``folder``.
 
-    The configuration is rebuilt and validated by this version of Re-Shuffle; one it
-    reads differently (a setting added, removed or changed) is refused.
+    The checkpoint's settings are taken but for :data:`RESUME_GIVEN`: ``plugins`` must be
+    the plug-ins the run recorded, with the same source files (checked by hash before any is
+    imported; the checkpoint's own list is never imported), ``data_dir`` is where the data
+    lies now (None: the default), and ``rounds`` extends a run (None: the recorded rounds).
+    The configuration is rebuilt and validated by this version of Re-Shuffle; one it reads
+    differently (a setting added, removed or changed) is refused.
     """
     from reshuffle.sim.config import SimConfig, from_mapping
+    from reshuffle.sim.plugins import check_recorded
 
     ck = load(folder, kind=SIMULATE)
+    names, hashes = ck.config.get("plugins", []), ck.state.get("plugins", {})
+    if not isinstance(names, list) or not isinstance(hashes, dict) or set(names) != set(hashes) \
+            or not all(isinstance(h, str) for h in hashes.values()):
+        raise CheckpointError(f"{path_of(folder)}: the plug-ins it names have no recorded source hashes "
+                              "(a checkpoint of an older version); start the run again")
     try:
-        cfg = from_mapping(dict(ck.config, out=str(folder)), SimConfig(), source=f"checkpoint in {folder}")
+        check_recorded(hashes, list(plugins), f"resuming {folder}")
     except ConfigError as exc:
         raise CheckpointError(str(exc)) from None
-    check_config(ck, run_identity(cfg), f"the simulation in {folder}")
+    recorded_rounds = ck.config.get("rounds")
+    if rounds is not None and isinstance(recorded_rounds, int) and rounds < ck.round:
+        raise CheckpointError(f"--rounds {rounds}: the run in {folder} has finished {ck.round} rounds already")
+    given = {"plugins": list(plugins), "data_dir": data_dir,
+             "rounds": recorded_rounds if rounds is None else rounds, "out": str(folder)}
+    try:
+        cfg = from_mapping({**{k: v for k, v in ck.config.items() if k not in RESUME_GIVEN}, **given}, SimConfig(),
+                           source=f"checkpoint in {folder}")
+    except ConfigError as exc:
+        raise CheckpointError(str(exc)) from None
+    check_config(ck, run_identity(cfg), f"the simulation in {folder}", SimConfig().as_dict(), RESUME_GIVEN)
     return cfg, ck
 
 
@@ -212,7 +247,9 @@ def round_record(d: Any, where: Path):
 def restore_simulation(sim, ck: Checkpoint) -> list:
     """Put ``sim`` (built from the checkpoint's configuration) after the checkpoint's round; return its records."""
     where = Path("checkpoint") if sim.cfg.out is None else path_of(sim.cfg.out)
-    check_config(ck, run_identity(sim.cfg), "this simulation")
+    from reshuffle.sim.config import SimConfig
+
+    check_config(ck, run_identity(sim.cfg), "this simulation", SimConfig().as_dict(), RESUME_GIVEN)
     W = ck.arrays.get("global_model")
     if W is None or W.dtype != sim.W_g.dtype or W.shape != sim.W_g.shape:
         raise CheckpointError(f"{where}: no global model of {sim.W_g.dtype} and shape {sim.W_g.shape}")
@@ -222,8 +259,14 @@ def restore_simulation(sim, ck: Checkpoint) -> list:
         raise CheckpointError(f"{where}: simulation state incomplete for round {ck.round}")
     if ck.round > sim.cfg.rounds:
         raise CheckpointError(f"{where}: round {ck.round} is past the run's {sim.cfg.rounds} rounds")
+    if dict(ck.state.get("plugins", {})) != dict(sim.plugins):
+        raise CheckpointError(f"{where}: the simulation's plug-ins {sim.plugins} are not the checkpoint's "
+                              f"{ck.state.get('plugins', {})}")
     records = [round_record(r, where) for r in rounds]
     if [r.round for r in records] != list(range(1, ck.round + 1)):
         raise CheckpointError(f"{where}: the round records are not rounds 1..{ck.round}")
-    sim.restore({"global_model": W}, state)
+    try:
+        sim.restore(dict(ck.arrays), state)
+    except ConfigError as exc:
+        raise CheckpointError(f"{where}: {exc}") from None
     return records

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
 import math
-import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from reshuffle.attacks import attack_names
-from reshuffle.clients import DATASETS, MODELS, OPTIMIZERS, PARTITIONS
+from reshuffle.clients import OPTIMIZERS, PARTITIONS
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.params import GROUPS
 from reshuffle.server import check_pre_names, check_rule_name
+from reshuffle.sim.plugins import load_plugins
 
 SHUFFLES = ("real", "ideal", "none")
 TRAININGS = ("auto", "batched", "sequential")
@@ -28,18 +27,30 @@ class SimConfig:
     ``rule`` may join rules with ``+`` (intersection); ``pre`` lists pre-aggregators
     run in front of the rule, ``pre_options`` one table per pre-aggregator;
     ``malicious`` and ``dropout`` are fractions of ``clients``; ``root_samples`` is
-    the size of FLTrust's server root dataset. ``adversary`` names a protocol
+    the size of FLTrust's server root dataset. ``fraction`` or ``clients_per_round``
+    samples each round's cohort (seeded by ``seed`` and the round): training, the
+    attack, dropouts, the protocol, the rule and the metrics run over the cohort, and
+    attackers are sampled like every other client. ``adversary`` names a protocol
     adversary of :mod:`reshuffle.adversaries` played in every real round (by the
     first malicious client, or client 0, unless ``adversary_options`` says
     otherwise); a participant it blames takes no part in later rounds. ``training`` is ``batched`` (all
     clients in one stacked computation), ``sequential``, or ``auto`` (batched
-    when it is faster: models without convolutions, with SGD).
+    when it is faster: models without convolutions, with SGD). ``server_opt`` is the
+    server optimiser that steps from the rule's aggregate (:mod:`reshuffle.server.optimizers`),
+    with step ``server_lr`` and ``server_options`` (``momentum``; ``beta1``, ``beta2``, ``tau``).
+    ``dataset`` and ``model`` name registered ones (plug-ins too) or ``hf:NAME``;
+    ``classes_per_client`` and ``shards_per_client`` parametrise the ``pathological``
+    and ``shard`` partitions. ``device`` is where local training and evaluation
+    run (``auto``: the best available). ``local_bn`` keeps every BatchNorm entry
+    with its client (FedBN) instead of federating it.
     """
 
     dataset: str = "digits"
     data_dir: str | None = None
     model: str = "mlp"
     clients: int = 10
+    fraction: float = 1.0  # clients sampled per round, as a fraction of ``clients``
+    clients_per_round: int | None = None  # or as a number; None: from ``fraction``
     rounds: int = 20
     local_epochs: int = 1
     batch_size: int = 16
@@ -47,6 +58,10 @@ class SimConfig:
     optimizer: str = "sgd"
     partition: str = "iid"
     alpha: float = 0.5
+    classes_per_client: int = 2
+    shards_per_client: int = 2
+    device: str = "auto"
+    local_bn: bool = False
     attack: str = "none"
     malicious: float = 0.0
     rule: str = "fedavg"
@@ -67,37 +82,74 @@ class SimConfig:
     adversary: str = "none"
     adversary_options: dict[str, Any] = field(default_factory=dict)
     eval_subset: int | None = None  # test samples evaluated in every round but the last; None: all
+    server_opt: str = "sgd"
+    server_lr: float | None = None  # None: the optimiser's default (1 for sgd and momentum)
+    server_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_malicious(self) -> int:
         return int(round(self.malicious * self.clients))
 
     @property
+    def cohort_size(self) -> int:
+        """Clients sampled per round: ``clients_per_round``, else ``fraction`` of ``clients`` (rounded)."""
+        if self.clients_per_round is not None:
+            return self.clients_per_round
+        return self.clients if self.fraction == 1 else math.floor(self.fraction * self.clients + 0.5)
+
+    @property
     def n_dropout(self) -> int:
-        return int(self.dropout * self.clients)
+        """Clients of a round's cohort that drop out."""
+        return int(self.dropout * self.cohort_size)
 
     @property
     def rule_f(self) -> int:
-        return self.n_malicious if self.f is None else self.f
+        """The attackers the rule assumes among a round's rows: ``f``, else the expected number in a cohort."""
+        if self.f is not None:
+            return self.f
+        if self.cohort_size == self.clients:
+            return self.n_malicious
+        return math.floor(self.malicious * self.cohort_size + 0.5)
 
     def validated(self) -> "SimConfig":
-        load_plugins(self.plugins)
-        _choice("dataset", self.dataset, DATASETS)
-        _choice("model", self.model, MODELS)
+        from reshuffle.clients.data import dataset_spec
+        from reshuffle.clients.device import resolve_device
+        from reshuffle.clients.models import check_model_name
+
+        load_plugins(self.plugins)  # first: plug-ins register datasets, models, attacks and rules
+        spec = dataset_spec(self.dataset)
+        check_model_name(self.model)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("partition", self.partition, PARTITIONS)
+        if self.partition == "natural" and not spec.natural and spec.num_classes is not None:
+            raise ConfigError(f"partition 'natural' splits by writer: dataset {self.dataset!r} has no natural ids")
+        if not isinstance(self.local_bn, bool):
+            raise ConfigError(f"local_bn must be true or false, got {self.local_bn!r}")
+        resolve_device(self.device)  # refuses a device this machine lacks, before any data is loaded
         check_rule_name(self.rule)
         check_pre_names(self.pre)
         _choice("shuffle", self.shuffle, SHUFFLES)
         _choice("training", self.training, TRAININGS)
         _choice("group", self.group, GROUPS)
         _choice("attack", self.attack, attack_names())
+        from reshuffle.server.optimizers import make_server_optimizer
+
+        make_server_optimizer(self.server_opt, self.server_lr, **self.server_options)
+        from reshuffle.sim.options import (
+            check_adversary_options, check_attack_options, check_pre_options, check_rule_options,
+        )
+
+        check_rule_options(self.rule, self.rule_options)
+        check_pre_options(self.pre, self.pre_options)
+        check_attack_options(self.attack, self.attack_options)
         from reshuffle.adversaries import adversary_names
 
         _choice("adversary", self.adversary, ["none", *adversary_names()])
+        check_adversary_options(self.adversary, self.adversary_options)
         if self.adversary != "none" and self.shuffle != "real":
             raise ConfigError(f"adversary {self.adversary!r} deviates from the protocol: it needs shuffle='real'")
-        for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples"):
+        for name in ("clients", "rounds", "local_epochs", "batch_size", "root_samples", "classes_per_client",
+                     "shards_per_client"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{name} must be a positive int, got {v!r}")
@@ -106,6 +158,7 @@ class SimConfig:
             raise ConfigError(f"eval_subset must be a positive int or absent, got {self.eval_subset!r}")
         if self.clients < 2:
             raise ConfigError(f"a federation needs at least 2 clients, got {self.clients}")
+        self._check_sampling()
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative int, got {self.seed!r}")
         for name in ("lr", "alpha"):
@@ -126,41 +179,34 @@ class SimConfig:
             check_group_size(self.group_size)
             if self.shuffle != "real":
                 raise ConfigError(f"group_size splits the real protocol's round: it needs shuffle='real'")
-        threshold = RoundParams.default(self.clients, 1).t
+        m = self.cohort_size
+        threshold = RoundParams.default(m, 1).t
         # In groups a group below its threshold loses its models and the others deliver.
-        if self.group_size is None and self.clients - self.n_dropout < threshold:
+        if self.group_size is None and m - self.n_dropout < threshold:
             raise ConfigError(
-                f"dropout={self.dropout} drops {self.n_dropout} of {self.clients} clients per round; "
+                f"dropout={self.dropout} drops {self.n_dropout} of the {m} clients of a round; "
                 f"the shuffle needs t={threshold} survivors"
             )
         if self.attack != "none" and self.n_malicious == 0 and self.malicious > 0:
             raise ConfigError(f"malicious={self.malicious} of {self.clients} clients rounds to 0 attackers")
         return self
 
+    def _check_sampling(self) -> None:
+        frac, per_round = self.fraction, self.clients_per_round
+        if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
+            raise ConfigError(f"fraction must be a number in (0, 1], got {frac!r}")
+        if per_round is not None:
+            if not isinstance(per_round, int) or isinstance(per_round, bool) or not 2 <= per_round <= self.clients:
+                raise ConfigError(f"clients_per_round must be an int in [2, clients={self.clients}], got {per_round!r}")
+            if frac != 1:
+                raise ConfigError(f"give fraction ({frac}) or clients_per_round ({per_round}), not both")
+        if self.cohort_size < 2:
+            raise ConfigError(f"fraction={frac} of {self.clients} clients samples {self.cohort_size} per round; "
+                              f"a round needs 2: use fraction >= {2 / self.clients:g} "
+                              f"or clients_per_round = 2")
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def load_plugins(modules: list[str]) -> None:
-    """Import user modules that register attacks, rules or pre-aggregators (``--plugin``).
-
-    A name is imported as a module; one not found on the path is looked up in
-    the current folder too (``--plugin myrules`` beside ``myrules.py``), as
-    ``python -m`` would.
-    """
-    for mod in modules:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod.split(".")[0] or str(Path.cwd()) in sys.path:
-                raise ConfigError(f"cannot import plugin {mod!r}: {exc}") from None
-            sys.path.insert(0, str(Path.cwd()))
-            try:
-                importlib.import_module(mod)
-            except ImportError as exc2:
-                raise ConfigError(f"cannot import plugin {mod!r}: {exc2}") from None
-        except ImportError as exc:
-            raise ConfigError(f"cannot import plugin {mod!r}: {exc}") from None
 
 
 def _choice(name: str, value: str, options) -> None:
@@ -183,14 +229,15 @@ def from_mapping(values: dict[str, Any], base: SimConfig | None = None, source: 
 
 
 def _coerce(name: str, v: Any, source: str) -> Any:
-    expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float}
+    expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float, "server_lr": float,
+                "fraction": float}
     if name in expected and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
     if name == "pre" and isinstance(v, str):
         v = [p for p in v.split(",") if p]
     if name == "pre" and not (isinstance(v, list) and all(isinstance(p, str) for p in v)):
         raise ConfigError(f"{source}: pre must be a list of pre-aggregator names")
-    if name in ("attack_options", "rule_options", "pre_options") and not isinstance(v, dict):
+    if name in ("attack_options", "rule_options", "pre_options", "server_options") and not isinstance(v, dict):
         raise ConfigError(f"{source}: {name} must be a table, got {type(v).__name__}")
     if name == "plugins" and not (isinstance(v, list) and all(isinstance(p, str) for p in v)):
         raise ConfigError(f"{source}: plugins must be a list of module names")
@@ -209,6 +256,19 @@ def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
+    """The settings of a simulate TOML file: its top-level keys and those of its ``[simulate]`` table.
+
+    Either layout works, and both together (``[rule_options]`` beside ``[simulate]``, say); a
+    setting given in both places is refused, and every key is then checked by :func:`from_mapping`.
+    """
     data = read_toml(path)
-    # Accept either top-level keys or a [simulate] table.
-    return data.get("simulate", data)
+    if "simulate" not in data:
+        return data
+    table = data["simulate"]
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: simulate must be a table of settings, got {type(table).__name__}")
+    rest = {k: v for k, v in data.items() if k != "simulate"}
+    both = sorted(set(rest) & set(table))
+    if both:
+        raise ConfigError(f"{path}: {', '.join(both)} set both at top level and in [simulate]; keep one")
+    return {**rest, **table}

@@ -53,6 +53,10 @@ class RoundRecord:
     #: Accuracy and attack success measured on this many test samples (the fixed evaluation
     #: subset, or the whole test set).
     eval_samples: int | None = None
+    #: Clients sampled for this round (its cohort: every client without sampling), and the
+    #: attackers among them (None where unknown, as on Flower).
+    sampled: int | None = None
+    malicious_sampled: int | None = None
 
 
 def finite_or_none(v):

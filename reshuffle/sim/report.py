@@ -16,8 +16,29 @@ from reshuffle.errors import ConfigError
 from reshuffle.sim.record import RoundRecord, finite_or_none
 
 
+#: The files a run writes into its output folder.
+RUN_FILES = ("metrics.json", "metrics.csv", "checkpoint.npz", "accuracy.png", "detection.png", "time.png")
+
+
 def default_out_dir(root: str | Path = "outputs/simulate") -> Path:
     return Path(root) / time.strftime("%Y%m%d-%H%M%S")
+
+
+def claim_out_dir(out: str | Path, overwrite: bool = False, options: tuple[str, str, str] | None = None) -> None:
+    """Refuse an output folder that holds a run, unless ``overwrite`` (then its run's files are removed).
+
+    ``options`` names the settings that overwrite, resume and choose another folder (the CLI's by default).
+    """
+    out = Path(out)
+    held = [f for f in RUN_FILES if (out / f).exists()]
+    if not held:
+        return
+    if not overwrite:
+        replace_, resume, other = options or ("--overwrite", f"--resume {out}", "another --out")
+        raise ConfigError(f"{out} holds a run ({', '.join(held)}): {replace_} replaces it, {resume} continues it, "
+                          f"or choose {other}")
+    for f in held:
+        (out / f).unlink()
 
 
 def _rate(num: int, den: int) -> float | None:
@@ -104,8 +125,18 @@ def write_outputs(out_dir: str | Path, data: dict[str, Any], plots: bool = True)
     write_metrics(out_dir, data)
     rounds = data["rounds"]
     if plots and rounds:
-        _plots(Path(out_dir), rounds, sorted({k for r in rounds for k in r["seconds"]}))
+        _plots(Path(out_dir), rounds, stacked_phases(rounds))
     return data
+
+
+#: Per-round seconds that are not a phase of the round's time line: the total of every client's
+#: training, beside ``training`` (the slowest client's, or the batched computation's per client).
+_NOT_PHASES = {"training_total"}
+
+
+def stacked_phases(rounds: list[dict]) -> list[str]:
+    """The phases stacked in time.png: each a part of the round's duration, none counted twice."""
+    return sorted({k for r in rounds for k in r["seconds"]} - _NOT_PHASES)
 
 
 def _blank(v: Any) -> Any:

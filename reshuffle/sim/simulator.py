@@ -14,11 +14,13 @@ Per round T (docs/protocol.md §5):
    its cause. A model with NaN/Inf values (local training diverged, or an
    attack's output overflowed float32) cannot be encoded: its client takes no
    part in the round (a setup dropout) and the cause says why;
-6. the PS sorts the recovered models into a canonical order (by hash, so the
-   result cannot depend on the shuffle's permutation), forms U = W − W_g, runs the
-   rule and sets W_g^{T+1} = W_g^T + rule(U).
+6. the FL step (:class:`reshuffle.server.aggregate.FLStep`, the same as the
+   Flower ServerApp's): the PS sorts the recovered models into a canonical order
+   (by hash, so the result cannot depend on the shuffle's permutation), forms
+   U = W − W_g, runs the rule, and the server optimiser steps from its aggregate:
+   W_g^{T+1} = opt(W_g^T, rule(U)) (``sgd`` with step 1: W_g^T + rule(U)).
 
-Only the evaluator (``_detection``) uses the ground-truth positions, to score the
+Only the evaluator (``_labels``) uses the ground-truth positions, to score the
 rule's choice; the rule itself sees the anonymous rows alone.
 
 A round never ends the run. When fewer models are delivered than the shuffle
@@ -32,27 +34,38 @@ A diverged global model is a result: the run goes on to its last round and
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
 from typing import Callable
 
 import numpy as np
+import torch
 
 from reshuffle.attacks import Attack, Lab, RoundView, make_attack
 from reshuffle.clients import (
-    NO_LABEL, BatchedTrainer, Dataset, TrainConfig, build_model, get_flat, load_dataset, local_train, partition,
-    predict,
+    NO_LABEL, BatchedTrainer, Dataset, FlatLayout, TrainConfig, build_model, load_dataset, local_train, partition,
+    predict, resolve_device,
 )
 from reshuffle.errors import ConfigError
 from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.phases import PHASES
 from reshuffle.server import Rule, make_rule
+from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
+from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim.config import SimConfig
+from reshuffle.sim.feasible import check_feasible
+from reshuffle.sim.plugins import load_plugins
+from reshuffle.sim.provenance import provenance
 from reshuffle.sim.record import RoundRecord
 from reshuffle.sim.report import metrics
 
 __all__ = ["RoundRecord", "Simulation", "canonical_order", "observed_updates"]
+
+
+#: Checkpoint array-name prefix of the server optimiser's state.
+OPT = "opt."
+#: Checkpoint arrays of the clients' and the PS's local entries: ``local.client<i>.<name>``, ``local.server.<name>``.
+LOCAL = "local."
 
 
 def _seed(*parts: int) -> int:
@@ -101,10 +114,10 @@ def non_finite(W: np.ndarray) -> int:
     return int(W.size - np.count_nonzero(np.isfinite(W)))
 
 
-def unencodable(models: list[np.ndarray], why: str) -> dict[int, str]:
-    """client → cause, for the models in ``models`` that hold NaN/Inf values."""
+def unencodable(models: dict[int, np.ndarray], why: str) -> dict[int, str]:
+    """client → cause, for the models in ``models`` (client → model) that hold NaN/Inf values."""
     out = {}
-    for i, W in enumerate(models):
+    for i, W in models.items():
         k = non_finite(W)
         if k:
             out[i] = f"{why}: {k} of {W.size} values non-finite, not encodable"
@@ -120,20 +133,25 @@ def _loss_summary(lost: dict[int, str]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) or "no client sent one"
 
 
-def canonical_order(models: list[np.ndarray]) -> list[int]:
-    """Row order by SHA-256 of each model's bytes: independent of who sent what."""
-    return sorted(range(len(models)), key=lambda i: hashlib.sha256(models[i].tobytes()).digest())
-
-
 class Simulation:
     """A federation built from a :class:`SimConfig`; ``run()`` yields one RoundRecord per round."""
 
     def __init__(self, cfg: SimConfig) -> None:
         self.cfg = cfg.validated()
+        self.plugins = load_plugins(cfg.plugins)  # name → SHA-256 of the source imported (already imported)
         self.data: Dataset = load_dataset(cfg.dataset, cfg.data_dir)
-        self.parts = partition(self.data.y_train, cfg.clients, cfg.partition, cfg.seed, cfg.alpha)
-        self.model = build_model(cfg.model, self.data.input_shape, self.data.num_classes, seed=cfg.seed)
-        self.W_g = get_flat(self.model)
+        self.parts = partition(self.data.y_train, cfg.clients, cfg.partition, cfg.seed, cfg.alpha,
+                               classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
+                               natural_ids=self.data.natural_ids)
+        self.device = resolve_device(cfg.device)
+        self.model = build_model(cfg.model, self.data.input_shape, self.data.num_classes, seed=cfg.seed).to(self.device)
+        self.layout = FlatLayout.of(self.model, cfg.local_bn)
+        self.W_g = self.layout.get(self.model)
+        # What each client keeps between rounds (integer buffers; BatchNorm under local_bn), and the PS's own
+        # copy for the model it trains on its root dataset (FLTrust).
+        start = self.layout.get_local(self.model)
+        self.local = {i: {k: v.clone() for k, v in start.items()} for i in range(cfg.clients)} if start else None
+        self.server_local = start or None
         self.train_cfg = TrainConfig(cfg.local_epochs, cfg.batch_size, cfg.lr, cfg.optimizer)
         self.attack = make_attack(cfg.attack, **cfg.attack_options)
         self.attack.prepare(cfg.clients, self.data.x_train)
@@ -142,7 +160,11 @@ class Simulation:
         self.root = rng.choice(len(self.data.y_train), size=min(cfg.root_samples, len(self.data.y_train)), replace=False)
         self.rule: Rule = make_rule(cfg.rule, cfg.rule_f, reference=self._fltrust_reference, seed=cfg.seed,
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
-        params = RoundParams.default(cfg.clients, self.W_g.size, group=cfg.group)
+        check_feasible(cfg, self.rule)
+        optimizer = make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options)
+        self.fl = FLStep(self.rule, optimizer, cfg.rule)
+        # The protocol runs among a round's cohort (every client without sampling).
+        params = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group)
         self.codec, self.threshold = params.codec, max(2, params.t)
         self.eval_idx = self._eval_subset()
         self.pool_x, self.pool_y, self.client_idx = self._client_data()
@@ -157,18 +179,23 @@ class Simulation:
             return None
         return np.sort(np.random.default_rng(_seed(self.cfg.seed, 8)).choice(n, size=k, replace=False))
 
-    def _adversaries(self) -> list:
+    def _adversaries(self, cohort: list[int]) -> list:
+        """The protocol adversary of this round, its participants numbered within ``cohort``."""
         if self.cfg.adversary == "none":
             return []
         from reshuffle.adversaries import make_adversary
 
         opts = dict(self.cfg.adversary_options)
         b = make_adversary(self.cfg.adversary, **opts)
-        if b.role == "participant" and "pids" not in opts:
-            b = make_adversary(self.cfg.adversary, pids=(self.malicious[0] if self.malicious else 0,), **opts)
-        if getattr(b, "pids", ()) and set(b.pids) & set(self.banned):
+        if b.role != "participant":
+            return [b]
+        pids = tuple(opts.pop("pids", (self.malicious[0] if self.malicious else 0,)))
+        if set(pids) & set(self.banned):
             return []  # a named participant takes no part any more
-        return [b]
+        local = {i: j for j, i in enumerate(cohort)}
+        if not set(pids) <= set(local):
+            return []  # not sampled this round
+        return [make_adversary(self.cfg.adversary, pids=tuple(local[i] for i in pids), **opts)]
 
     def _client_data(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
         """One sample pool and each client's indices into it.
@@ -196,13 +223,14 @@ class Simulation:
     def _trainer(self) -> BatchedTrainer | None:
         mode = self.cfg.training
         if mode == "auto":
-            ok = BatchedTrainer.supports(self.model, self.train_cfg) and BatchedTrainer.pays_off(self.model)
+            ok = BatchedTrainer.supports(self.model, self.train_cfg) and BatchedTrainer.pays_off(self.model, self.device)
             mode = "batched" if ok else "sequential"
         if mode == "sequential":
             return None
         if not BatchedTrainer.supports(self.model, self.train_cfg):
-            raise ConfigError(f"training='batched' needs optimizer 'sgd' (got {self.cfg.optimizer!r})")
-        return BatchedTrainer(self.model, self.pool_x, self.pool_y, self.train_cfg)
+            raise ConfigError(f"training='batched' needs optimizer 'sgd' and a model without dropout (got "
+                              f"{self.cfg.optimizer!r}, {type(self.model).__name__})")
+        return BatchedTrainer(self.model, self.pool_x, self.pool_y, self.train_cfg, self.layout)
 
     @property
     def attacked(self) -> bool:
@@ -211,26 +239,35 @@ class Simulation:
     def _fltrust_reference(self) -> np.ndarray:
         """g₀: the PS trains the current global model on its root dataset."""
         x, y = self.data.x_train[self.root], self.data.y_train[self.root]
-        return local_train(self.model, self.W_g, x, y, self.train_cfg, _seed(self.cfg.seed, self._round, 2)) - self.W_g
+        return local_train(self.model, self.W_g, x, y, self.train_cfg, _seed(self.cfg.seed, self._round, 2),
+                           layout=self.layout, local=self.server_local) - self.W_g
 
-    def _trained(self, T: int) -> list[int]:
-        """The clients that train locally (attackers whose attack ignores its own training do not)."""
+    def _cohort(self, T: int) -> list[int]:
+        """The clients sampled for round T (sorted); every client without sampling."""
+        n, m = self.cfg.clients, self.cfg.cohort_size
+        if m == n:
+            return list(range(n))
+        return sorted(np.random.default_rng(_seed(self.cfg.seed, T, 9)).choice(n, size=m, replace=False).tolist())
+
+    def _trained(self, cohort: list[int]) -> list[int]:
+        """The clients of ``cohort`` that train locally (attackers whose attack ignores its own training do not)."""
         skip = set(self.malicious) if self.attacked and not self.attack.uses_own_training else set()
-        return [i for i in range(self.cfg.clients) if i not in skip]
+        return [i for i in cohort if i not in skip]
 
-    def _train(self, T: int) -> tuple[list[np.ndarray], float, float]:
-        """Local models of all clients; (models, seconds per client, total seconds).
+    def _train(self, T: int, cohort: list[int]) -> tuple[dict[int, np.ndarray], float, float]:
+        """Local models of the cohort's clients; (client → model, seconds per client, total seconds).
 
         Seconds per client is the slowest client's time when training is
         sequential, the batched computation's time divided by the clients in it
         otherwise (an estimate of one client's time in a deployment).
         """
-        who = self._trained(T)
+        who = self._trained(cohort)
         seeds = [_seed(self.cfg.seed, T, 3, i) for i in who]
-        models = [self.W_g.copy() for _ in range(self.cfg.clients)]
+        models = {i: self.W_g.copy() for i in cohort}
         t_all = time.perf_counter()
         if self.trainer is not None:
-            for i, W in zip(who, self.trainer.train(self.W_g, [self.client_idx[i] for i in who], seeds)):
+            locals_ = None if self.local is None else [self.local[i] for i in who]
+            for i, W in zip(who, self.trainer.train(self.W_g, [self.client_idx[i] for i in who], seeds, locals_)):
                 models[i] = W
             total = time.perf_counter() - t_all
             return models, total / max(len(who), 1), total
@@ -238,22 +275,24 @@ class Simulation:
         for i, seed in zip(who, seeds):
             t0 = time.perf_counter()
             idx = self.client_idx[i]
-            models[i] = local_train(self.model, self.W_g, self.pool_x[idx], self.pool_y[idx], self.train_cfg, seed)
+            models[i] = local_train(self.model, self.W_g, self.pool_x[idx], self.pool_y[idx], self.train_cfg, seed,
+                                    layout=self.layout, local=None if self.local is None else self.local[i])
             slowest = max(slowest, time.perf_counter() - t0)
         return models, slowest, time.perf_counter() - t_all
 
-    def _apply_attack(self, models: list[np.ndarray], T: int, broken: dict[int, str]) -> dict[int, str]:
-        """Replace the attackers' models by the attack's; return client → cause for those it cannot form.
+    def _apply_attack(self, models: dict[int, np.ndarray], T: int, broken: dict[int, str]) -> dict[int, str]:
+        """Replace the sampled attackers' models by the attack's; return client → cause for those it cannot form.
 
-        Clients in ``broken`` (their training diverged) take no part: the
+        The attack sees the updates of this round's cohort (the keys of ``models``)
+        only. Clients in ``broken`` (their training diverged) take no part: the
         attack sees neither their updates nor runs for them. An attack output
         that is non-finite in float32 (e.g. a scaled update beyond its range)
         is reported, like a diverged model, as not encodable.
         """
         if not self.attacked:
             return {}
-        mal = [i for i in self.malicious if i not in broken]
-        honest = [i for i in range(self.cfg.clients) if i not in set(self.malicious) and i not in broken]
+        mal = [i for i in self.malicious if i in models and i not in broken]
+        honest = [i for i in models if i not in set(self.malicious) and i not in broken]
         if not mal:
             return {}
         if self.attack.omniscient and len(honest) < 2:
@@ -281,8 +320,9 @@ class Simulation:
         """The colluders' model copy and their own clean data (what they hold in a deployment)."""
         idx = [self.parts[i] for i in mal]
         owner = np.concatenate([np.full(len(p), k) for k, p in enumerate(idx)]) if idx else np.zeros(0, np.int64)
-        return Lab(copy.deepcopy(self.model), self.W_g.copy(), self.data.x_train[np.concatenate(idx)],
-                   self.data.y_train[np.concatenate(idx)], owner, self.data.num_classes, self.train_cfg)
+        pool = np.concatenate(idx) if idx else np.zeros(0, np.int64)
+        return Lab(copy.deepcopy(self.model), self.W_g.copy(), self.data.x_train[pool], self.data.y_train[pool], owner,
+                   self.data.num_classes, self.train_cfg, self.layout)
 
     def _round_view(self, U_own: np.ndarray, U_honest: np.ndarray, T: int, mal: list[int]) -> RoundView:
         """What rule-aware colluders see: both sets of updates and the deployed rule, on their own copy.
@@ -312,36 +352,46 @@ class Simulation:
         return RoundView(own=U_own, honest=U_honest, decide=decide, round=T, global_model=W_g.copy(),
                          lab=self._lab(mal))
 
-    def _dropouts(self, T: int) -> dict[str, list[int]]:
+    def _dropouts(self, T: int, cohort: list[int]) -> dict[str, list[int]]:
+        """phase → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random phases)."""
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 5))
-        who = rng.choice(self.cfg.clients, size=self.cfg.n_dropout, replace=False)
+        who = rng.choice(len(cohort), size=self.cfg.n_dropout, replace=False)
         out: dict[str, list[int]] = {}
-        for i in sorted(who.tolist()):
-            out.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(i)
+        for j in sorted(who.tolist()):
+            out.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(cohort[j])
         return out
 
-    def _shuffle(self, models: list[np.ndarray], dropouts: dict[str, list[int]], T: int):
-        """(recovered models, client → row, client → cause of loss, seconds per phase, bytes)."""
+    def _shuffle(self, models: dict[int, np.ndarray], dropouts: dict[str, list[int]], T: int):
+        """(recovered models, client → row, client → cause of loss, seconds per phase, bytes).
+
+        The shuffle runs among the clients in ``models`` (the round's cohort), numbered
+        0..m−1 in client order as the protocol's participants.
+        """
         cfg = self.cfg
+        cohort = sorted(models)
         if cfg.shuffle == "real":
+            local = {i: j for j, i in enumerate(cohort)}
+            drops = {ph: [local[i] for i in ids] for ph, ids in dropouts.items()}
             # OS randomness: the protocol's secrets are never seeded in a simulation.
-            r = shuffle(models, dropouts=dropouts, T=T, global_model=self.W_g.tobytes(), group=cfg.group,
-                        adversaries=self._adversaries(), raise_on_failure=False, group_size=cfg.group_size)
-            self._blamed = dict(r.blamed)
+            r = shuffle([models[i] for i in cohort], dropouts=drops, T=T, global_model=self.W_g.tobytes(),
+                        group=cfg.group, adversaries=self._adversaries(cohort), raise_on_failure=False,
+                        group_size=cfg.group_size)
+            self._blamed = {cohort[j]: why for j, why in r.blamed.items()}
             self._failure = r.failure
             secs = {ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()}
             per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in r.stats.values())
             ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in r.stats.values())
-            lost = loss_causes(r, cfg.clients, dropouts)
-            return r.models, r.positions, lost, secs, {"per_participant": per_p, "ps_total": ps}
+            lost = {cohort[j]: why for j, why in loss_causes(r, len(cohort), drops).items()}
+            positions = {cohort[j]: row for j, row in r.positions.items()}
+            return r.models, positions, lost, secs, {"per_participant": per_p, "ps_total": ps}
         # Before the unmask phase, a dropped participant's model is lost; at unmask it is recovered.
         lost = {i: f"dropout at {ph}" for ph, ids in dropouts.items() if ph != "unmask" for i in ids}
-        alive = [i for i in range(cfg.clients) if i not in lost]
+        alive = [i for i in cohort if i not in lost]
         t0 = time.perf_counter()
         per_p = 4.0 * self.W_g.size
         if len(alive) < self.threshold:
             # As in the real round: below its threshold the shuffle delivers nothing.
-            self._failure = f"{len(alive)} of {cfg.clients} clients alive, the shuffle needs {self.threshold}"
+            self._failure = f"{len(alive)} of {len(cohort)} clients alive, the shuffle needs {self.threshold}"
             return [], {}, lost, {"shuffle": time.perf_counter() - t0}, {"per_participant": per_p, "ps_total": 0.0}
         if cfg.shuffle == "ideal":
             got, pos = ideal_round([models[i] for i in alive], seed=_seed(cfg.seed, T, 6),
@@ -353,27 +403,17 @@ class Simulation:
         secs = {"shuffle": time.perf_counter() - t0}
         return got, positions, lost, secs, {"per_participant": per_p, "ps_total": per_p * len(alive)}
 
-    def _detection(self, positions: dict[int, int], accepted: set[int], weights: np.ndarray | None = None) -> dict:
-        """Rows delivered and rows flagged (not accepted), honest and malicious, counted per row.
+    def _labels(self, positions: dict[int, int], rows: int) -> list[bool | None]:
+        """Per delivered row, whether a malicious client sent it (None: no client's row).
 
         Without an attack every client is honest, so clean runs measure the
-        rule's false positives too. With the Decision's ``weights``, also the
-        mean weight of each kind of row (how much of it reached the aggregate).
+        rule's false positives too.
         """
         mal = set(self.malicious) if self.attacked else set()
-        m_rows = [r for i, r in positions.items() if i in mal]
-        h_rows = [r for i, r in positions.items() if i not in mal]
-
-        def mean_weight(rows):
-            return float(np.mean(weights[rows])) if rows and weights is not None else None
-
-        # The attackers' share of the weight that reaches the aggregate (for weighted rules, what TPR misses).
-        total = float(weights.sum()) if weights is not None else 0.0
-        share = float(weights[m_rows].sum()) / total if total > 0 and mal else None
-        return {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
-                "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows),
-                "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows),
-                "malicious_share": share}
+        labels: list[bool | None] = [None] * rows
+        for i, r in positions.items():
+            labels[r] = i in mal
+        return labels
 
     def step(self) -> RoundRecord:
         """Run one round and return its record."""
@@ -381,29 +421,31 @@ class Simulation:
         T = self._round
         seconds: dict[str, float] = {}
         self._choices: dict | None = None
-        models, seconds["training"], seconds["training_total"] = self._train(T)
+        cohort = self._cohort(T)
+        banned = {i: self.banned[i] for i in cohort if i in self.banned}
+        models, seconds["training"], seconds["training_total"] = self._train(T, cohort)
         broken = unencodable(models, "local training diverged")
         # Every client that trained diverged: the run has diverged even if W_g itself is finite.
-        all_diverged = len(broken) > 0 and len(broken) == len(self._trained(T))
+        all_diverged = len(broken) > 0 and len(broken) == len(self._trained(cohort))
         broken.update(self._apply_attack(models, T, broken))
         for i in broken:
             # Never sent (a setup dropout sends nothing); the protocol's participant refuses NaN/Inf models.
             models[i] = self.W_g
-        dropouts = self._dropouts(T)
-        if self.banned or broken:
+        dropouts = self._dropouts(T, cohort)
+        if banned or broken:
             # Named with evidence in an earlier round, or holding no encodable model: it takes no part
             # (as a setup dropout would).
-            dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(self.banned) | set(broken))
+            dropouts["setup"] = sorted(set(dropouts.get("setup", [])) | set(banned) | set(broken))
         self._blamed: dict[int, str] = {}
         self._failure: str | None = None
         got, positions, lost, phase_s, nbytes = self._shuffle(models, dropouts, T)
         seconds.update(phase_s)
         lost.update(broken)
-        for i in self.banned:
-            lost[i] = f"banned: blamed in round {self.banned[i]}"
+        for i in banned:
+            lost[i] = f"banned: blamed in round {banned[i]}"
         for i in self._blamed:
             self.banned.setdefault(i, T)
-        skipped, accepted, counts = None, [], self._detection({}, set())
+        skipped, accepted, counts = None, [], row_counts(None, ())
         if not got:
             # Nothing delivered (a jammed round that named its jammer, every model diverged, too few
             # alive for the shuffle): W_g stays.
@@ -411,26 +453,15 @@ class Simulation:
             skipped = f"no model delivered: {self._failure} ({why})" if self._failure else f"no model delivered ({why})"
         else:
             t0 = time.perf_counter()
-            order = canonical_order(got)
-            row_of = {old: new for new, old in enumerate(order)}
-            positions = {i: row_of[r] for i, r in positions.items()}
-            U = np.stack([got[j] for j in order]).astype(np.float64) - self.W_g
-            try:
-                decision = self.rule.decide(U, round=T)  # one call: randomized rules draw from (seed, T)
-            except ConfigError as exc:
-                # Too few rows for the rule's assumptions (e.g. Krum needs n > 2f + 2): W_g stays.
-                skipped = f"rule {self.cfg.rule!r} refused {len(got)} rows: {exc}"
-            else:
-                accepted = list(decision.accepted)
-                counts = self._detection(positions, set(accepted), decision.weights)
-                with np.errstate(over="ignore", invalid="ignore"):
-                    self.W_g = (self.W_g + decision.aggregate).astype(np.float32)
+            res = self.fl(self.W_g, got, T, self._labels(positions, len(got)))
+            skipped, accepted, counts, self.W_g = res.skipped, list(res.accepted), res.counts, res.W_g
             seconds["detection"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         x, y = self._eval_set(last=T == self.cfg.rounds)
-        pred = predict(self.model, self.W_g, x)
-        accuracy = float(np.mean(pred == y))
+        preds = [self._predict(x, local) for local in self._evaluators()]
+        pred = np.concatenate(preds)
+        accuracy = float(np.mean([np.mean(p == y) for p in preds]))
         success = self._success(x, y)
         seconds["evaluation"] = time.perf_counter() - t0
         return RoundRecord(
@@ -440,6 +471,7 @@ class Simulation:
             seconds=seconds, bytes=nbytes, models_received=len(got), models_accepted=len(accepted),
             dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
             diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y),
+            sampled=len(cohort), malicious_sampled=len(set(cohort) & set(self.malicious)) if self.attacked else 0,
             attack_choices=self._choices, **counts,
         )
 
@@ -449,11 +481,24 @@ class Simulation:
             return self.data.x_test, self.data.y_test
         return self.data.x_test[self.eval_idx], self.data.y_test[self.eval_idx]
 
+    def _evaluators(self) -> list[dict | None]:
+        """Whose local entries the global model is evaluated with: none (the global model is whole), or under
+        local BatchNorm every client's own (FedBN's evaluation: accuracy is the mean over the clients)."""
+        if not self.cfg.local_bn or self.local is None:
+            return [self.server_local]
+        return [self.local[i] for i in range(self.cfg.clients)]
+
+    def _predict(self, x: np.ndarray, local: dict | None = None) -> np.ndarray:
+        return predict(self.model, self.W_g, x, layout=self.layout, local=local)
+
     def _success(self, x: np.ndarray, y: np.ndarray) -> float | None:
-        """The attack's success score on the current global model (None without attackers)."""
+        """The attack's success score on the current global model (None without attackers); the mean over the
+        clients' own BatchNorm entries under local BatchNorm."""
         if not self.attacked:
             return None
-        return self.attack.success(lambda x_: predict(self.model, self.W_g, x_), x, y, self.data.num_classes)
+        scores = [self.attack.success(lambda x_, loc=local: self._predict(x_, loc), x, y, self.data.num_classes)
+                  for local in self._evaluators()]
+        return None if None in scores else float(np.mean(scores))
 
     def _diverged(self, pred: np.ndarray) -> bool:
         """The global model has NaN/Inf parameters, or outputs that predict no class on the test set."""
@@ -480,18 +525,37 @@ class Simulation:
 
         Every other attribute is rebuilt from the configuration, and each round's
         randomness from ``(seed, T, ...)``; :mod:`reshuffle.sim.checkpoint` saves this.
+        The server optimiser's arrays are ``opt.<name>``.
         """
-        return {"global_model": self.W_g.copy()}, {"round": self._round,
-                                                   "banned": {str(i): T for i, T in self.banned.items()}}
+        arrays = {"global_model": self.W_g.copy(), **{OPT + k: v for k, v in self.fl.state().items()}}
+        for who, local in self._local_states().items():
+            arrays.update({f"{LOCAL}{who}.{k}": v.cpu().numpy().copy() for k, v in local.items()})
+        return arrays, {"round": self._round, "banned": {str(i): T for i, T in self.banned.items()}}
+
+    def _local_states(self) -> dict[str, dict]:
+        """Each client's local entries (``client<i>``) and the PS's (``server``), where the model has any."""
+        if self.local is None:
+            return {}
+        return {"server": self.server_local, **{f"client{i}": loc for i, loc in self.local.items()}}
 
     def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
         """Continue after round ``state["round"]`` (checked by :func:`reshuffle.sim.checkpoint.restore_simulation`)."""
         self.W_g = arrays["global_model"].copy()
+        self.fl.restore({k[len(OPT):]: v for k, v in arrays.items() if k.startswith(OPT)})
+        for who, local in self._local_states().items():
+            for name, t in local.items():
+                key = f"{LOCAL}{who}.{name}"
+                if key not in arrays:
+                    raise ConfigError(f"checkpoint lacks {key}, the local state this model keeps")
+                t.copy_(torch.from_numpy(np.asarray(arrays[key])).to(t.device))
         self._round = state["round"]
         self.banned = {int(i): T for i, T in state["banned"].items()}
 
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""
-        return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious, "model_size": int(self.W_g.size)})
+        return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious,
+                                                     "model_size": int(self.W_g.size),
+                                                     "device": str(self.device),
+                                                     "provenance": provenance(self.plugins)})
 
 

@@ -188,6 +188,13 @@ class Rule:
     def __call__(self, updates: np.ndarray, *, round: int = 0) -> np.ndarray:
         return self.decide(updates, round=round).aggregate
 
+    def min_rows(self) -> int:
+        """The fewest rows ``decide`` accepts as configured (with fewer it refuses); 1 unless the rule needs more.
+
+        A run whose rounds can never deliver this many rows is refused before its first round.
+        """
+        return 1
+
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"

@@ -102,6 +102,9 @@ class ClipTrim(Rule):
         self.noise = _noise("clip-trim", noise)
         self.seed = check_seed(seed)
 
+    def min_rows(self) -> int:
+        return 2 * self.trim + 1
+
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         rng = round_rng(self.seed, check_round(round), self.name)
         U = check_updates(updates)
@@ -152,6 +155,9 @@ class RobustLR(Rule):
         if not isinstance(clip, bool):
             raise ConfigError(f"robust-lr clip must be true or false, got {clip!r}")
         self.clip = clip
+
+    def min_rows(self) -> int:
+        return self.theta
 
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         check_round(round)

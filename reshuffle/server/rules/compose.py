@@ -56,6 +56,14 @@ class PreAggregator:
     randomized: ClassVar[bool] = False
     f_param: ClassVar[str | None] = None
 
+    def min_rows(self) -> int:
+        """The fewest rows ``__call__`` accepts."""
+        return 1
+
+    def rows_out(self, n: int) -> int:
+        """How many rows it maps n rows to."""
+        return n
+
     def __call__(self, updates: np.ndarray, *, round: int = 0) -> Mixed:
         raise NotImplementedError
 
@@ -97,6 +105,18 @@ class Pipeline(Rule):
         self.pres = pres
         self.rule = rule
         self.detects = rule.detects
+
+    def min_rows(self) -> int:
+        def fits(n: int) -> bool:
+            for pre in self.pres:
+                if n < pre.min_rows():
+                    return False
+                n = pre.rows_out(n)
+            return n >= self.rule.min_rows()
+        n = max([1, *(p.min_rows() for p in self.pres)])
+        while not fits(n):  # rows_out never decreases with n (bucketing: ⌈n/s⌉)
+            n += 1
+        return n
 
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         check_round(round)
@@ -148,6 +168,9 @@ class AllOf(Rule):
             raise ConfigError(f"AllOf needs at least two Rules, got {rules!r}")
         self.rules = rules
         self.detects = any(r.detects for r in rules)
+
+    def min_rows(self) -> int:
+        return max(r.min_rows() for r in self.rules)
 
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         check_round(round)
@@ -203,6 +226,10 @@ class Chain(Rule):
         self.rules = rules
         self.f = check_f(f)
         self.detects = any(r.detects for r in rules)
+
+    def min_rows(self) -> int:
+        # Every stage may see all n rows with the whole budget (when the stages before it remove none).
+        return max(with_f(r, self.f).min_rows() for r in self.rules)
 
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         check_round(round)

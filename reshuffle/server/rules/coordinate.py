@@ -99,6 +99,9 @@ class TrimmedMean(Rule):
     def __init__(self, trim: int) -> None:
         self.trim = check_f(trim, "trim")
 
+    def min_rows(self) -> int:
+        return 2 * self.trim + 1
+
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         check_round(round)
         U = check_updates(updates)

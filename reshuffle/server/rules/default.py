@@ -34,3 +34,6 @@ class Default(Rule):
 
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         return self.inner.decide(updates, round=round)
+
+    def min_rows(self) -> int:
+        return self.inner.min_rows()

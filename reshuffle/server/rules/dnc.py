@@ -52,6 +52,9 @@ class DnC(Rule):
         self.c = check_positive(c, "DnC filtering fraction c")
         self.seed = check_seed(seed)
 
+    def min_rows(self) -> int:
+        return math.floor(self.c * self.f) + 1
+
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         rng = round_rng(self.seed, check_round(round), self.name)
         U = check_updates(updates)

@@ -47,6 +47,9 @@ class Krum(Rule):
     def __init__(self, f: int) -> None:
         self.f = check_f(f)
 
+    def min_rows(self) -> int:
+        return 2 * self.f + 3  # n > 2f + 2
+
     def select(self, updates: np.ndarray, *, round: int = 0) -> list[int]:
         check_round(round)
         U = check_updates(updates)
@@ -75,6 +78,9 @@ class MultiKrum(Rule):
         if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 1):
             raise ConfigError(f"MultiKrum m must be a positive int or None, got {m!r}")
         self.m = m
+
+    def min_rows(self) -> int:
+        return max(2 * self.f + 3, self.m or 1)  # Krum's scores, and m rows to keep
 
     def select(self, updates: np.ndarray, *, round: int = 0) -> list[int]:
         check_round(round)
@@ -118,6 +124,9 @@ class Bulyan(Rule):
 
     def __init__(self, f: int) -> None:
         self.f = check_f(f)
+
+    def min_rows(self) -> int:
+        return 4 * self.f + 3
 
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         check_round(round)

@@ -38,6 +38,9 @@ class NNM(PreAggregator):
     def __init__(self, f: int) -> None:
         self.f = check_f(f)
 
+    def min_rows(self) -> int:
+        return self.f + 1
+
     def __call__(self, updates: np.ndarray, *, round: int = 0) -> Mixed:
         check_round(round)
         U = check_updates(updates)
@@ -81,6 +84,9 @@ class Bucketing(PreAggregator):
     def __init__(self, s: int = 2, seed: int | None = None) -> None:
         self.s = check_positive_int(s, "bucket size s")
         self.seed = check_seed(seed)
+
+    def rows_out(self, n: int) -> int:
+        return -(-n // self.s)
 
     def __call__(self, updates: np.ndarray, *, round: int = 0) -> Mixed:
         U = check_updates(updates)

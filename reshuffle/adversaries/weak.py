@@ -1,0 +1,55 @@
+"""Deliberately weakened participants: the checks the explorer and the attack tests must catch.
+
+Each is the honest :class:`~reshuffle.protocol.participant.Participant` with one fix of
+the protocol undone, as the code stood before it. Run against them, the explorer of PS
+schedules and the reorder attacks must find the break; run against the honest
+participant they must find nothing. This is how the tools show they can see an attack
+(as the security games' sanity adversaries do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.messages import MsgType
+from reshuffle.protocol.participant import Opened, Participant
+from reshuffle.protocol.phases import PARTICIPANT_TABLE, PPhase
+from reshuffle.protocol.transcript import Transcript
+
+
+class ReopensAfterUpload(Participant):
+    """Before the fix: a member that sent its model list still opens the last iteration (its picks, hence
+    its slot), a restart resumes at r + 1 whatever was sent, and a restarted slot phase uploads again under
+    the same keys."""
+
+    TABLE = {**PARTICIPANT_TABLE,
+             PPhase.UPLOADED: {**PARTICIPANT_TABLE[PPhase.UPLOADED], MsgType.OPEN_REQUEST: "_on_open_request"}}
+
+    def _check_fresh(self, s, m: int) -> None:
+        """It masks a second plaintext under keys it used (the fix refuses)."""
+
+    def _on_open_request(self, s, m: msg.OpenRequest):
+        p, inv, r = s.session.params, s.inv, m.m
+        if r != inv.last_certified or not s.slots.start <= r <= p.R_max or r not in inv.revealed:
+            return super()._on_open_request(s, m)
+        h = Transcript.at(s.h).absorb_open(r, m.reason)
+        X = {j: s.peers.adverts[j].mask_keys[r - 1] for j in inv.mask_sets[r] if j != self.pid}
+        reveal = msg.OpenReveal(self.T, r, self.pid, s.session.keys.mask[r - 1].secret, tuple(sorted(X.items())))
+        return replace(s, phase=PPhase.AWAIT_RESTART, h=h, opened=Opened(r, r + 1)), [reveal]
+
+
+class AnswersEveryComplaint(Participant):
+    """Before the fix: a dealer answers any complaints the PS relays, as often as it is asked."""
+
+    TABLE = {**PARTICIPANT_TABLE, PPhase.ANSWERED: {**PARTICIPANT_TABLE[PPhase.ANSWERED],
+                                                    MsgType.COMPLAINTS: "_on_complaints"}}
+
+    def _on_complaints(self, s, m: msg.Complaints):
+        dealt = s.dealing.dealt
+        answer = msg.ComplaintAnswer(self.T, 0, self.pid, tuple((j, tuple(dealt[j])) for j in m.complainers
+                                                               if j in dealt and j != self.pid))
+        return replace(s, phase=PPhase.ANSWERED), [answer]
+
+
+__all__ = ["AnswersEveryComplaint", "ReopensAfterUpload"]

@@ -1,0 +1,124 @@
+"""The FL step: from the models a round recovered to the next global model.
+
+One place for what ``reshuffle simulate`` and the Flower ServerApp do with a
+round's models (docs/protocol.md §5, step 6):
+
+1. sort the models into a canonical order (by hash: the result cannot depend on
+   the order in which the shuffle delivered them);
+2. form the rows U = W − W_g;
+3. let the rule decide (which rows it accepts, with what weight, and the aggregate Δ);
+4. let the server optimiser step: W_g ← opt(W_g, Δ);
+5. count the rows flagged, honest and malicious, where the caller knows which is which.
+
+The rule and the optimiser are built once per run and kept in the :class:`FLStep`,
+so a rule or optimiser that carries state from round to round behaves the same
+in every driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from reshuffle.errors import ConfigError
+from reshuffle.server.optimizers import ServerOptimizer
+from reshuffle.server.rules import Decision, Rule
+
+__all__ = ["FLStep", "StepResult", "canonical_order", "row_counts"]
+
+
+def canonical_order(models: Sequence[np.ndarray]) -> list[int]:
+    """Row order by SHA-256 of each model's bytes: independent of who sent what."""
+    return sorted(range(len(models)), key=lambda i: hashlib.sha256(models[i].tobytes()).digest())
+
+
+def row_counts(decision: Decision | None, malicious: Sequence[bool | None]) -> dict:
+    """Rows delivered and flagged (not accepted), honest and malicious, per row of ``decision``.
+
+    ``malicious[r]`` labels row r (None: unknown, not counted). With the decision's
+    weights, also the mean weight of each kind of row (how much of it reached the
+    aggregate) and the malicious rows' share of all the weight. Without a decision
+    (the round was skipped) nothing is counted.
+    """
+    if decision is None:
+        malicious = ()
+    accepted = set(decision.accepted) if decision is not None else set()
+    m_rows = [r for r, bad in enumerate(malicious) if bad is True]
+    h_rows = [r for r, bad in enumerate(malicious) if bad is False]
+
+    def mean_weight(rows):
+        return float(np.mean(decision.weights[rows])) if rows and decision is not None else None
+
+    # The attackers' share of the weight that reaches the aggregate (for weighted rules, what TPR misses).
+    total = float(decision.weights.sum()) if decision is not None else 0.0
+    share = float(decision.weights[m_rows].sum()) / total if m_rows and total > 0 else None
+    return {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
+            "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows),
+            "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows), "malicious_share": share}
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One FL step's outcome.
+
+    ``W_g`` is the new global model (the old one when ``skipped`` says why it was
+    kept); row r of the rule's input was ``models[order[r]]``; ``counts`` are
+    :func:`row_counts` of the labels the caller gave.
+    """
+
+    W_g: np.ndarray
+    order: tuple[int, ...]
+    decision: Decision | None
+    skipped: str | None
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> tuple[int, ...]:
+        return () if self.decision is None else self.decision.accepted
+
+
+class FLStep:
+    """Rows minus W_g, the rule's decision, the server optimiser's step: ``step(W_g, models, round)``.
+
+    ``name`` is how a refusal names the rule (the run's rule setting).
+    """
+
+    def __init__(self, rule: Rule, optimizer: ServerOptimizer, name: str | None = None) -> None:
+        if not isinstance(rule, Rule):
+            raise ConfigError(f"FLStep needs a Rule, got {rule!r}")
+        if not isinstance(optimizer, ServerOptimizer):
+            raise ConfigError(f"FLStep needs a ServerOptimizer, got {optimizer!r}")
+        self.rule, self.optimizer = rule, optimizer
+        self.name = name or rule.name
+
+    def __call__(self, W_g: np.ndarray, models: Sequence[np.ndarray], round: int,
+                 malicious: Sequence[bool | None] | None = None) -> StepResult:
+        """One step from ``models`` (at least one, each of W_g's size); ``malicious`` labels them, in their order.
+
+        A rule that refuses the rows (a ConfigError, e.g. Krum with n ≤ 2f + 2)
+        keeps W_g and leaves the optimiser's state as it was.
+        """
+        if not models:
+            raise ConfigError("an FL step needs at least one model")
+        if malicious is not None and len(malicious) != len(models):
+            raise ConfigError(f"{len(malicious)} labels for {len(models)} models")
+        order = canonical_order(models)
+        labels = [None] * len(models) if malicious is None else [malicious[j] for j in order]
+        U = np.stack([models[j] for j in order]).astype(np.float64) - W_g
+        try:
+            decision = self.rule.decide(U, round=round)  # one call: randomized rules draw from (seed, round)
+        except ConfigError as exc:
+            return StepResult(W_g, tuple(order), None, f"rule {self.name!r} refused {len(models)} rows: {exc}",
+                              row_counts(None, labels))
+        new = self.optimizer.step(W_g, decision.aggregate)
+        return StepResult(new, tuple(order), decision, None, row_counts(decision, labels))
+
+    def state(self) -> dict[str, np.ndarray]:
+        """What the next step depends on beyond its configuration: the optimiser's arrays."""
+        return self.optimizer.state()
+
+    def restore(self, arrays: dict[str, np.ndarray]) -> None:
+        self.optimizer.restore(arrays)

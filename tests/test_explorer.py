@@ -1,0 +1,104 @@
+"""The explorer of PS schedules: it finds the known breaks on weakened participants, nothing on ours.
+
+Each exploration plays a PS that sends any message a participant's table accepts,
+in every order, over a real round of 4 participants (one colluding with the PS).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reshuffle.adversaries.explorer import ExploreConfig, explore
+from reshuffle.adversaries.weak import AnswersEveryComplaint, ReopensAfterUpload
+from reshuffle.cli import main
+from reshuffle.errors import ConfigError
+
+# Every kind of PS message the explorer can build; an exploration that never delivered one of them
+# would not have tried the orders it takes part in.
+KINDS = {"ROUND_START", "ADVERTISE_LIST", "SHARE_DELIVERY", "COMPLAINTS", "OT_RESPONSE", "UNMASK_REQUEST",
+         "CERTIFICATE", "MASK_REQUEST", "OPEN_REQUEST", "RESTART", "SLOT_RESPONSE", "BLAME_REQUEST"}
+
+
+def test_it_finds_the_opening_after_the_upload_on_the_participant_before_the_fix():
+    # The participant as it was: a member that uploaded still opened its last iteration, and a restarted
+    # slot phase uploaded again under the same keys. The explorer must find every consequence.
+    r = explore(ExploreConfig(), ReopensAfterUpload)
+    found = {v.check for v in r.violations}
+    assert found == {"one key, one plaintext", "no reveal about an uploaded slot", "no link"}, r.violations
+    assert r.links == 3  # every honest model
+    reveal = next(v for v in r.violations if v.check == "no reveal about an uploaded slot")
+    # The schedule it reports is the attack: an upload, then an opening of the iteration before it.
+    up = reveal.schedule.index(next(s for s in reveal.schedule if s.startswith("MASK_REQUEST 3")))
+    assert any(s.startswith("OPEN_REQUEST") for s in reveal.schedule[up:])
+
+
+def test_it_finds_the_complaint_extraction_on_the_dealer_before_the_fix():
+    r = explore(ExploreConfig(budget=400), AnswersEveryComplaint)
+    link = [v for v in r.violations if v.check == "no link"]
+    assert link and r.links == 3
+    assert any("COMPLAINTS (in everyone's name)" in step for step in link[0].schedule)
+
+
+@pytest.mark.parametrize("R_max", [2, 3])
+def test_every_order_of_broadcast_moves_is_safe(R_max):
+    # All reachable states of the broadcast search: every message kind was delivered on some path,
+    # uploads happened, and no check failed anywhere.
+    r = explore(ExploreConfig(R_max=R_max, budget=50_000))
+    assert r.complete and not r.violations, r.violations
+    assert KINDS <= set(r.kinds), KINDS - set(r.kinds)
+    assert r.uploads > 0 and r.max_depth >= 3 * R_max + 8
+    assert any(k.startswith("replay") for k in r.kinds)
+
+
+def test_showing_participants_different_messages_is_safe():
+    # Each message also to each recipient alone: forks, partial deliveries and dropouts.
+    r = explore(ExploreConfig(split=True, budget=8000))
+    assert not r.violations, r.violations
+    assert r.states >= 8000 and r.uploads > 0
+
+
+def test_it_refuses_rounds_it_cannot_play():
+    for bad in ({"N": 9}, {"colluders": (0, 1)}, {"budget": 0}, {"depth": 0}, {"k": 9}):
+        with pytest.raises(ConfigError):
+            explore(ExploreConfig(**bad))
+
+
+def test_the_cli_reports_states_schedules_and_the_exit_code(capsys):
+    assert main(["redteam", "--explore", "--budget", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "states" in out and "schedules" in out and "no violation" in out
+    assert main(["redteam", "--explore", "--weak", "reopens-after-upload"]) == 1
+    assert "VIOLATION" in capsys.readouterr().out
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 2**16))
+def test_a_forked_participant_is_independent_of_its_original(cut, seed):
+    # The explorer branches participants by fork(): after the cut, the copy and the original receive the
+    # same messages and must answer the same bytes, and what one handles must not move the other.
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
+    from reshuffle.protocol.params import RoundParams
+
+    ups = [np.full(3, float(i), np.float32) for i in range(4)]
+    server, parts = build_round(ups, RoundParams.default(4, 3, R_max=2), seed=seed)
+    inbox: list[bytes] = []
+
+    def tap(env):
+        if env.recipient == 1:
+            inbox.append(env.data)
+        return [env]
+
+    InProcessRunner(server, parts, None, [tap]).run()
+    cut = min(cut, len(inbox))
+    _, fresh = build_round(ups, RoundParams.default(4, 3, R_max=2), seed=seed)
+    p = fresh[1]
+    for data in inbox[:cut]:
+        p.handle(data)
+    q = p.fork()
+    rest_p = [p.handle(d) for d in inbox[cut:]]
+    assert [q.handle(d) for d in inbox[cut:]] == rest_p
+    assert p.phase is q.phase and p.view.uploaded == q.view.uploaded
