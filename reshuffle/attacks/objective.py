@@ -59,9 +59,9 @@ already scored are not scored again). The choices of the last round are in
 
 The payload of a backdoor is :math:`b = \frac1m \sum_k (x_k - c_k)`, x_k
 attacker k's update on its poisoned data and c_k a clean update it trains from
-W_g on its own data with the same batch order (``view.lab.train``): the
-difference isolates the backdoor from the attackers' own non-IID drift. With
-no lab, :math:`c_k` is the honest mean.
+W_g on its own clean data with the federation's hyper-parameters
+(``view.lab.train``): the difference isolates the backdoor from the attackers'
+own non-IID drift. With no lab, :math:`c_k` is the honest mean.
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ class BackdoorObjective(ObjectiveAttack, BadNets):
     def payload(self, view, own, H, rng):
         lab = view.lab
         if self.reference == "trained" and lab is not None and lab.attackers == own.shape[0]:
-            # Clean updates from W_g on each attacker's own data, same batch order as its poisoned training.
+            # Clean updates from W_g on each attacker's own data: what its poisoned update adds is the backdoor.
             seed = int(rng.integers(2**31))
             ref = np.stack([lab.train(*lab.data(k), seed=seed + k) for k in range(own.shape[0])])
             b = (own - ref).mean(axis=0)
