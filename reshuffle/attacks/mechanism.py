@@ -27,7 +27,7 @@ import itertools
 
 import numpy as np
 
-from reshuffle.attacks.adaptive import Probe, _calls
+from reshuffle.attacks.adaptive import Probe
 from reshuffle.attacks.base import RoundView, check_view, register_attack
 from reshuffle.attacks.objective import BackdoorObjective, Family, support_of
 from reshuffle.errors import ConfigError
@@ -42,14 +42,19 @@ def _levels(name: str, what: str, v: object, low: float, high: float) -> tuple[f
 
 
 class GridBackdoor(BackdoorObjective):
-    """A backdoor that scores a declared grid of (level, support) candidates, one rule call each."""
+    """A backdoor that scores a declared grid of (level, support) candidates, one rule call each.
 
-    def __init__(self, target: int, poison_fraction: float, levels: tuple[float, ...], supports: tuple[float, ...],
-                 max_calls: int, reference: str) -> None:
+    ``level_range`` is the open-closed interval a level must lie in.
+    """
+
+    level_range: tuple[float, float] = (0.0, 1e3)
+
+    def __init__(self, target: int, poison_fraction: float, levels, supports, max_calls: int, reference: str) -> None:
         super().__init__(target, poison_fraction, "projection", Family(), max_calls, reference)
-        self.levels, self.supports = levels, supports
-        if len(levels) * len(supports) > self.max_calls:
-            raise ConfigError(f"{self.name}: {len(levels)} levels × {len(supports)} supports exceed max_calls="
+        self.levels = _levels(self.name, "levels", levels, *self.level_range)
+        self.supports = _levels(self.name, "supports", supports, 0.0, 1.0)
+        if len(self.levels) * len(self.supports) > self.max_calls:
+            raise ConfigError(f"{self.name}: {len(self.levels)} levels × {len(self.supports)} supports exceed max_calls="
                               f"{self.max_calls}")
 
     def build(self, H: np.ndarray, sorted_h: np.ndarray, b: np.ndarray, level: float, support: float,
@@ -96,11 +101,11 @@ class TrimEdge(GridBackdoor):
     ``max_calls``, 20).
     """
 
+    level_range = (0.5, 4.0)
+
     def __init__(self, target: int = 0, poison_fraction: float = 0.5, levels=(0.6, 0.75, 0.9, 1.0, 1.5),
                  supports=(1.0, 0.2, 0.05, 0.01), max_calls: int = 20, reference: str = "trained") -> None:
-        super().__init__(target, poison_fraction, _levels("trim-edge", "levels", levels, 0.5, 4.0),
-                         _levels("trim-edge", "supports", supports, 0.0, 1.0), _calls("trim-edge", max_calls),
-                         reference)
+        super().__init__(target, poison_fraction, levels, supports, max_calls, reference)
 
     def build(self, H, sorted_h, b, level, support, m):
         up = b > 0
@@ -127,9 +132,7 @@ class ClipSparse(GridBackdoor):
 
     def __init__(self, target: int = 0, poison_fraction: float = 0.5, levels=(0.5, 1.0, 2.0, 4.0, 8.0),
                  supports=(0.2, 0.05, 0.01, 0.002), max_calls: int = 20, reference: str = "trained") -> None:
-        super().__init__(target, poison_fraction, _levels("clip-sparse", "levels", levels, 0.0, 1e3),
-                         _levels("clip-sparse", "supports", supports, 0.0, 1.0), _calls("clip-sparse", max_calls),
-                         reference)
+        super().__init__(target, poison_fraction, levels, supports, max_calls, reference)
 
     def build(self, H, sorted_h, b, level, support, m):
         row = np.where(support_of(b, support), level * H.std(axis=0) * np.sign(b), 0.0)
