@@ -221,3 +221,25 @@ def test_clip_sparse_rows_are_short_and_zero_off_their_support():
 def test_mechanism_attacks_refuse_bad_grids(name, options, match):
     with pytest.raises(ConfigError, match=match):
         make_attack(name, **options)
+
+
+def test_the_views_decide_rounds_every_row_as_the_upload_does_whatever_it_saw_before():
+    sim = Simulation(SimConfig(dataset="digits", model="logreg", clients=6, rounds=1, malicious=0.34,
+                               attack="maxproj-backdoor", rule="clip-trim", shuffle="none", seed=1))
+    rng = np.random.default_rng(0)
+    d = sim.W_g.size
+    honest, own = rng.normal(0, 0.01, (4, d)), rng.normal(0, 0.01, (2, d))
+    view = sim._round_view(own, honest, 1, sim.malicious)
+    rule = sim.rule
+
+    def direct(U):
+        W = (U + sim.W_g).astype(np.float32)
+        return rule.decide(sim.codec.roundtrip(W.ravel()).reshape(W.shape).astype(np.float64) - sim.W_g, round=1)
+
+    first = np.vstack([honest, own])
+    second = first.copy()
+    second[5] += 0.5  # one row changes between calls, the others are reused
+    for U in (first, second, first, second[:5]):
+        assert np.array_equal(view.decide(U).aggregate, direct(U).aggregate)
+    assert view.global_model is not sim.W_g and np.array_equal(view.global_model, sim.W_g)
+    assert view.lab.attackers == len(sim.malicious)
