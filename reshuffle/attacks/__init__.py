@@ -28,8 +28,9 @@ from reshuffle.attacks.omniscient import ALIE, IPM, MinMax, MinSum
 from reshuffle.attacks.simple import GaussianNoise, LabelFlip, NoAttack, Scaling, SignFlip
 
 __all__ = [
-    "AGRTailored", "ALIE", "Attack", "Backdoor", "BadNets", "ClipSparse", "ConstrainScale", "DBA", "FangKrum", "FangTrimmedMean",
-    "GaussianNoise", "IPM", "Lab", "LabelFlip", "MaxDev", "MaxProjBackdoor", "MinMax", "MinSum", "Mimic", "MimicSpread", "ModelReplacement", "NeurotoxinMaxProj", "NoAttack", "ObjectiveAttack",
-    "RoundView", "RuleAware", "Scaling", "Score", "SignFlip", "SignMatch", "TrimEdge", "attack_names", "check_observed", "check_view",
-    "make_attack", "register_attack",
+    "AGRTailored", "ALIE", "Attack", "Backdoor", "BadNets", "ClipSparse", "ConstrainScale", "DBA", "FangKrum",
+    "FangTrimmedMean", "GaussianNoise", "IPM", "Lab", "LabelFlip", "MaxDev", "MaxProjBackdoor", "MinMax", "MinSum",
+    "Mimic", "MimicSpread", "ModelReplacement", "NeurotoxinMaxProj", "NoAttack", "ObjectiveAttack", "RoundView",
+    "RuleAware", "Scaling", "Score", "SignFlip", "SignMatch", "TrimEdge", "attack_names", "check_observed",
+    "check_view", "make_attack", "register_attack",
 ]

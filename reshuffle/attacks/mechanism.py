@@ -54,8 +54,8 @@ class GridBackdoor(BackdoorObjective):
         self.levels = _levels(self.name, "levels", levels, *self.level_range)
         self.supports = _levels(self.name, "supports", supports, 0.0, 1.0)
         if len(self.levels) * len(self.supports) > self.max_calls:
-            raise ConfigError(f"{self.name}: {len(self.levels)} levels × {len(self.supports)} supports exceed max_calls="
-                              f"{self.max_calls}")
+            raise ConfigError(f"{self.name}: {len(self.levels)} levels × {len(self.supports)} supports exceed "
+                              f"max_calls={self.max_calls}")
 
     def build(self, H: np.ndarray, sorted_h: np.ndarray, b: np.ndarray, level: float, support: float,
               m: int) -> np.ndarray:

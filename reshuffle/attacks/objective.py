@@ -134,7 +134,8 @@ class Family:
 
     def neighbours(self, c: Candidate, step: float) -> list[Candidate]:
         """λ times and divided by ``step`` (within bounds), then every other value of each discrete axis."""
-        out = [replace(c, scale=min(c.scale * step, self.scale_max)), replace(c, scale=max(c.scale / step, self.scale_min))]
+        out = [replace(c, scale=min(c.scale * step, self.scale_max)),
+               replace(c, scale=max(c.scale / step, self.scale_min))]
         out += [replace(c, placement=v) for v in self.placements if v != c.placement]
         out += [replace(c, roles=v) for v in self.roles if v != c.roles]
         out += [replace(c, norm=v) for v in self.norms if v != c.norm]
