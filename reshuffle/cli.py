@@ -450,8 +450,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         backend = make_backend(args.jobs or cores, args.ray)
         cells = grid.cells()
-        long = (f", {len(grid.long_attacks)} × {len(grid.all_long_rules)} more over {grid.long_rounds} rounds"
-                if len(grid.long_attacks) > 1 else "")
+        n_long = sum(c.rounds is not None for c in cells)
+        long = f", {n_long} more over {grid.long_rounds} rounds" if n_long else ""
         print(f"grid: {len(cells)} cells ({len(grid.settings_list)} settings × {len(grid.all_attacks)} attacks × "
               f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds{long}) in {out}, on {backend.name}", flush=True)
         if grid.skipped_rules:
