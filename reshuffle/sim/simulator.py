@@ -171,6 +171,7 @@ class Simulation:
         self.trainer = self._trainer()
         self._round = 0
         self.banned: dict[int, int] = {}  # client → round in which the protocol named it
+        self._choices: dict | None = None  # what a rule-aware attack chose in the current round
 
     def _eval_subset(self) -> np.ndarray | None:
         """A fixed test subset for every round but the last (``eval_subset``), or None: the whole test set."""
@@ -420,7 +421,7 @@ class Simulation:
         self._round += 1
         T = self._round
         seconds: dict[str, float] = {}
-        self._choices: dict | None = None
+        self._choices = None
         cohort = self._cohort(T)
         banned = {i: self.banned[i] for i in cohort if i in self.banned}
         models, seconds["training"], seconds["training_total"] = self._train(T, cohort)
