@@ -436,7 +436,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
         whole = load_grid_toml(args.config, whole)
     sel = Selection(datasets=args.datasets, partitions=args.partitions, attacks=args.attacks, rules=args.rules,
                     seeds=args.seeds, models=args.models, rounds=args.rounds, fraction=args.fraction,
-                    server_opt=args.server_opt, server_lr=args.server_lr)
+                    server_opt=args.server_opt, server_lr=args.server_lr, long_rounds=args.long_rounds)
     whole = sel.apply_base(whole)
     grid = validate(sel.apply(whole))
     if any((args.datasets, args.partitions, args.attacks, args.rules, args.seeds, args.models)):
@@ -450,8 +450,10 @@ def cmd_grid(args: argparse.Namespace) -> int:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         backend = make_backend(args.jobs or cores, args.ray)
         cells = grid.cells()
+        n_long = sum(c.rounds is not None for c in cells)
+        long = f", {n_long} more over {grid.long_rounds} rounds" if n_long else ""
         print(f"grid: {len(cells)} cells ({len(grid.settings_list)} settings × {len(grid.all_attacks)} attacks × "
-              f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds) in {out}, on {backend.name}", flush=True)
+              f"{len(grid.all_rules)} rules × {len(grid.seeds)} seeds{long}) in {out}, on {backend.name}", flush=True)
         if grid.skipped_rules:
             print(f"grid: rule(s) {', '.join(grid.skipped_rules)} not registered: left out", flush=True)
         for setting, why in grid.needs_data(data_root).items():
@@ -607,6 +609,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                   "plug-ins)")
     grid.add_argument("--seeds", nargs="+", type=_non_negative_int, metavar="S", help="seeds (default 1 2 3)")
     grid.add_argument("--rounds", type=_positive(int), help="rounds per run")
+    grid.add_argument("--long-rounds", type=_non_negative_int, metavar="N",
+                      help="rounds of the backdoor cells' longer horizon (default 30; 0: none)")
     grid.add_argument("--fraction", type=_share, help="fraction of the clients sampled for each round (default: all)")
     grid.add_argument("--server-opt", help="server optimiser: sgd, momentum, adam, yogi (default: sgd)")
     grid.add_argument("--server-lr", type=_positive(float), help="server step size (default: the optimiser's)")

@@ -312,3 +312,13 @@ def test_mimic_spread_gets_back_the_weight_cone_clip_takes_from_mimic():
     plain = make_rule("cone-clip", f=M, dedup=0)
     craft(attack, plain, own=own, honest=H)
     assert attack.last_rho == 0.0
+
+
+@pytest.mark.parametrize("name,key", [("agr-tailored", "gamma"), ("sign-match", "z"), ("constrain-scale", "scales"),
+                                      ("mimic-spread", "rho")])
+def test_each_rule_aware_attack_reports_what_it_chose(name, key):
+    attack = constrain_scale() if name == "constrain-scale" else make_attack(name)
+    assert attack.choices() is None  # nothing crafted yet
+    _, calls = craft(attack, make_rule("multi-krum", f=M, seed=1))
+    chosen = attack.choices()
+    assert chosen["calls"] == calls and key in chosen

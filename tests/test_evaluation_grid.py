@@ -8,7 +8,7 @@ from reshuffle.attacks import attack_names
 from reshuffle.errors import ConfigError
 from reshuffle.evaluation import grid as grid_mod
 from reshuffle.evaluation.grid import (
-    DEFAULT_RULES, Cell, Partition, Selection, default_grid, load_grid_toml, validate,
+    DEFAULT_RULES, Cell, Partition, Selection, default_grid, is_backdoor, load_grid_toml, validate,
 )
 from reshuffle.server import rule_names
 from reshuffle.sim import from_mapping
@@ -23,7 +23,13 @@ def test_default_grid_covers_every_attack_and_the_registered_decision_rules():
     # The Dirichlet split the published cells were computed with: this project's earlier one.
     assert [p.label for p in g.partitions] == ["iid", "ldir0.3"] and g.seeds == (1, 2, 3)
     assert g.partitions[1].settings() == {"partition": "dirichlet-legacy", "alpha": 0.3} and g.extra == ()
-    assert len(g.cells()) == 2 * 2 * len(g.all_attacks) * len(g.all_rules) * 3
+    # the backdoors and the clean run again over the long horizon, under the long horizon's rules
+    assert g.long_rounds == 30 and set(g.long_attacks) == {"none"} | {a for a in attack_names() if is_backdoor(a)}
+    assert {"badnets", "dba", "maxproj-backdoor"} <= set(g.long_attacks) and "alie" not in g.long_attacks
+    # there: clean FedAvg and `default` under the clean run, `default` alone under each backdoor
+    assert g.all_long_rules == ("fedavg", "default") and g.long_rules_of("badnets") == ("default",)
+    long = 2 * 2 * (2 + len(g.long_attacks) - 1) * 3
+    assert len(g.cells()) == 2 * 2 * len(g.all_attacks) * len(g.all_rules) * 3 + long
     assert len(set(c.relpath for c in g.cells())) == len(g.cells())
     # every cell's settings pass the simulator's validation
     s = g.cell_settings(Cell(g.settings_list[0], "alie", "multi-krum", 2))
@@ -122,6 +128,29 @@ def test_grid_file_overrides_axes_and_base(tmp_path):
     bad = dataclasses.replace(load_grid_toml(p, default_grid()), datasets=("digits",))
     with pytest.raises(ConfigError, match="batch_size"):
         validate(bad)
+
+
+def test_long_horizon_cells_run_their_rounds_and_a_grid_file_or_the_command_line_sets_it(tmp_path):
+    g = default_grid()
+    cell = next(c for c in g.cells() if c.rounds is not None and c.attack == "badnets")
+    s = g.cell_settings(cell)
+    assert s["rounds"] == 30 and cell.relpath.endswith("__r30.json") and "30 rounds" in cell.name
+    p = tmp_path / "g.toml"
+    p.write_text('long_rounds = 12\nlong_rules = ["default"]\nrules = ["multi-krum", "default"]\n')
+    short = validate(load_grid_toml(p, g))
+    assert short.all_long_rules == ("fedavg", "default") and short.long_rounds == 12
+    assert {(c.attack == "none", c.rule) for c in short.cells() if c.rounds == 12} == {
+        (True, "fedavg"), (True, "default"), (False, "default")}
+    every = dataclasses.replace(short, long_rules=None)
+    assert {c.rule for c in every.cells() if c.rounds == 12 and c.attack == "dba"} == {
+        "fedavg", "multi-krum", "default"}
+    assert not [c for c in Selection(long_rounds=0).apply_base(short).cells() if c.rounds is not None]
+    p.write_text('long_rules = ["flame"]\nrules = ["multi-krum"]\n')
+    with pytest.raises(ConfigError, match="long_rules flame"):
+        load_grid_toml(p, g)
+    p.write_text('long_rounds = -1\n')
+    with pytest.raises(ConfigError, match="long_rounds"):
+        load_grid_toml(p, g)
 
 
 def test_a_setting_without_its_data_waits_and_is_not_failed(tmp_path):

@@ -11,7 +11,8 @@ from reshuffle.evaluation.summary import load_records, summarize
 
 SETTING = Setting("digits", Partition("iid"), "logreg")
 GRID = Grid(datasets=("digits",), partitions=(Partition("iid"),), models=("logreg",),
-            attacks=("alie", "badnets", "sign-flip"), rules=("fedavg", "multi-krum", "median"), seeds=(1, 2))
+            attacks=("alie", "badnets", "sign-flip"), rules=("fedavg", "multi-krum", "median"), seeds=(1, 2),
+            long_rounds=0)
 BACKDOORS = {"badnets"}
 # (attack, rule) → per seed (accuracy, backdoor success, fpr)
 HAND = {
@@ -169,3 +170,36 @@ def test_pooled_rates_from_per_round_fields():
     assert [r["malicious_rows"] for r in m["rounds"]] == [2, 1]
     # the simulator's own pooled keys win when present
     assert reduce_metrics(data | {"tpr": 0.9, "fpr": 0.01})["tpr"] == 0.9
+
+
+def test_the_long_horizon_counts_in_the_worst_case_against_clean_fedavg_over_as_many_rounds(tmp_path):
+    # Prepare: the hand cells, then BadNets and the clean run over 30 rounds, where median lets the backdoor in
+    grid = GRID.__class__(**{**GRID.__dict__, "long_rounds": 30, "long_rules": None})
+    assert grid.long_attacks == ("none", "badnets")
+    _write_hand_cells(tmp_path)
+    long = {("none", "fedavg"): (0.95, None), ("none", "multi-krum"): (0.94, None), ("none", "median"): (0.94, None),
+            ("badnets", "fedavg"): (0.95, 0.99), ("badnets", "multi-krum"): (0.93, 0.03),
+            ("badnets", "median"): (0.92, 0.60)}
+    for (attack, rule), (acc, success) in long.items():
+        for seed in (1, 2):
+            cell = Cell(SETTING, attack, rule, seed, 30)
+            rec = _record(cell, acc, success, 0.15 if (attack, rule) == ("none", "median") else 0.0, rounds=30)
+            rec["malicious_share"] = None if attack == "none" else 0.25
+            write_atomic(tmp_path / cell.relpath, rec)
+    # Execute
+    s = summarize(grid, load_records(grid.cells(), tmp_path))
+    # Assert: 24 base cells and 12 long ones; the long cells' paths differ from the base ones'
+    assert s["counts"]["total"] == 36 and s["counts"]["done"] == 36
+    assert len({c.relpath for c in grid.cells()}) == 36
+    m = _worst(s, "median")
+    # median: 60 % backdoor success over 30 rounds; drop 3 points against clean FedAvg over 30 rounds (0.95 − 0.92);
+    # the long clean run's FPR (0.15) is the larger one
+    assert m["worst_backdoor"] == {"value": pytest.approx(0.60), "attack": "badnets, 30 rounds"}
+    assert m["worst_drop"] == {"value": pytest.approx(0.03), "attack": "badnets, 30 rounds"}
+    assert m["clean_fpr"] == pytest.approx(0.15) and m["goal_met"] is False
+    assert _by(s, "badnets", "median")["share"] is None  # the 10-round hand cells carry no share
+    long_row = next(c for c in s["cells"] if c["rounds"] == 30 and c["attack"] == "badnets" and c["rule"] == "median")
+    assert long_row["share"]["mean"] == pytest.approx(0.25)
+    text = summary_markdown(s, {})
+    assert "## digits-iid-logreg, 30 rounds" in text
+    assert "| badnets (impact 0.0) | 95.0 [95.0–95.0] | 93.0 [93.0–93.0] | 92.0 [92.0–92.0] |" in text

@@ -18,15 +18,19 @@ from reshuffle.attacks.base import (
     Attack, RoundView, attack_names, check_observed, check_view, make_attack, register_attack,
 )
 from reshuffle.attacks.backdoor import DBA, Backdoor, BadNets, ModelReplacement
+from reshuffle.attacks.lab import Lab, Score
 from reshuffle.attacks.adaptive import AGRTailored, ConstrainScale, MimicSpread, RuleAware, SignMatch
 from reshuffle.attacks.fang import FangKrum, FangTrimmedMean
 from reshuffle.attacks.mimic import Mimic
+from reshuffle.attacks.mechanism import ClipSparse, TrimEdge
+from reshuffle.attacks.objective import MaxDev, MaxProjBackdoor, NeurotoxinMaxProj, ObjectiveAttack
 from reshuffle.attacks.omniscient import ALIE, IPM, MinMax, MinSum
 from reshuffle.attacks.simple import GaussianNoise, LabelFlip, NoAttack, Scaling, SignFlip
 
 __all__ = [
-    "AGRTailored", "ALIE", "Attack", "Backdoor", "BadNets", "ConstrainScale", "DBA", "FangKrum", "FangTrimmedMean",
-    "GaussianNoise", "IPM", "LabelFlip", "MinMax", "MinSum", "Mimic", "MimicSpread", "ModelReplacement", "NoAttack",
-    "RoundView", "RuleAware", "Scaling", "SignFlip", "SignMatch", "attack_names", "check_observed", "check_view",
-    "make_attack", "register_attack",
+    "AGRTailored", "ALIE", "Attack", "Backdoor", "BadNets", "ClipSparse", "ConstrainScale", "DBA", "FangKrum",
+    "FangTrimmedMean", "GaussianNoise", "IPM", "Lab", "LabelFlip", "MaxDev", "MaxProjBackdoor", "MinMax", "MinSum",
+    "Mimic", "MimicSpread", "ModelReplacement", "NeurotoxinMaxProj", "NoAttack", "ObjectiveAttack", "RoundView",
+    "RuleAware", "Scaling", "Score", "SignFlip", "SignMatch", "TrimEdge", "attack_names", "check_observed",
+    "check_view", "make_attack", "register_attack",
 ]

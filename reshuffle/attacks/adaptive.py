@@ -241,6 +241,7 @@ class AGRTailored(RuleAware):
         self.max_calls = _calls("agr-tailored", max_calls)
         self.tol = _tolerance("agr-tailored", tol)
         self.last_gamma: float | None = None
+        self._calls_used = 0
 
     def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
         own, H = check_view(view, self)
@@ -250,7 +251,11 @@ class AGRTailored(RuleAware):
         best, smallest = halving_search(lambda g: np.array([probe(np.tile(mu + g[0] * p, (m, 1))).all()]),
                                         np.array([self.gamma_max]), self.max_calls, self.tol)
         self.last_gamma = float(smallest[0] if np.isnan(best[0]) else best[0])
+        self._calls_used = probe.calls
         return np.tile(mu + self.last_gamma * p, (m, 1))
+
+    def choices(self) -> dict | None:
+        return None if self.last_gamma is None else {"gamma": self.last_gamma, "calls": self._calls_used}
 
 
 def sign_targets(H: np.ndarray, m: int) -> np.ndarray:
@@ -286,6 +291,7 @@ class SignMatch(RuleAware):
         self.max_calls = _calls("sign-match", max_calls)
         self.tol = _tolerance("sign-match", tol)
         self.last_z: float | None = None
+        self._calls_used = 0
 
     @staticmethod
     def rows(H: np.ndarray, z: float, targets: np.ndarray) -> np.ndarray:
@@ -300,7 +306,11 @@ class SignMatch(RuleAware):
         best, smallest = halving_search(lambda z: np.array([probe(self.rows(H, z[0], targets)).all()]),
                                         np.array([self.z_max]), self.max_calls, self.tol)
         self.last_z = float(smallest[0] if np.isnan(best[0]) else best[0])
+        self._calls_used = probe.calls
         return self.rows(H, self.last_z, targets)
+
+    def choices(self) -> dict | None:
+        return None if self.last_z is None else {"z": self.last_z, "calls": self._calls_used}
 
 
 @register_attack("constrain-scale")
@@ -336,6 +346,7 @@ class ConstrainScale(RuleAware, ModelReplacement):
         self.max_calls = _calls("constrain-scale", max_calls, least=2)
         self.tol = _tolerance("constrain-scale", tol)
         self.last_scales: np.ndarray | None = None
+        self._calls_used = 0
 
     def caps(self, own: np.ndarray, H: np.ndarray) -> np.ndarray:
         """hi_i per attacker: ``scale_max`` (or n/η), lowered by the norm constraint when set."""
@@ -361,7 +372,11 @@ class ConstrainScale(RuleAware, ModelReplacement):
                 break
             s = np.where(ok, s, s / 2)
         self.last_scales = s
+        self._calls_used = probe.calls
         return s[:, None] * own
+
+    def choices(self) -> dict | None:
+        return None if self.last_scales is None else {"scales": self.last_scales.tolist(), "calls": self._calls_used}
 
 
 @register_attack("mimic-spread")
@@ -403,3 +418,6 @@ class MimicSpread(RuleAware):
             if best is None or lean > best_lean:
                 best, best_lean, self.last_rho = rows, lean, rho
         return best
+
+    def choices(self) -> dict | None:
+        return None if self.last_rho is None else {"rho": self.last_rho, "calls": len(self.levels)}

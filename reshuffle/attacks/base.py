@@ -32,12 +32,15 @@ may run it as often as they like before they upload.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
 
 from reshuffle.errors import ConfigError
 from reshuffle.registry import Registry
+
+if TYPE_CHECKING:
+    from reshuffle.attacks.lab import Lab
 
 
 @dataclass(frozen=True)
@@ -58,12 +61,23 @@ class RoundView:
         see, so a row accepted unrounded may be rejected in the round.
     ``round``
         the round number T.
+    ``global_model``
+        W_g, the model every participant receives (None where a driver does
+        not hand it over).
+    ``lab``
+        the colluders' own copy of the model and their own clean data
+        (:class:`~reshuffle.attacks.lab.Lab`): accuracy, loss and backdoor
+        success of W_g + a candidate aggregate on their data, and updates
+        trained from W_g with hyper-parameters of their choosing. None where a
+        driver does not offer it; attacks that need it say so.
     """
 
     own: np.ndarray
     honest: np.ndarray
     decide: Callable[[np.ndarray], object]
     round: int = 0
+    global_model: np.ndarray | None = None
+    lab: "Lab | None" = None
 
 
 class Attack:
@@ -109,6 +123,13 @@ class Attack:
     def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
         """Rule-aware attacks: the (m, d) malicious updates, given the round's :class:`RoundView`."""
         raise NotImplementedError(f"{self.name} is not rule-aware")
+
+    def choices(self) -> dict | None:
+        """What the attack chose in the round it last crafted (JSON-ready), or None.
+
+        A simulation records it per round in metrics.json (``attack_choices``).
+        """
+        return None
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

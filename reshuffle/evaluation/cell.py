@@ -20,7 +20,8 @@ FORMAT = 1
 #: SimConfig fields that do not change a cell's result (where the data lies, where outputs go).
 _NOT_COMPARED = {"data_dir", "out"}
 _ROUND_KEYS = ("round", "accuracy", "attack_success", "tpr", "fpr", "honest_rows", "honest_flagged",
-               "malicious_rows", "malicious_flagged", "models_received", "models_accepted", "diverged", "lost")
+               "malicious_rows", "malicious_flagged", "models_received", "models_accepted", "diverged", "lost",
+               "malicious_share", "honest_weight", "malicious_weight", "attack_choices")
 
 
 def _one_thread() -> None:
@@ -98,7 +99,10 @@ def reduce_metrics(data: dict[str, Any]) -> dict[str, Any]:
                                                      "malicious_flagged")}
     last = rounds[-1] if rounds else {}
     diverged = next((r["round"] for r in rounds if r.get("diverged")), None)
+    shares = [r["malicious_share"] for r in rounds if r.get("malicious_share") is not None]
     return {
+        "malicious_share": sum(shares) / len(shares) if shares else None,
+        "honest_weight": data.get("honest_weight"),
         "final_accuracy": data.get("final_accuracy", last.get("accuracy")),
         "final_attack_success": data.get("final_attack_success", last.get("attack_success")),
         "tpr": data["tpr"] if "tpr" in data else _ratio(tot["malicious_flagged"], tot["malicious_rows"]),

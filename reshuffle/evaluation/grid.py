@@ -17,6 +17,14 @@ A TOML file (``reshuffle grid --config grid.toml``) overrides any of its fields:
 Every grid also holds the cells its comparisons need: the clean run (attack
 ``none``) under every rule, and every attack under FedAvg (the impact of the
 attack without defense).
+
+Backdoor attacks also run over ``long_rounds`` rounds (30 by default; 0 turns
+it off), with the clean run beside them, under ``long_rules`` (by default
+``default`` alone; None: every rule of the grid) and clean FedAvg, against
+which the long horizon's drops are measured: a backdoor that gets only a small
+weight per round may still accumulate once the model converges, which a
+10-round horizon hides. A grid file sets them as ``long_rounds = 30`` and
+``long_rules = ["flame", "default"]``.
 """
 
 from __future__ import annotations
@@ -28,8 +36,11 @@ from typing import Any, Iterable
 
 from reshuffle.errors import ConfigError
 
-#: The decision set of rules; names the registry refuses are skipped with a warning.
-DEFAULT_RULES = ("fedavg", "multi-krum", "flame", "dnc", "signguard", "default")
+#: The decision set of rules; names the registry refuses are skipped with a warning. FLTrust assumes more
+#: than the others (the server holds a small clean root set); it stands beside the data-free default.
+DEFAULT_RULES = ("fedavg", "multi-krum", "flame", "fltrust", "default")
+#: The rules of the long horizon (clean FedAvg always runs there too: every drop is measured against it).
+LONG_RULES = ("default",)
 #: The clean run and the rule every attack's impact is measured against.
 CLEAN, REFERENCE_RULE = "none", "fedavg"
 #: SimConfig settings shared by every cell of the default grid.
@@ -38,10 +49,13 @@ DEFAULT_BASE: dict[str, Any] = {
 }
 #: Evaluate on a fixed test subset of this size except in the last round (when the simulator offers it).
 EVAL_SUBSET = 2000
+#: The longer horizon of the backdoor cells (0: none).
+LONG_ROUNDS = 30
 #: Partitions whose clients' sizes differ widely: their cells train one client at a time.
 SKEWED_SIZES = ("dirichlet", "dirichlet-legacy", "natural")
 #: Keys of a grid TOML file.
-_TOML_KEYS = {"datasets", "partitions", "attacks", "rules", "seeds", "models", "base", "plugins"}
+_TOML_KEYS = {"datasets", "partitions", "attacks", "rules", "seeds", "models", "base", "plugins", "long_rounds",
+              "long_rules"}
 
 
 @dataclass(frozen=True, order=True)
@@ -113,22 +127,25 @@ FULL_EXTRA = (Setting("cifar10", Partition("dirichlet", 0.3), "cnn"), Setting("f
 
 @dataclass(frozen=True, order=True)
 class Cell:
-    """One simulation: a setting, an attack, a rule, a seed."""
+    """One simulation: a setting, an attack, a rule, a seed; ``rounds`` set for the long horizon."""
 
     setting: Setting
     attack: str
     rule: str
     seed: int
+    rounds: int | None = None
 
     @property
     def relpath(self) -> str:
         """Where the finished cell is stored, relative to the grid's folder."""
         s = self.setting
-        return f"cells/{s.dataset}/{s.partition.label}/{s.model}/{self.attack}__{self.rule}__s{self.seed}.json"
+        tail = "" if self.rounds is None else f"__r{self.rounds}"
+        return f"cells/{s.dataset}/{s.partition.label}/{s.model}/{self.attack}__{self.rule}__s{self.seed}{tail}.json"
 
     @property
     def name(self) -> str:
-        return f"{self.setting.label} {self.attack} × {self.rule} seed {self.seed}"
+        tail = "" if self.rounds is None else f", {self.rounds} rounds"
+        return f"{self.setting.label} {self.attack} × {self.rule} seed {self.seed}{tail}"
 
 
 @dataclass(frozen=True)
@@ -145,6 +162,9 @@ class Grid:
     plugins: tuple[str, ...] = ()
     #: Rule names the registry refused (left out of the grid, reported in the summary).
     skipped_rules: tuple[str, ...] = ()
+    #: Rounds of the backdoor cells' longer horizon (0: none) and the rules run there (None: ``rules``).
+    long_rounds: int = LONG_ROUNDS
+    long_rules: tuple[str, ...] | None = LONG_RULES
 
     #: Settings run besides the product of the three axes (``cifar10-dir0.3-cnn``, say).
     extra: tuple[Setting, ...] = ()
@@ -181,15 +201,39 @@ class Grid:
     def all_rules(self) -> tuple[str, ...]:
         return self.rules if REFERENCE_RULE in self.rules else (REFERENCE_RULE, *self.rules)
 
+    @property
+    def long_attacks(self) -> tuple[str, ...]:
+        """The attacks of the long horizon: the clean run and the backdoors (none when it is off)."""
+        if not self.long_rounds:
+            return ()
+        return (CLEAN, *(a for a in self.attacks if a != CLEAN and is_backdoor(a)))
+
+    @property
+    def all_long_rules(self) -> tuple[str, ...]:
+        """The long horizon's rules of the grid, FedAvg first (under the clean run at least)."""
+        rules = tuple(r for r in self.all_rules if self.long_rules is None or r in self.long_rules)
+        return rules if REFERENCE_RULE in rules else (REFERENCE_RULE, *rules)
+
+    def long_rules_of(self, attack: str) -> tuple[str, ...]:
+        """The rules ``attack`` meets over the long horizon: FedAvg only when it is a long rule or the clean run."""
+        named = self.long_rules is None or REFERENCE_RULE in self.long_rules
+        return tuple(r for r in self.all_long_rules if r != REFERENCE_RULE or named or attack == CLEAN)
+
     def cells(self) -> list[Cell]:
-        """Every cell: settings × (``none`` + attacks) × (FedAvg + rules) × seeds."""
-        return [Cell(s, a, r, seed) for s in self.settings_list for a in self.all_attacks for r in self.all_rules
-                for seed in self.seeds]
+        """Every cell: settings × (``none`` + attacks) × (FedAvg + rules) × seeds, then the long horizon's."""
+        cells = [Cell(s, a, r, seed) for s in self.settings_list for a in self.all_attacks for r in self.all_rules
+                 for seed in self.seeds]
+        if len(self.long_attacks) > 1:
+            cells += [Cell(s, a, r, seed, self.long_rounds) for s in self.settings_list for a in self.long_attacks
+                      for r in self.long_rules_of(a) for seed in self.seeds]
+        return cells
 
     def cell_settings(self, cell: Cell, data_root: Path | None = None) -> dict[str, Any]:
         """The SimConfig mapping of ``cell``."""
         s = {**dict(self.base), "dataset": cell.setting.dataset, "model": cell.setting.model,
              **cell.setting.partition.settings(), "attack": cell.attack, "rule": cell.rule, "seed": cell.seed}
+        if cell.rounds is not None:
+            s["rounds"] = cell.rounds
         if self.plugins:
             s["plugins"] = list(self.plugins)
         if cell.setting.partition.kind in SKEWED_SIZES and "training" not in s:
@@ -225,13 +269,25 @@ class Grid:
             self, datasets=merge(self.datasets, other.datasets), partitions=merge(self.partitions, other.partitions),
             attacks=merge(self.attacks, other.attacks), rules=merge(self.rules, other.rules),
             seeds=merge(self.seeds, other.seeds), models=merge(self.models, other.models),
-            skipped_rules=merge(self.skipped_rules, other.skipped_rules), extra=merge(self.extra, other.extra))
+            skipped_rules=merge(self.skipped_rules, other.skipped_rules), extra=merge(self.extra, other.extra),
+            long_rules=None if self.long_rules is None or other.long_rules is None
+            else merge(self.long_rules, other.long_rules))
 
     def describe(self) -> dict[str, Any]:
         """The grid's axes and base settings, JSON-ready."""
         return {"datasets": list(self.datasets), "partitions": [p.label for p in self.partitions],
-                "models": list(self.models), "extra_settings": [s.label for s in self.extra], "attacks": list(self.all_attacks), "rules": list(self.all_rules),
-                "seeds": list(self.seeds), "base": dict(self.base), "skipped_rules": list(self.skipped_rules)}
+                "models": list(self.models), "extra_settings": [s.label for s in self.extra],
+                "attacks": list(self.all_attacks), "rules": list(self.all_rules),
+                "seeds": list(self.seeds), "base": dict(self.base), "skipped_rules": list(self.skipped_rules),
+                "long_rounds": self.long_rounds, "long_attacks": list(self.long_attacks[1:]),
+                "long_rules": list(self.all_long_rules) if len(self.long_attacks) > 1 else []}
+
+
+def is_backdoor(attack: str) -> bool:
+    """True when the registered attack ``attack`` plants a backdoor (its success is a backdoor's)."""
+    from reshuffle.attacks import Backdoor, make_attack
+
+    return isinstance(make_attack(attack), Backdoor)
 
 
 def _has_sim_field(name: str) -> bool:
@@ -316,6 +372,16 @@ def load_grid_toml(path: str | Path, base: Grid) -> Grid:
         over["partitions"] = tuple(Partition.parse(x) for x in spec["partitions"])
     if "seeds" in spec:
         over["seeds"] = tuple(spec["seeds"])
+    if "long_rounds" in spec:
+        v = spec["long_rounds"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"{p}: long_rounds must be a non-negative int (0: no long horizon), got {v!r}")
+        over["long_rounds"] = v
+    if "long_rules" in spec:
+        v = spec["long_rules"]
+        if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise ConfigError(f"{p}: long_rules must be a list of names")
+        over["long_rules"] = tuple(v)
     if "base" in spec:
         if not isinstance(spec["base"], dict):
             raise ConfigError(f"{p}: [base] must be a table of simulate settings")
@@ -329,6 +395,9 @@ def load_grid_toml(path: str | Path, base: Grid) -> Grid:
         grid = dataclasses.replace(grid, attacks=tuple(registered_attacks()))
     if spec.get("rules") == "all":
         grid = dataclasses.replace(grid, rules=tuple(registered_rules()))
+    stray = [r for r in spec.get("long_rules", ()) if r not in grid.all_rules]
+    if stray:
+        raise ConfigError(f"{p}: long_rules {', '.join(stray)} are not rules of the grid ({', '.join(grid.all_rules)})")
     return grid
 
 
@@ -372,6 +441,7 @@ class Selection:
     seeds: list[int] | None = None
     models: list[str] | None = None
     rounds: int | None = None
+    long_rounds: int | None = None
     #: Base settings every cell takes (None: the grid's): client sampling and the server optimiser.
     fraction: float | None = None
     server_opt: str | None = None
@@ -403,4 +473,5 @@ class Selection:
         given = {"rounds": self.rounds, "fraction": self.fraction, "server_opt": self.server_opt,
                  "server_lr": self.server_lr}
         base = dict(grid.base) | {k: v for k, v in given.items() if v is not None}
-        return dataclasses.replace(grid, base=tuple(base.items()))
+        long = grid.long_rounds if self.long_rounds is None else self.long_rounds
+        return dataclasses.replace(grid, base=tuple(base.items()), long_rounds=long)

@@ -24,7 +24,9 @@ def _axes_line(g: dict, attacks: str) -> str:
     return (f"Datasets {', '.join(g['datasets'])}; partitions {', '.join(g['partitions'])}; models "
             f"{', '.join(g['models'])}; {attacks}; rules {', '.join(g['rules'])}; seeds "
             f"{', '.join(map(str, g['seeds']))}. Common settings: "
-            + ", ".join(f"{k} = {v}" for k, v in g["base"].items()) + ".")
+            + ", ".join(f"{k} = {v}" for k, v in g["base"].items()) + "."
+            + (f" The backdoor attacks ({', '.join(g['long_attacks'])}) and the clean run also run over "
+               f"{g['long_rounds']} rounds, under {', '.join(g['long_rules'])}." if g.get("long_attacks") else ""))
 
 
 def _pts(x: float) -> str:
@@ -46,8 +48,15 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def _index(summary: dict) -> dict[tuple[str, str, str], dict]:
-    return {(c["setting"], c["attack"], c["rule"]): c for c in summary["cells"]}
+def _index(summary: dict, rounds: int | None = None) -> dict[tuple[str, str, str], dict]:
+    """(setting, attack, rule) → summary row, for one horizon (None: the grid's base rounds)."""
+    return {(c["setting"], c["attack"], c["rule"]): c for c in summary["cells"] if c.get("rounds") == rounds}
+
+
+def _horizons(summary: dict, setting: str) -> list[int | None]:
+    """The horizons with a row in ``setting``: the base first, then the long one."""
+    got = {c.get("rounds") for c in summary["cells"] if c["setting"] == setting}
+    return sorted(got, key=lambda r: (r is not None, r or 0))
 
 
 def _entry(c: dict | None, key: str, scale: float = 100.0, digits: int = 1) -> str:
@@ -120,9 +129,9 @@ def worst_case_tables(summary: dict) -> list[str]:
     return lines
 
 
-def setting_tables(summary: dict, setting: str) -> list[str]:
-    """Attack × rule tables of one setting: accuracy, backdoor success, TPR / FPR."""
-    idx = _index(summary)
+def setting_tables(summary: dict, setting: str, rounds: int | None = None) -> list[str]:
+    """Attack × rule tables of one setting and horizon: accuracy, backdoor success, TPR / FPR / share."""
+    idx = _index(summary, rounds)
     rules, attacks = summary["shown"]["rules"], summary["shown"]["attacks"]
     ref = REFERENCE_RULE
     attacks = [a for a in attacks if any(idx.get((setting, a, r), {}).get("seeds_done") or
@@ -137,14 +146,16 @@ def setting_tables(summary: dict, setting: str) -> list[str]:
         out += ["", "Backdoor success (%, triggered non-target test inputs classified as the target, final round):", ""]
         out += _table(["attack", *rules], [[a, *(_entry(idx.get((setting, a, r)), "attack_success") for r in rules)]
                                            for a in bd])
-    out += ["", "TPR / FPR (flagged malicious / honest rows, pooled over rounds, mean over seeds; clean run: FPR):", ""]
+    out += ["", "TPR / FPR / share (flagged malicious / honest rows, pooled over rounds; the attackers' share of "
+            "the aggregate's weight, mean over rounds; means over seeds; clean run: FPR):", ""]
 
     def rates(c):
         if c is None or not c["seeds_done"]:
             return _entry(c, "fpr")
         tpr = "–" if c["tpr"] is None else f"{c['tpr']['mean']:.2f}"
         fpr = "–" if c["fpr"] is None else f"{c['fpr']['mean']:.2f}"
-        return f"{tpr} / {fpr}"
+        share = "" if not c.get("share") else f" / {c['share']['mean']:.2f}"
+        return f"{tpr} / {fpr}{share}"
 
     out += _table(["attack", *rules], [[a, *(rates(idx.get((setting, a, r))) for r in rules)] for a in attacks])
     return out
@@ -181,9 +192,11 @@ def summary_markdown(summary: dict, heatmaps: dict[str, str]) -> str:
         md += [f"Warning: rule(s) {', '.join(g['skipped_rules'])} are not registered here and were left out.", ""]
     md += ["## Worst case per rule", ""] + worst_case_tables(summary) + [""]
     for setting in summary["settings"]:
-        md += [f"## {setting}", ""] + setting_tables(summary, setting) + [""]
-        if setting in heatmaps:
-            md += [f"![{setting}]({heatmaps[setting]})", ""]
+        for rounds in _horizons(summary, setting):
+            title = setting if rounds is None else f"{setting}, {rounds} rounds"
+            md += [f"## {title}", ""] + setting_tables(summary, setting, rounds) + [""]
+            if rounds is None and setting in heatmaps:
+                md += [f"![{setting}]({heatmaps[setting]})", ""]
     waiting = summary.get("needs_data") or {}
     if waiting:
         md += [f"## Settings that need data ({len(waiting)}; not run, not failed)", ""]
@@ -286,14 +299,16 @@ def docs_section(summary: dict, summary_dir: Path, docs: Path) -> str:
     if g["skipped_rules"]:
         md += [f"Rule(s) {', '.join(g['skipped_rules'])}: not registered when the summary was written, left out.", ""]
     md += ["### Worst case per rule", ""] + worst_case_tables(summary) + [""]
-    idx = _index(summary)
     for setting in summary["settings"]:
-        if not any(k[0] == setting and c["seeds_done"] for k, c in idx.items()):
-            continue
-        md += [f"### {setting}", ""] + setting_tables(summary, setting) + [""]
-        png = summary_dir / f"heatmap_{setting}.png"
-        if png.is_file():
-            md += [f"![{setting}]({rel}/{png.name})", ""]
+        for rounds in _horizons(summary, setting):
+            idx = _index(summary, rounds)
+            if not any(k[0] == setting and c["seeds_done"] for k, c in idx.items()):
+                continue
+            title = setting if rounds is None else f"{setting}, {rounds} rounds"
+            md += [f"### {title}", ""] + setting_tables(summary, setting, rounds) + [""]
+            png = summary_dir / f"heatmap_{setting}.png"
+            if rounds is None and png.is_file():
+                md += [f"![{setting}]({rel}/{png.name})", ""]
     md.append(DOCS_END)
     return "\n".join(md)
 

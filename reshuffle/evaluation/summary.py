@@ -8,9 +8,14 @@ Markdown. Definitions (per setting and seed s):
 * impact(attack, s) = drop(attack, fedavg, s): the attack's effect without defense;
   an attack with a mean impact below 1 point is *harmless* in that setting,
   unless it is a backdoor that succeeds (> 5 %) against FedAvg;
+* share(attack, rule, s) = the attackers' share of the aggregate's weight
+  (their rows' Decision weights over all rows'), averaged over rounds: for a
+  rule that down-weights rather than rejects, what TPR does not show;
 * the worst case of a rule in a setting is the largest seed-mean drop over all
   attacks (the clean run included), the largest single-seed drop, and the
-  largest seed-mean backdoor success over the backdoor attacks;
+  largest seed-mean backdoor success over the backdoor attacks, over both
+  horizons (the long horizon's drops are against clean FedAvg over as many
+  rounds);
 * the goal: worst backdoor success ≤ 5 %, worst drop ≤ 2 points, clean FPR ≤ 0.10.
 """
 
@@ -61,27 +66,27 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
     its settings, attacks and rules and the base settings it reports.
     """
     cells = list(records)
-    by_group: dict[tuple[str, str, str], dict[int, dict | None]] = defaultdict(dict)
+    by_group: dict[tuple[str, int | None, str, str], dict[int, dict | None]] = defaultdict(dict)
     for c in cells:
-        by_group[c.setting.label, c.attack, c.rule][c.seed] = records.get(c)
+        by_group[c.setting.label, c.rounds, c.attack, c.rule][c.seed] = records.get(c)
 
-    def acc(setting: str, attack: str, rule: str, seed: int) -> float | None:
-        rec = by_group.get((setting, attack, rule), {}).get(seed)
+    def acc(setting: str, rounds: int | None, attack: str, rule: str, seed: int) -> float | None:
+        rec = by_group.get((setting, rounds, attack, rule), {}).get(seed)
         return rec["final_accuracy"] if _done(rec) and rec.get("final_accuracy") is not None else None
 
     rows = []
-    for (setting, attack, rule), seeds in by_group.items():
+    for (setting, rounds, attack, rule), seeds in by_group.items():
         done = {s: r for s, r in seeds.items() if _done(r)}
         drops, impacts = {}, {}
         for s in seeds:
-            base = acc(setting, CLEAN, REFERENCE_RULE, s)
-            mine, ref = acc(setting, attack, rule, s), acc(setting, attack, REFERENCE_RULE, s)
+            base = acc(setting, rounds, CLEAN, REFERENCE_RULE, s)
+            mine, ref = acc(setting, rounds, attack, rule, s), acc(setting, rounds, attack, REFERENCE_RULE, s)
             if base is not None and mine is not None:
                 drops[s] = base - mine
             if base is not None and ref is not None:
                 impacts[s] = base - ref
         backdoor = any(r.get("backdoor") for r in done.values())
-        ref_success = [by_group.get((setting, attack, REFERENCE_RULE), {}).get(s) for s in seeds]
+        ref_success = [by_group.get((setting, rounds, attack, REFERENCE_RULE), {}).get(s) for s in seeds]
         ref_bd = stats(r.get("final_attack_success") for r in ref_success if _done(r))
         imp = stats(impacts.values())
         harmless = None
@@ -89,7 +94,7 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
             harmless = 100 * imp["mean"] < HARMLESS_POINTS and not (
                 backdoor and ref_bd is not None and ref_bd["mean"] > GOAL_BACKDOOR)
         rows.append({
-            "setting": setting, "attack": attack, "rule": rule, "backdoor": backdoor,
+            "setting": setting, "rounds": rounds, "attack": attack, "rule": rule, "backdoor": backdoor,
             "seeds_done": sorted(done), "missing_seeds": sorted(s for s, r in seeds.items() if r is None),
             "failed": [{"seed": s, "error": r.get("error", "")} for s, r in sorted(seeds.items())
                        if r is not None and not _done(r)],
@@ -97,6 +102,7 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
             "attack_success": stats(r.get("final_attack_success") for r in done.values()) if backdoor else None,
             "tpr": stats(r.get("tpr") for r in done.values()),
             "fpr": stats(r.get("fpr") for r in done.values()),
+            "share": stats(r.get("malicious_share") for r in done.values()),
             "drop": stats(drops.values()), "drop_by_seed": {str(s): d for s, d in sorted(drops.items())},
             "impact": imp, "harmless": harmless,
             "diverged": sum(r.get("diverged_at") is not None for r in done.values()),
@@ -138,7 +144,7 @@ def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
     as ``unmeasured_cells`` and left out of the estimate.
     """
     per_setting: dict[str, list[float]] = defaultdict(list)
-    per_kind: dict[tuple[str, str], list[float]] = defaultdict(list)
+    per_kind: dict[tuple[str, str, int | None], list[float]] = defaultdict(list)
     spent = {"done": 0.0, "failed": 0.0}
     for c, r in records.items():
         if r is None:
@@ -146,13 +152,13 @@ def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
         secs = float(r.get("cpu_seconds", 0.0))
         spent["done" if _done(r) else "failed"] += secs
         if _done(r):
-            per_setting[c.setting.label].append(secs)
-            per_kind[c.setting.dataset, c.setting.model].append(secs)
+            per_setting[_cost_label(c)].append(secs)
+            per_kind[c.setting.dataset, c.setting.model, c.rounds].append(secs)
     est, unmeasured = 0.0, 0
     for c, r in records.items():
         if _done(r):
             continue
-        xs = per_setting.get(c.setting.label) or per_kind.get((c.setting.dataset, c.setting.model))
+        xs = per_setting.get(_cost_label(c)) or per_kind.get((c.setting.dataset, c.setting.model, c.rounds))
         if xs:
             est += sum(xs) / len(xs)
         else:
@@ -166,6 +172,15 @@ def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
             "remaining_core_hours": est / 3600, "total_core_hours": (sum(every) + est) / 3600}
 
 
+def _cost_label(c: Cell) -> str:
+    return c.setting.label if c.rounds is None else f"{c.setting.label}, {c.rounds} rounds"
+
+
+def attack_label(row: dict) -> str:
+    """The attack of a summary row, with its horizon when it is the long one."""
+    return row["attack"] if row.get("rounds") is None else f"{row['attack']}, {row['rounds']} rounds"
+
+
 def _argmax(pairs: list[tuple[float, Any]]) -> tuple[float, Any] | None:
     return max(pairs, key=lambda p: p[0]) if pairs else None
 
@@ -173,11 +188,13 @@ def _argmax(pairs: list[tuple[float, Any]]) -> tuple[float, Any] | None:
 def worst_case(rows: list[dict], setting: str, rule: str) -> dict[str, Any]:
     """The worst case of ``rule`` in ``setting`` over the attacks whose cells exist, and the goal check."""
     mine = [r for r in rows if r["setting"] == setting and r["rule"] == rule]
-    drop = _argmax([(r["drop"]["mean"], r["attack"]) for r in mine if r["drop"]])
-    seed = _argmax([(d, (r["attack"], int(s))) for r in mine for s, d in r["drop_by_seed"].items()])
-    bd = _argmax([(r["attack_success"]["mean"], r["attack"]) for r in mine if r["backdoor"] and r["attack_success"]])
-    clean = next((r for r in mine if r["attack"] == CLEAN), None)
-    fpr = clean["fpr"]["mean"] if clean and clean["fpr"] else None
+    drop = _argmax([(r["drop"]["mean"], attack_label(r)) for r in mine if r["drop"]])
+    seed = _argmax([(d, (attack_label(r), int(s))) for r in mine for s, d in r["drop_by_seed"].items()])
+    bd = _argmax([(r["attack_success"]["mean"], attack_label(r)) for r in mine
+                  if r["backdoor"] and r["attack_success"]])
+    # The clean run's FPR at either horizon, the larger one.
+    fprs = [r["fpr"]["mean"] for r in mine if r["attack"] == CLEAN and r["fpr"]]
+    fpr = max(fprs) if fprs else None
     incomplete = sum(len(r["missing_seeds"]) + len(r["failed"]) for r in mine)
     # A backdoor attack whose cells are all missing is not known to be one: pending, not passed.
     checks = {

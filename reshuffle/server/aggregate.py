@@ -40,7 +40,8 @@ def row_counts(decision: Decision | None, malicious: Sequence[bool | None]) -> d
 
     ``malicious[r]`` labels row r (None: unknown, not counted). With the decision's
     weights, also the mean weight of each kind of row (how much of it reached the
-    aggregate). Without a decision (the round was skipped) nothing is counted.
+    aggregate) and the malicious rows' share of all the weight. Without a decision
+    (the round was skipped) nothing is counted.
     """
     if decision is None:
         malicious = ()
@@ -51,9 +52,12 @@ def row_counts(decision: Decision | None, malicious: Sequence[bool | None]) -> d
     def mean_weight(rows):
         return float(np.mean(decision.weights[rows])) if rows and decision is not None else None
 
+    # The attackers' share of the weight that reaches the aggregate (for weighted rules, what TPR misses).
+    total = float(decision.weights.sum()) if decision is not None else 0.0
+    share = float(decision.weights[m_rows].sum()) / total if m_rows and total > 0 else None
     return {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
             "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows),
-            "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows)}
+            "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows), "malicious_share": share}
 
 
 @dataclass(frozen=True)

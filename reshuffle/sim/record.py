@@ -42,6 +42,11 @@ class RoundRecord:
     #: clipped, trust-scored or dropped; None when no such row arrived or the round was skipped).
     honest_weight: float | None = None
     malicious_weight: float | None = None
+    #: The attackers' share of the aggregate's weight: the Decision weights of the malicious rows over
+    #: all rows' (None without attackers or when the round was skipped).
+    malicious_share: float | None = None
+    #: What a rule-aware attack chose this round (its ``choices()``), or None.
+    attack_choices: dict | None = None
     #: Why the global model was left unchanged this round (too few models delivered, or the rule
     #: refused them); None when it was updated.
     skipped: str | None = None

@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from reshuffle.attacks import Attack, RoundView, make_attack
+from reshuffle.attacks import Attack, Lab, RoundView, make_attack
 from reshuffle.clients import (
     NO_LABEL, BatchedTrainer, Dataset, FlatLayout, TrainConfig, build_model, load_dataset, local_train, partition,
     predict, resolve_device,
@@ -171,6 +171,7 @@ class Simulation:
         self.trainer = self._trainer()
         self._round = 0
         self.banned: dict[int, int] = {}  # client → round in which the protocol named it
+        self._choices: dict | None = None  # what a rule-aware attack chose in the current round
 
     def _eval_subset(self) -> np.ndarray | None:
         """A fixed test subset for every round but the last (``eval_subset``), or None: the whole test set."""
@@ -302,7 +303,8 @@ class Simulation:
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 4))
         try:
             if self.attack.rule_aware:
-                bad = self.attack.craft(self._round_view(U_own, U_honest, T), rng)
+                bad = self.attack.craft(self._round_view(U_own, U_honest, T, mal), rng)
+                self._choices = self.attack.choices()
             else:
                 bad = self.attack(observed_updates(self.attack, U_own, U_honest), len(mal), rng)
         except ConfigError as exc:
@@ -315,7 +317,15 @@ class Simulation:
                 models[i] = (self.W_g + bad[row]).astype(np.float32)
         return {i: c for i, c in unencodable(models, "attack output").items() if i in set(mal)}
 
-    def _round_view(self, U_own: np.ndarray, U_honest: np.ndarray, T: int) -> RoundView:
+    def _lab(self, mal: list[int]) -> Lab:
+        """The colluders' model copy and their own clean data (what they hold in a deployment)."""
+        idx = [self.parts[i] for i in mal]
+        owner = np.concatenate([np.full(len(p), k) for k, p in enumerate(idx)]) if idx else np.zeros(0, np.int64)
+        pool = np.concatenate(idx) if idx else np.zeros(0, np.int64)
+        return Lab(copy.deepcopy(self.model), self.W_g.copy(), self.data.x_train[pool], self.data.y_train[pool], owner,
+                   self.data.num_classes, self.train_cfg, self.layout)
+
+    def _round_view(self, U_own: np.ndarray, U_honest: np.ndarray, T: int, mal: list[int]) -> RoundView:
         """What rule-aware colluders see: both sets of updates and the deployed rule, on their own copy.
 
         The copy is the run's rule with its configuration, pre-aggregators and
@@ -324,15 +334,24 @@ class Simulation:
         """
         rule = copy.deepcopy(self.rule)
         W_g, codec = self.W_g, self.codec
+        last: dict[str, np.ndarray] = {}
 
         def decide(U: np.ndarray):
-            W = np.asarray(U, dtype=np.float64) + W_g
-            # The encoding clips to ±clip anyway; clipping first keeps float32 from overflowing.
-            W = np.clip(W, -codec.clip, codec.clip, out=W).astype(np.float32)
-            rows = codec.roundtrip(W.ravel()).reshape(W.shape).astype(np.float64) - W_g
-            return rule.decide(rows, round=T)
+            U = np.array(U, dtype=np.float64)
+            # Rows equal to the previous call's keep their rounded form (searches vary a few rows per call).
+            prev = last.get("in")
+            todo = ~(U == prev).all(axis=1) if prev is not None and prev.shape == U.shape else np.ones(len(U), bool)
+            rows = last["out"] if prev is not None and prev.shape == U.shape else np.empty_like(U)
+            if todo.any():
+                W = U[todo] + W_g
+                # The encoding clips to ±clip anyway; clipping first keeps float32 from overflowing.
+                W = np.clip(W, -codec.clip, codec.clip, out=W).astype(np.float32)
+                rows[todo] = codec.roundtrip(W.ravel()).reshape(W.shape).astype(np.float64) - W_g
+            last["in"], last["out"] = U, rows
+            return rule.decide(rows.copy(), round=T)
 
-        return RoundView(own=U_own, honest=U_honest, decide=decide, round=T)
+        return RoundView(own=U_own, honest=U_honest, decide=decide, round=T, global_model=W_g.copy(),
+                         lab=self._lab(mal))
 
     def _dropouts(self, T: int, cohort: list[int]) -> dict[str, list[int]]:
         """phase → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random phases)."""
@@ -402,6 +421,7 @@ class Simulation:
         self._round += 1
         T = self._round
         seconds: dict[str, float] = {}
+        self._choices = None
         cohort = self._cohort(T)
         banned = {i: self.banned[i] for i in cohort if i in self.banned}
         models, seconds["training"], seconds["training_total"] = self._train(T, cohort)
@@ -453,7 +473,7 @@ class Simulation:
             dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
             diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y),
             sampled=len(cohort), malicious_sampled=len(set(cohort) & set(self.malicious)) if self.attacked else 0,
-            **counts,
+            attack_choices=self._choices, **counts,
         )
 
     def _eval_set(self, last: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -31,6 +31,7 @@ from reshuffle.server.rules.geomed import GeometricMedian
 from reshuffle.server.rules.dnc import DnC
 from reshuffle.server.rules.flame import FLAME
 from reshuffle.server.rules.cone import ConeClip
+from reshuffle.server.rules.bounded import ClipTrim, NormBound, RobustLR
 from reshuffle.server.rules.default import DEFAULT_RULE, Default
 from reshuffle.server.rules.signguard import SignGuard, SignOutliers
 from reshuffle.server.rules.pre import NNM, Bucketing, Clip
@@ -41,10 +42,10 @@ RULES = tuple(rule_names())
 PRES = tuple(pre_names())
 
 __all__ = [
-    "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Chain", "ConeClip", "DEFAULT_RULE", "Default", "check_pre_names", "check_rule_name",
-    "check_updates", "Clip", "clip_factors", "cosine_to", "CosineFilter", "Decision", "DnC", "FedAvg", "FLAME",
-    "FLTrust", "GeometricMedian", "JOIN", "Krum", "krum_scores", "make_pre", "make_rule", "Median", "Mixed",
-    "MultiKrum", "NNM", "pairwise_sq_distances", "Pipeline", "pre_names", "PreAggregator", "PRES",
-    "register_pre", "register_rule", "round_rng", "Rule", "rule_names", "RULES", "SignGuard", "SignOutliers",
-    "THEN", "TrimmedMean", "with_f",
+    "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Chain", "ClipTrim", "ConeClip", "DEFAULT_RULE", "Default",
+    "check_pre_names", "check_rule_name", "check_updates", "Clip", "clip_factors", "cosine_to", "CosineFilter",
+    "Decision", "DnC", "FedAvg", "FLAME", "FLTrust", "GeometricMedian", "JOIN", "Krum", "krum_scores", "make_pre",
+    "make_rule", "Median", "Mixed", "MultiKrum", "NNM", "NormBound", "pairwise_sq_distances", "Pipeline",
+    "pre_names", "PreAggregator", "PRES", "register_pre", "register_rule", "RobustLR", "round_rng", "Rule",
+    "rule_names", "RULES", "SignGuard", "SignOutliers", "THEN", "TrimmedMean", "with_f",
 ]

@@ -37,7 +37,7 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import Decision, Rule, check_round, check_updates, clip_factors
-from reshuffle.server.rules.flame import cosine_distances, majority_cluster
+from reshuffle.server.rules.flame import majority_cluster, norms_and_cosines
 from reshuffle.server.rules.registry import register_rule
 
 
@@ -67,15 +67,18 @@ class ConeClip(Rule):
         check_round(round)
         U = check_updates(updates)
         n, d = U.shape
-        norms = np.linalg.norm(U, axis=1)
-        V = np.divide(U, norms[:, None], out=np.zeros_like(U), where=norms[:, None] > 0)
-        D = cosine_distances(U)
+        # Everything but the aggregate comes from the n×n cosines (one pass over U, one more for the sum).
+        norms, cos = norms_and_cosines(U)
+        D = 1.0 - cos
+        np.fill_diagonal(D, 0.0)
         C = majority_cluster(D) if n > 2 else np.arange(n)
         if C.size == 0:
             C = np.arange(n)
-        c = V[C].mean(axis=0)
-        c_norm = np.linalg.norm(c)
-        dist = 1.0 - (V @ c) / c_norm if c_norm > 0 else np.ones(n)
+        # c = mean of C's unit rows: ⟨v_i, c⟩ and ‖c‖² are means of cosines.
+        zero = norms == 0
+        cos_c = np.where(zero, 0.0, cos[:, C].mean(axis=1))
+        c_sq = float(cos[np.ix_(C, C)].mean()) if not zero[C].all() else 0.0
+        dist = 1.0 - cos_c / np.sqrt(c_sq) if c_sq > 0 else np.ones(n)
         med = float(np.median(dist))
         radius = med + self.kappa * 1.4826 * float(np.median(np.abs(dist - med)))
         t = np.where(dist <= radius + 1e-12, self.trust, 0.0)

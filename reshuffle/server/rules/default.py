@@ -17,7 +17,7 @@ from reshuffle.server.rules.base import Decision, Rule
 from reshuffle.server.rules.registry import make_rule, register_rule
 
 #: The rule behind ``default`` (a registered name; ``+``/``:`` compositions allowed).
-DEFAULT_RULE = "cone-clip"
+DEFAULT_RULE = "clip-trim"
 
 
 @register_rule("default")

@@ -11,11 +11,18 @@ from reshuffle.server.rules.base import (
 from reshuffle.server.rules.registry import register_rule
 
 
+def norms_and_cosines(U: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(‖u_i‖, cos(u_i, u_j)) from one Gram matrix (one pass over U); cos is 0 where a row is zero."""
+    G = U @ U.T
+    norms = np.sqrt(np.maximum(np.diag(G), 0.0))
+    outer = norms[:, None] * norms[None, :]
+    cos = np.divide(G, outer, out=np.zeros_like(G), where=outer > 0)
+    return norms, np.clip(cos, -1.0, 1.0)
+
+
 def cosine_distances(U: np.ndarray) -> np.ndarray:
     """1 − cos(u_i, u_j) for all pairs, in [0, 2]; a zero row is at distance 1 from all others."""
-    norms = np.linalg.norm(U, axis=1)
-    V = np.divide(U, norms[:, None], out=np.zeros_like(U), where=norms[:, None] > 0)
-    D = np.clip(1.0 - V @ V.T, 0.0, 2.0)
+    D = 1.0 - norms_and_cosines(U)[1]
     np.fill_diagonal(D, 0.0)
     return D
 
