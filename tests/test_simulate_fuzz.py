@@ -15,7 +15,6 @@ import json
 import math
 import os
 
-import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

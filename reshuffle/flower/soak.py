@@ -40,7 +40,6 @@ import re
 import secrets
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time

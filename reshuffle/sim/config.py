@@ -178,7 +178,7 @@ class SimConfig:
 
             check_group_size(self.group_size)
             if self.shuffle != "real":
-                raise ConfigError(f"group_size splits the real protocol's round: it needs shuffle='real'")
+                raise ConfigError("group_size splits the real protocol's round: it needs shuffle='real'")
         m = self.cohort_size
         threshold = RoundParams.default(m, 1).t
         # In groups a group below its threshold loses its models and the others deliver.
