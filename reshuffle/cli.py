@@ -104,30 +104,26 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _positive(kind):
+def _number(kind, ok, what: str):
+    """An argparse type: ``kind(text)`` for which ``ok`` holds, else an error saying it must be ``what``."""
     def parse(text: str):
         try:
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value {text!r}") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {what}")
         return v
 
     return parse
+
+
+def _positive(kind):
+    return _number(kind, lambda v: v > 0, "positive")
 
 
 def _non_negative(kind):
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value {text!r}") from None
-        if not 0 <= v < float("inf"):
-            raise argparse.ArgumentTypeError(f"{text!r} must be >= 0 and finite")
-        return v
-
-    return parse
+    return _number(kind, lambda v: 0 <= v < float("inf"), ">= 0 and finite")
 
 
 _non_negative_int = _non_negative(int)
