@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -82,12 +83,12 @@ def test_no_clip_and_no_noise_is_the_identity(step):
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(clip=0), "model clip must be a positive number"),
+    (dict(clip=0), "model_clip (CRFL's ρ) must be a positive number"),
     (dict(clip=-1.0), "got -1.0"),
     (dict(clip=math.nan), "got nan"),
     (dict(clip=True), "got True"),
     (dict(clip="1"), "got '1'"),
-    (dict(noise=-0.1), "model noise must be a non-negative finite number, got -0.1"),
+    (dict(noise=-0.1), "model_noise (CRFL's σ) must be a non-negative finite number, got -0.1"),
     (dict(noise=math.inf), "got inf"),
     (dict(noise=math.nan), "got nan"),
     (dict(noise=False), "got False"),
@@ -115,12 +116,12 @@ def test_a_round_the_rule_refuses_keeps_w_g_without_noise():
 
 
 @pytest.mark.parametrize("values, needle", [
-    (dict(model_clip=0.0), "model clip must be a positive number"),
+    (dict(model_clip=0.0), "model_clip (CRFL's ρ) must be a positive number"),
     (dict(model_clip=math.inf), "model_clip must be finite"),
-    (dict(model_noise=-1.0), "model noise must be a non-negative finite number"),
+    (dict(model_noise=-1.0), "model_noise (CRFL's σ) must be a non-negative finite number"),
 ])
 def test_simconfig_refuses_bad_settings(values, needle):
-    with pytest.raises(ConfigError, match=needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
         SimConfig(**TINY, **values).validated()
 
 

@@ -29,13 +29,13 @@ def _clip(v: object) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or not v > 0:
-        raise ConfigError(f"model clip must be a positive number (inf or absent: no clipping), got {v!r}")
+        raise ConfigError(f"model_clip (CRFL's ρ) must be a positive number (inf or absent: no clipping), got {v!r}")
     return None if v == math.inf else float(v)
 
 
 def _noise(v: object) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-        raise ConfigError(f"model noise must be a non-negative finite number, got {v!r}")
+        raise ConfigError(f"model_noise (CRFL's σ) must be a non-negative finite number, got {v!r}")
     return float(v)
 
 
