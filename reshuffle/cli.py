@@ -104,27 +104,29 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _positive(kind):
+def _number(kind, ok, what: str):
+    """An argparse type: ``kind(text)`` for which ``ok`` holds, else an error saying it must be ``what``."""
     def parse(text: str):
         try:
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value {text!r}") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {what}")
         return v
 
     return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return v
+def _positive(kind):
+    return _number(kind, lambda v: v > 0, "positive")
+
+
+def _non_negative(kind):
+    return _number(kind, lambda v: 0 <= v < float("inf"), ">= 0 and finite")
+
+
+_non_negative_int = _non_negative(int)
 
 
 def _dataset_help() -> str:
@@ -176,6 +178,10 @@ _SIM_OPTIONS = [
                           "yogi (FedOpt)"),
     ("--server-lr", _positive(float), "server step size (default: 1 for sgd and momentum, 0.01 for adam and "
                                       "yogi)"),
+    ("--model-clip", _positive(float), "CRFL: clip the global model's norm to this after every round "
+                                       "(default: no clipping)"),
+    ("--model-noise", _non_negative(float), "CRFL: add Gaussian noise of this standard deviation to every "
+                                           "coordinate of the global model after every round (default: none)"),
     ("--dropout", _fraction, "fraction of a round's clients that drop out (at a random phase)"),
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
     ("--training", str, "auto, batched (all clients in one stacked computation) or sequential"),

@@ -46,7 +46,9 @@ def _rows(W_g: np.ndarray, T: int) -> list[np.ndarray]:
     return rows
 
 
-def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_path):
+# With CRFL's model step too: both drivers clip W_g and draw its noise from (seed, round).
+@pytest.mark.parametrize("crfl", [{}, {"model_clip": 1.5, "model_noise": 0.01}])
+def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_path, crfl):
     from reshuffle.flower import server_app
     from reshuffle.flower.common import settings as flower_settings
     from reshuffle.flower.grid import RoundReport
@@ -61,7 +63,7 @@ def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_
         return built[-1]
     monkeypatch.setattr(simulator, "make_rule", fresh)
     monkeypatch.setattr(server_app, "make_rule", fresh)
-    common = {"dataset": "digits", "model": "logreg", "rounds": 3, "seed": 4, "server_opt": "adam"}
+    common = {"dataset": "digits", "model": "logreg", "rounds": 3, "seed": 4, "server_opt": "adam", **crfl}
     sim = simulator.Simulation(SimConfig(clients=5, shuffle="none", **common))
     # The simulator's round gets the rows from its shuffle, the ServerApp's from its grid.
     monkeypatch.setattr(sim, "_shuffle", lambda models, dropouts, T: (
@@ -88,6 +90,8 @@ def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_
     # ... from one rule per driver, which saw every round's rows
     assert len(built) == 2 and all(len(r.norms) == 15 for r in built)
     assert [r.models_accepted for r in run.records] == [4, 4, 4]
+    if crfl:
+        assert abs(np.linalg.norm(run.W_g.astype(np.float64)) - 1.5) < 0.3  # clipped to 1.5, then σ√650 ≈ 0.25
 
 
 @settings(max_examples=40, deadline=None)

@@ -71,7 +71,7 @@ OPT = "opt."
 
 
 def make_step(s: FlowerSettings) -> FLStep:
-    """The run's FL step: its rule and server optimiser, built once.
+    """The run's FL step: its rule, server optimiser and model step (CRFL's), built once.
 
     The rule assumes the run config's ``f`` attackers (0 when unset): the PS cannot
     count them, and a node's self-declared label only scores the rule afterwards.
@@ -79,7 +79,8 @@ def make_step(s: FlowerSettings) -> FLStep:
     sim = s.sim
     rule = make_rule(sim.rule, sim.rule_f, seed=sim.seed, pre=sim.pre, pre_options=sim.pre_options,
                      **sim.rule_options)
-    return FLStep(rule, make_server_optimizer(sim.server_opt, sim.server_lr, **sim.server_options), sim.rule)
+    return FLStep(rule, make_server_optimizer(sim.server_opt, sim.server_lr, **sim.server_options), sim.rule,
+                  sim.model_step())
 
 
 @dataclass

@@ -8,9 +8,11 @@ round's models (docs/protocol.md §5, step 6):
 2. form the rows U = W − W_g;
 3. let the rule decide (which rows it accepts, with what weight, and the aggregate Δ);
 4. let the server optimiser step: W_g ← opt(W_g, Δ);
-5. count the rows flagged, honest and malicious, where the caller knows which is which.
+5. apply the model step, if any, to the new W_g (CRFL's clipping and noise,
+   :mod:`reshuffle.server.model_step`);
+6. count the rows flagged, honest and malicious, where the caller knows which is which.
 
-The rule and the optimiser are built once per run and kept in the :class:`FLStep`,
+The rule, the optimiser and the model step are built once per run and kept in the :class:`FLStep`,
 so a rule or optimiser that carries state from round to round behaves the same
 in every driver.
 """
@@ -24,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from reshuffle.errors import ConfigError
+from reshuffle.server.model_step import CRFL
 from reshuffle.server.optimizers import ServerOptimizer
 from reshuffle.server.rules import Decision, Rule
 
@@ -81,17 +84,21 @@ class StepResult:
 
 
 class FLStep:
-    """Rows minus W_g, the rule's decision, the server optimiser's step: ``step(W_g, models, round)``.
+    """Rows minus W_g, the rule's decision, the server optimiser's step, the model step: ``step(W_g, models, round)``.
 
-    ``name`` is how a refusal names the rule (the run's rule setting).
+    ``name`` is how a refusal names the rule (the run's rule setting);
+    ``model_step`` (None: none) acts on the optimiser's new W_g.
     """
 
-    def __init__(self, rule: Rule, optimizer: ServerOptimizer, name: str | None = None) -> None:
+    def __init__(self, rule: Rule, optimizer: ServerOptimizer, name: str | None = None,
+                 model_step: CRFL | None = None) -> None:
         if not isinstance(rule, Rule):
             raise ConfigError(f"FLStep needs a Rule, got {rule!r}")
         if not isinstance(optimizer, ServerOptimizer):
             raise ConfigError(f"FLStep needs a ServerOptimizer, got {optimizer!r}")
-        self.rule, self.optimizer = rule, optimizer
+        if model_step is not None and not isinstance(model_step, CRFL):
+            raise ConfigError(f"FLStep's model step must be a CRFL step or None, got {model_step!r}")
+        self.rule, self.optimizer, self.model_step = rule, optimizer, model_step
         self.name = name or rule.name
 
     def __call__(self, W_g: np.ndarray, models: Sequence[np.ndarray], round: int,
@@ -99,7 +106,8 @@ class FLStep:
         """One step from ``models`` (at least one, each of W_g's size); ``malicious`` labels them, in their order.
 
         A rule that refuses the rows (a ConfigError, e.g. Krum with n ≤ 2f + 2)
-        keeps W_g and leaves the optimiser's state as it was.
+        keeps W_g and leaves the optimiser's state as it was; the model step
+        runs only in a round that stepped.
         """
         if not models:
             raise ConfigError("an FL step needs at least one model")
@@ -114,10 +122,15 @@ class FLStep:
             return StepResult(W_g, tuple(order), None, f"rule {self.name!r} refused {len(models)} rows: {exc}",
                               row_counts(None, labels))
         new = self.optimizer.step(W_g, decision.aggregate)
+        if self.model_step is not None:
+            new = self.model_step(new, round)
         return StepResult(new, tuple(order), decision, None, row_counts(decision, labels))
 
     def state(self) -> dict[str, np.ndarray]:
-        """What the next step depends on beyond its configuration: the optimiser's arrays."""
+        """What the next step depends on beyond its configuration: the optimiser's arrays.
+
+        The model step keeps none: its noise is a function of (seed, round).
+        """
         return self.optimizer.state()
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:

@@ -38,6 +38,9 @@ class SimConfig:
     when it is faster: models without convolutions, with SGD). ``server_opt`` is the
     server optimiser that steps from the rule's aggregate (:mod:`reshuffle.server.optimizers`),
     with step ``server_lr`` and ``server_options`` (``momentum``; ``beta1``, ``beta2``, ``tau``).
+    ``model_clip`` (ρ) and ``model_noise`` (σ) are CRFL's step on the new global
+    model in every round (:mod:`reshuffle.server.model_step`): its norm clipped
+    to ρ, then N(0, σ²) added to every coordinate (None and 0: neither).
     ``dataset`` and ``model`` name registered ones (plug-ins too) or ``hf:NAME``;
     ``classes_per_client`` and ``shards_per_client`` parametrise the ``pathological``
     and ``shard`` partitions. ``device`` is where local training and evaluation
@@ -85,6 +88,8 @@ class SimConfig:
     server_opt: str = "sgd"
     server_lr: float | None = None  # None: the optimiser's default (1 for sgd and momentum)
     server_options: dict[str, Any] = field(default_factory=dict)
+    model_clip: float | None = None  # CRFL's ρ: the global model's norm after every round; None: no clipping
+    model_noise: float = 0.0  # CRFL's σ: Gaussian noise per coordinate on the global model; 0: none
 
     @property
     def n_malicious(self) -> int:
@@ -161,6 +166,9 @@ class SimConfig:
         self._check_sampling()
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative int, got {self.seed!r}")
+        if self.model_clip is not None and self.model_clip == math.inf:
+            raise ConfigError("model_clip must be finite (metrics.json records it); leave it out for no clipping")
+        self.model_step()
         for name in ("lr", "alpha"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
@@ -190,6 +198,12 @@ class SimConfig:
         if self.attack != "none" and self.n_malicious == 0 and self.malicious > 0:
             raise ConfigError(f"malicious={self.malicious} of {self.clients} clients rounds to 0 attackers")
         return self
+
+    def model_step(self):
+        """CRFL's step on the global model (:class:`reshuffle.server.model_step.CRFL`), seeded by the run's seed."""
+        from reshuffle.server.model_step import CRFL
+
+        return CRFL(self.model_clip, self.model_noise, seed=self.seed)
 
     def _check_sampling(self) -> None:
         frac, per_round = self.fraction, self.clients_per_round
@@ -230,7 +244,7 @@ def from_mapping(values: dict[str, Any], base: SimConfig | None = None, source: 
 
 def _coerce(name: str, v: Any, source: str) -> Any:
     expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float, "server_lr": float,
-                "fraction": float}
+                "fraction": float, "model_clip": float, "model_noise": float}
     if name in expected and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
     if name == "pre" and isinstance(v, str):

@@ -18,7 +18,9 @@ Per round T (docs/protocol.md §5):
    Flower ServerApp's): the PS sorts the recovered models into a canonical order
    (by hash, so the result cannot depend on the shuffle's permutation), forms
    U = W − W_g, runs the rule, and the server optimiser steps from its aggregate:
-   W_g^{T+1} = opt(W_g^T, rule(U)) (``sgd`` with step 1: W_g^T + rule(U)).
+   W_g^{T+1} = opt(W_g^T, rule(U)) (``sgd`` with step 1: W_g^T + rule(U)),
+   then CRFL's clipping and noise on W_g^{T+1} where ``model_clip`` or
+   ``model_noise`` asks for them.
 
 Only the evaluator (``_labels``) uses the ground-truth positions, to score the
 rule's choice; the rule itself sees the anonymous rows alone.
@@ -162,7 +164,7 @@ class Simulation:
                                     pre=cfg.pre, pre_options=cfg.pre_options, **cfg.rule_options)
         check_feasible(cfg, self.rule)
         optimizer = make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options)
-        self.fl = FLStep(self.rule, optimizer, cfg.rule)
+        self.fl = FLStep(self.rule, optimizer, cfg.rule, cfg.model_step())
         # The protocol runs among a round's cohort (every client without sampling).
         params = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group)
         self.codec, self.threshold = params.codec, max(2, params.t)
