@@ -12,6 +12,7 @@ import pytest
 from reshuffle.cli import main
 from reshuffle.errors import ConfigError
 from reshuffle.evaluation.report import DOCS_BEGIN, DOCS_END, update_docs
+from reshuffle.evaluation.grid import DEFAULT_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--datasets", "digits", "--partitions", "iid", "--models", "logreg", "--rounds", "2", "--seeds", "1"]
@@ -175,9 +176,16 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
     assert text.startswith("# Results\n\nBefore.\n\n" + DOCS_BEGIN) and text.endswith(DOCS_END + "\n\nAfter.\n")
     assert "| none (clean) | 90.0 |" in text and "| fedavg | met |" in text
     assert "| digits-iid-logreg | 1 | 1.0 [1.0–1.0] |" in text
+    # The commands it gives name the grid's rules (else they would run the default grid's rules too)
+    assert f"`reshuffle grid --out {out} --rules fedavg` runs the cells" in text
     # Execute again: regenerating is stable
     update_docs(docs, out)
     assert docs.read_text() == text
+    # A grid of the default rules needs no --rules
+    summary["grid"]["rules"] = list(DEFAULT_RULES)
+    (out / "summary.json").write_text(json.dumps(summary))
+    update_docs(docs, out)
+    assert f"`reshuffle grid --out {out}` runs the cells" in docs.read_text()
     # A file without the markers is refused with the reason
     docs.write_text("# Results\n")
     with pytest.raises(ConfigError, match="grid:begin"):
