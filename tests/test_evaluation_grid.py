@@ -28,6 +28,7 @@ def test_default_grid_covers_every_attack_and_the_registered_decision_rules():
     assert {"badnets", "dba", "maxproj-backdoor"} <= set(g.long_attacks) and "alie" not in g.long_attacks
     # there: clean FedAvg and `default` under the clean run, `default` alone under each backdoor
     assert g.all_long_rules == ("fedavg", "default") and g.long_rules_of("badnets") == ("default",)
+    assert g.describe()["long_rules"] == ["default"]  # what the docs say the backdoors meet over 30 rounds
     long = 2 * 2 * (2 + len(g.long_attacks) - 1) * 3
     assert len(g.cells()) == 2 * 2 * len(g.all_attacks) * len(g.all_rules) * 3 + long
     assert len(set(c.relpath for c in g.cells())) == len(g.cells())

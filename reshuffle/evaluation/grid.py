@@ -280,7 +280,7 @@ class Grid:
                 "attacks": list(self.all_attacks), "rules": list(self.all_rules),
                 "seeds": list(self.seeds), "base": dict(self.base), "skipped_rules": list(self.skipped_rules),
                 "long_rounds": self.long_rounds, "long_attacks": list(self.long_attacks[1:]),
-                "long_rules": list(self.all_long_rules) if len(self.long_attacks) > 1 else []}
+                "long_rules": list(self.long_rules_of(self.long_attacks[1])) if len(self.long_attacks) > 1 else []}
 
 
 def is_backdoor(attack: str) -> bool:

@@ -25,8 +25,9 @@ def _axes_line(g: dict, attacks: str) -> str:
             f"{', '.join(g['models'])}; {attacks}; rules {', '.join(g['rules'])}; seeds "
             f"{', '.join(map(str, g['seeds']))}. Common settings: "
             + ", ".join(f"{k} = {v}" for k, v in g["base"].items()) + "."
-            + (f" The backdoor attacks ({', '.join(g['long_attacks'])}) and the clean run also run over "
-               f"{g['long_rounds']} rounds, under {', '.join(g['long_rules'])}." if g.get("long_attacks") else ""))
+            + (f" The backdoor attacks ({', '.join(g['long_attacks'])}) also run over {g['long_rounds']} rounds, "
+               f"under {', '.join(g['long_rules'])}, beside the clean run under these rules and FedAvg."
+               if g.get("long_attacks") else ""))
 
 
 def _pts(x: float) -> str:
