@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from reshuffle.errors import ConfigError
-from reshuffle.server.rules.base import check_round, check_seed, round_rng
+from reshuffle.server.rules.base import check_non_negative, check_round, check_seed, round_rng
 
 __all__ = ["CRFL"]
 
@@ -31,12 +31,6 @@ def _clip(v: object) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or not v > 0:
         raise ConfigError(f"model_clip (CRFL's ρ) must be a positive number (inf or absent: no clipping), got {v!r}")
     return None if v == math.inf else float(v)
-
-
-def _noise(v: object) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-        raise ConfigError(f"model_noise (CRFL's σ) must be a non-negative finite number, got {v!r}")
-    return float(v)
 
 
 class CRFL:
@@ -58,7 +52,7 @@ class CRFL:
 
     def __init__(self, clip: float | None = None, noise: float = 0.0, seed: int | None = None) -> None:
         self.clip = _clip(clip)
-        self.noise = _noise(noise)
+        self.noise = check_non_negative(noise, "model_noise (CRFL's σ)")
         self.seed = check_seed(seed)
 
     @property

@@ -42,6 +42,13 @@ def check_positive(v: object, name: str) -> float:
     return float(v)
 
 
+def check_non_negative(v: object, name: str) -> float:
+    """A finite number ≥ 0 (ints accepted, bools not)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+        raise ConfigError(f"{name} must be a non-negative finite number, got {v!r}")
+    return float(v)
+
+
 def check_seed(seed: object) -> int:
     """The rule's seed; None draws one from OS randomness (a deployment's PS keeps it to itself)."""
     if seed is None:

@@ -12,7 +12,8 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
-    Decision, Rule, check_f, check_positive, check_round, check_seed, check_updates, clip_factors, round_rng,
+    Decision, Rule, check_f, check_non_negative, check_positive, check_round, check_seed, check_updates, clip_factors,
+    round_rng,
 )
 from reshuffle.server.rules.coordinate import trim_columns
 from reshuffle.server.rules.registry import register_rule
@@ -23,12 +24,6 @@ def _bound(U: np.ndarray, bound: float | None) -> tuple[np.ndarray, float]:
     norms = np.linalg.norm(U, axis=1)
     S = float(np.median(norms)) if bound is None else bound
     return clip_factors(norms, S), S
-
-
-def _noise(name: str, v: object) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-        raise ConfigError(f"{name} noise must be a non-negative number, got {v!r}")
-    return float(v)
 
 
 @register_rule("norm-bound")
@@ -53,7 +48,7 @@ class NormBound(Rule):
 
     def __init__(self, bound: float | None = None, noise: float = 0.0, seed: int | None = None) -> None:
         self.bound = None if bound is None else check_positive(bound, "norm-bound bound")
-        self.noise = _noise("norm-bound", noise)
+        self.noise = check_non_negative(noise, "norm-bound noise")
         self.seed = check_seed(seed)
 
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
@@ -99,7 +94,7 @@ class ClipTrim(Rule):
     def __init__(self, trim: int = 0, bound: float | None = None, noise: float = 0.0, seed: int | None = None) -> None:
         self.trim = check_f(trim, "clip-trim trim")
         self.bound = None if bound is None else check_positive(bound, "clip-trim bound")
-        self.noise = _noise("clip-trim", noise)
+        self.noise = check_non_negative(noise, "clip-trim noise")
         self.seed = check_seed(seed)
 
     def min_rows(self) -> int:
