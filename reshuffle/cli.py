@@ -197,7 +197,7 @@ _SIM_OPTIONS = [
 
 def _help_with_default(flag: str, text: str) -> str:
     """``text`` with SimConfig's default for ``flag`` (unless the text says it, or there is none)."""
-    from reshuffle.sim.config import SimConfig
+    from reshuffle.run.config import SimConfig
 
     default = SimConfig().as_dict().get(flag[2:].replace("-", "_"))
     if "default" in text or default is None:
@@ -213,9 +213,9 @@ class _Interrupted(Exception):
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from reshuffle.sim import from_mapping, load_toml
-    from reshuffle.sim.config import SimConfig
-    from reshuffle.sim.report import claim_out_dir, default_out_dir
+    from reshuffle.run.config import from_mapping, load_toml
+    from reshuffle.run.config import SimConfig
+    from reshuffle.run.report import claim_out_dir, default_out_dir
 
     if args.resume is not None:
         return _resume_simulation(args)
@@ -248,7 +248,7 @@ _RESUME_ALLOWS = {"resume", "quiet", "threads", "func", "cmd", "plugin", "data_d
 
 
 def _resume_simulation(args: argparse.Namespace) -> int:
-    from reshuffle.sim.checkpoint import load_simulation
+    from reshuffle.run.checkpoint import load_simulation
 
     given = sorted(f"--{k.replace('_', '-')}" for k, v in vars(args).items()
                    if k not in _RESUME_ALLOWS and v not in (None, [], False))
@@ -291,7 +291,9 @@ def resume_command(out: str, cfg) -> str:
 def _run_with_progress(cfg, out: str, quiet: bool, resume=None) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from reshuffle.sim import Simulation, checkpoint, write_metrics, write_outputs
+    from reshuffle.run import checkpoint
+    from reshuffle.run.report import write_metrics, write_outputs
+    from reshuffle.sim.simulator import Simulation
 
     sim = Simulation(cfg)  # loads data and validates before any output
     records: list = [] if resume is None else checkpoint.restore_simulation(sim, resume)
@@ -671,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reshuffle: error: {exc}", file=sys.stderr)
         return 2
     except _Interrupted as stop:
-        from reshuffle.sim import checkpoint
+        from reshuffle.run import checkpoint
 
         try:
             done = checkpoint.load(stop.out).round

@@ -53,7 +53,7 @@ def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_
     from reshuffle.flower.common import settings as flower_settings
     from reshuffle.flower.grid import RoundReport
     from reshuffle.sim import simulator
-    from reshuffle.sim.config import SimConfig
+    from reshuffle.run.config import SimConfig
 
     # Prepare: both drivers build their rule with make_rule; each call builds a fresh stateful rule
     built: list[Remembering] = []

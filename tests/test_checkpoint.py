@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reshuffle.cli import main
-from reshuffle.sim import checkpoint
-from reshuffle.sim.checkpoint import Checkpoint, CheckpointError
-from reshuffle.sim.config import SimConfig
+from reshuffle.run import checkpoint
+from reshuffle.run.checkpoint import Checkpoint, CheckpointError
+from reshuffle.run.config import SimConfig
 from reshuffle.sim.simulator import Simulation
 
 ROOT = Path(__file__).resolve().parents[1]

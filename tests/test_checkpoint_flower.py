@@ -15,8 +15,8 @@ from flwr.app import Context, RecordDict
 
 from flower_helpers import LoopbackGrid
 from reshuffle.flower.reserved import RECORD
-from reshuffle.sim import checkpoint
-from reshuffle.sim.checkpoint import CheckpointError
+from reshuffle.run import checkpoint
+from reshuffle.run.checkpoint import CheckpointError
 
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 4, "local-epochs": 1, "batch-size": 16,
               "lr": 0.1, "rule": "multi-krum", "phase-timeout": 10.0}

@@ -11,7 +11,7 @@ import pytest
 from reshuffle.cli import main
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules import DEFAULT_RULE
-from reshuffle.sim.config import SimConfig, from_mapping, load_toml
+from reshuffle.run.config import SimConfig, from_mapping, load_toml
 
 
 def _toml(tmp_path, text: str):

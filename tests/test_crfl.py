@@ -17,8 +17,8 @@ from reshuffle.server import FedAvg, Krum
 from reshuffle.server.aggregate import FLStep
 from reshuffle.server.model_step import CRFL
 from reshuffle.server.optimizers import make_server_optimizer
-from reshuffle.sim import checkpoint
-from reshuffle.sim.config import SimConfig
+from reshuffle.run import checkpoint
+from reshuffle.run.config import SimConfig
 from reshuffle.sim.simulator import Simulation
 
 TINY = dict(dataset="digits", model="logreg", clients=4, rounds=2, shuffle="none", lr=0.1, seed=5)

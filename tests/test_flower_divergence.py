@@ -17,7 +17,7 @@ from flwr.serverapp.strategy import FedAvg
 from flower_helpers import LoopbackGrid, toy_client_app
 from reshuffle.flower.grid import ReshuffleGrid
 from reshuffle.flower.mod import reshuffle_mod
-from reshuffle.sim import checkpoint
+from reshuffle.run import checkpoint
 
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 3, "local-epochs": 1, "batch-size": 16,
               "lr": 0.1, "rule": "fedavg", "phase-timeout": 10.0}

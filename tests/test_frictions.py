@@ -25,7 +25,7 @@ def test_time_plot_stacks_each_phase_once(tmp_path, monkeypatch):
     # `training_total` sums every client's training, `training` is one client's: stacking both counts it twice.
     import matplotlib.axes
 
-    from reshuffle.sim.report import write_outputs
+    from reshuffle.run.report import write_outputs
 
     stacked: list[str] = []
     bar = matplotlib.axes.Axes.bar

@@ -17,10 +17,12 @@ rank only, so units that share a rank stay independent of each other.
        server                     parties and the explorer of PS schedules; rules on unlinked models
     6  attacks, games             poisoning (omniscient attacks run the rules); security games
                                   (the anonymity game's adversary searches schedules with the explorer)
-    7  sim                        the simulator
-    8  flower, evaluation, soak   the Flower drop-in and apps; the decision grid; the fault soak
-    9  bench                      benchmarks and the detection probe
-    10 cli                        the ``reshuffle`` command
+    7  run                        one FL run for every driver: settings, the round over a delivery,
+                                  cohort sampling, records, outputs, checkpoints
+    8  sim, flower                the simulator; the Flower drop-in and apps (neither imports the other)
+    9  evaluation, soak           the decision grid; the fault soak
+    10 bench                      benchmarks and the detection probe
+    11 cli                        the ``reshuffle`` command
 
 A new subpackage gets a rank here before it can pass.
 """
@@ -45,10 +47,11 @@ RANKS: dict[str, int] = {
     "harness": 4,
     "reshuffle": 5, "adversaries": 5, "server": 5,
     "attacks": 6, "games": 6,
-    "sim": 7,
-    "flower": 8, "evaluation": 8, "soak": 8,
-    "bench": 9,
-    "cli": 10,
+    "run": 7,
+    "sim": 8, "flower": 8,
+    "evaluation": 9, "soak": 9,
+    "bench": 10,
+    "cli": 11,
 }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reshuffle.cli import main
-from reshuffle.sim import checkpoint
+from reshuffle.run import checkpoint
 
 RUN = ["--dataset", "digits", "--model", "logreg", "--clients", "4", "--shuffle", "none", "--quiet"]
 

@@ -16,7 +16,7 @@ from reshuffle.server import (
 from reshuffle.server.rules import with_f
 from reshuffle.server.rules import registry
 from reshuffle.server.rules.pre import bucket_means
-from reshuffle.sim.config import SimConfig, from_mapping
+from reshuffle.run.config import SimConfig, from_mapping
 
 
 class AcceptRows(Rule):

@@ -3,7 +3,7 @@
 import json
 
 from reshuffle.cli import main
-from reshuffle.sim.config import SimConfig
+from reshuffle.run.config import SimConfig
 from reshuffle.sim.simulator import Simulation
 
 

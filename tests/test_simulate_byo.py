@@ -10,8 +10,8 @@ import torch
 
 from data_helpers import write_cifar10, write_femnist
 from reshuffle.cli import main
-from reshuffle.sim import checkpoint
-from reshuffle.sim.config import SimConfig
+from reshuffle.run import checkpoint
+from reshuffle.run.config import SimConfig
 from reshuffle.sim.simulator import Simulation
 
 PLUGIN_DIR = Path(__file__).resolve().parent.parent / "examples" / "byo"

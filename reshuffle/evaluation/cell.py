@@ -36,7 +36,8 @@ def run_cell(settings: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
     """Simulate ``settings`` and return the cell record (status ``done`` or ``failed``)."""
     _one_thread()
     from reshuffle.attacks import Backdoor
-    from reshuffle.sim import Simulation, from_mapping
+    from reshuffle.run.config import from_mapping
+    from reshuffle.sim.simulator import Simulation
 
     wall0, cpu0 = time.perf_counter(), time.process_time()
     record: dict[str, Any] = {"format": FORMAT, "cell": cell, "config": dict(settings), "host": os.uname().nodename}
@@ -119,7 +120,7 @@ def same_settings(stored: dict[str, Any], expected: dict[str, Any]) -> bool:
     as its default (the simulator behaved so then); one the simulator no longer
     has is ignored.
     """
-    from reshuffle.sim.config import SimConfig
+    from reshuffle.run.config import SimConfig
 
     defaults = SimConfig().as_dict()
     for key, want in expected.items():

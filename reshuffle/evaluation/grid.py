@@ -244,7 +244,7 @@ class Grid:
             # The clean run: every row honest, so flagged rows give the clean FPR of the rule configured as
             # under attack (it still assumes the attacked runs' number of attackers f).
             if s.get("f") is None:
-                from reshuffle.sim.config import SimConfig
+                from reshuffle.run.config import SimConfig
 
                 # The attacked runs' f: the expected attackers in a round (its cohort, with sampling).
                 sizes = {k: s[k] for k in ("clients", "malicious", "fraction", "clients_per_round") if k in s}
@@ -291,7 +291,7 @@ def is_backdoor(attack: str) -> bool:
 
 
 def _has_sim_field(name: str) -> bool:
-    from reshuffle.sim.config import SimConfig
+    from reshuffle.run.config import SimConfig
 
     return any(f.name == name for f in dataclasses.fields(SimConfig))
 
@@ -352,7 +352,7 @@ def check_names(kind: str, names: Iterable[str], known: Iterable[str]) -> None:
 
 def load_grid_toml(path: str | Path, base: Grid) -> Grid:
     """``base`` with the fields a grid TOML file sets."""
-    from reshuffle.sim.config import read_toml
+    from reshuffle.run.config import read_toml
 
     p = Path(path)
     spec = read_toml(p, "grid config")
@@ -388,7 +388,7 @@ def load_grid_toml(path: str | Path, base: Grid) -> Grid:
         over["base"] = tuple({**dict(base.base), **spec["base"]}.items())
     grid = dataclasses.replace(base, **over)
     if grid.plugins:
-        from reshuffle.sim.config import load_plugins
+        from reshuffle.run.config import load_plugins
 
         load_plugins(list(grid.plugins))
     if spec.get("attacks") == "all":
@@ -421,7 +421,7 @@ def validate(grid: Grid) -> Grid:
     for s in grid.seeds:
         if not isinstance(s, int) or isinstance(s, bool) or s < 0:
             raise ConfigError(f"seeds must be non-negative ints, got {s!r}")
-    from reshuffle.sim import from_mapping
+    from reshuffle.run.config import from_mapping
 
     # One representative cell per setting checks the base settings before anything runs.
     for setting in grid.settings_list:

@@ -44,7 +44,7 @@ def cells_covered(grid: Grid, whole: Grid | None) -> list[Cell]:
 
 def expected_configs(cells: list[Cell], grid: Grid, data_root: Path | None) -> dict[Cell, dict[str, Any]]:
     """cell → its full, validated SimConfig as a dict (what a finished cell's file must hold)."""
-    from reshuffle.sim import from_mapping
+    from reshuffle.run.config import from_mapping
 
     return {c: from_mapping(grid.cell_settings(c, data_root), source=c.name).as_dict() for c in cells}
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reshuffle.errors import ConfigError
-from reshuffle.sim.config import SimConfig, from_mapping
+from reshuffle.run.config import SimConfig, from_mapping
 
 ARRAYS, CONFIG, METRICS = "arrays", "config", "metrics"
 ATTACKER_METRIC = "reshuffle-attacker"  # only in replies of nodes whose own node_config enables scoring

@@ -12,7 +12,7 @@ canonical order, rule, server optimiser; built once per run) and the same evalua
 A round that yields fewer usable models than the rule needs (every node's training
 diverged, too few nodes answered, the shuffle failed) is recorded with its reason
 and keeps W_g; the run goes on. After every round the app saves a checkpoint in its
-output folder (:mod:`reshuffle.sim.checkpoint`); the run-config key ``resume``
+output folder (:mod:`reshuffle.run.checkpoint`); the run-config key ``resume``
 (that folder) continues a killed run after its last finished round. A round the
 kill interrupted is lost, never run again: nodes take part in each round number once.
 """
@@ -36,10 +36,10 @@ from reshuffle.flower.grid import ReshuffleGrid, RoundReport
 from reshuffle.server import make_rule
 from reshuffle.server.aggregate import FLStep
 from reshuffle.server.optimizers import make_server_optimizer
-from reshuffle.sim import checkpoint
-from reshuffle.sim.config import SimConfig
-from reshuffle.sim.report import claim_out_dir, metrics, write_outputs
-from reshuffle.sim.record import RoundRecord
+from reshuffle.run import checkpoint
+from reshuffle.run.config import SimConfig
+from reshuffle.run.report import claim_out_dir, metrics, write_outputs
+from reshuffle.run.record import RoundRecord
 
 app = ServerApp()
 

@@ -561,7 +561,7 @@ class Soak:
 
 
 def _checkpoint_round(out: Path) -> int:
-    from reshuffle.sim import checkpoint
+    from reshuffle.run import checkpoint
 
     try:
         return checkpoint.load(out, kind="flower").round

@@ -1,6 +1,8 @@
 """Simulated federations: ``Simulation(SimConfig(...)).run()`` and the ``reshuffle simulate`` CLI.
 
-Names resolve lazily: importing the settings does not import torch.
+The settings, records, outputs and checkpoints of a run are :mod:`reshuffle.run`'s
+(the Flower apps share them); they are named here too. Names resolve lazily:
+importing the settings does not import torch.
 """
 
 from __future__ import annotations
@@ -8,10 +10,11 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "SHUFFLES": "config", "SimConfig": "config", "from_mapping": "config", "load_toml": "config",
-    "metrics": "report", "write_metrics": "report", "write_outputs": "report",
-    "RoundRecord": "record", "Simulation": "simulator", "canonical_order": "simulator",
-    "observed_updates": "simulator",
+    "SHUFFLES": "reshuffle.run.config", "SimConfig": "reshuffle.run.config", "from_mapping": "reshuffle.run.config",
+    "load_toml": "reshuffle.run.config", "metrics": "reshuffle.run.report", "write_metrics": "reshuffle.run.report",
+    "write_outputs": "reshuffle.run.report", "RoundRecord": "reshuffle.run.record",
+    "Simulation": "reshuffle.sim.simulator", "canonical_order": "reshuffle.sim.simulator",
+    "observed_updates": "reshuffle.sim.simulator",
 }
 
 
@@ -22,7 +25,7 @@ def simulate(cfg, out_dir=None, on_round=None, plots: bool = True) -> dict:
     after every round (a run stopped at any point keeps its finished rounds)
     and the plots are drawn at the end.
     """
-    from reshuffle.sim.report import write_metrics, write_outputs
+    from reshuffle.run.report import write_metrics, write_outputs
     from reshuffle.sim.simulator import Simulation
 
     sim = Simulation(cfg)
@@ -42,7 +45,7 @@ def simulate(cfg, out_dir=None, on_round=None, plots: bool = True) -> dict:
 
 def __getattr__(name: str):
     if name in _WHERE:
-        return getattr(importlib.import_module(f"reshuffle.sim.{_WHERE[name]}"), name)
+        return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'reshuffle.sim' has no attribute {name!r}")
 
 

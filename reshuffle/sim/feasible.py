@@ -15,7 +15,7 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 from reshuffle.server import Rule, make_rule
-from reshuffle.sim.config import SimConfig
+from reshuffle.run.config import SimConfig
 
 
 def _needs(cfg: SimConfig, f: int) -> int:

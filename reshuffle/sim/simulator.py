@@ -54,12 +54,12 @@ from reshuffle.protocol.schedule import PHASES
 from reshuffle.server import Rule, make_rule
 from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
 from reshuffle.server.optimizers import make_server_optimizer
-from reshuffle.sim.config import SimConfig
+from reshuffle.run.config import SimConfig
 from reshuffle.sim.feasible import check_feasible
-from reshuffle.sim.plugins import load_plugins
-from reshuffle.sim.provenance import provenance
-from reshuffle.sim.record import RoundRecord
-from reshuffle.sim.report import metrics
+from reshuffle.run.plugins import load_plugins
+from reshuffle.run.provenance import provenance
+from reshuffle.run.record import RoundRecord
+from reshuffle.run.report import metrics
 
 __all__ = ["RoundRecord", "Simulation", "canonical_order", "observed_updates"]
 
@@ -527,7 +527,7 @@ class Simulation:
         """What the next round depends on beyond the configuration: (arrays, JSON data).
 
         Every other attribute is rebuilt from the configuration, and each round's
-        randomness from ``(seed, T, ...)``; :mod:`reshuffle.sim.checkpoint` saves this.
+        randomness from ``(seed, T, ...)``; :mod:`reshuffle.run.checkpoint` saves this.
         The server optimiser's arrays are ``opt.<name>``.
         """
         arrays = {"global_model": self.W_g.copy(), **{OPT + k: v for k, v in self.fl.state().items()}}
@@ -542,7 +542,7 @@ class Simulation:
         return {"server": self.server_local, **{f"client{i}": loc for i, loc in self.local.items()}}
 
     def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
-        """Continue after round ``state["round"]`` (checked by :func:`reshuffle.sim.checkpoint.restore_simulation`)."""
+        """Continue after round ``state["round"]`` (checked by :func:`reshuffle.run.checkpoint.restore_simulation`)."""
         self.W_g = arrays["global_model"].copy()
         self.fl.restore({k[len(OPT):]: v for k, v in arrays.items() if k.startswith(OPT)})
         for who, local in self._local_states().items():

@@ -203,8 +203,8 @@ def load_simulation(folder: str | Path, plugins: list[str] = (), data_dir: str |
     The configuration is rebuilt and validated by this version of Re-Shuffle; one it reads
     differently (a setting added, removed or changed) is refused.
     """
-    from reshuffle.sim.config import SimConfig, from_mapping
-    from reshuffle.sim.plugins import check_recorded
+    from reshuffle.run.config import SimConfig, from_mapping
+    from reshuffle.run.plugins import check_recorded
 
     ck = load(folder, kind=SIMULATE)
     names, hashes = ck.config.get("plugins", []), ck.state.get("plugins", {})
@@ -231,8 +231,8 @@ def load_simulation(folder: str | Path, plugins: list[str] = (), data_dir: str |
 
 
 def round_record(d: Any, where: Path):
-    """The :class:`~reshuffle.sim.record.RoundRecord` stored as ``d`` (``asdict``) in the checkpoint at ``where``."""
-    from reshuffle.sim.record import RoundRecord
+    """The :class:`~reshuffle.run.record.RoundRecord` stored as ``d`` (``asdict``) in the checkpoint at ``where``."""
+    from reshuffle.run.record import RoundRecord
 
     try:
         r = RoundRecord(**d)
@@ -247,7 +247,7 @@ def round_record(d: Any, where: Path):
 def restore_simulation(sim, ck: Checkpoint) -> list:
     """Put ``sim`` (built from the checkpoint's configuration) after the checkpoint's round; return its records."""
     where = Path("checkpoint") if sim.cfg.out is None else path_of(sim.cfg.out)
-    from reshuffle.sim.config import SimConfig
+    from reshuffle.run.config import SimConfig
 
     check_config(ck, run_identity(sim.cfg), "this simulation", SimConfig().as_dict(), RESUME_GIVEN)
     W = ck.arrays.get("global_model")

@@ -13,7 +13,7 @@ from reshuffle.clients import OPTIMIZERS, PARTITIONS
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.params import GROUPS
 from reshuffle.server import check_pre_names, check_rule_name
-from reshuffle.sim.plugins import load_plugins
+from reshuffle.run.plugins import load_plugins
 
 SHUFFLES = ("real", "ideal", "none")
 TRAININGS = ("auto", "batched", "sequential")
@@ -140,7 +140,7 @@ class SimConfig:
         from reshuffle.server.optimizers import make_server_optimizer
 
         make_server_optimizer(self.server_opt, self.server_lr, **self.server_options)
-        from reshuffle.sim.options import (
+        from reshuffle.run.options import (
             check_adversary_options, check_attack_options, check_pre_options, check_rule_options,
         )
 

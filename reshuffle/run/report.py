@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from reshuffle.errors import ConfigError
-from reshuffle.sim.record import RoundRecord, finite_or_none
+from reshuffle.run.record import RoundRecord, finite_or_none
 
 
 #: The files a run writes into its output folder.
