@@ -35,12 +35,12 @@ def test_server_app_rounds_run_among_the_sampled_nodes_with_a_server_optimiser(t
     # Execute
     server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
     # Assert: each round claimed, trained and delivered 4 of the 7 nodes (round(3.5) = 4), the ones
-    # sample_nodes draws for it
+    # the run's sampler draws for it
     m = json.loads((tmp_path / "metrics.json").read_text())
     s = server_app.settings(cfg)
     cohorts = []
     for T in (1, 2):
-        want = set(server_app.sample_nodes(lg.node_ids, s, T))
+        want = set(s.sim.sampler().cohort(T, lg.node_ids))
         assert len(want) == 4
         assert _stage_nodes(lg, T, "claim") == _stage_nodes(lg, T, "train") == want
         cohorts.append(want)

@@ -305,6 +305,16 @@ class FlatLayout:
         """δ, the length of the flat vector."""
         return int(sum(int(np.prod(s, dtype=np.int64)) for s in self.shapes))
 
+    def statistics(self, model: nn.Module) -> np.ndarray | None:
+        """A boolean mask over the flat vector: the carried running statistics (floating buffers, such as
+        BatchNorm's running mean and variance), which are estimates rather than trained parameters; None
+        when the vector carries none."""
+        buffers = {n for n, _ in model.named_buffers()}
+        if not buffers & set(self.names):
+            return None
+        return np.concatenate([np.full(int(np.prod(s, dtype=np.int64)), n in buffers)
+                               for n, s in zip(self.names, self.shapes)])
+
     def get(self, model: nn.Module) -> np.ndarray:
         """The carried entries as one float32 vector of length δ (a copy, on the CPU)."""
         state = _state(model)

@@ -1,7 +1,9 @@
 """The project's Flower ClientApp: local training; :func:`~reshuffle.flower.mod.reshuffle_mod` does the rest.
 
 The train handler trains from the global model it receives and replies with the
-new model (one float32 array). Re-Shuffle is the mod's business. Simulated attacks
+new model (one float32 array), with the seed ``reshuffle simulate`` gives the same
+client in the same round (:mod:`reshuffle.run.sampling`): node ``partition-id`` i
+trains as simulated client i. Re-Shuffle is the mod's business. Simulated attacks
 and scoring are the node's own choice: only its ``node_config`` enables them
 (``attack="sign-flip"``, ``score=true``); a train message that asks for them is
 refused with an error naming the key, so a server cannot make an honest node
@@ -23,6 +25,7 @@ from reshuffle.flower.common import ARRAYS, ATTACKER_METRIC, CONFIG, FORBIDDEN_C
 from reshuffle.flower.keys import NODE_PARTICIPANT_ID, SIM_PARTITION_ID
 from reshuffle.flower.mod import reshuffle_mod
 from reshuffle.flower.reserved import RECORD
+from reshuffle.run.sampling import ATTACK, POISON, TRAIN, seed_of
 
 NODE_FAULT = "fault"  # node_config: a simulated faulty node, the node's own choice (``reshuffle soak``)
 FAULTS = ("none", "malformed")
@@ -53,17 +56,20 @@ class TrainingDiverged(ReShuffleError):
 
 
 @lru_cache(maxsize=4)
-def _data(dataset: str, data_dir: str | None, n: int, kind: str, seed: int, alpha: float):
+def _data(dataset: str, data_dir: str | None, n: int, kind: str, seed: int, alpha: float, classes_per_client: int,
+          shards_per_client: int):
+    """The dataset and its n partitions, split as ``reshuffle simulate`` splits them among n clients."""
     from reshuffle.clients import load_dataset, partition
 
     ds = load_dataset(dataset, data_dir)
-    return ds, partition(ds.y_train, n, kind, seed, alpha)
+    return ds, partition(ds.y_train, n, kind, seed, alpha, classes_per_client=classes_per_client,
+                         shards_per_client=shards_per_client, natural_ids=ds.natural_ids)
 
 
 def _own_attack(node_config: dict) -> tuple[str, bool]:
     """(attack, score) from this node's own config: the only place they may come from."""
     attack = str(node_config.get("attack", "none"))
-    return attack, bool(node_config.get("score", False)) and attack != "none"
+    return attack, bool(node_config.get("score", False))
 
 
 def _check_config(config: ConfigRecord) -> None:
@@ -76,7 +82,7 @@ def _check_config(config: ConfigRecord) -> None:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    """Train from W_g on this node's partition; reply with W (and, if this node scores, its attacker flag)."""
+    """Train from W_g on this node's partition; reply with W (and, if this node scores, its label: attacker or not)."""
     # torch, the attacks and the rules they use only where training happens: every protocol phase of a
     # deployment starts a fresh ClientApp process that imports this module
     from reshuffle.attacks import make_attack
@@ -90,7 +96,8 @@ def train(msg: Message, context: Context) -> Message:
         raise ConfigError(f"node config needs {SIM_PARTITION_ID} or {NODE_PARTICIPANT_ID} to pick its data")
     part = int(nc.get(SIM_PARTITION_ID, nc.get(NODE_PARTICIPANT_ID)))
     n = int(nc.get("num-partitions", 1))
-    ds, parts = _data(sim.dataset, sim.data_dir, n, sim.partition, sim.seed, sim.alpha)
+    ds, parts = _data(sim.dataset, sim.data_dir, n, sim.partition, sim.seed, sim.alpha, sim.classes_per_client,
+                      sim.shards_per_client)
     idx = parts[part % n]
     x, y = ds.x_train[idx], ds.y_train[idx]
     W_g = msg.content[ARRAYS].to_numpy_ndarrays()[0].astype(np.float32).ravel()
@@ -100,12 +107,13 @@ def train(msg: Message, context: Context) -> Message:
         raise ConfigError(f"attack {attack!r} needs the honest updates: use reshuffle simulate")
     if attack != "none":
         a.prepare(n, ds.x_train)
-        x, y = a.poison_data(x, y, part, n, ds.num_classes, np.random.default_rng(int(config.get("train-seed", 0)) + part))
-    seed = int(config.get("train-seed", 0)) + part
+        x, y = a.poison_data(x, y, part, n, ds.num_classes, np.random.default_rng(seed_of(sim.seed, POISON, part)))
+    T = int(config.get("server-round", 0))
+    seed = seed_of(sim.seed, T, TRAIN, part)
     model = build_model(sim.model, ds.input_shape, ds.num_classes, seed=sim.seed)
     W = local_train(model, W_g, x, y, TrainConfig(sim.local_epochs, sim.batch_size, sim.lr, sim.optimizer), seed=seed)
     if attack != "none":
-        U = a((W - W_g)[None, :].astype(np.float64), 1, np.random.default_rng(seed))
+        U = a((W - W_g)[None, :].astype(np.float64), 1, np.random.default_rng(seed_of(sim.seed, T, ATTACK, part)))
         W = (W_g + U[0]).astype(np.float32)
     W = W.astype(np.float32)
     bad = int(W.size - np.count_nonzero(np.isfinite(W)))
@@ -113,6 +121,6 @@ def train(msg: Message, context: Context) -> Message:
         raise TrainingDiverged(f"local training diverged: {bad} of {W.size} values are NaN/Inf; "
                                "this node sends no model this round")
     content = RecordDict({ARRAYS: ArrayRecord([W])})
-    if score:
-        content[METRICS] = MetricRecord({ATTACKER_METRIC: 1})
+    if score:  # this node's own label for the evaluator: 1 attacker, 0 honest
+        content[METRICS] = MetricRecord({ATTACKER_METRIC: int(attack != "none")})
     return Message(content, reply_to=msg)

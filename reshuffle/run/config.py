@@ -14,6 +14,7 @@ from reshuffle.errors import ConfigError
 from reshuffle.protocol.params import GROUPS
 from reshuffle.server import check_pre_names, check_rule_name
 from reshuffle.run.plugins import load_plugins
+from reshuffle.run.sampling import UniformSampler, cohort_size
 
 SHUFFLES = ("real", "ideal", "none")
 TRAININGS = ("auto", "batched", "sequential")
@@ -98,9 +99,11 @@ class SimConfig:
     @property
     def cohort_size(self) -> int:
         """Clients sampled per round: ``clients_per_round``, else ``fraction`` of ``clients`` (rounded)."""
-        if self.clients_per_round is not None:
-            return self.clients_per_round
-        return self.clients if self.fraction == 1 else math.floor(self.fraction * self.clients + 0.5)
+        return cohort_size(self.clients, self.fraction, self.clients_per_round)
+
+    def sampler(self) -> UniformSampler:
+        """The run's cohort sampler (the same in every driver): ``fraction`` or ``clients_per_round``, seeded."""
+        return UniformSampler(self.seed, self.fraction, self.clients_per_round)
 
     @property
     def n_dropout(self) -> int:

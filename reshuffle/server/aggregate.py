@@ -7,7 +7,10 @@ round's models (docs/protocol.md §5, step 6):
    the order in which the shuffle delivered them);
 2. form the rows U = W − W_g;
 3. let the rule decide (which rows it accepts, with what weight, and the aggregate Δ);
-4. let the server optimiser step: W_g ← opt(W_g, Δ);
+4. let the server optimiser step: W_g ← opt(W_g, Δ); running statistics (BatchNorm's
+   mean and variance, where the FL step was told which entries they are) take
+   W_g + Δ instead: they are estimates, not parameters, and a momentum or a step
+   above 1 would overshoot them (a running variance below 0);
 5. apply the model step, if any, to the new W_g (CRFL's clipping and noise,
    :mod:`reshuffle.server.model_step`);
 6. count the rows flagged, honest and malicious, where the caller knows which is which.
@@ -87,18 +90,27 @@ class FLStep:
     """Rows minus W_g, the rule's decision, the server optimiser's step, the model step: ``step(W_g, models, round)``.
 
     ``name`` is how a refusal names the rule (the run's rule setting);
-    ``model_step`` (None: none) acts on the optimiser's new W_g.
+    ``model_step`` (None: none) acts on the optimiser's new W_g; ``statistics``
+    (a boolean mask over W, or None) marks the running statistics, which take the
+    aggregate as it is (W_g + Δ) instead of the optimiser's step.
     """
 
     def __init__(self, rule: Rule, optimizer: ServerOptimizer, name: str | None = None,
-                 model_step: CRFL | None = None) -> None:
+                 model_step: CRFL | None = None, statistics: np.ndarray | None = None) -> None:
         if not isinstance(rule, Rule):
             raise ConfigError(f"FLStep needs a Rule, got {rule!r}")
         if not isinstance(optimizer, ServerOptimizer):
             raise ConfigError(f"FLStep needs a ServerOptimizer, got {optimizer!r}")
         if model_step is not None and not isinstance(model_step, CRFL):
             raise ConfigError(f"FLStep's model step must be a CRFL step or None, got {model_step!r}")
+        if statistics is not None:
+            statistics = np.asarray(statistics)
+            if statistics.dtype != bool or statistics.ndim != 1:
+                raise ConfigError(f"FLStep's statistics must be a 1-D boolean mask, got {statistics.dtype} "
+                                  f"of shape {statistics.shape}")
+            statistics = statistics if statistics.any() else None
         self.rule, self.optimizer, self.model_step = rule, optimizer, model_step
+        self.statistics = statistics
         self.name = name or rule.name
 
     def __call__(self, W_g: np.ndarray, models: Sequence[np.ndarray], round: int,
@@ -122,6 +134,13 @@ class FLStep:
             return StepResult(W_g, tuple(order), None, f"rule {self.name!r} refused {len(models)} rows: {exc}",
                               row_counts(None, labels))
         new = self.optimizer.step(W_g, decision.aggregate)
+        if self.statistics is not None:
+            if self.statistics.shape != W_g.shape:
+                raise ConfigError(f"FLStep's statistics mask has {self.statistics.size} entries for a model of "
+                                  f"{W_g.size}")
+            stats = self.statistics
+            with np.errstate(over="ignore", invalid="ignore"):
+                new[stats] = (W_g[stats] + decision.aggregate[stats]).astype(np.float32)
         if self.model_step is not None:
             new = self.model_step(new, round)
         return StepResult(new, tuple(order), decision, None, row_counts(decision, labels))
