@@ -49,11 +49,13 @@ def _rows(W_g: np.ndarray, T: int) -> list[np.ndarray]:
 # With CRFL's model step too: both drivers clip W_g and draw its noise from (seed, round).
 @pytest.mark.parametrize("crfl", [{}, {"model_clip": 1.5, "model_noise": 0.01}])
 def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_path, crfl):
+    import reshuffle.server
     from reshuffle.flower import server_app
     from reshuffle.flower.common import settings as flower_settings
     from reshuffle.flower.grid import RoundReport
-    from reshuffle.sim import simulator
     from reshuffle.run.config import SimConfig
+    from reshuffle.run.delivery import Delivery
+    from reshuffle.sim import simulator
 
     # Prepare: both drivers build their rule with make_rule; each call builds a fresh stateful rule
     built: list[Remembering] = []
@@ -61,13 +63,11 @@ def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_
     def fresh(*args, **kwargs):
         built.append(Remembering())
         return built[-1]
-    monkeypatch.setattr(simulator, "make_rule", fresh)
-    monkeypatch.setattr(server_app, "make_rule", fresh)
+    monkeypatch.setattr(reshuffle.server, "make_rule", fresh)
     common = {"dataset": "digits", "model": "logreg", "rounds": 3, "seed": 4, "server_opt": "adam", **crfl}
     sim = simulator.Simulation(SimConfig(clients=5, shuffle="none", **common))
-    # The simulator's round gets the rows from its shuffle, the ServerApp's from its grid.
-    monkeypatch.setattr(sim, "_shuffle", lambda models, dropouts, T: (
-        _rows(sim.W_g, T), {i: i for i in range(5)}, {}, {}, {}))
+    # The simulator's round gets the rows from its channel, the ServerApp's from its grid.
+    sim.channel = type("Rows", (), {"deliver": staticmethod(lambda up: Delivery(_rows(up.W_g, up.T)))})()
     run = server_app._Run(flower_settings({k.replace("_", "-"): v for k, v in common.items()}), tmp_path)
 
     class Grid:
@@ -76,10 +76,9 @@ def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_
         def get_node_ids(self):
             return range(5)
 
-    def collect(rgrid, s, T, W_g):
-        rgrid.rounds.append(RoundReport(T, 5, roster=5, replies=5))
-        return server_app.Delivery(_rows(W_g, T), [False] * 5)
-    monkeypatch.setattr(server_app, "collect", collect)
+    def grid_delivery(rgrid, s, T, W_g, cohort):
+        return Delivery(_rows(W_g, T), [False] * 5), RoundReport(T, 5, roster=5, replies=5), 0
+    monkeypatch.setattr(server_app, "grid_delivery", grid_delivery)
     grid = Grid()
     # Execute: three rounds in each
     for T in (1, 2, 3):
@@ -168,12 +167,18 @@ def test_optimiser_options_are_checked_by_name():
     assert sorted(SERVER_OPTIMIZERS) == ["adam", "momentum", "sgd", "yogi"]
 
 
-def test_the_flower_server_app_takes_its_step_from_the_server_layer_not_the_simulator():
+def test_the_flower_apps_take_their_round_from_the_run_layer_not_the_simulator():
     import ast
     from pathlib import Path
 
+    import reshuffle.flower
     import reshuffle.flower.server_app as server_app
 
-    tree = ast.parse(Path(server_app.__file__).read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert "reshuffle.sim.simulator" not in imported and "reshuffle.server.aggregate" in imported
+    def imported(path: Path) -> set[str]:
+        tree = ast.parse(path.read_text())
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
+            {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+    for path in Path(reshuffle.flower.__file__).parent.rglob("*.py"):
+        assert not any(m == "reshuffle.sim" or m.startswith("reshuffle.sim.") for m in imported(path)), path
+    assert "reshuffle.run.round" in imported(Path(server_app.__file__))

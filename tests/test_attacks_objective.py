@@ -163,9 +163,9 @@ def test_a_simulation_hands_the_lab_and_records_choices_and_shares(attack, optio
 def test_the_lab_trains_and_scores_from_the_global_model():
     sim = Simulation(SimConfig(dataset="digits", model="logreg", clients=4, rounds=1, malicious=0.5,
                                attack="maxproj-backdoor", rule="fedavg", shuffle="none", seed=0))
-    lab = sim._lab(sim.malicious)
+    lab = sim.attackers.lab(sim.malicious, sim.W_g, sim.training)
     x, y = lab.data(1)
-    assert len(y) == len(sim.parts[sim.malicious[1]]) and lab.attackers == 2
+    assert len(y) == len(sim.training.parts[sim.malicious[1]]) and lab.attackers == 2
     u = lab.train(x, y, epochs=2, lr=0.5, seed=3)
     assert u.shape == sim.W_g.shape and np.abs(u).max() > 0
     assert np.array_equal(u, lab.train(x, y, epochs=2, lr=0.5, seed=3))  # the batch order is the seed's
@@ -229,7 +229,7 @@ def test_the_views_decide_rounds_every_row_as_the_upload_does_whatever_it_saw_be
     rng = np.random.default_rng(0)
     d = sim.W_g.size
     honest, own = rng.normal(0, 0.01, (4, d)), rng.normal(0, 0.01, (2, d))
-    view = sim._round_view(own, honest, 1, sim.malicious)
+    view = sim.attackers.round_view(own, honest, 1, sim.malicious, sim.W_g, sim.rule, sim.codec, sim.training)
     rule = sim.rule
 
     def direct(U):

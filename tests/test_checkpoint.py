@@ -168,12 +168,17 @@ def test_every_attribute_carried_across_rounds_is_in_the_checkpoint(tmp_path):
     checkpoint.save(tmp_path, checkpoint.simulation_checkpoint(ran, recs))
     fresh = Simulation(checkpoint.load_simulation(tmp_path)[0])
     checkpoint.restore_simulation(fresh, checkpoint.load(tmp_path))
-    per_round = {"_blamed", "_failure"}  # set afresh by every step
+    per_round = {"choices"}  # set afresh by every step
     plain = (int, float, str, bool, type(None), dict, list, tuple, np.ndarray)
-    compared = [name for name, v in vars(ran).items() if name not in per_round and isinstance(v, plain)]
-    assert {"W_g", "_round", "banned", "malicious"} <= set(compared)
-    for name in compared:
-        assert _same(vars(ran)[name], vars(fresh)[name]), name
+    parts = ("", "rounds", "attackers", "training", "evaluator", "channel")
+    compared = []
+    for part in parts:
+        old, new = (ran, fresh) if not part else (getattr(ran, part), getattr(fresh, part))
+        for name, v in vars(old).items():
+            if name not in per_round and isinstance(v, plain):
+                compared.append(f"{part}.{name}")
+                assert _same(v, vars(new)[name]), f"{part}.{name}"
+    assert {"rounds.W_g", "rounds.round", "rounds.banned", "attackers.malicious"} <= set(compared)
 
 
 def _same(a, b) -> bool:

@@ -485,7 +485,7 @@ def test_group_anonymity_game_broken_participant_is_always_linked_within_its_gro
 
 def test_simulation_runs_rounds_in_groups_and_names_a_failed_groups_losses():
     from reshuffle.sim import SimConfig, Simulation
-    from reshuffle.sim.simulator import loss_causes
+    from reshuffle.run.delivery import loss_causes
 
     with pytest.raises(ConfigError, match="shuffle='real'"):
         SimConfig(clients=6, shuffle="ideal", group_size=3).validated()

@@ -13,6 +13,7 @@ import pytest
 
 from reshuffle.cli import main
 from reshuffle.errors import ConfigError
+from reshuffle.run.delivery import threshold
 from reshuffle.sim import SimConfig, Simulation
 
 SMALL = dict(dataset="digits", model="logreg", rounds=3, batch_size=32, seed=2)
@@ -22,16 +23,16 @@ def test_each_round_trains_and_shuffles_only_its_sampled_cohort(monkeypatch):
     sim = Simulation(SimConfig(**SMALL, clients=30, fraction=0.2, attack="sign-flip", malicious=0.3,
                                rule="median", shuffle="none"))
     trained: list[list[int]] = []
-    train = sim._train
+    train = sim.training.train
 
-    def spy(T, cohort):
-        trained.append(list(cohort))
-        return train(T, cohort)
-    monkeypatch.setattr(sim, "_train", spy)
+    def spy(T, who, W_g):
+        trained.append(list(who))
+        return train(T, who, W_g)
+    monkeypatch.setattr(sim.training, "train", spy)
     records = sim.run()
     # Assert: 6 of 30 clients per round, a different cohort each round, the same one for the same seed
     assert [len(c) for c in trained] == [6, 6, 6] and len({tuple(c) for c in trained}) == 3
-    assert trained == [sim._cohort(T) for T in (1, 2, 3)]
+    assert trained == [sim.cfg.sampler().cohort(T, range(30)) for T in (1, 2, 3)]
     assert [r.sampled for r in records] == [r.models_received for r in records] == [6, 6, 6]
     # Attackers are sampled like everyone else: each round counts those it drew, and only their rows
     mal = set(sim.malicious)
@@ -42,8 +43,12 @@ def test_each_round_trains_and_shuffles_only_its_sampled_cohort(monkeypatch):
 
 def test_the_real_protocol_runs_among_the_cohort():
     sim = Simulation(SimConfig(**dict(SMALL, rounds=1), clients=12, clients_per_round=4, shuffle="real"))
-    assert sim.threshold == 3  # t for N = 4 participants, not 12
+    assert threshold(4, sim.W_g.size) == 3  # t for N = 4 participants, not 12
+    rounds: list = []
+    deliver = sim.channel.deliver
+    sim.channel = type("Spy", (), {"deliver": staticmethod(lambda up: rounds.append(up.cohort) or deliver(up))})()
     rec = sim.step()
+    assert [len(c) for c in rounds] == [4]
     assert rec.models_received == 4 and rec.lost == {} and rec.sampled == 4
 
 

@@ -104,12 +104,12 @@ def test_plaintext_is_bit_identical_to_the_real_round():
 def test_batched_and_sequential_training_agree_in_a_simulation():
     cfg = dict(rounds=2, clients=6, model="mlp", shuffle="none", attack="badnets", malicious=0.34, seed=2)
     a, b = Simulation(SimConfig(**cfg, training="batched")), Simulation(SimConfig(**cfg, training="sequential"))
-    assert a.trainer is not None and b.trainer is None
+    assert a.training.trainer is not None and b.training.trainer is None
     for _ in range(2):
         a.step(), b.step()
         assert np.allclose(a.W_g, b.W_g, rtol=0, atol=1e-5)
     # auto picks batching for dense models and sequential training for LeNet-5
-    assert Simulation(SimConfig(clients=4, model="lenet5", rounds=1)).trainer is None
+    assert Simulation(SimConfig(clients=4, model="lenet5", rounds=1)).training.trainer is None
 
 
 def test_backdoor_success_is_measured_on_triggered_inputs():

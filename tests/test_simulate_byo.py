@@ -51,7 +51,7 @@ def _bn_sim(byo, **kw) -> Simulation:
 
 def _slots(sim: Simulation, name: str) -> slice:
     at = 0
-    for n, shape in zip(sim.layout.names, sim.layout.shapes):
+    for n, shape in zip(sim.training.layout.names, sim.training.layout.shapes):
         k = int(np.prod(shape))
         if n == name:
             return slice(at, at + k)
@@ -64,14 +64,14 @@ def test_batchnorm_statistics_change_the_global_model_as_fedavg_of_them(byo, tra
     # Prepare: keep the clients' models of round 1
     sim = _bn_sim(byo, training=training)
     trained = {}
-    train = sim._train
+    train = sim.training.train
 
-    def keep(T, cohort):
-        out = train(T, cohort)
+    def keep(T, who, W_g):
+        out = train(T, who, W_g)
         trained.update(out[0])
         return out
 
-    sim._train = keep
+    sim.training.train = keep
     W0 = sim.W_g.copy()
     # Execute
     sim.step()
@@ -82,15 +82,15 @@ def test_batchnorm_statistics_change_the_global_model_as_fedavg_of_them(byo, tra
         assert not np.allclose(clients[:, s], W0[s])  # training moved them
         assert np.abs(sim.W_g[s] - clients[:, s].mean(0)).max() < 1e-4
     # The integer buffer stays with each client: 7 batches of up to 32 counted by each (200 samples each).
-    assert [int(sim.local[i]["1.num_batches_tracked"]) for i in range(4)] == [7, 7, 7, 7]
-    assert "1.num_batches_tracked" not in sim.layout.names
+    assert [int(sim.training.local[i]["1.num_batches_tracked"]) for i in range(4)] == [7, 7, 7, 7]
+    assert "1.num_batches_tracked" not in sim.training.layout.names
 
 
 def test_local_batchnorm_keeps_each_clients_own(byo):
     sim = _bn_sim(byo, local_bn=True)
     sim.step()
-    assert "1.running_mean" not in sim.layout.names
-    means = [sim.local[i]["1.running_mean"] for i in range(4)]
+    assert "1.running_mean" not in sim.training.layout.names
+    means = [sim.training.local[i]["1.running_mean"] for i in range(4)]
     assert not torch.allclose(means[0], means[1])  # each client's statistics, from its own data
     assert sim.step().accuracy > 0.25  # evaluated with each client's own BatchNorm, averaged
 
@@ -105,7 +105,7 @@ def test_a_resumed_run_keeps_the_clients_local_state(byo, tmp_path):
     checkpoint.restore_simulation(again, ck)
     again.run(records=records)
     assert np.array_equal(again.W_g, whole.W_g)
-    assert all(torch.equal(again.local[i][k], whole.local[i][k]) for i in range(4) for k in whole.local[i])
+    assert all(torch.equal(again.training.local[i][k], whole.training.local[i][k]) for i in range(4) for k in whole.training.local[i])
 
 
 def test_cifar10_with_resnet18_on_the_binary_files(tmp_path, capsys):
@@ -128,9 +128,9 @@ def test_femnist_by_writer_on_leaf_files(tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     sim = Simulation(SimConfig(dataset="femnist", data_dir=str(tmp_path / "femnist"), partition="natural",
                                model="logreg", clients=3, rounds=1, shuffle="ideal"))
-    writers = [set(sim.data.natural_ids[p].tolist()) for p in sim.parts]
+    writers = [set(sim.data.natural_ids[p].tolist()) for p in sim.training.parts]
     assert all(len(w) == 1 for w in writers) and len(set.union(*writers)) == 3  # one whole writer per client
-    assert [len(p) for p in sim.parts] == [5, 5, 5]
+    assert [len(p) for p in sim.training.parts] == [5, 5, 5]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

@@ -41,7 +41,7 @@ def test_an_attack_output_beyond_float32_is_a_lost_row_with_its_cause(mode):
 def test_diverged_local_training_loses_every_model_and_the_run_goes_on():
     # Prepare: a learning rate at which every client's SGD overflows to NaN/Inf
     sim = Simulation(SimConfig(rounds=2, clients=8, model="mlp", lr=1e30, shuffle="none"))
-    start = float(np.mean(predict(sim.model, sim.W_g, sim.data.x_test) == sim.data.y_test))
+    start = float(np.mean(predict(sim.training.model, sim.W_g, sim.data.x_test) == sim.data.y_test))
     # Execute
     recs = sim.run()
     # Assert: no model reaches the PS, every loss is explained, W_g stays the initial model, and the

@@ -7,7 +7,7 @@ malicious update vectors out. ``observed`` is what the attackers can see:
   trained on their own (possibly poisoned) data;
 * omniscient attacks (``omniscient = True``: ALIE, IPM, min-max, min-sum) get the
   honest clients' updates of the round. Only the simulator can hand these over,
-  through its explicit hook (:func:`reshuffle.sim.simulator.observed_updates`); in
+  through its explicit hook (:func:`reshuffle.sim.attackers.observed_updates`); in
   a real deployment they model colluders who know the honest distribution.
 
 Updates are U = W_i − W_g; the simulator uploads W_g + attack output.

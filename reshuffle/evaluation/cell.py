@@ -48,7 +48,7 @@ def run_cell(settings: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}",
                       traceback="".join(traceback.format_exception(exc)[-6:]))
     else:
-        record.update(status="done", config=data["config"], backdoor=isinstance(sim.attack, Backdoor),
+        record.update(status="done", config=data["config"], backdoor=isinstance(sim.attackers.attack, Backdoor),
                       malicious_clients=data.get("malicious_clients", []), **reduce_metrics(data))
     record["wall_seconds"] = time.perf_counter() - wall0
     record["cpu_seconds"] = time.process_time() - cpu0

@@ -250,9 +250,6 @@ def restore_simulation(sim, ck: Checkpoint) -> list:
     from reshuffle.run.config import SimConfig
 
     check_config(ck, run_identity(sim.cfg), "this simulation", SimConfig().as_dict(), RESUME_GIVEN)
-    W = ck.arrays.get("global_model")
-    if W is None or W.dtype != sim.W_g.dtype or W.shape != sim.W_g.shape:
-        raise CheckpointError(f"{where}: no global model of {sim.W_g.dtype} and shape {sim.W_g.shape}")
     state, rounds = ck.state.get("simulation"), ck.state.get("rounds")
     if (not isinstance(state, dict) or state.get("round") != ck.round or not isinstance(state.get("banned"), dict)
             or not isinstance(rounds, list) or len(rounds) != ck.round):

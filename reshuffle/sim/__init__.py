@@ -14,7 +14,7 @@ _WHERE = {
     "load_toml": "reshuffle.run.config", "metrics": "reshuffle.run.report", "write_metrics": "reshuffle.run.report",
     "write_outputs": "reshuffle.run.report", "RoundRecord": "reshuffle.run.record",
     "Simulation": "reshuffle.sim.simulator", "canonical_order": "reshuffle.sim.simulator",
-    "observed_updates": "reshuffle.sim.simulator",
+    "observed_updates": "reshuffle.sim.attackers",
 }
 
 
