@@ -46,11 +46,10 @@ from reshuffle.errors import BelowThreshold, ConfigError, ProtocolError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
-from reshuffle.protocol.grouped import GroupedOutput, GroupedServer, make_ps
+from reshuffle.protocol.driver import PS, make_ps
 from reshuffle.protocol.groups import check_collusion, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import global_model_hash
-from reshuffle.protocol.server import Server
 
 ROUND_PARAMS = {"n", "k", "t", "R_max", "group"}
 
@@ -121,7 +120,7 @@ class _Round:
         self.phase = STAGE_CLAIM
         self._open({i: m.metadata.dst_node_id for i, m in self.by_id.items()},
                    min(deadline, time.time() + owner.phase_timeout))
-        self.server: Server | GroupedServer | None = None
+        self.server: PS | None = None
 
     # --- phase bookkeeping ----------------------------------------------------
     def _trip(self, step: str, after_training: bool) -> None:
@@ -170,13 +169,15 @@ class _Round:
 
     def _fail(self, why: str) -> None:
         self.report.failed = why
-        out = getattr(self.server, "output", None)
-        if isinstance(out, GroupedOutput):  # every group failed
-            self.report.groups = {"group_size": self.g.group_size, "sizes": [len(m) for m in out.groups],
-                                  "failed": {str(j): why for j, why in out.failed.items()}}
         if self.server is not None:
+            self._report_groups(self.server.failed_output())  # a round in groups: every group failed
             self.report.errors += [str(e) for e in self.server.errors]
         self._finish([])
+
+    def _report_groups(self, out) -> None:
+        if out.groups:
+            self.report.groups = {"group_size": self.g.group_size, "sizes": [len(m) for m in out.groups],
+                                  "failed": {str(j): why for j, why in out.failed.items()}}
 
     def _finish(self, replies: list[Message]) -> None:
         self.replies = replies
@@ -261,9 +262,7 @@ class _Round:
 
     def _deliver(self) -> None:
         out = self.server.output
-        if isinstance(out, GroupedOutput):
-            self.report.groups = {"group_size": self.g.group_size, "sizes": [len(m) for m in out.groups],
-                                  "failed": {str(j): why for j, why in out.failed.items()}}
+        self._report_groups(out)
         self.report.blamed = dict(out.blamed)
         self.report.errors += [str(e) for e in out.errors]
         contents = []

@@ -13,7 +13,8 @@ from reshuffle.crypto.ot import sample_distinct
 from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAuthority, SigningKey
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
-from reshuffle.protocol.grouped import GroupedOutput, GroupedParticipant, GroupedServer, make_ps
+from reshuffle.protocol.driver import PS, make_ps
+from reshuffle.protocol.grouped import GroupedParticipant, GroupedServer
 from reshuffle.protocol.groups import CheckCache, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
@@ -116,7 +117,7 @@ def build_round(
     group_size: int | None = None,
     overrides: Mapping | None = None,
     group_collusion: float | None = None,
-) -> tuple[Server | GroupedServer, dict[int, Participant | GroupedParticipant]]:
+) -> tuple[PS, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
     ``seed`` makes every random choice reproducible (a cryptographic PRG is
@@ -182,31 +183,71 @@ PARAM_NAMES = {"n", "k", "t", "c", "R_max", "decoys", "b", "f", "clip", "group",
 PER_GROUP = {"n", "k", "t", "c"}  # follow each group's size
 
 
-def shuffle(
-    updates: Sequence[np.ndarray],
-    *,
-    dropouts: Mapping[str, Iterable[int]] | None = None,
-    seed: int | None = None,
-    T: int = 1,
-    global_model: bytes = b"",
-    interceptors: Iterable[Interceptor] = (),
-    adversaries: Iterable = (),
-    raise_on_failure: bool = True,
-    group_size: int | None = None,
-    group_collusion: float | None = None,
-    workers: int | None = None,
-    **params,
-) -> ShuffleResult:
+@dataclass(frozen=True)
+class ShuffleOptions:
+    """How :func:`shuffle` and :func:`prepare` run a round (their keyword arguments, checked once).
+
+    ``dropouts`` maps a phase to the participants that stop answering from it on;
+    ``seed`` makes every random choice reproducible (a cryptographic PRG is seeded,
+    never numpy's; None: OS randomness); ``T`` is the round number and
+    ``global_model`` the bytes of W_g^T whose hash every message binds;
+    ``interceptors`` may tamper with any message; ``adversaries`` are deviating
+    participants or PS (:mod:`reshuffle.adversaries`); with ``raise_on_failure``
+    False a round that cannot complete returns a result with ``failure`` set
+    instead of raising; ``group_size`` and ``group_collusion`` split the round into
+    anonymity groups; ``workers`` > 1 runs the participants in that many processes;
+    ``params`` override RoundParams defaults (``n, k, t, c, R_max, decoys, b, f,
+    clip, group, payload``).
+    """
+
+    dropouts: Mapping[str, Iterable[int]] | None = None
+    seed: int | None = None
+    T: int = 1
+    global_model: bytes = b""
+    interceptors: tuple[Interceptor, ...] = ()
+    adversaries: tuple = ()
+    raise_on_failure: bool = True
+    group_size: int | None = None
+    group_collusion: float | None = None
+    workers: int | None = None
+    params: Mapping[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, **kwargs) -> "ShuffleOptions":
+        """The options from :func:`shuffle`'s keywords: this class's fields, the rest RoundParams overrides."""
+        mine = {f for f in cls.__dataclass_fields__ if f != "params"}
+        opts = {k: v for k, v in kwargs.items() if k in mine}
+        for k in ("interceptors", "adversaries"):
+            if k in opts:
+                opts[k] = tuple(opts[k])
+        return cls(**opts, params={k: v for k, v in kwargs.items() if k not in mine}).checked()
+
+    def checked(self) -> "ShuffleOptions":
+        unknown = set(self.params) - PARAM_NAMES
+        if unknown:
+            raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
+        if self.group_size is not None:
+            check_group_size(self.group_size)
+            fixed = set(self.params) & PER_GROUP
+            if fixed:
+                raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size"
+                                  " (group_collusion sets each group's c)")
+        elif self.group_collusion is not None:
+            raise ConfigError("group_collusion needs group_size")
+        return self
+
+
+def shuffle(updates: Sequence[np.ndarray], **options) -> ShuffleResult:
     """Run one real Re-Shuffle round among ``len(updates)`` participants.
+
+    Keywords are :class:`ShuffleOptions`' fields (``dropouts``, ``seed``, ``T``,
+    ``global_model``, ``interceptors``, ``adversaries``, ``raise_on_failure``,
+    ``group_size``, ``group_collusion``, ``workers``) and RoundParams overrides
+    (``n, k, t, c, R_max, decoys, b, f, clip, group, payload``).
 
     A round that cannot complete raises :class:`BelowThreshold`; with
     ``raise_on_failure=False`` it returns a result with no models and ``failure``
     set instead (the red team reads the participants' views of a failed round).
-
-    ``params`` override RoundParams defaults: ``n, k, t, c, R_max, decoys, b, f, clip, group, payload``.
-    ``adversaries`` are deviating participants or PS (:mod:`reshuffle.adversaries`).
-    ``seed`` makes every random choice reproducible (a cryptographic PRG is
-    seeded, never numpy's); without it everything comes from OS randomness.
     ``workers`` > 1 runs the participants in that many processes (same result).
 
     ``group_size`` g splits the participants into about ⌈N/g⌉ anonymity groups by
@@ -221,64 +262,34 @@ def shuffle(
     ``groups`` (count, sizes, per-group outcome) and the assignment's attempts;
     ``stats`` gains an ``assign`` entry shaped like a phase's.
     """
-    ups = _check_updates(updates, params.get("payload", "fixed"), params.get("b", 32))
-    pr = _prepare(ups, len(ups), ups[0].size, dropouts=dropouts, seed=seed, T=T, global_model=global_model,
-                  interceptors=interceptors, adversaries=adversaries, raise_on_failure=raise_on_failure,
-                  group_size=group_size, group_collusion=group_collusion, workers=workers, params=params)
-    return pr._finish()
+    opts = ShuffleOptions.of(**options)
+    ups = _check_updates(updates, opts.params.get("payload", "fixed"), opts.params.get("b", 32))
+    return _prepare(ups, len(ups), ups[0].size, opts)._finish()
 
 
-def prepare(
-    N: int,
-    d: int,
-    *,
-    dropouts: Mapping[str, Iterable[int]] | None = None,
-    seed: int | None = None,
-    T: int = 1,
-    global_model: bytes = b"",
-    interceptors: Iterable[Interceptor] = (),
-    adversaries: Iterable = (),
-    raise_on_failure: bool = True,
-    group_size: int | None = None,
-    group_collusion: float | None = None,
-    workers: int | None = None,
-    **params,
-) -> "PreparedRound":
+def prepare(N: int, d: int, **options) -> "PreparedRound":
     """Run the offline part of a round for ``N`` participants with models of ``d`` words.
 
     Setup, share checks, OT, the credential and the reservation need no model
     (docs/protocol.md, "Offline and online"), so they run here, while
     participants train; :meth:`PreparedRound.upload` then finishes the round
     with the trained models in three round trips (upload, consent, reveal).
-    Arguments are those of :func:`shuffle`; ``shuffle(updates)`` is
+    Keywords are those of :func:`shuffle`; ``shuffle(updates)`` is
     ``prepare(len(updates), d).upload(updates)`` with the models known from the start.
     """
     for name, v in (("N", N), ("d", d)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (2 if name == "N" else 1):
             raise ConfigError(f"{name} must be an integer >= {2 if name == 'N' else 1}, got {v!r}")
-    return _prepare([None] * N, N, d, dropouts=dropouts, seed=seed, T=T, global_model=global_model,
-                    interceptors=interceptors, adversaries=adversaries, raise_on_failure=raise_on_failure,
-                    group_size=group_size, group_collusion=group_collusion, workers=workers, params=params)
+    return _prepare([None] * N, N, d, ShuffleOptions.of(**options))
 
 
-def _prepare(models, N: int, d: int, *, dropouts, seed, T, global_model, interceptors, adversaries,
-             raise_on_failure, group_size, group_collusion, workers, params) -> "PreparedRound":
-    unknown = set(params) - PARAM_NAMES
-    if unknown:
-        raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
-    if group_size is not None:
-        check_group_size(group_size)
-        fixed = set(params) & PER_GROUP
-        if fixed:
-            raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size"
-                              " (group_collusion sets each group's c)")
-    elif group_collusion is not None:
-        raise ConfigError("group_collusion needs group_size")
-    p = RoundParams.default(N, d, **params)
-    server, participants = build_round(models, p, seed=seed, T=T, global_model=global_model, adversaries=adversaries,
-                                       group_size=group_size, overrides=params, group_collusion=group_collusion)
-    runner = make_runner(server, participants, dropouts, interceptors, workers)
-    pr = PreparedRound(p, N, server, participants, runner, group_size, raise_on_failure)
+def _prepare(models, N: int, d: int, o: ShuffleOptions) -> "PreparedRound":
+    p = RoundParams.default(N, d, **o.params)
+    server, participants = build_round(models, p, seed=o.seed, T=o.T, global_model=o.global_model,
+                                       adversaries=o.adversaries, group_size=o.group_size, overrides=dict(o.params),
+                                       group_collusion=o.group_collusion)
+    runner = make_runner(server, participants, o.dropouts, o.interceptors, o.workers)
+    pr = PreparedRound(p, N, server, participants, runner, o.group_size, o.raise_on_failure)
     pr._step(pause_online=True)
     return pr
 
@@ -286,7 +297,7 @@ def _prepare(models, N: int, d: int, *, dropouts, seed, T, global_model, interce
 class PreparedRound:
     """A round whose offline steps have run (:func:`prepare`); :meth:`upload` finishes it."""
 
-    def __init__(self, p: RoundParams, N: int, server, participants, runner: InProcessRunner,
+    def __init__(self, p: RoundParams, N: int, server: PS, participants, runner: InProcessRunner,
                  group_size: int | None, raise_on_failure: bool) -> None:
         self.params, self.N = p, N
         self._server, self._participants, self._runner = server, participants, runner
@@ -304,7 +315,7 @@ class PreparedRound:
         if self._done:
             return
         try:
-            self._done = self._runner._advance(pause_online)
+            self._done = self._runner.advance(pause_online)
         except BelowThreshold as exc:
             if self._raise:
                 raise
@@ -329,22 +340,20 @@ class PreparedRound:
         self._step(pause_online=False)
         server, participants, runner, p = self._server, self._participants, self._runner, self.params
         group_size, N = self._group_size, self.N
-        out = server.output if self.failure is None else _failed_output(server)
-        failure = self.failure
+        out = server.output if self.failure is None else server.failed_output()
         stats = runner.stats.as_dict(N)
         group_stats = {}
         if group_size is not None:
             stats[ASSIGN], group_stats = _group_stats(server, runner, N)
             stats["setup"]["ps_s"] = max(0.0, stats["setup"]["ps_s"] - server.assign_s)
-        offsets = out.offsets if isinstance(out, GroupedOutput) else {}
-        group_of = server.group_of if group_size is not None else {}
+        group_of = {i: j for j, members in enumerate(out.groups) for i in members}
         pos_to_model = {pos: k for k, pos in enumerate(out.valid_positions)}
         positions = {}
         for i, pp in participants.items():
             pos = pp.view.position
-            if pos is None or (group_size is not None and group_of.get(i) not in offsets):
+            if pos is None or (out.groups and group_of.get(i) not in out.offsets):
                 continue
-            pos += offsets.get(group_of.get(i), 0)  # a group's rows follow the earlier groups' rows
+            pos += out.offsets.get(group_of.get(i), 0)  # a group's rows follow the earlier groups' rows
             if pos in pos_to_model and p.upload_m in pp.view.uploaded and i in out.online.get(p.upload_m, ()):
                 positions[i] = pos_to_model[pos]
         return ShuffleResult(
@@ -352,30 +361,19 @@ class PreparedRound:
             online=sorted(positions),
             stats=stats,
             positions=positions,
-            params=out.group_params.get(0, p) if isinstance(out, GroupedOutput) else p,
+            params=out.group_params.get(0, p),
             output=out,
             errors=list(out.errors),
             participant_errors={i: pp.view.errors for i, pp in participants.items() if pp.view.errors},
             blamed=dict(out.blamed),
             views={i: pp.view for i, pp in participants.items()},
             clipped=sum(pp.view.clipped for pp in participants.values()),
-            failure=failure,
-            groups=list(out.groups) if isinstance(out, GroupedOutput) else None,
-            failed_groups=dict(out.failed) if isinstance(out, GroupedOutput) else {},
+            failure=self.failure,
+            groups=list(out.groups) if group_size is not None else None,
+            failed_groups=dict(out.failed),
             group_stats=group_stats,
             round_trips=runner.trips.as_dict(),
         )
-
-
-def _failed_output(server) -> RoundOutput:
-    """What a round that delivered nothing leaves: online sets, errors and the culprits named so far."""
-    if isinstance(server, GroupedServer):
-        if server.output is not None:  # every group failed
-            return server.output
-        return GroupedOutput([], [], 0, [], {}, list(server.errors), assignment_log=server.assignment_log)
-    named = server.culprits
-    return RoundOutput([], [], 0, list(server.counts), dict(server.online), list(server.errors),
-                       blamed={i: str(e) for i, e in named.items()}, evidence=named)
 
 
 def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> tuple[dict, dict]:

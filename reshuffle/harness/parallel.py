@@ -62,7 +62,7 @@ from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant, ParticipantView
 from reshuffle.protocol.schedule import PHASES
 from reshuffle.harness.runner import Envelope, InProcessRunner, Interceptor
-from reshuffle.protocol.server import Server
+from reshuffle.protocol.driver import PS
 from reshuffle.wire import Parser, Writer
 
 BATCH, ACK, SLOT, VIEWS, STOP, REPLY, GROW, DONE, VIEWDATA, FAILED, MODELS = range(1, 12)
@@ -298,7 +298,7 @@ class ParallelRunner(InProcessRunner):
 
     def __init__(
         self,
-        server: Server,
+        server: PS,
         participants: Mapping[int, Participant],
         dropouts: Mapping[str, Iterable[int]] | None = None,
         interceptors: Iterable[Interceptor] = (),
@@ -491,7 +491,7 @@ class ParallelRunner(InProcessRunner):
                     setattr(target, f.name, getattr(view, f.name))
             p.finish()
 
-    # -- the schedule's transport hooks (InProcessRunner._advance runs the steps) -- #
+    # -- the schedule's transport hooks (InProcessRunner.advance runs the steps) -- #
     def _begin(self) -> None:
         self._start_workers()
 
@@ -562,7 +562,7 @@ class ParallelRunner(InProcessRunner):
 
 
 def make_runner(
-    server: Server,
+    server: PS,
     participants: Mapping[int, Participant],
     dropouts: Mapping[str, Iterable[int]] | None = None,
     interceptors: Iterable[Interceptor] = (),

@@ -20,7 +20,8 @@ from reshuffle.errors import ConfigError
 from reshuffle.protocol.messages import peek_type
 from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.schedule import PHASES, RoundTrips, phase_of
-from reshuffle.protocol.server import RoundOutput, Server
+from reshuffle.protocol.driver import PS
+from reshuffle.protocol.server import RoundOutput
 
 if TYPE_CHECKING:
     import numpy as np
@@ -81,7 +82,7 @@ class InProcessRunner:
 
     def __init__(
         self,
-        server: Server,
+        server: PS,
         participants: Mapping[int, Participant],
         dropouts: Mapping[str, Iterable[int]] | None = None,
         interceptors: Iterable[Interceptor] = (),
@@ -149,7 +150,7 @@ class InProcessRunner:
     def _end(self, failed: bool) -> None:
         """After the last step (``failed``: the round raised)."""
 
-    def _advance(self, pause_online: bool) -> bool:
+    def advance(self, pause_online: bool) -> bool:
         """Execute the schedule (:mod:`~reshuffle.protocol.schedule`) step by step.
 
         Returns True when the round is done, False when ``pause_online`` stopped it
@@ -181,7 +182,7 @@ class InProcessRunner:
 
     def run_offline(self) -> bool:
         """Run every step that needs no model (setup, OT, reservation); True if the round already ended."""
-        return self._advance(pause_online=True)
+        return self.advance(pause_online=True)
 
     def provide_models(self, models: Mapping[int, "np.ndarray"]) -> None:
         """Hand participants their trained models (between :meth:`run_offline` and :meth:`run`)."""
@@ -192,5 +193,5 @@ class InProcessRunner:
 
     def run(self) -> RoundOutput:
         """Run the round to its end (from the start, or from where :meth:`run_offline` paused)."""
-        self._advance(pause_online=False)
+        self.advance(pause_online=False)
         return self.server.output

@@ -3,8 +3,9 @@
 The in-process drivers (``shuffle``, ``prepare``, the runners) are in :mod:`reshuffle.harness`.
 """
 
+from reshuffle.protocol.driver import PS, make_ps
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.server import RoundOutput, Server
 
-__all__ = ["Participant", "RoundOutput", "RoundParams", "Server", "global_model_hash"]
+__all__ = ["PS", "Participant", "RoundOutput", "RoundParams", "Server", "global_model_hash", "make_ps"]

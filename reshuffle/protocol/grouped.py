@@ -1,8 +1,7 @@
 """A round in anonymity groups: the assignment, then one complete round per group (docs/protocol.md, "Anonymity groups").
 
-:class:`GroupedServer` has the driving surface of :class:`~reshuffle.protocol.server.Server`
-(``start``, ``receive``, ``close_phase``, ``done``, ``output``, ``phase_name``,
-``errors``), so the in-process runner and the Flower grid drive it unchanged. It
+:class:`GroupedServer` meets the driver contract of :class:`~reshuffle.protocol.server.Server`
+(:class:`reshuffle.protocol.driver.PS`), so the in-process runner and the Flower grid drive it unchanged. It
 runs the assignment (:class:`~reshuffle.protocol.assignment.AssignmentCollector`),
 then one ``Server`` per group with the same PS identity and that group's own
 parameters, in lockstep: closing a phase closes it in every group still running.
@@ -52,15 +51,13 @@ class GroupedOutput(RoundOutput):
 
     Positions (valid, rejected, decoy) are global: group j's row ρ is at
     ``offsets[j] + ρ``. ``online`` holds, per invocation, the union over the
-    delivering groups. ``group_outputs`` keeps each group's own output (also of a
-    failed group, when it got that far) and ``failed`` why a group delivered nothing.
+    delivering groups. ``groups``, ``offsets``, ``group_params`` and ``failed``
+    (why a group delivered nothing) are :class:`RoundOutput`'s, so a driver reads
+    either output alike; ``group_outputs`` keeps each group's own output (also of a
+    failed group, when it got that far).
     """
 
-    groups: tuple[tuple[int, ...], ...] = ()
-    offsets: dict[int, int] = field(default_factory=dict)
     group_outputs: dict[int, RoundOutput] = field(default_factory=dict)
-    group_params: dict[int, RoundParams] = field(default_factory=dict)
-    failed: dict[int, str] = field(default_factory=dict)
     assignment: Assignment | None = None
     assignment_log: list[dict] = field(default_factory=list)
 
@@ -242,6 +239,13 @@ class GroupedServer:
                     f"group {j}: {why}" for j, why in sorted(self.failed.items())))
         return out
 
+    def failed_output(self) -> GroupedOutput:
+        """What a round that delivered nothing leaves: the pooled output when every group failed, else
+        (the assignment failed) the errors and the assignment's attempts."""
+        if self.output is not None:
+            return self.output
+        return GroupedOutput([], [], 0, [], {}, list(self.errors), assignment_log=self.assignment_log)
+
     def needs_model(self, pid: int) -> bool:
         """Whether the step now pushed to ``pid`` needs its model: its group's step is online."""
         if self.assigning:
@@ -346,23 +350,3 @@ class GroupedParticipant:
 
 __all__ = ["GroupedOutput", "GroupedParticipant", "GroupedServer"]
 
-
-def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
-            ca: CertificateAuthority, global_hash: bytes, *, params: RoundParams | None = None, d: int | None = None,
-            overrides: dict | None = None, group_size: int | None = None, collusion: float | None = None,
-            rng: RandomSource | int | None = None, make_server: Callable[..., Server] = Server) -> Server | GroupedServer:
-    """The PS of a round, for every driver (in process, parallel, Flower): one :class:`Server` with
-    ``params`` (default: ``RoundParams.default(N, d, **overrides)``), or a :class:`GroupedServer` of groups
-    of about ``group_size`` (each group's parameters from its size and ``overrides``)."""
-    overrides = dict(overrides or {})
-    if group_size is None:
-        if params is None:
-            if d is None:
-                raise ConfigError("the PS needs the round's parameters, or the model length d to derive them")
-            params = RoundParams.default(len(roster), d, **overrides)
-        return make_server(params, T, roster, signing_key, cert, ca, global_hash, rng)
-    d = params.d if params is not None else d
-    if d is None:
-        raise ConfigError("a round in groups needs the model length d")
-    return GroupedServer(T, roster, signing_key, cert, ca, global_hash, d, group_size, overrides, rng, make_server,
-                         collusion)

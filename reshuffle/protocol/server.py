@@ -114,6 +114,12 @@ class RoundOutput:
     decoy_positions: list[int] = field(default_factory=list)
     # PS seconds spent summing the uploads and removing their masks (the floor's two operations)
     timings: dict[str, float] = field(default_factory=dict)
+    # A round in anonymity groups (protocol/grouped.py): each group's members, where group j's rows start,
+    # each group's parameters, and why a group delivered nothing. A round of one group leaves them empty.
+    groups: tuple[tuple[int, ...], ...] = ()
+    offsets: dict[int, int] = field(default_factory=dict)
+    group_params: dict[int, "RoundParams"] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
 
     @property
     def discarded_positions(self) -> list[int]:
@@ -405,6 +411,12 @@ class Server:
     def culprits(self) -> dict:
         """Participants named so far with their evidence (§6.4, §8.2; the blame step adds at the end)."""
         return dict(self._culprits)
+
+    def failed_output(self) -> RoundOutput:
+        """What a round that delivered nothing leaves: online sets, errors and the culprits named so far."""
+        named = self.culprits
+        return RoundOutput([], [], 0, list(self.counts), dict(self.online), list(self.errors),
+                           blamed={i: str(e) for i, e in named.items()}, evidence=named)
 
     def tokens(self) -> tuple[bytes, ...]:
         """The current slot phase's tokens τ (the PS's own secret)."""

@@ -1,0 +1,93 @@
+"""The PS as a driver sees it: the :class:`PS` contract, and :func:`make_ps` for every driver.
+
+A driver (the in-process runners, the parallel runner, the Flower grid) moves a
+round on through the PS's surface alone: ``start`` (the first messages),
+``receive`` (one message from a participant; errors are recorded, never raised),
+``close_phase`` (the step's deadline passed: the next messages, or
+:class:`~reshuffle.errors.BelowThreshold` when the round cannot go on), ``done``,
+``step`` (the schedule step being collected, :mod:`~reshuffle.protocol.schedule`),
+``needs_model`` (whether the next push to a participant needs its trained model),
+``errors``, and the round's ``output`` (or ``failed_output()`` after a failure).
+:class:`~reshuffle.protocol.server.Server` (one round) and
+:class:`~reshuffle.protocol.grouped.GroupedServer` (a round in anonymity groups)
+both meet it, and both outputs have one shape (:class:`RoundOutput`: a round of
+one group leaves the group fields empty), so no driver asks which it drives.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+from reshuffle.crypto.rand import RandomSource
+from reshuffle.crypto.signatures import Certificate, CertificateAuthority, SigningKey
+from reshuffle.errors import ConfigError
+from reshuffle.protocol.grouped import GroupedServer
+from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.schedule import Step
+from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
+
+Outbox = list[tuple[int, bytes]]
+
+
+def members() -> set[str]:
+    """The names of the contract: what a driver may read or call on a PS."""
+    return {n for n in vars(PS) if not n.startswith("_")} | set(PS.__annotations__)
+
+
+class PS(Protocol):
+    """What a driver may call on the PS of a round."""
+
+    #: The round's parameters (in groups: those of the whole roster; each group has its own).
+    params: RoundParams
+    #: Rejected messages and discarded shares, as they happen.
+    errors: list[ErrorRecord]
+    #: The round's output once ``done`` (None before, and after a failure).
+    output: RoundOutput | None
+
+    @property
+    def done(self) -> bool:
+        """The round has delivered its output."""
+
+    @property
+    def step(self) -> Step:
+        """The schedule step now being collected."""
+
+    @property
+    def phase_name(self) -> str:
+        """The user-facing phase of what is being collected (setup, ot, reserve, upload, unmask)."""
+
+    def start(self) -> Outbox:
+        """The round's first messages: (recipient, bytes) pairs."""
+
+    def receive(self, sender: int, data: bytes) -> None:
+        """Absorb one message of ``sender``; a bad message is recorded in ``errors``, never raised."""
+
+    def close_phase(self) -> Outbox:
+        """Close the step being collected; the next step's messages (BelowThreshold: the round ends)."""
+
+    def needs_model(self, pid: int) -> bool:
+        """Whether the push now going to ``pid`` needs its trained model (the first online step on)."""
+
+    def failed_output(self) -> RoundOutput:
+        """What a round that delivered nothing leaves: online sets, errors and the parties named so far."""
+
+
+def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
+            ca: CertificateAuthority, global_hash: bytes, *, params: RoundParams | None = None, d: int | None = None,
+            overrides: dict | None = None, group_size: int | None = None, collusion: float | None = None,
+            rng: RandomSource | int | None = None, make_server: Callable[..., Server] = Server) -> PS:
+    """The PS of a round, for every driver (in process, parallel, Flower): one :class:`Server` with
+    ``params`` (default: ``RoundParams.default(N, d, **overrides)``), or a :class:`GroupedServer` of groups
+    of about ``group_size`` (each group's parameters from its size and ``overrides``)."""
+    overrides = dict(overrides or {})
+    if group_size is None:
+        if params is None:
+            if d is None:
+                raise ConfigError("the PS needs the round's parameters, or the model length d to derive them")
+            params = RoundParams.default(len(roster), d, **overrides)
+        return make_server(params, T, roster, signing_key, cert, ca, global_hash, rng)
+    d = params.d if params is not None else d
+    if d is None:
+        raise ConfigError("a round in groups needs the model length d")
+    return GroupedServer(T, roster, signing_key, cert, ca, global_hash, d, group_size, overrides, rng, make_server,
+                         collusion)
