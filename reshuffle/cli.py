@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from reshuffle.clients import MODELS
 from reshuffle.errors import ReShuffleError
 
 
@@ -136,6 +135,13 @@ def _dataset_help() -> str:
     return f"{', '.join(dataset_names())}, hf:NAME (a Hugging Face dataset) or a plug-in's name"
 
 
+def _model_help() -> str:
+    """The registered models, for help texts (naming them imports no torch)."""
+    from reshuffle.clients.catalog import model_names
+
+    return ", ".join(model_names())
+
+
 def _share(text: str) -> float:
     try:
         v = float(text)
@@ -151,7 +157,7 @@ def _share(text: str) -> float:
 _SIM_OPTIONS = [
     ("--dataset", str, _dataset_help()),
     ("--data-dir", str, "folder holding the dataset's files (default: data/<dataset>; for hf:NAME its cache)"),
-    ("--model", str, f"{', '.join(MODELS)} or a plug-in's name"),
+    ("--model", str, f"{_model_help()} or a plug-in's name"),
     ("--clients", _positive(int), "number of clients N"),
     ("--fraction", _share, "fraction of the clients sampled for each round (seeded; attackers like everyone)"),
     ("--clients-per-round", _positive(int), "clients sampled for each round, instead of --fraction "
@@ -540,13 +546,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
     bench.add_argument("--N", type=int, nargs="+", help="round, flower: participants (10 50 100; 10 20)")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
-    bench.add_argument("--dataset", default="mnist", help="simulate: digits, mnist, fashion-mnist")
+    bench.add_argument("--dataset", default="mnist", help=f"simulate: {_dataset_help()}")
     bench.add_argument("--data-dir", help="simulate: folder with the idx files")
-    bench.add_argument("--model", default="lenet5", help="simulate: logreg, mlp, lenet5")
+    bench.add_argument("--model", default="lenet5", help=f"simulate: {_model_help()} or a plug-in's name")
     bench.add_argument("--clients", type=_positive(int), help="simulate, models: clients trained (20; 8)")
     bench.add_argument("--threads", type=_positive(int), default=1, help="simulate, models: torch threads")
+    from reshuffle.bench.models import CASES
+
     bench.add_argument("--models", nargs="+", metavar="NAME",
-                       help="models: only these built-in models (logreg mlp lenet5 cnn resnet18)")
+                       help=f"models: only these of its models ({' '.join(c[0] for c in CASES)})")
     bench.add_argument("--group-size", type=_positive(int), help="round: anonymity group size g")
     bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
     bench.add_argument("--baseline", metavar="PATH",
@@ -613,8 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "shard[:K] (K per client, 2)")
     grid.add_argument("--attacks", nargs="+", metavar="NAME", help="only these attacks (the clean run is always in)")
     grid.add_argument("--rules", nargs="+", metavar="NAME", help="only these rules (FedAvg is always in)")
-    grid.add_argument("--models", nargs="+", metavar="NAME", help="models (logreg, mlp, lenet5, cnn, resnet18, "
-                                                                  "plug-ins)")
+    grid.add_argument("--models", nargs="+", metavar="NAME", help=f"models ({_model_help()}, plug-ins)")
     grid.add_argument("--seeds", nargs="+", type=_non_negative_int, metavar="S", help="seeds (default 1 2 3)")
     grid.add_argument("--rounds", type=_positive(int), help="rounds per run")
     grid.add_argument("--long-rounds", type=_non_negative_int, metavar="N",

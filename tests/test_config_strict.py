@@ -34,7 +34,7 @@ def test_a_simulate_table_does_not_hide_the_other_keys(tmp_path, capsys):
         m = 2
         ''')
     # The table beside [simulate] is read: its rule is not joined, so a table per component is refused
-    with pytest.raises(ConfigError, match="multi-krum' has no option 'multi-krum'; valid: f, m"):
+    with pytest.raises(ConfigError, match="multi-krum' has no option 'multi-krum'; valid: m"):
         from_mapping(load_toml(cfg))
     cfg.write_text(cfg.read_text().replace("[rule_options.multi-krum]", "[rule_options]"))
     assert from_mapping(load_toml(cfg)).rule_options == {"m": 2}
@@ -56,9 +56,16 @@ def test_a_setting_in_both_layouts_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("values,message", [
-    ({"rule": "krum", "rule_options": {"ff": 1}}, "rule_options: rule 'krum' has no option 'ff'; valid: f"),
+    ({"rule": "multi-krum", "rule_options": {"ff": 1}}, "rule_options: rule 'multi-krum' has no option 'ff'; valid: m"),
+    # The rule's f and seed are the run's settings: named as such, never listed among the options
+    ({"rule": "krum", "rule_options": {"ff": 1}}, "rule_options: rule 'krum' has no option 'ff'; valid: none"),
+    ({"rule": "krum", "rule_options": {"f": 2}},
+     "rule_options: f is a setting of the run (the attackers it assumes per round), not an option of rule 'krum': "
+     "set f = 2 at the top level (--f 2)"),
+    ({"rule": "signguard+flame", "rule_options": {"flame": {"seed": 3}}}, "set seed = 3 at the top level"),
+    ({"pre": ["nnm"], "pre_options": {"nnm": {"f": 1}}}, "pre_options.nnm: f is a setting of the run"),
     ({"rule": "signguard+flame", "rule_options": {"flame": {"nois": 0.1}}},
-     "rule_options.flame: rule 'flame' has no option 'nois'; valid: noise, seed"),
+     "rule_options.flame: rule 'flame' has no option 'nois'; valid: noise"),
     ({"rule": "signguard+flame", "rule_options": {"flam": {}}}, "'flam' is none of them"),
     ({"rule": "default", "rule_options": {"kapa": 2.0}}, f"rule 'default' ({DEFAULT_RULE}) has no option 'kapa'"),
     ({"pre": ["clip"], "pre_options": {"clip": {"bnd": 1.0}}},

@@ -69,19 +69,21 @@ def test_server_sent_attack_and_score_keys_are_refused():
 
 def test_only_a_nodes_own_config_makes_it_attack_and_label_its_model():
     from reshuffle.flower.common import FlowerSettings
-    from reshuffle.flower.server_app import collect, make_grid
+    from reshuffle.flower.server_app import grid_delivery, make_grid
 
-    # Prepare: node 0 chose, in its own node_config, to sign-flip and to label its model for scoring
+    # Prepare: node 0 chose, in its own node_config, to sign-flip and to label its model for scoring; node 1
+    # to label its (honest) model
     def cfg(i):
-        own = {"attack": "sign-flip", "score": True} if i == 0 else {}
+        own = {"attack": "sign-flip", "score": True} if i == 0 else {"score": True} if i == 1 else {}
         return {"partition-id": i, "num-partitions": 4, **own}
     s: FlowerSettings = settings(dict(RUN_CONFIG, **{"phase-timeout": 10.0, "r-max": 5}))
-    grid = make_grid(_project_grid(4, cfg), s)
+    lg = _project_grid(4, cfg)
+    grid = make_grid(lg, s)
     assert grid.round_params["R_max"] == 5  # the run config's r-max reaches the protocol
     W_g = _w_g()
     # Execute
-    d = collect(grid, s, 1, W_g)
-    models, flags = d.models, d.flags
+    d, _, _ = grid_delivery(grid, s, 1, W_g, sorted(lg.node_ids))
+    models, flags = d.models, d.labels
     # Assert: four unlinked models, exactly one labelled, and that one moved against the others
     assert len(models) == 4 and sum(flags) == 1
     U = np.stack(models) - W_g

@@ -180,7 +180,7 @@ def test_plugin_module_registers_a_rule(tmp_path, monkeypatch):
         assert rule.select(U) == [1, 2]
         assert rule(U).tolist() == [1.5]
     finally:
-        registry._RULES.pop("shortest-half", None)
+        registry.RULES.remove("shortest-half")
         sys.modules.pop("my_rules_plugin", None)
 
 

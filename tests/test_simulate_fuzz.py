@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from reshuffle.attacks import attack_names
-from reshuffle.attacks.base import _REGISTRY as ATTACKS
+from reshuffle.attacks.base import ATTACKS
 from reshuffle.errors import ConfigError
-from reshuffle.server.rules.registry import _PRES, rule_names
+from reshuffle.server.rules.registry import pre_names, rule_names
 from reshuffle.sim import SimConfig, simulate
 
 EXTREME = [0.0, -1.0, 1e-30, 0.5, 1.0, 3.0, 1e10, 1e30, 1e38, float("nan"), float("inf")]
@@ -31,7 +31,7 @@ PROFILE = settings(max_examples=int(os.environ.get("RESHUFFLE_FUZZ_EXAMPLES", "1
 
 
 def _numeric_options(name: str) -> list[str]:
-    cls = ATTACKS._table[name]
+    cls = ATTACKS.get(name)
     out = []
     for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -56,7 +56,7 @@ def configs(draw):
         attack=attack,
         attack_options=opts,
         rule=draw(st.sampled_from(rule_names())),
-        pre=draw(st.lists(st.sampled_from(sorted(_PRES)), max_size=1)),
+        pre=draw(st.lists(st.sampled_from(pre_names()), max_size=1)),
         shuffle=draw(st.sampled_from(["ideal", "none", "ideal", "none", "real"])),
         dropout=draw(st.sampled_from([0.0, 0.0, 0.2])),
         lr=draw(st.sampled_from([0.1, 0.1, 1e4, 1e30])),

@@ -89,18 +89,18 @@ class PSBehaviour(Behaviour):
         return s
 
 
-_REGISTRY: Registry = Registry("adversary")
+ADVERSARIES: Registry = Registry("adversary")
 
 
 def register_adversary(name: str):
     """Class decorator: make a behaviour selectable by ``name`` (CLI, simulator, red team)."""
-    return _REGISTRY.register(name)
+    return ADVERSARIES.register(name)
 
 
 def adversary_names(role: str | None = None) -> list[str]:
-    return _REGISTRY.names(None if role is None else lambda c: c.role == role)
+    return ADVERSARIES.names(None if role is None else lambda c: c.role == role)
 
 
 def make_adversary(name: str, **options) -> Behaviour:
     """The behaviour registered as ``name``, configured with ``options``."""
-    return _REGISTRY.make(name, **options)
+    return ADVERSARIES.make(name, **options)

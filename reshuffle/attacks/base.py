@@ -169,18 +169,18 @@ def check_view(view: RoundView, attack: Attack) -> tuple[np.ndarray, np.ndarray]
     return own, honest
 
 
-_REGISTRY: Registry = Registry("attack")
+ATTACKS: Registry = Registry("attack")
 
 
 def register_attack(name: str):
     """Class decorator: make an :class:`Attack` subclass selectable by ``name``."""
-    return _REGISTRY.register(name)
+    return ATTACKS.register(name)
 
 
 def attack_names() -> list[str]:
-    return _REGISTRY.names()
+    return ATTACKS.names()
 
 
 def make_attack(name: str, **options) -> Attack:
     """The attack registered as ``name``, configured with ``options``."""
-    return _REGISTRY.make(name, **options)
+    return ATTACKS.make(name, **options)

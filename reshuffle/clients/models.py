@@ -1,8 +1,8 @@
 """The models clients train, by name, and the flat float32 vector the protocol carries.
 
-A model is any ``torch.nn.Module``. ``@register_model("name")`` makes a builder
-``(input_shape, num_classes) -> nn.Module`` selectable as ``--model name`` (from
-a ``--plugin`` module too). Built in: ``logreg``, ``mlp``, ``lenet5`` (for
+A model is any ``torch.nn.Module``. ``@register_model("name")``
+(:mod:`reshuffle.clients.catalog`) makes a builder ``(input_shape, num_classes) ->
+nn.Module`` selectable as ``--model name`` (from a ``--plugin`` module too). Built in: ``logreg``, ``mlp``, ``lenet5`` (for
 28×28 input), ``cnn`` (McMahan et al.'s FedAvg CNN, any input size) and
 ``resnet18`` (ResNet-18 in its CIFAR form).
 
@@ -19,7 +19,6 @@ vector is exactly the parameter vector: LeNet-5 on 28×28 input has δ = 61,706.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -27,38 +26,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from reshuffle.errors import ConfigError
-from reshuffle.registry import Registry
-
-Builder = Callable[[tuple[int, ...], int], nn.Module]
-
-_MODELS: Registry = Registry("model")
+from reshuffle.clients.catalog import MODELS
 
 
-def register_model(name: str) -> Callable[[Builder], Builder]:
-    """Decorator: make ``builder(input_shape, num_classes) -> nn.Module`` selectable as ``--model name``.
-
-    ``input_shape`` is one sample's shape, e.g. ``(3, 32, 32)``. The builder is
-    called under a fixed torch seed, so a run's initial model depends on its seed only.
-    """
-
-    def deco(builder: Builder) -> Builder:
-        if not callable(builder):
-            raise ConfigError(f"register_model({name!r}) decorates a builder function, got {builder!r}")
-        return _MODELS.add(name, builder)
-
-    return deco
-
-
-def model_names() -> list[str]:
-    """Every registered model, built-in and plug-in."""
-    return _MODELS.names()
-
-
-def check_model_name(name: str) -> None:
-    _MODELS.get(name)
-
-
-@register_model("logreg")
 class LogReg(nn.Module):
     """Multinomial logistic regression: one linear layer on the flattened image."""
 
@@ -70,7 +40,6 @@ class LogReg(nn.Module):
         return self.fc(x.flatten(1))
 
 
-@register_model("mlp")
 class MLP(nn.Module):
     """Two hidden layers of ``hidden`` ReLU units."""
 
@@ -93,7 +62,6 @@ def _image_shape(name: str, input_shape: tuple[int, ...]) -> tuple[int, int, int
     return tuple(int(v) for v in input_shape)  # type: ignore[return-value]
 
 
-@register_model("lenet5")
 class LeNet5(nn.Module):
     """LeCun et al. (1998) with padding 2 on the first convolution, for 28×28 input.
 
@@ -121,7 +89,6 @@ class LeNet5(nn.Module):
         return self.fc3(x)
 
 
-@register_model("cnn")
 class CNN(nn.Module):
     """The CNN of McMahan et al. (2017), "Communication-efficient learning of deep networks from decentralized data".
 
@@ -233,7 +200,6 @@ def _init_resnet(model: nn.Module) -> nn.Module:
     return model
 
 
-@register_model("resnet18")
 def resnet18(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """ResNet-18, CIFAR form: torchvision's builder where torchvision imports, :class:`ResNet18` otherwise.
 
@@ -244,17 +210,48 @@ def resnet18(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     return _init_resnet(ResNet18(input_shape, num_classes) if model is None else model)
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int = 0) -> nn.Module:
-    """A fresh model; ``seed`` fixes its initial weights (the round-0 global model)."""
-    builder = _MODELS.get(name)
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, seed: int = 0, *,
+                dataset: str | None = None) -> nn.Module:
+    """A fresh model; ``seed`` fixes its initial weights (the round-0 global model).
+
+    One sample of ``input_shape`` goes through it first: a model that cannot take
+    it, or that gives other than ``num_classes`` outputs, is a ConfigError naming
+    the model (and ``dataset``, the data it is for), before any training.
+    """
+    builder = MODELS.get(name)
+    shape = tuple(int(v) for v in input_shape)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = builder(tuple(int(v) for v in input_shape), int(num_classes))
-    if not isinstance(model, nn.Module):
-        raise ConfigError(f"model {name!r}: its builder returned {type(model).__name__}, not a torch.nn.Module")
-    if FlatLayout.of(model).size == 0:
-        raise ConfigError(f"model {name!r} has no floating-point parameters or buffers to federate")
+        model = builder(shape, int(num_classes))
+        if not isinstance(model, nn.Module):
+            raise ConfigError(f"model {name!r}: its builder returned {type(model).__name__}, not a torch.nn.Module")
+        if FlatLayout.of(model).size == 0:
+            raise ConfigError(f"model {name!r} has no floating-point parameters or buffers to federate")
+        _check_outputs(model, name, shape, int(num_classes), dataset)
     return model
+
+
+def _check_outputs(model: nn.Module, name: str, shape: tuple[int, ...], num_classes: int, dataset: str | None) -> None:
+    """One zero sample through ``model`` (evaluation mode, no gradient): it must give ``num_classes`` outputs."""
+    data = f"dataset {dataset!r}" if dataset else "the dataset"
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros((1, *shape)))
+    except Exception as exc:  # a plug-in's forward can raise anything for the wrong input
+        raise ConfigError(f"model {name!r} cannot take one sample of {data}'s shape {shape}: "
+                          f"{type(exc).__name__}: {exc}") from None
+    finally:
+        model.train(training)
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    if got == (1, num_classes):
+        return
+    if isinstance(got, tuple) and len(got) == 2 and got[0] == 1:
+        raise ConfigError(f"model {name!r} outputs {got[1]} values per sample, {data} has {num_classes} classes: "
+                          f"its last layer must give one output per class")
+    raise ConfigError(f"model {name!r} outputs {got} for one sample, {data} has {num_classes} classes: "
+                      f"it must output one row of {num_classes} values per sample")
 
 
 # --- The flat vector -----------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ replayed into another round, phase or pair fails to open. Raw AEAD stays here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -29,7 +29,7 @@ TAG_BYTES = 16
 class DHKeyPair:
     """A group DH key pair ``(x, X = g^x)``."""
 
-    secret: int
+    secret: int = field(repr=False)
     public: Element
 
     @classmethod

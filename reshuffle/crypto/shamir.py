@@ -8,7 +8,7 @@ point), so extra shares beyond ``t`` can be checked for consistency cheaply.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterable, Sequence
 
@@ -22,7 +22,7 @@ class Share:
     """One Shamir share ``(x, y)`` of a secret over ``Z_q``."""
 
     x: int
-    y: int
+    y: int = field(repr=False)
 
     def encode(self, scalar_size: int = 32) -> bytes:
         return Writer().u32(self.x).fixed(self.y.to_bytes(scalar_size, "big"), scalar_size).bytes()

@@ -404,7 +404,7 @@ def load_grid_toml(path: str | Path, base: Grid) -> Grid:
 def validate(grid: Grid) -> Grid:
     """Check every axis (names, seeds, base settings through SimConfig); return ``grid``."""
     from reshuffle.clients.data import dataset_names, dataset_spec
-    from reshuffle.clients.models import model_names
+    from reshuffle.clients.catalog import model_names
 
     check_names("dataset", [d for d in grid.datasets if not d.startswith("hf:")], dataset_names())
     for d in grid.datasets:

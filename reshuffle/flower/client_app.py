@@ -110,7 +110,7 @@ def train(msg: Message, context: Context) -> Message:
         x, y = a.poison_data(x, y, part, n, ds.num_classes, np.random.default_rng(seed_of(sim.seed, POISON, part)))
     T = int(config.get("server-round", 0))
     seed = seed_of(sim.seed, T, TRAIN, part)
-    model = build_model(sim.model, ds.input_shape, ds.num_classes, seed=sim.seed)
+    model = build_model(sim.model, ds.input_shape, ds.num_classes, seed=sim.seed, dataset=sim.dataset)
     W = local_train(model, W_g, x, y, TrainConfig(sim.local_epochs, sim.batch_size, sim.lr, sim.optimizer), seed=seed)
     if attack != "none":
         U = a((W - W_g)[None, :].astype(np.float64), 1, np.random.default_rng(seed_of(sim.seed, T, ATTACK, part)))

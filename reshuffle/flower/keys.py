@@ -20,7 +20,7 @@ another's place in the roster, nor replay a claim into another round or run.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from reshuffle.crypto.domain import label
@@ -41,7 +41,7 @@ class Identity:
     """A participant's id, signing key, certificate and the CA's verifier."""
 
     pid: int
-    key: SigningKey
+    key: SigningKey = field(repr=False)
     cert: Certificate
     ca: CertificateAuthority
 

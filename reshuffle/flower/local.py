@@ -4,8 +4,9 @@ Shared by the Flower tests, ``reshuffle bench flower``, the soak,
 ``experiments/flower_groups.py`` and ``make flower`` (``python -m
 reshuffle.flower.local flwr run ...`` runs a ``flwr`` command with its output
 cleaned: no colour codes off a terminal, none of Flower's notes that contradict
-the federation size it reports); users go through ``make flower`` or their own
-``flwr run``.
+the federation size it reports, a refused run's one line without Flower's
+traceback of it; and it exits non-zero when the run failed, which ``flwr run``
+does not say); users go through ``make flower`` or their own ``flwr run``.
 """
 
 from __future__ import annotations
@@ -86,23 +87,76 @@ def clean(line: str, colour: bool) -> str | None:
     return line if colour else plain
 
 
+#: Flower's line when the ServerApp of a run fails (a deployment's, or the local simulation's).
+APP_FAILED = ("ServerApp raised an exception", "Simulation raised an exception")
+#: How the project's ServerApp starts the one line of a run it refuses (reshuffle.flower.server_app.REFUSED;
+#: not imported, so that this module stays free of Flower's server side).
+REFUSED = "reshuffle: error: "
+#: Flower's note on a failed run's exit code (left out after a refusal's line).
+EXIT_NOTE = ("Exit Code:", "An unhandled exception occurred", "For more information, visit")
+
+
+class RunOutput:
+    """``flwr run --stream``'s output as ``make flower`` shows it, and whether the run failed.
+
+    A refused run shows its one ``reshuffle: error: ...`` line; Flower's traceback
+    of the refusal that follows it is left out. Any other failure keeps Flower's
+    traceback.
+    """
+
+    def __init__(self, colour: bool) -> None:
+        self.colour = colour
+        self.refused: str | None = None
+        self.failed = False
+        self._skipping = False
+        self._note = False
+
+    def feed(self, line: str) -> str | None:
+        """The line to show for ``line`` (None: none)."""
+        out = clean(line, self.colour)
+        if out is None:
+            return None
+        plain = _ANSI.sub("", line)
+        if self._skipping:
+            # Flower's traceback of the refusal ends with the exception's own line, which repeats the message
+            if (self.refused and self.refused in plain) or "RunRefused: " in plain:
+                self._skipping = False
+                self._note = True
+            return None
+        if self._note:
+            # Flower's note on the failed run's exit code, after the traceback: the refusal's line said it all
+            if not plain.strip() or any(n in plain for n in EXIT_NOTE):
+                return None
+            self._note = False
+        if REFUSED in plain and self.refused is None:
+            self.refused = plain.split(REFUSED, 1)[1].strip()
+            return REFUSED + self.refused + "\n"
+        if any(m in plain for m in APP_FAILED):
+            self.failed = True
+            self._skipping = self.refused is not None
+            return None if self._skipping else out
+        return out
+
+
 def run_filtered(cmd: list[str]) -> int:
-    """Run ``cmd`` (a ``flwr`` command) with its output passed through :func:`clean`; its exit status."""
+    """Run ``cmd`` (a ``flwr`` command) with its output passed through :class:`RunOutput`; its exit status,
+    or 1 when the run it started failed (``flwr run`` itself exits 0 whatever became of the run)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                # Ray warns about a default it will change; it does not apply here (no GPUs).
                RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="0")
-    colour = sys.stdout.isatty()
+    stream = RunOutput(sys.stdout.isatty())
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             errors="replace")
     try:
         for line in proc.stdout:
-            out = clean(line, colour)
+            out = stream.feed(line)
             if out is not None:
                 sys.stdout.write(out)
                 sys.stdout.flush()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
-    return proc.wait()
+    status = proc.wait()
+    return status or int(stream.failed)
 
 
 if __name__ == "__main__":  # python -m reshuffle.flower.local flwr run . --stream ...

@@ -16,10 +16,17 @@ and keeps W_g; the run goes on. After every round the app saves a checkpoint in 
 output folder (:mod:`reshuffle.run.checkpoint`); the run-config key ``resume``
 (that folder) continues a killed run after its last finished round. A round the
 kill interrupted is lost, never run again: nodes take part in each round number once.
+
+Settings that make the run impossible (an unknown rule, a negative round count, a
+bad fraction, a resume folder that is missing) stop it before any message goes
+out, with one line (``reshuffle: error: ...``) and :class:`RunRefused`, which
+Flower records as the run's failure; ``make flower`` then shows that line alone
+and exits non-zero (:mod:`reshuffle.flower.local`).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -29,7 +36,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from reshuffle.clients import FlatLayout, build_model, load_dataset, predict
-from reshuffle.errors import ConfigError
+from reshuffle.errors import ConfigError, ReShuffleError
 from reshuffle.flower.common import ARRAYS, ATTACKER_METRIC, CONFIG, METRICS, FlowerSettings, resume_identity, settings
 from reshuffle.flower.grid import ReshuffleGrid, RoundReport
 from reshuffle.run import checkpoint
@@ -105,7 +112,7 @@ class _Run:
         self.s, self.out_dir = s, out_dir
         sim = s.sim
         self.ds = load_dataset(sim.dataset, sim.data_dir)
-        self.model = build_model(sim.model, self.ds.input_shape, self.ds.num_classes, seed=sim.seed)
+        self.model = build_model(sim.model, self.ds.input_shape, self.ds.num_classes, seed=sim.seed, dataset=sim.dataset)
         self.layout = FlatLayout.of(self.model)
         self.rounds = FLRound(make_step(sim, statistics=self.layout.statistics(self.model)), sim.sampler(),
                               self.layout.get(self.model))
@@ -192,10 +199,20 @@ class _Run:
                                            "reshuffle": self.reports})
 
 
-@app.main()
-def main(grid: Grid, context: Context) -> None:
+#: How a refused run's one line starts (``make flower`` shows that line alone and exits non-zero).
+REFUSED = "reshuffle: error: "
+
+
+class RunRefused(ConfigError):
+    """The run's settings make it impossible (raised before any message goes out); Flower marks the run failed."""
+
+
+def _start(grid: Grid, context: Context) -> tuple[FlowerSettings, _Run, int, ReshuffleGrid]:
+    """Settings, output folder, checkpoint and grid of a run, every one checked: (settings, run, first round, grid)."""
     s = settings(dict(context.run_config))
     out = s.out_dir or s.resume or str(Path("outputs/flower") / time.strftime("%Y%m%d-%H%M%S"))
+    if s.resume and not Path(s.resume).is_dir():
+        raise ConfigError(f"resume = {s.resume!r}: no such folder (the out-dir of the run to continue)")
     if not s.resume:
         claim_out_dir(out, s.overwrite, ("overwrite = true", f'resume = "{out}"', "another out-dir"))
     run = _Run(s, Path(out))
@@ -204,14 +221,22 @@ def main(grid: Grid, context: Context) -> None:
         first = run.restore(Path(s.resume)) + 1
         print(f"[reshuffle] resuming {s.resume} after round {first - 1} of {s.sim.rounds}", flush=True)
         run.save()  # an interrupted round is recorded before the next starts
-    rgrid = make_grid(grid, s)
+    return s, run, first, make_grid(grid, s)
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    try:
+        s, run, first, rgrid = _start(grid, context)
+    except ReShuffleError as exc:
+        # One line says why; the exception (without the chain) tells Flower the run failed.
+        print(f"{REFUSED}{exc}", file=sys.stderr, flush=True)
+        raise RunRefused(str(exc)) from None
     for T in range(first, s.sim.rounds + 1):
         run.save(started=T)  # before any message of round T goes out: a resume never runs T again
         rgrid.skip_to(T)
         run.round(rgrid, T)
         run.save()
         write_outputs(run.out_dir, run.outputs(), plots=False)  # what is finished so far, readable at once
-    if not run.records:
-        raise ConfigError("rounds must be at least 1")
     write_outputs(run.out_dir, run.outputs())
     print(f"[reshuffle] final accuracy {run.records[-1].accuracy:.4f}; outputs in {run.out_dir}", flush=True)

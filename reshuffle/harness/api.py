@@ -153,12 +153,12 @@ class Identities:
     """A fresh CA, the PS's certified key, each participant's certified key, and their randomness."""
 
     ca: CertificateAuthority
-    ps_key: SigningKey
+    ps_key: SigningKey = field(repr=False)
     ps_cert: object
-    keys: tuple[SigningKey, ...]
+    keys: tuple[SigningKey, ...] = field(repr=False)
     roster: dict
-    participant_rng: tuple
-    server_rng: object
+    participant_rng: tuple = field(repr=False)
+    server_rng: object = field(repr=False)
 
 
 def identities(N: int, seed: int | None = None) -> Identities:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -65,8 +65,8 @@ def _tag(K: bytes, T: int, position: int, body: bytes) -> bytes:
 class Credential:
     """A participant's unblinded credential (r, y) for one round."""
 
-    r: bytes
-    y: bytes
+    r: bytes = field(repr=False)
+    y: bytes = field(repr=False)
 
 
 def build_row(payload: np.ndarray, token: bytes, cred: Credential, K: bytes, T: int, position: int) -> bytes:

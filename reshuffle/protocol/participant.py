@@ -87,9 +87,9 @@ class RoundKeys:
     """This round's secrets: the channel key pair, and per invocation m = 1..M the masking key pair
     x_{i,m} (index m − 1) and the self-mask seed b_{i,m}."""
 
-    enc: DHKeyPair
-    mask: tuple[DHKeyPair, ...]
-    seeds: tuple[int, ...]
+    enc: DHKeyPair = field(repr=False)
+    mask: tuple[DHKeyPair, ...] = field(repr=False)
+    seeds: tuple[int, ...] = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class Session:
     roster: Mapping[int, Certificate]
     server_vk: VerifyKey
     cred_key: Element
-    keys: RoundKeys
+    keys: RoundKeys = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,10 @@ class Dealing:
     """The dealer's side of setup (§6.4), dropped when setup ends: the polynomials, the own signed
     advertisement, and once the advertisers are known the share values dealt to each."""
 
-    polys: tuple[tuple[int, ...], ...]
+    polys: tuple[tuple[int, ...], ...] = field(repr=False)
     advert: msg.Advertise
-    dealt: Mapping[int, tuple[int, ...]] | None = None
-    own_payload: bytes = b""
+    dealt: Mapping[int, tuple[int, ...]] | None = field(default=None, repr=False)
+    own_payload: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -127,10 +127,10 @@ class Peers:
 class CredentialRequest:
     """The row credential (§7.2): the nonce r, the blind and blinded input, and once unblinded the credential."""
 
-    r: bytes
-    blind: int
+    r: bytes = field(repr=False)
+    blind: int = field(repr=False)
     blinded: Element
-    value: credential.Credential | None = None
+    value: credential.Credential | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -143,8 +143,8 @@ class SlotPhase:
     decoy_commit: bytes
     ot: OTReceiver
     request: OTRequest
-    tokens: Mapping[int, bytes] | None = None
-    reservation: Reservation | None = None
+    tokens: Mapping[int, bytes] | None = field(default=None, repr=False)
+    reservation: Reservation | None = field(default=None, repr=False)
     counts: tuple[tuple[int, ...], ...] = ()
 
 
@@ -181,7 +181,8 @@ class ParticipantState:
     session: Session | None = None
     dealing: Dealing | None = None
     peers: Peers | None = None
-    held: Mapping[int, tuple[int, ...]] = field(default_factory=dict)  # owner -> its 2M share values at our point
+    # owner -> its 2M share values at our point
+    held: Mapping[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     dealers: Mapping[int, Dealer] | None = None  # (digest, Ĉ) of each dealer, until setup ends
     cred: CredentialRequest | None = None
     slots: SlotPhase | None = None
@@ -194,13 +195,14 @@ class ParticipantState:
 class ParticipantView:
     """What the participant knows about its own outcome (for the runner, never for the PS)."""
 
-    slot: int | None = None
-    position: int | None = None
+    slot: int | None = field(default=None, repr=False)
+    position: int | None = field(default=None, repr=False)
     uploaded: set[int] = field(default_factory=set)
     errors: list[ProtocolError] = field(default_factory=list)
     clipped: int = 0  # coordinates of its model clipped by the fixed-point codec
     revealed: dict[int, dict[int, "ShareKind"]] = field(default_factory=dict)  # m -> owner -> kind it revealed
-    row_tags: tuple[bytes, ...] = ()  # the tags of the rows it wrote, unique per row (to score a linking attacker)
+    # the tags of the rows it wrote, unique per row (to score a linking attacker)
+    row_tags: tuple[bytes, ...] = field(default=(), repr=False)
 
 
 Replies = tuple[ParticipantState, list[msg.Message]]

@@ -9,7 +9,7 @@ settled slot, in slot order: ``position = rank of slot among settled slots``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -32,12 +32,12 @@ class Reservation:
     returns the next one). ``pick`` is this iteration's slot (None: an all-zero vector), ``slot``
     the settled one."""
 
-    candidates: tuple[int, ...]
-    pick: int | None = None
-    slot: int | None = None
-    collided: frozenset[int] = frozenset()  # L, as seen by this party
+    candidates: tuple[int, ...] = field(repr=False)
+    pick: int | None = field(default=None, repr=False)
+    slot: int | None = field(default=None, repr=False)
+    collided: frozenset[int] = field(default=frozenset(), repr=False)  # L, as seen by this party
     occupied: frozenset[int] = frozenset()  # settled by someone else
-    tried: frozenset[int] = frozenset()
+    tried: frozenset[int] = field(default=frozenset(), repr=False)
 
     @classmethod
     def start(cls, candidates: Iterable[int]) -> "Reservation":

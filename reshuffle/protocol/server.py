@@ -134,7 +134,7 @@ class SlotPhase:
 
     start: int
     ot: OTSender
-    decoy_seed: bytes
+    decoy_seed: bytes = field(repr=False)
     decoys: Decoys
     counts: list[tuple[int, ...]] = field(default_factory=list)
     members: int = 0  # |U_{start-1}|: the members that could hold a slot of this phase

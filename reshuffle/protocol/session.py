@@ -19,7 +19,7 @@ randomness for every round.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -55,12 +55,13 @@ class SessionState:
 
     pid: int
     T: int
-    model: bytes  # W_i^T, little-endian float32 or (``words``) uint32 ring words; empty before training
-    signing_key: bytes  # PEM
+    # W_i^T, little-endian float32 or (``words``) uint32 ring words; empty before training
+    model: bytes = field(repr=False)
+    signing_key: bytes = field(repr=False)  # PEM
     cert: bytes
     ca_key: bytes
     global_hash: bytes
-    seed: bytes
+    seed: bytes = field(repr=False)
     inbox: tuple[bytes, ...] = ()
     words: bool = False
 

@@ -122,7 +122,7 @@ class SimConfig:
     def validated(self) -> "SimConfig":
         from reshuffle.clients.data import dataset_spec
         from reshuffle.clients.device import resolve_device
-        from reshuffle.clients.models import check_model_name
+        from reshuffle.clients.catalog import check_model_name
 
         load_plugins(self.plugins)  # first: plug-ins register datasets, models, attacks and rules
         spec = dataset_spec(self.dataset)

@@ -17,33 +17,34 @@ from reshuffle.errors import ConfigError
 _INJECTED = {"self", "reference"}
 
 
-def _registered(base: type, name: str) -> type:
-    """The subclass of ``base`` registered as ``name`` (registration sets ``name`` on the class itself)."""
-    found = None
-    stack = list(base.__subclasses__())
-    while stack:
-        c = stack.pop()
-        if c.__dict__.get("name") == name:
-            found = c
-        stack.extend(c.__subclasses__())
-    if found is None:
-        raise ConfigError(f"no class is registered as {name!r}")
-    return found
+#: A rule's and a pre-aggregator's parameters that the run sets from its own settings (``make_rule`` passes
+#: them), with what they are: never options of theirs.
+RUN_SET = {"f": "the attackers it assumes per round", "seed": "the seed of its randomness"}
 
 
-def _valid(cls: type) -> list[str] | None:
-    """The options ``cls.__init__`` takes; None when it takes any (``**kwargs``)."""
+def _valid(cls: type, run_set=()) -> list[str] | None:
+    """The options ``cls.__init__`` takes, but those in ``run_set``; None when it takes any (``**kwargs``)."""
     params = inspect.signature(cls.__init__).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return None
-    return [p.name for p in params if p.name not in _INJECTED and p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    skip = _INJECTED | set(run_set)
+    return [p.name for p in params if p.name not in skip and p.kind is not inspect.Parameter.VAR_POSITIONAL]
 
 
-def check_table(table: str, what: str, cls: type, options: Any) -> None:
-    """Refuse ``options`` (a table) that ``cls`` does not take, naming the option and the valid ones."""
+def check_table(table: str, what: str, cls: type, options: Any, run_set: dict[str, str] | None = None) -> None:
+    """Refuse ``options`` (a table) that ``cls`` does not take, naming the option and the valid ones.
+
+    ``run_set`` names parameters the run sets itself (a rule's ``f`` and ``seed``): one given as an option
+    is refused with the setting to use instead.
+    """
     if not isinstance(options, dict):
         raise ConfigError(f"{table} for {what} must be a table, got {type(options).__name__}")
-    valid = _valid(cls)
+    for key, meaning in (run_set or {}).items():
+        if key in options:
+            v = options[key]
+            raise ConfigError(f"{table}: {key} is a setting of the run ({meaning}), not an option of {what}: "
+                              f"set {key} = {v!r} at the top level (--{key} {v!r})")
+    valid = _valid(cls, run_set or {})
     if valid is None:
         return
     for key in options:
@@ -53,8 +54,8 @@ def check_table(table: str, what: str, cls: type, options: Any) -> None:
 
 def check_rule_options(rule: str, options: dict[str, Any], table: str = "rule_options", shown: str = "") -> None:
     """``options`` of the rule ``rule`` (one table per component when it joins rules with + or :)."""
-    from reshuffle.server import Rule
     from reshuffle.server.rules import DEFAULT_RULE, JOIN, THEN
+    from reshuffle.server.rules.registry import RULES
 
     if not isinstance(options, dict):
         raise ConfigError(f"{table} must be a table, got {type(options).__name__}")
@@ -70,11 +71,11 @@ def check_rule_options(rule: str, options: dict[str, Any], table: str = "rule_op
     if rule == "default":  # its options go to the rule it names
         check_rule_options(DEFAULT_RULE, options, table, f"rule 'default' ({DEFAULT_RULE})")
         return
-    check_table(table, shown or f"rule {rule!r}", _registered(Rule, rule), options)
+    check_table(table, shown or f"rule {rule!r}", RULES.get(rule), options, RUN_SET)
 
 
 def check_pre_options(pre: list[str], options: dict[str, Any]) -> None:
-    from reshuffle.server import PreAggregator
+    from reshuffle.server.rules.registry import PRES
 
     if not isinstance(options, dict):
         raise ConfigError(f"pre_options must be a table, got {type(options).__name__}")
@@ -83,13 +84,14 @@ def check_pre_options(pre: list[str], options: dict[str, Any]) -> None:
         raise ConfigError(f"pre_options holds one table per pre-aggregator in use ({', '.join(pre) or 'none'}); "
                           f"{', '.join(map(repr, stray))} is none of them")
     for p in pre:
-        check_table(f"pre_options.{p}", f"pre-aggregator {p!r}", _registered(PreAggregator, p), options.get(p, {}))
+        check_table(f"pre_options.{p}", f"pre-aggregator {p!r}", PRES.get(p), options.get(p, {}),
+                    RUN_SET)
 
 
 def check_attack_options(attack: str, options: dict[str, Any]) -> None:
-    from reshuffle.attacks.base import Attack
+    from reshuffle.attacks.base import ATTACKS
 
-    check_table("attack_options", f"attack {attack!r}", _registered(Attack, attack), options)
+    check_table("attack_options", f"attack {attack!r}", ATTACKS.get(attack), options)
 
 
 def check_adversary_options(adversary: str, options: dict[str, Any]) -> None:
@@ -97,6 +99,6 @@ def check_adversary_options(adversary: str, options: dict[str, Any]) -> None:
         if options:
             raise ConfigError(f"adversary_options {sorted(options)} without an adversary")
         return
-    from reshuffle.adversaries.base import Behaviour
+    from reshuffle.adversaries.base import ADVERSARIES
 
-    check_table("adversary_options", f"adversary {adversary!r}", _registered(Behaviour, adversary), options)
+    check_table("adversary_options", f"adversary {adversary!r}", ADVERSARIES.get(adversary), options)

@@ -139,6 +139,19 @@ def stacked_phases(rounds: list[dict]) -> list[str]:
     return sorted({k for r in rounds for k in r["seconds"]} - _NOT_PHASES)
 
 
+def detection_series(rounds: list[dict]) -> list[tuple[str, list]]:
+    """What detection.png draws per round: the rows flagged (TPR, FPR) where rows were scored, and the
+    attackers' share of the aggregate's weight where their rows arrived: a rule that bounds rows rather than
+    flagging them (``default``) shows its effect there alone."""
+    out = []
+    for key, label in (("tpr", "TPR (malicious flagged)"), ("fpr", "FPR (honest flagged)"),
+                       ("malicious_share", "attackers' share of the weight")):
+        values = [r.get(key) for r in rounds]
+        if any(v is not None for v in values):
+            out.append((label, values))
+    return out
+
+
 def _blank(v: Any) -> Any:
     return "" if v is None else v
 
@@ -167,15 +180,15 @@ def _plots(out: Path, rounds: list[dict], phases: list[str]) -> None:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
-    if any(r["tpr"] is not None for r in rounds):
-        ax.plot(xs, [_nan(r["tpr"]) for r in rounds], marker="o", label="TPR (malicious flagged)")
-    if any(r["fpr"] is not None for r in rounds):
-        ax.plot(xs, [_nan(r["fpr"]) for r in rounds], marker="x", label="FPR (honest flagged)")
-        ax.legend()
+    series = detection_series(rounds)
+    for (label, values), marker in zip(series, "ox^"):
+        ax.plot(xs, [_nan(v) for v in values], marker=marker, label=label)
+    if series:
+        ax.legend(fontsize="small")
     else:
         ax.text(0.5, 0.5, "no rows delivered: detection rates undefined", ha="center", va="center",
                 transform=ax.transAxes)
-    ax.set(xlabel="round", ylabel="rate", ylim=(-0.05, 1.05), title="Detection rates")
+    ax.set(xlabel="round", ylabel="fraction", ylim=(-0.05, 1.05), title="Detection: rows flagged, attackers' weight")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(out / "detection.png", dpi=120)

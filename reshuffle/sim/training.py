@@ -35,7 +35,8 @@ class Training:
                                classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
                                natural_ids=data.natural_ids)
         self.device = resolve_device(cfg.device)
-        self.model = build_model(cfg.model, data.input_shape, data.num_classes, seed=cfg.seed).to(self.device)
+        self.model = build_model(cfg.model, data.input_shape, data.num_classes, seed=cfg.seed,
+                                 dataset=cfg.dataset).to(self.device)
         self.layout = FlatLayout.of(self.model, cfg.local_bn)
         start = self.layout.get_local(self.model)
         self.local = {i: {k: v.clone() for k, v in start.items()} for i in range(cfg.clients)} if start else None

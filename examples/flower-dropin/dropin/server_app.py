@@ -32,7 +32,10 @@ def main(grid: Grid, context: Context) -> None:
     torch.manual_seed(0)
     arrays = ArrayRecord(Net().state_dict())
 
-    if context.run_config["strategy"] == "bulyan":
+    name = context.run_config["strategy"]
+    if name not in ("multikrum", "bulyan"):
+        raise ValueError(f"strategy {name!r}: this app runs 'multikrum' or 'bulyan'")
+    if name == "bulyan":
         strategy = Bulyan(fraction_train=context.run_config["fraction-train"], num_malicious_nodes=f)
     else:
         strategy = MultiKrum(fraction_train=context.run_config["fraction-train"], num_malicious_nodes=f,

@@ -1,6 +1,8 @@
 """Rules and pre-aggregators by name: ``register_rule``, ``register_pre``, ``make_rule``.
 
-A rule module registers its classes with a decorator; ``--plugin module`` (or
+A rule module registers its classes with a decorator (one
+:class:`~reshuffle.registry.Registry` each for rules and pre-aggregators, as for
+attacks, adversaries, models and datasets); ``--plugin module`` (or
 ``plugins = [...]`` in TOML) imports a user module that does the same, so a new
 rule needs no edit anywhere else. ``make_rule`` passes each class only what its
 ``__init__`` asks for: the run's f (under the name in ``f_param``), ``seed``
@@ -15,11 +17,10 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 
 from reshuffle.errors import ConfigError
+from reshuffle.registry import Registry
 from reshuffle.server.rules.base import Rule
 from reshuffle.server.rules.compose import AllOf, Chain, Pipeline, PreAggregator
 
-_RULES: dict[str, type[Rule]] = {}
-_PRES: dict[str, type[PreAggregator]] = {}
 C = TypeVar("C", bound=type)
 
 #: Joins rule names into an intersection: ``signguard+flame`` accepts what both accept.
@@ -27,39 +28,26 @@ JOIN = "+"
 #: Chains rules: ``signguard:multi-krum`` runs Multi-Krum on what SignGuard accepted.
 THEN = ":"
 
-
-def _registrar(table: dict, kind: str, base: type, name: str) -> Callable[[C], C]:
-    if not isinstance(name, str) or not name or JOIN in name or THEN in name or len(name.split()) != 1:
-        raise ConfigError(f"a {kind} name must be a non-empty string without {JOIN!r}, {THEN!r} or spaces, got {name!r}")
-
-    def deco(cls: C) -> C:
-        if not (isinstance(cls, type) and issubclass(cls, base)):
-            raise ConfigError(f"register_{kind}({name!r}) decorates a {base.__name__} subclass, got {cls!r}")
-        if name in table:
-            raise ConfigError(f"a {kind} named {name!r} is already registered ({table[name].__name__})")
-        cls.name = name
-        table[name] = cls
-        return cls
-
-    return deco
+RULES: Registry = Registry("rule", base=Rule, reserved=JOIN + THEN)
+PRES: Registry = Registry("pre", base=PreAggregator, reserved=JOIN + THEN)
 
 
 def register_rule(name: str) -> Callable[[C], C]:
     """Class decorator: make a :class:`Rule` subclass selectable as ``--rule name``."""
-    return _registrar(_RULES, "rule", Rule, name)
+    return RULES.register(name)
 
 
 def register_pre(name: str) -> Callable[[C], C]:
     """Class decorator: make a :class:`PreAggregator` subclass selectable as ``--pre name``."""
-    return _registrar(_PRES, "pre", PreAggregator, name)
+    return PRES.register(name)
 
 
 def rule_names() -> list[str]:
-    return sorted(_RULES)
+    return RULES.names()
 
 
 def pre_names() -> list[str]:
-    return sorted(_PRES)
+    return PRES.names()
 
 
 def _parse(name: str) -> list[list[str]]:
@@ -69,7 +57,7 @@ def _parse(name: str) -> list[list[str]]:
     stages = [stage.split(JOIN) for stage in name.split(THEN)]
     parts = [p for stage in stages for p in stage]
     for part in parts:
-        if part not in _RULES:
+        if part not in RULES:
             raise ConfigError(f"unknown rule {part!r}; choose one of {', '.join(rule_names())} "
                               f"(intersect with {JOIN!r}, chain with {THEN!r})")
     if len(set(parts)) != len(parts):
@@ -84,7 +72,7 @@ def check_rule_name(name: str) -> None:
 
 def check_pre_names(names) -> None:
     for p in names:
-        if p not in _PRES:
+        if p not in PRES:
             raise ConfigError(f"unknown pre-aggregator {p!r}; choose one of {', '.join(pre_names())}")
 
 
@@ -108,7 +96,7 @@ def _build(cls: type, f: int, reference, seed: int | None, options: dict[str, An
 def make_pre(name: str, f: int, seed: int | None = None, **options) -> PreAggregator:
     """The pre-aggregator registered as ``name``, configured with ``options``."""
     check_pre_names([name])
-    return _build(_PRES[name], f, None, seed, options)
+    return _build(PRES.get(name), f, None, seed, options)
 
 
 def make_rule(
@@ -134,12 +122,12 @@ def make_rule(
     check_pre_names(pre)
     parts = [p for stage in stages for p in stage]
     if len(parts) == 1:
-        rule = _build(_RULES[name], f, reference, seed, options)
+        rule = _build(RULES.get(name), f, reference, seed, options)
     else:
         if set(options) - set(parts) or not all(isinstance(v, dict) for v in options.values()):
             raise ConfigError(f"options of the joined rule {name!r} must be one table per component ({', '.join(parts)}); "
                               f"got keys {sorted(options)}")
-        built = [[_build(_RULES[p], f, reference, seed, options.get(p, {})) for p in stage] for stage in stages]
+        built = [[_build(RULES.get(p), f, reference, seed, options.get(p, {})) for p in stage] for stage in stages]
         steps = [s[0] if len(s) == 1 else AllOf(s) for s in built]
         rule = steps[0] if len(steps) == 1 else Chain(steps, f)
     if not pre:
