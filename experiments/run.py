@@ -1,7 +1,7 @@
 """Reproduce the other measurements: rawness, overhead, detection.
 
     python experiments/run.py --exp rawness-real rawness --out experiments/evaluation/rawness
-    python experiments/run.py --exp overhead --out results
+    python experiments/run.py --exp overhead --out results --docs   # and write its figures into the docs
 
 The attack × rule decision grid is ``reshuffle grid`` (``reshuffle/evaluation/``).
 Each experiment here writes ``<out>/<experiment>/<run>/metrics.json`` and
@@ -167,20 +167,65 @@ def summarise_rawness(exp: dict, got: dict, ref: dict) -> list[str]:
     return lines
 
 
-def summarise_overhead(got: dict) -> list[str]:
-    phases = ("training",) + PROTOCOL_PHASES + ("detection",)
-    lines = [
-        "| N | " + " | ".join(phases) + " | protocol total | bytes per participant |",
-        "|---" * (len(phases) + 3) + "|",
-    ]
+OVERHEAD_PHASES = ("training",) + PROTOCOL_PHASES + ("detection",)
+# Where --docs writes the overhead figures: the table in docs/results.md and the README's sentence.
+DOCS_TABLE = ("<!-- overhead table: python experiments/run.py --exp overhead --docs -->",
+              "<!-- end of the overhead table -->")
+README_FIGURES = ("<!-- overhead figures: python experiments/run.py --exp overhead --docs -->",
+                  "<!-- end of the overhead figures -->")
+
+
+def overhead_rows(got: dict) -> list[dict]:
+    """Per N: the mean seconds per phase over the rounds, the protocol's total, bytes per participant."""
+    rows = []
     for m in sorted(got.values(), key=lambda m: m["config"]["clients"]):
         rr = m["rounds"]
-        avg = {p: _mean(r["seconds"].get(p, 0.0) for r in rr) for p in phases}
-        proto = sum(avg[p] for p in PROTOCOL_PHASES)
-        nbytes = _mean(r["bytes"]["per_participant"] for r in rr)
-        lines.append(f"| {m['config']['clients']} | " + " | ".join(f"{avg[p]:.2f}" for p in phases)
-                     + f" | {proto:.2f} | {nbytes / 1e6:.2f} MB |")
+        avg = {p: _mean(r["seconds"].get(p, 0.0) for r in rr) for p in OVERHEAD_PHASES}
+        rows.append({"N": m["config"]["clients"], "seconds": avg, "protocol": sum(avg[p] for p in PROTOCOL_PHASES),
+                     "bytes": _mean(r["bytes"]["per_participant"] for r in rr)})
+    return rows
+
+
+def summarise_overhead(got: dict) -> list[str]:
+    lines = [
+        "| N | " + " | ".join(OVERHEAD_PHASES) + " | protocol total | bytes per participant |",
+        "|---" * (len(OVERHEAD_PHASES) + 3) + "|",
+    ]
+    for row in overhead_rows(got):
+        lines.append(f"| {row['N']} | " + " | ".join(f"{row['seconds'][p]:.2f}" for p in OVERHEAD_PHASES)
+                     + f" | {row['protocol']:.2f} | {row['bytes'] / 1e6:.2f} MB |")
     return lines
+
+
+def readme_overhead(table: list[str]) -> str:
+    """The README's overhead sentence, from the table's rows of the smallest and the largest N."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    (n_lo, *_, total_lo, mb_lo), (n_hi, *_, total_hi, mb_hi) = rows[0], rows[-1]
+    return (f"A round costs {total_lo} s of protocol time and {mb_lo} per participant at N = {n_lo}, "
+            f"{total_hi} s and {mb_hi} at N = {n_hi}")
+
+
+def _replace_between(path: Path, marks: tuple[str, str], text: str) -> None:
+    doc = path.read_text()
+    begin, end = marks
+    if doc.count(begin) != 1 or doc.count(end) != 1 or doc.index(begin) > doc.index(end):
+        raise SystemExit(f"{path} needs one {begin!r} followed by one {end!r}")
+    head, rest = doc.split(begin, 1)
+    path.write_text(head + begin + text + end + rest.split(end, 1)[1])
+
+
+def docs_overhead_table(path: Path) -> list[str]:
+    """The overhead table as docs/results.md holds it (between its markers)."""
+    text = path.read_text().split(DOCS_TABLE[0], 1)[1].split(DOCS_TABLE[1], 1)[0]
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def update_docs(got: dict, results: Path = ROOT / "docs" / "results.md", readme: Path = ROOT / "README.md") -> None:
+    """Write the overhead runs' table into ``results`` and its figures into ``readme``: measured, never typed."""
+    table = summarise_overhead(got)
+    date = time.strftime("%Y-%m-%d")
+    _replace_between(results, DOCS_TABLE, f"\n(measured {date})\n\n" + "\n".join(table) + "\n\n")
+    _replace_between(readme, README_FIGURES, readme_overhead(table))
 
 
 def plot_grid(got: dict, path: Path) -> None:
@@ -270,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=1, help="parallel runs, one core each")
     p.add_argument("--only", nargs="+", metavar="KEY=VALUE", help="only grid points with these values")
     p.add_argument("--summary-only", action="store_true", help="only rebuild the summaries from finished runs")
+    p.add_argument("--docs", action="store_true",
+                   help="then write the overhead runs' table into docs/results.md and its figures into README.md")
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error("--workers must be at least 1")
@@ -285,6 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summary_only:
         run_all(experiments, out, args.workers, args.only)
     print(write_summary(experiments, out))
+    if args.docs:
+        overhead = next((exp for exp in experiments if exp["name"] == "overhead"), None)
+        if overhead is None or not _load(out, overhead):
+            p.error("--docs writes the overhead figures: run --exp overhead first")
+        update_docs(_load(out, overhead))
+        print("wrote the overhead table into docs/results.md and its figures into README.md")
     return 0
 
 

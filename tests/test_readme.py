@@ -248,3 +248,31 @@ def test_no_internal_process_words(doc):
     text = (ROOT / doc).read_text(encoding="utf-8")
     hits = [f"{doc}:{i}: {line}" for i, line in enumerate(text.splitlines(), 1) if PROCESS_WORDS.search(line)]
     assert not hits, hits
+
+
+def _experiments_run():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("experiments_run", ROOT / "experiments" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_overhead_figures_are_generated_and_still_measure_this_protocol():
+    # The README's overhead sentence is written from docs/results.md's table (experiments/run.py --docs),
+    # never typed; the table's bytes per participant are what a round of this protocol sends and receives.
+    import reshuffle
+
+    run = _experiments_run()
+    table = run.docs_overhead_table(ROOT / "docs" / "results.md")
+    readme = README.read_text()
+    begin, end = run.README_FIGURES
+    assert readme.split(begin, 1)[1].split(end, 1)[0] == run.readme_overhead(table)
+    row = [c.strip() for c in table[2].strip("|").split("|")]
+    assert row[0] == "10" and row[-1].endswith(" MB")
+    # A happy-path round among 10 participants at LeNet-5 size (δ = 61,706), seeded
+    ups = [np.random.default_rng(i).normal(0, 0.1, 61_706).astype(np.float32) for i in range(10)]
+    r = reshuffle.shuffle(ups, seed=1)
+    measured = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in r.stats.values())
+    assert abs(float(row[-1][:-3]) * 1e6 - measured) / measured < 0.02, (row[-1], measured)
