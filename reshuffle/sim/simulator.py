@@ -159,7 +159,7 @@ class Simulation:
         W_g, banned = self.W_g, self.rounds.banned
         who = self.attackers.trained(cohort)
         trained, per_client, total = self.training.train(T, who, W_g)
-        models = {i: trained.get(i, W_g.copy()) for i in cohort}
+        models = {i: trained[i] if i in trained else W_g.copy() for i in cohort}
         broken = unencodable(models, "local training diverged")
         # Every client that trained diverged: the run has diverged even if W_g itself is finite.
         all_diverged = len(broken) > 0 and len(broken) == len(who)
