@@ -547,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--N", type=int, nargs="+", help="round, flower: participants (10 50 100; 10 20)")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
     bench.add_argument("--dataset", default="mnist", help=f"simulate: {_dataset_help()}")
-    bench.add_argument("--data-dir", help="simulate: folder with the idx files")
+    bench.add_argument("--data-dir", help="simulate: folder holding the dataset's files")
     bench.add_argument("--model", default="lenet5", help=f"simulate: {_model_help()} or a plug-in's name")
     bench.add_argument("--clients", type=_positive(int), help="simulate, models: clients trained (20; 8)")
     bench.add_argument("--threads", type=_positive(int), default=1, help="simulate, models: torch threads")

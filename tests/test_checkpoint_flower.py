@@ -16,7 +16,6 @@ from flwr.app import Context, RecordDict
 from flower_helpers import LoopbackGrid
 from reshuffle.flower.reserved import RECORD
 from reshuffle.run import checkpoint
-from reshuffle.run.checkpoint import CheckpointError
 
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 4, "local-epochs": 1, "batch-size": 16,
               "lr": 0.1, "rule": "multi-krum", "phase-timeout": 10.0}
@@ -107,13 +106,16 @@ def test_a_server_app_killed_again_before_the_next_round_loses_no_other_round(tm
 
 
 def test_resume_refuses_other_settings_and_a_damaged_checkpoint(tmp_path):
+    from reshuffle.flower.server_app import RunRefused
+
     with pytest.raises(Killed):
         _server(tmp_path, kill_in_round=2)
-    with pytest.raises(CheckpointError, match="lr: 0.1 in the checkpoint, 0.5 now"):
+    # Refused before any message goes out (the checkpoint's own error, as the run's refusal)
+    with pytest.raises(RunRefused, match="lr: 0.1 in the checkpoint, 0.5 now"):
         _server(tmp_path, resume=str(tmp_path), lr=0.5)
     raw = checkpoint.path_of(tmp_path).read_bytes()
     checkpoint.path_of(tmp_path).write_bytes(raw[:-10])
-    with pytest.raises(CheckpointError, match="damaged or truncated"):
+    with pytest.raises(RunRefused, match="damaged or truncated"):
         _server(tmp_path, resume=str(tmp_path))
 
 

@@ -152,7 +152,7 @@ def test_ctrl_c_says_how_to_resume(tmp_path, monkeypatch, capsys):
     step = Simulation.step
 
     def interrupted_in_round_3(self):
-        if self._round == 2:
+        if self.rounds.round == 2:
             raise KeyboardInterrupt
         return step(self)
     monkeypatch.setattr(Simulation, "step", interrupted_in_round_3)

@@ -49,7 +49,7 @@ def test_a_node_answering_malformed_messages_is_dropped_and_the_round_goes_on():
     from reshuffle.clients import build_model, get_flat, load_dataset
     from reshuffle.flower.client_app import app
     from reshuffle.flower.common import settings
-    from reshuffle.flower.server_app import collect, make_grid
+    from reshuffle.flower.server_app import grid_delivery, make_grid
 
     rc = {"dataset": "digits", "model": "logreg", "rounds": 1, "lr": 0.1, "phase-timeout": 5.0}
     lg = LoopbackGrid(app, 5, node_config=lambda i: {"partition-id": i, "num-partitions": 5,
@@ -59,7 +59,8 @@ def test_a_node_answering_malformed_messages_is_dropped_and_the_round_goes_on():
     s = settings(rc)
     grid = make_grid(lg, s)
     ds = load_dataset("digits")
-    d = collect(grid, s, 1, get_flat(build_model("logreg", ds.input_shape, ds.num_classes, seed=0)))
+    W_g = get_flat(build_model("logreg", ds.input_shape, ds.num_classes, seed=0))
+    d, _, _ = grid_delivery(grid, s, 1, W_g, sorted(lg.node_ids))
     rep = grid.rounds[-1]
     assert len(d.models) == 4 and rep.roster == 5 and rep.blamed == {} and not rep.failed
     assert any("from 4: DecodeError" in e for e in rep.errors)
