@@ -49,6 +49,7 @@ from reshuffle.clients import (
 )
 from reshuffle.errors import ConfigError
 from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
+from reshuffle.privacy.dp import ClientDP, epsilon
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.schedule import PHASES
 from reshuffle.server import Rule, make_rule
@@ -56,6 +57,7 @@ from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
 from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.sim.config import SimConfig
 from reshuffle.sim.feasible import check_feasible
+from reshuffle.sim.linking import LinkingMetric
 from reshuffle.sim.plugins import load_plugins
 from reshuffle.sim.provenance import provenance
 from reshuffle.sim.record import RoundRecord
@@ -109,6 +111,18 @@ def loss_causes(r: ShuffleResult, clients: int, dropouts: dict[str, list[int]]) 
         else:
             out[i] = "no slot"
     return out
+
+
+_EPSILONS: dict[tuple[float, int, float], float] = {}
+
+
+def _epsilon(noise: float, k: int, delta: float) -> float | None:
+    """ε after k uploads (cached: the accountant takes a moment); None where it is infinite (no noise)."""
+    key = (noise, k, delta)
+    if key not in _EPSILONS:
+        _EPSILONS[key] = epsilon(noise, k, delta)
+    e = _EPSILONS[key]
+    return e if np.isfinite(e) else None
 
 
 def non_finite(W: np.ndarray) -> int:
@@ -174,6 +188,10 @@ class Simulation:
         self._round = 0
         self.banned: dict[int, int] = {}  # client → round in which the protocol named it
         self._choices: dict | None = None  # what a rule-aware attack chose in the current round
+        self.linking = LinkingMetric(cfg.seed) if cfg.linker else None
+        self.dp = None if cfg.dp_clip is None else ClientDP(cfg.dp_clip, cfg.dp_noise)  # noise from OS randomness
+        self.uploads: dict[int, int] = {}  # client → models it privatised so far (its DP compositions)
+        self._groups: dict[int, int] | None = None
 
     def _eval_subset(self) -> np.ndarray | None:
         """A fixed test subset for every round but the last (``eval_subset``), or None: the whole test set."""
@@ -380,6 +398,7 @@ class Simulation:
                         group=cfg.group, adversaries=self._adversaries(cohort), raise_on_failure=False,
                         group_size=cfg.group_size)
             self._blamed = {cohort[j]: why for j, why in r.blamed.items()}
+            self._groups = {cohort[i]: g for g, members in enumerate(r.groups or ()) for i in members} or None
             self._failure = r.failure
             secs = {ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()}
             per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in r.stats.values())
@@ -434,6 +453,7 @@ class Simulation:
         for i in broken:
             # Never sent (a setup dropout sends nothing); the protocol's participant refuses NaN/Inf models.
             models[i] = self.W_g
+        dp_epsilon = self._privatize(models, cohort, broken)
         dropouts = self._dropouts(T, cohort)
         if banned or broken:
             # Named with evidence in an earlier round, or holding no encodable model: it takes no part
@@ -459,6 +479,11 @@ class Simulation:
             res = self.fl(self.W_g, got, T, self._labels(positions, len(got)))
             skipped, accepted, counts, self.W_g = res.skipped, list(res.accepted), res.counts, res.W_g
             seconds["detection"] = time.perf_counter() - t0
+        linking = None
+        if self.linking is not None:
+            t0 = time.perf_counter()
+            linking = self.linking.observe(got, positions, self._groups)
+            seconds["linking"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         x, y = self._eval_set(last=T == self.cfg.rounds)
@@ -475,8 +500,19 @@ class Simulation:
             dropped=sorted(i for ids in dropouts.values() for i in ids), lost=lost, blamed=self._blamed,
             diverged=all_diverged or self._diverged(pred), skipped=skipped, eval_samples=len(y),
             sampled=len(cohort), malicious_sampled=len(set(cohort) & set(self.malicious)) if self.attacked else 0,
-            attack_choices=self._choices, **counts,
+            attack_choices=self._choices, linking=linking, dp_epsilon=dp_epsilon, **counts,
         )
+
+    def _privatize(self, models: dict[int, np.ndarray], cohort: list[int], broken: dict[int, str]) -> float | None:
+        """Client-side DP on every honest, encodable model of the cohort; ε of the most frequent uploader."""
+        if self.dp is None:
+            return None
+        mal = set(self.malicious) if self.attacked else set()
+        for i in cohort:
+            if i not in mal and i not in broken:
+                models[i] = self.dp.privatize(models[i], self.W_g)
+                self.uploads[i] = self.uploads.get(i, 0) + 1
+        return _epsilon(self.cfg.dp_noise, max(self.uploads.values(), default=0), self.cfg.dp_delta)
 
     def _eval_set(self, last: bool) -> tuple[np.ndarray, np.ndarray]:
         """The test subset (``eval_subset``) in every round but the last; the whole test set otherwise."""
@@ -533,7 +569,14 @@ class Simulation:
         arrays = {"global_model": self.W_g.copy(), **{OPT + k: v for k, v in self.fl.state().items()}}
         for who, local in self._local_states().items():
             arrays.update({f"{LOCAL}{who}.{k}": v.cpu().numpy().copy() for k, v in local.items()})
-        return arrays, {"round": self._round, "banned": {str(i): T for i, T in self.banned.items()}}
+        state = {"round": self._round, "banned": {str(i): T for i, T in self.banned.items()}}
+        if self.dp is not None:
+            state["dp_uploads"] = {str(i): k for i, k in self.uploads.items()}
+        if self.linking is not None:
+            more, data = self.linking.state()
+            arrays.update(more)
+            state.update(data)
+        return arrays, state
 
     def _local_states(self) -> dict[str, dict]:
         """Each client's local entries (``client<i>``) and the PS's (``server``), where the model has any."""
@@ -553,6 +596,10 @@ class Simulation:
                 t.copy_(torch.from_numpy(np.asarray(arrays[key])).to(t.device))
         self._round = state["round"]
         self.banned = {int(i): T for i, T in state["banned"].items()}
+        if self.dp is not None:
+            self.uploads = {int(i): k for i, k in state.get("dp_uploads", {}).items()}
+        if self.linking is not None:
+            self.linking.restore(arrays, state)
 
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""
