@@ -411,7 +411,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_redteam(args: argparse.Namespace) -> int:
-    from reshuffle.adversaries.redteam import run_redteam
+    from reshuffle.adversaries.redteam import LINKER, run_redteam
 
     if args.explore:
         return cmd_explore(args)
@@ -432,6 +432,9 @@ def cmd_redteam(args: argparse.Namespace) -> int:
                       f"{r.culprit_right}/{r.rounds}", str(r.wrong), escape(r.detected_by), f"{r.extra_s:+.3f}",
                       "holds" if r.holds else "FAILS")
         Console(width=220).print(t)
+        for r in rows:
+            if r.behaviour == LINKER:
+                print(f"{r.behaviour}: {r.detail}")
     return 0 if all(r.holds for r in rows) else 1
 
 

@@ -36,7 +36,7 @@ from scipy.optimize import linear_sum_assignment
 from reshuffle.errors import ConfigError
 
 #: Sketch width used when models are wider than it.
-SKETCH_DIM = 4096
+SKETCH_DIM = 8192
 #: Sweeps of coordinate ascent at most (each reassigns every round once).
 MAX_SWEEPS = 20
 _FORBIDDEN = -1e9  # score of a row-member pair in different groups
@@ -288,8 +288,10 @@ class Figures:
     (their sender's set is one member), sees sets of ``bound_mean_set`` members on average
     per participant, and guessing within each set names ``bound_expected`` rows correctly
     in expectation. The linker: names ``linker_named`` rows, ``linker_correct`` of them
-    correctly, with candidate sets of ``linker_mean_set`` rows on average. ``nearest_same``:
-    rows whose most similar row of another round is their sender's.
+    correctly, with candidate sets of ``linker_mean_set`` members on average. ``chance``: the
+    rows named correctly in expectation by a linker that ignores content (a uniformly random
+    assignment of each round's rows to its roster, per group). ``nearest_same``: rows whose
+    most similar row of another round is their sender's.
     """
 
     round: int
@@ -302,6 +304,7 @@ class Figures:
     linker_named: int
     linker_correct: int
     linker_mean_set: float
+    chance: float
     nearest_same: float | None
 
     def as_dict(self) -> dict:
@@ -328,11 +331,11 @@ def figures(rounds: Sequence[Delivered], senders: Sequence[np.ndarray], linker: 
         raise ConfigError("one true sender per delivered row of every round")
     linker = linker or CrossRoundLinker()
     Z = [linker.reduce(d.rows) for d in rounds] if reduced is None else list(reduced)
-    bound = anonymity_bound(rounds, colluders)
-    out = linker.link(rounds, Z, colluders)
     known = set(colluders) | {w for d in rounds for w in d.known.values()}
+    bound = anonymity_bound(rounds, sorted(known))
+    out = linker.link(rounds, Z, colluders)
     models = named = correct = 0
-    expected = set_total = 0.0
+    expected = set_total = chance = 0.0
     bound_named = 0
     for r, d in enumerate(rounds):
         who = np.asarray(senders[r])
@@ -345,11 +348,29 @@ def figures(rounds: Sequence[Delivered], senders: Sequence[np.ndarray], linker: 
         named += int(hit.sum())
         correct += int(np.sum(hit & (out.assigned[r][keep] == who[keep])))
         set_total += float(np.sum(out.set_size[r][keep]))
+        groups = d.groups_of_rows()[keep]
+        _, inv, per_group = np.unique(groups, return_inverse=True, return_counts=True)
+        chance += float(np.sum((sizes == 1) / per_group[inv.ravel()])) if sizes.size else 0.0
     parts = list(bound.values())
     return Figures(
         round=len(rounds), models=models, participants=len(parts), bound_named=bound_named,
         bound_expected=round(expected, 3), bound_mean_set=round(float(np.mean(parts)), 3) if parts else 0.0,
         bound_named_participants=int(sum(1 for s in parts if s == 1)), linker_named=named, linker_correct=correct,
-        linker_mean_set=round(set_total / models, 3) if models else 0.0,
+        linker_mean_set=round(set_total / models, 3) if models else 0.0, chance=round(chance, 3),
         nearest_same=nearest_same(Z, senders),
     )
+
+
+def synthetic_updates(clients: int, rounds: int, d: int, seed: int, signal: float = 0.8) -> np.ndarray:
+    """A federation's updates without training: (rounds, clients, d) float32.
+
+    Client i's update in round t is a direction common to the round plus ``signal`` times a
+    direction of its own (its data) plus fresh noise of unit scale: the structure that makes
+    real clients' updates each other's nearest across rounds. For the red team and tests; the
+    measured figures come from simulated runs.
+    """
+    rng = np.random.default_rng(seed)
+    own = rng.normal(size=(clients, d)) / np.sqrt(d)
+    common = rng.normal(size=(rounds, 1, d)) / np.sqrt(d)
+    noise = rng.normal(size=(rounds, clients, d)) / np.sqrt(d)
+    return (common + signal * own[None] + noise).astype(np.float32)
