@@ -257,19 +257,20 @@ class CrossRoundLinker:
         n_members, dim = len(P), (Z[0].shape[1] if Z else 0)
         total = np.zeros((n_members, dim))
         for r in range(len(rounds)):
-            np.add.at(total, assign[r], Z[r][free_rows[r]])
+            total[assign[r]] += Z[r][free_rows[r]]  # a round assigns each member at most once
+        slot = np.zeros(n_members, np.int64)
         for _ in range(self.max_sweeps):
             changed = False
             for r, d in enumerate(rounds):
-                z = Z[r][free_rows[r]]
-                mine = np.zeros((n_members, dim))
-                mine[assign[r]] = z
-                others = total[free_members[r]] - mine[free_members[r]]
-                new = self._assign(z @ others.T, d, free_rows[r], free_members[r], P[:, r])
+                z, members = Z[r][free_rows[r]], free_members[r]
+                slot[members] = np.arange(len(members))
+                others = total[members]
+                others[slot[assign[r]]] -= z  # each member's rows of the other rounds
+                new = self._assign(z @ others.T, d, free_rows[r], members, P[:, r])
                 if not np.array_equal(new, assign[r]):
                     changed = True
-                    np.add.at(total, assign[r], -z)
-                    np.add.at(total, new, z)
+                    total[assign[r]] -= z
+                    total[new] += z
                     assign[r] = new
             if not changed:
                 break
