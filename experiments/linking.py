@@ -120,6 +120,12 @@ def markdown(rows: list[dict]) -> str:
             near = "-" if r["nearest_same"] is None else f"{100 * r['nearest_same']:.1f} %"
             out.append(f"| {r['dp_noise']:g} | {eps} | {near} | **{r['linker_correct']} of {r['models']}** "
                        f"({_pct(r['linker_correct'], r['models'])}) | {r['chance']:.1f} | {r['final_accuracy']:.4f} |")
+        from reshuffle.privacy import noise_for_epsilon
+
+        need = {(e, k): noise_for_epsilon(e, k) for e in (1.0, 8.0) for k in (3, 30)}
+        out += ["", "Noise multiplier z that ε ≤ 1 and ε ≤ 8 (δ = 1e-5) need: "
+                + "; ".join(f"ε ≤ {e:g} after {k} uploads: z ≥ {z:.3g}" for (e, k), z in need.items())
+                + " (3 uploads: the expected number at fraction 0.1 over 30 rounds; 30: a client in every round)."]
     return "\n".join(out) + "\n"
 
 
