@@ -174,6 +174,8 @@ def test_count_sketch_keeps_inner_products():
 def test_bad_rounds_are_refused():
     with pytest.raises(ConfigError, match="one per roster member"):
         Delivered(np.zeros((3, 4)), (1, 2))
+    with pytest.raises(ConfigError, match="at least one row"):
+        Delivered(np.zeros((0, 4)), ())
     with pytest.raises(ConfigError, match="twice"):
         Delivered(np.zeros((2, 4)), (1, 1))
     with pytest.raises(ConfigError, match="as many rows"):

@@ -64,6 +64,8 @@ class Delivered:
         if rows.ndim != 2 or rows.shape[0] != len(self.roster):
             raise ConfigError(f"a round's rows must be one per roster member: {rows.shape} rows, "
                               f"{len(self.roster)} members")
+        if not self.roster:
+            raise ConfigError("a round the linker reads delivers at least one row")
         if len(set(self.roster)) != len(self.roster):
             raise ConfigError(f"roster names a member twice: {sorted(self.roster)}")
         if (self.row_groups is None) != (self.roster_groups is None):
