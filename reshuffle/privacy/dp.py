@@ -9,7 +9,8 @@ Any two local datasets give clipped updates at most 2C apart, so one upload is t
 Gaussian mechanism with sensitivity 2C and noise z·C, i.e. noise multiplier z/2. A
 client that took part in k rounds has composed k of them; the PS chooses the cohort and
 knows who took part, so sampling brings no amplification against it. ε for a given δ
-comes from the privacy-loss-distribution accountant of ``dp-accounting``.
+comes from the privacy-loss-distribution accountant of ``dp-accounting`` (its RDP
+accountant where that is tighter, and to size the PLD's grid).
 
 The noise is drawn by the client from OS randomness (or a caller's cryptographic
 :class:`~reshuffle.crypto.rand.RandomSource`): the PS must not be able to predict and
@@ -68,10 +69,17 @@ def epsilon(noise: float, participations: int, delta: float = DELTA) -> float:
         return math.inf
     import dp_accounting
     from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
 
-    acc = PLDAccountant()
-    acc.compose(dp_accounting.GaussianDpEvent(noise / 2.0), participations)  # sensitivity 2C
-    return float(acc.get_epsilon(delta))
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(noise / 2.0), participations)
+    rdp = RdpAccountant()
+    rdp.compose(event)
+    loose = float(rdp.get_epsilon(delta))
+    # The PLD's support grows with ε: a grid of ε/10⁴ keeps it to about 10⁴ points (a finer one exhausts
+    # memory at small noise). Both accountants give upper bounds; the PLD's is the tighter one.
+    pld = PLDAccountant(value_discretization_interval=max(1e-4, loose * 1e-4))
+    pld.compose(event)
+    return min(loose, float(pld.get_epsilon(delta)))
 
 
 def noise_for_epsilon(target: float, participations: int, delta: float = DELTA) -> float:
