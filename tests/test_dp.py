@@ -71,6 +71,8 @@ def test_epsilon_matches_the_analytic_gaussian_mechanism():
 def test_epsilon_grows_with_uploads_and_falls_with_noise():
     assert epsilon(2.0, 1) < epsilon(2.0, 5) < epsilon(2.0, 30)
     assert epsilon(1.0, 10) > epsilon(2.0, 10) > epsilon(8.0, 10)
+    # Tiny noise: a huge but finite ε, within bounded memory (a fixed 1e-4 PLD grid needed over 20 GB here).
+    assert 1e5 < epsilon(0.005, 30) < math.inf
 
 
 def test_noise_for_epsilon_is_the_smallest_that_meets_the_target():
