@@ -45,7 +45,7 @@ SETTINGS: dict[str, tuple[str, str, dict]] = {
                             dict(dataset="mnist", partition="dirichlet", clients=20)),
 }
 DP_CLIP = 0.5  # about the median update norm of this setting without DP (0.46)
-for z in (0.0, 0.005, 0.01, 0.02, 1.0):
+for z in (0.0, 0.005, 0.01, 0.02, 0.1, 1.0):
     SETTINGS[f"mnist-dir0.3-sampled-dp{z:g}"] = (
         "dp", f"MNIST Dir(0.3), 100 clients, 10 sampled; DP clip {DP_CLIP:g}, noise z = {z:g}",
         dict(dataset="mnist", partition="dirichlet", dp_clip=DP_CLIP, dp_noise=z, **SAMPLED))
