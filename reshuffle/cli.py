@@ -198,6 +198,11 @@ _SIM_OPTIONS = [
     ("--eval-subset", _positive(int), "evaluate on this many fixed test samples in every round but the last "
                                       "(default: all)"),
     ("--adversary", str, "protocol adversary played in every real round (names: reshuffle redteam --json)"),
+    ("--dp-clip", _positive(float), "client-side DP: every honest client clips its update to this L2 norm "
+                                    "(default: no DP)"),
+    ("--dp-noise", _non_negative(float), "client-side DP: Gaussian noise of this multiple of --dp-clip per "
+                                         "coordinate, drawn by the client from OS randomness"),
+    ("--dp-delta", _fraction, "client-side DP: delta of the epsilon recorded each round"),
 ]
 
 
@@ -233,6 +238,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     explicit = {k: v for k, v in explicit.items() if v is not None}
     if args.local_bn:
         explicit["local_bn"] = True
+    if args.linker:
+        explicit["linker"] = True
     if args.plugin:
         explicit["plugins"] = cfg.plugins + args.plugin
     if args.pre:
@@ -412,7 +419,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
 
 
 def cmd_redteam(args: argparse.Namespace) -> int:
-    from reshuffle.adversaries.redteam import run_redteam
+    from reshuffle.adversaries.redteam import LINKER, run_redteam
 
     if args.explore:
         return cmd_explore(args)
@@ -433,6 +440,9 @@ def cmd_redteam(args: argparse.Namespace) -> int:
                       f"{r.culprit_right}/{r.rounds}", str(r.wrong), escape(r.detected_by), f"{r.extra_s:+.3f}",
                       "holds" if r.holds else "FAILS")
         Console(width=220).print(t)
+        for r in rows:
+            if r.behaviour == LINKER:
+                print(f"{r.behaviour}: {r.detail}")
     return 0 if all(r.holds for r in rows) else 1
 
 
@@ -642,6 +652,9 @@ def build_parser() -> argparse.ArgumentParser:
         sim.add_argument(flag, type=kind, default=None, help=_help_with_default(flag, text))
     sim.add_argument("--local-bn", action="store_true", default=None,
                      help="keep BatchNorm layers with each client (FedBN) instead of federating them")
+    sim.add_argument("--linker", action="store_true", default=None,
+                     help="score a passive PS that links models across rounds and names senders from the rosters, "
+                          "every round (metrics.json: rounds[].linking)")
     sim.add_argument("--config", help="TOML file with the same keys (command-line options win)")
     sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>); refused if it holds a run")
     sim.add_argument("--overwrite", action="store_true", help="replace the run in --out")

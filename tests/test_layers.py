@@ -11,7 +11,7 @@ rank only, so units that share a rank stay independent of each other.
     0  errors                     the exceptions
     1  wire, registry             binary encoding; the table of named plug-ins
     2  crypto, clients            building blocks; datasets, models, local training
-    3  protocol                   the round as a deployment runs it
+    3  protocol, privacy          the round as a deployment runs it; client-side DP (clipping, noise, accounting)
     4  harness                    the in-process drivers (``shuffle``, the runners)
     5  reshuffle, adversaries,    the package API (``reshuffle.shuffle``); deviating
        server                     parties and the explorer of PS schedules; rules on unlinked models
@@ -43,7 +43,7 @@ RANKS: dict[str, int] = {
     "errors": 0,
     "wire": 1, "registry": 1,
     "crypto": 2, "clients": 2,
-    "protocol": 3,
+    "protocol": 3, "privacy": 3,
     "harness": 4,
     "reshuffle": 5, "adversaries": 5, "server": 5,
     "attacks": 6, "games": 6,

@@ -5,14 +5,14 @@ import json
 import pytest
 
 from reshuffle.adversaries import adversary_names, make_adversary
-from reshuffle.adversaries.redteam import run_redteam
+from reshuffle.adversaries.redteam import LINKER, run_redteam
 from reshuffle.cli import main
 from reshuffle.errors import ConfigError
 
 
 def test_every_registered_behaviour_holds():
     rows = run_redteam(rounds=1, N=6)
-    assert {r.behaviour for r in rows} == set(adversary_names())
+    assert {r.behaviour for r in rows} == {*adversary_names(), LINKER}
     bad = [r for r in rows if not r.holds]
     assert not bad, bad
     assert all(r.wrong == 0 for r in rows)  # no honest participant is ever named

@@ -5,6 +5,11 @@ A row holds when, in every round it played, the behaviour's own verdict held
 required, expected culprits named, no honest participant named, and for a
 deviating PS no honest upload exposed. ``extra_s`` is the attacked round's
 in-process time minus a clean round's with the same seed.
+
+The row ``cross-round-linker`` is a passive PS over many real rounds of a synthetic
+federation (:func:`linker_row`): it holds when the linker names no more senders than a
+linker that knows the true chains would by guessing within each anonymity set, plus 10
+points; its detail says how many it names.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from reshuffle.adversaries.base import adversary_names, make_adversary
+from reshuffle.adversaries.crossround import Delivered, figures, synthetic_updates
 from reshuffle.errors import ConfigError
 from reshuffle.harness.api import shuffle
 
@@ -47,9 +53,12 @@ def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | Non
     """Play each behaviour ``rounds`` times (seeds 1..rounds) among N participants."""
     if rounds < 1 or N < 4:
         raise ConfigError(f"the red team needs rounds >= 1 and N >= 4, got rounds={rounds}, N={N}")
-    names = names or adversary_names()
+    names = names or [*adversary_names(), LINKER]
     rows = []
     for name in names:
+        if name == LINKER:
+            rows.append(linker_row())
+            continue
         b0 = make_adversary(name)
         controlled = set(getattr(b0, "pids", ())) | set(getattr(b0, "colluders", ()))
         honest = [i for i in range(N) if i not in controlled]
@@ -74,3 +83,33 @@ def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | Non
         rows.append(RedTeamRow(name, b0.role, rounds, got, want, right, wrong, b0.stopped_by,
                                extra / rounds, ok, "; ".join(dict.fromkeys(details))))
     return rows
+
+
+#: The red team's row of the passive cross-round linker.
+LINKER = "cross-round-linker"
+#: How far above the bound's expected success the linker may name senders before its row fails.
+LINKER_MARGIN = 0.10
+
+
+def linker_row(clients: int = 16, per_round: int = 8, rounds: int = 12, d: int = 128, seed: int = 1) -> RedTeamRow:
+    """A passive PS over ``rounds`` real rounds of a synthetic federation, ``per_round`` of ``clients`` sampled."""
+    ups = synthetic_updates(clients, rounds, d, seed)
+    sampler = np.random.default_rng(seed)  # the cohort is public: the PS draws it
+    seen, senders = [], []
+    for T in range(rounds):
+        cohort = sorted(sampler.choice(clients, size=per_round, replace=False).tolist())
+        r = shuffle([ups[T, i] for i in cohort], seed=seed + T)
+        who = np.full(len(r.models), -1, np.int64)
+        for j, row in r.positions.items():
+            who[row] = cohort[j]
+        seen.append(Delivered(np.stack(r.models), tuple(sorted(int(i) for i in who))))
+        senders.append(who)
+    t0 = time.perf_counter()
+    f = figures(seen, senders)
+    secs = time.perf_counter() - t0  # the linker's own time: the rounds are those of an honest PS
+    holds = f.linker_correct <= f.bound_expected + LINKER_MARGIN * f.models
+    detail = (f"synthetic federation ({clients} clients, {per_round} sampled per round, {rounds} real rounds, d={d}): "
+              f"names {f.linker_correct} of {f.models} senders correctly (chance {f.chance:.1f}); a linker with the "
+              f"true chains names {f.bound_named}, mean anonymity set {f.bound_mean_set:.2f}")
+    return RedTeamRow(LINKER, "ps", rounds, f.models, f.models, rounds, 0,
+                      "nothing across rounds: the rosters bound it", secs, holds, detail)

@@ -46,7 +46,11 @@ class SimConfig:
     ``classes_per_client`` and ``shards_per_client`` parametrise the ``pathological``
     and ``shard`` partitions. ``device`` is where local training and evaluation
     run (``auto``: the best available). ``local_bn`` keeps every BatchNorm entry
-    with its client (FedBN) instead of federating it.
+    with its client (FedBN) instead of federating it. ``linker`` scores the passive
+    cross-round linker every round (:mod:`reshuffle.sim.linking`). ``dp_clip`` and
+    ``dp_noise`` are client-side DP (:mod:`reshuffle.privacy.dp`): every honest client
+    clips its update to ``dp_clip`` and adds Gaussian noise of ``dp_noise`` times it;
+    each round records ε at ``dp_delta``.
     """
 
     dataset: str = "digits"
@@ -91,6 +95,10 @@ class SimConfig:
     server_options: dict[str, Any] = field(default_factory=dict)
     model_clip: float | None = None  # CRFL's ρ: the global model's norm after every round; None: no clipping
     model_noise: float = 0.0  # CRFL's σ: Gaussian noise per coordinate on the global model; 0: none
+    linker: bool = False  # score the cross-round linker every round (RoundRecord.linking)
+    dp_clip: float | None = None  # client-side DP: each honest client clips its update to this norm; None: no DP
+    dp_noise: float = 0.0  # ... and adds N(0, (dp_noise·dp_clip)²) per coordinate (noise multiplier z)
+    dp_delta: float = 1e-5  # δ of the ε each round records
 
     @property
     def n_malicious(self) -> int:
@@ -131,6 +139,7 @@ class SimConfig:
         _choice("partition", self.partition, PARTITIONS)
         if self.partition == "natural" and not spec.natural and spec.num_classes is not None:
             raise ConfigError(f"partition 'natural' splits by writer: dataset {self.dataset!r} has no natural ids")
+        self._check_dp()
         if not isinstance(self.local_bn, bool):
             raise ConfigError(f"local_bn must be true or false, got {self.local_bn!r}")
         resolve_device(self.device)  # refuses a device this machine lacks, before any data is loaded
@@ -202,6 +211,18 @@ class SimConfig:
             raise ConfigError(f"malicious={self.malicious} of {self.clients} clients rounds to 0 attackers")
         return self
 
+    def _check_dp(self) -> None:
+        if not isinstance(self.linker, bool):
+            raise ConfigError(f"linker must be true or false, got {self.linker!r}")
+        if self.dp_clip is None:
+            if self.dp_noise:
+                raise ConfigError(f"dp_noise={self.dp_noise} needs dp_clip: the noise is a multiple of the clip norm")
+            return
+        from reshuffle.privacy.dp import ClientDP, epsilon
+
+        ClientDP(self.dp_clip, self.dp_noise)
+        epsilon(self.dp_noise, 0, self.dp_delta)
+
     def model_step(self):
         """CRFL's step on the global model (:class:`reshuffle.server.model_step.CRFL`), seeded by the run's seed."""
         from reshuffle.server.model_step import CRFL
@@ -247,7 +268,8 @@ def from_mapping(values: dict[str, Any], base: SimConfig | None = None, source: 
 
 def _coerce(name: str, v: Any, source: str) -> Any:
     expected = {"lr": float, "alpha": float, "malicious": float, "dropout": float, "server_lr": float,
-                "fraction": float, "model_clip": float, "model_noise": float}
+                "fraction": float, "model_clip": float, "model_noise": float,
+                "dp_clip": float, "dp_noise": float, "dp_delta": float}
     if name in expected and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
     if name == "pre" and isinstance(v, str):

@@ -50,6 +50,10 @@ class Delivery:
     and in their order: facts a delivery attaches to a row for the PS to use
     (a stable set's pseudonym, say). The FL step sorts rows canonically; a
     column travels with its row.
+
+    ``senders`` (ground truth, for scoring only, like ``labels``) is the client
+    behind each row where the channel knows it; ``groups`` maps each client of the
+    round to its anonymity group, which the PS knows.
     """
 
     models: list[np.ndarray]
@@ -61,11 +65,15 @@ class Delivery:
     seconds: dict[str, float] = field(default_factory=dict)
     bytes: dict[str, float] = field(default_factory=dict)
     meta: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    senders: Sequence[int] | None = None
+    groups: Mapping[int, int] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.models)
         if self.labels is not None and len(self.labels) != n:
             raise ConfigError(f"{len(self.labels)} labels for {n} delivered models")
+        if self.senders is not None and len(self.senders) != n:
+            raise ConfigError(f"{len(self.senders)} senders for {n} delivered models")
         for name, column in self.meta.items():
             if len(column) != n:
                 raise ConfigError(f"row column {name!r} has {len(column)} entries for {n} delivered models")
@@ -114,7 +122,11 @@ class Uploads:
         """The Delivery of ``got`` (client → row ``rows``), with the withheld clients' own causes."""
         lost = {**lost, **self.withheld}
         dropped = sorted({i for ids in self.drops().values() for i in ids})
-        return Delivery(got, self.labels(rows, len(got)), lost, dropped=dropped, **facts)
+        senders = [-1] * len(got)
+        for i, r in rows.items():
+            senders[r] = i
+        return Delivery(got, self.labels(rows, len(got)), lost, dropped=dropped,
+                        senders=None if -1 in senders else tuple(senders), **facts)
 
 
 class Channel(Protocol):
@@ -176,7 +188,8 @@ class RealShuffle:
         per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in stats)
         ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in stats)
         lost = {cohort[j]: why for j, why in loss_causes(r, len(cohort), drops).items()}
-        return up.delivery(r.models, {cohort[j]: row for j, row in r.positions.items()}, lost,
+        groups = {cohort[i]: g for g, members in enumerate(r.groups or ()) for i in members} or None
+        return up.delivery(r.models, {cohort[j]: row for j, row in r.positions.items()}, lost, groups=groups,
                            blamed={cohort[j]: why for j, why in r.blamed.items()}, failure=r.failure,
                            seconds={ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()},
                            bytes={"per_participant": per_p, "ps_total": ps})

@@ -57,6 +57,12 @@ class RoundRecord:
     #: attackers among them (None where unknown, as on Flower).
     sampled: int | None = None
     malicious_sampled: int | None = None
+    #: The passive cross-round linker over rounds 1..this one (``linker`` runs only): the bound (a linker
+    #: that knows the true chains) and the linker's success, as
+    #: :class:`reshuffle.adversaries.crossround.Figures` fields.
+    linking: dict | None = None
+    #: Client-side DP: ε (at the run's ``dp_delta``) of the client that has uploaded most often so far.
+    dp_epsilon: float | None = None
 
 
 def finite_or_none(v):

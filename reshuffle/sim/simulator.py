@@ -40,6 +40,8 @@ A diverged global model is a result: the run goes on to its last round and
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Callable
 
 import numpy as np
@@ -48,6 +50,7 @@ import torch
 from reshuffle.attacks import make_attack
 from reshuffle.clients import Dataset, load_dataset
 from reshuffle.errors import ConfigError
+from reshuffle.privacy.dp import ClientDP, epsilon
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.schedule import PHASES
 from reshuffle.run.config import SimConfig
@@ -62,12 +65,24 @@ from reshuffle.server.aggregate import canonical_order
 from reshuffle.sim.attackers import Attackers, observed_updates, unencodable
 from reshuffle.sim.evaluation import Evaluator
 from reshuffle.sim.feasible import check_feasible
+from reshuffle.sim.linking import LinkingMetric
 from reshuffle.sim.training import Training
 
 __all__ = ["RoundRecord", "Simulation", "canonical_order", "observed_updates"]
 
 #: Checkpoint arrays of the clients' and the PS's local entries: ``local.client<i>.<name>``, ``local.server.<name>``.
 LOCAL = "local."
+
+_EPSILONS: dict[tuple[float, int, float], float] = {}
+
+
+def _epsilon(noise: float, k: int, delta: float) -> float | None:
+    """ε after k uploads (cached: the accountant takes a moment); None where it is infinite (no noise)."""
+    key = (noise, k, delta)
+    if key not in _EPSILONS:
+        _EPSILONS[key] = epsilon(noise, k, delta)
+    e = _EPSILONS[key]
+    return e if np.isfinite(e) else None
 
 
 class Simulation:
@@ -76,7 +91,9 @@ class Simulation:
     Its parts: ``training`` (the clients: data, models, local training),
     ``attackers``, ``evaluator``, ``channel`` (how models reach the PS) and
     ``rounds`` (the FL round every driver shares: W_g, the FL step, sampling,
-    the banned clients).
+    the banned clients); with the options that ask for them, ``dp`` (client-side
+    differential privacy on the honest clients' updates) and ``linking`` (the
+    passive cross-round linker as a metric).
     """
 
     def __init__(self, cfg: SimConfig) -> None:
@@ -99,6 +116,9 @@ class Simulation:
         self.channel = make_channel(cfg.shuffle, cfg.seed, cfg.group, cfg.group_size)
         # The rows rule-aware attackers test pass through the protocol's encoding (among a round's cohort).
         self.codec = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group).codec
+        self.linking = LinkingMetric(cfg.seed) if cfg.linker else None
+        self.dp = None if cfg.dp_clip is None else ClientDP(cfg.dp_clip, cfg.dp_noise)  # noise from OS randomness
+        self.dp_uploads: dict[int, int] = {}  # client → models it privatised so far (its DP compositions)
 
     # --- the parts' state, by the names a reader looks for --------------------------------
     @property
@@ -167,11 +187,34 @@ class Simulation:
         for i in broken:
             # Never sent (a setup dropout sends nothing); the protocol's participant refuses NaN/Inf models.
             models[i] = W_g
+        self._privatize(models, cohort, broken)
         withheld = {i: f"banned: blamed in round {banned[i]}" for i in cohort if i in banned}
         withheld.update(broken)
         up = Uploads(T, W_g, models, self._dropouts(T, cohort), withheld, self.attackers.ground_truth(),
                      self._adversaries(cohort) if self.cfg.shuffle == "real" else ())
         return up, {"training": per_client, "training_total": total}, all_diverged
+
+    def _privatize(self, models: dict[int, np.ndarray], cohort: list[int], broken: dict[int, str]) -> None:
+        """Client-side DP on every honest, encodable model of the cohort (attackers send what they like)."""
+        if self.dp is None:
+            return
+        mal = set(self.malicious) if self.attackers.attacked else set()
+        for i in cohort:
+            if i not in mal and i not in broken:
+                models[i] = self.dp.privatize(models[i], self.W_g)
+                self.dp_uploads[i] = self.dp_uploads.get(i, 0) + 1
+
+    def _privacy_figures(self, delivery) -> tuple[dict, dict | None, float | None]:
+        """(seconds, linking figures, ε of the most frequent uploader) of this round, where asked for."""
+        seconds, linking, eps = {}, None, None
+        if self.linking is not None:
+            t0 = time.perf_counter()
+            rows = {int(c): r for r, c in enumerate(delivery.senders or ())}
+            linking = self.linking.observe(delivery.models, rows, delivery.groups)
+            seconds["linking"] = time.perf_counter() - t0
+        if self.dp is not None:
+            eps = _epsilon(self.cfg.dp_noise, max(self.dp_uploads.values(), default=0), self.cfg.dp_delta)
+        return seconds, linking, eps
 
     def step(self) -> RoundRecord:
         """Run one round and return its record."""
@@ -180,8 +223,11 @@ class Simulation:
         up, seconds, all_diverged = self.uploads(T, cohort)
         delivery = self.channel.deliver(up)
         malicious = len(set(cohort) & set(self.malicious)) if self.attackers.attacked else 0
-        return self.rounds.step(T, delivery, lambda W_g: self.evaluator(W_g, T, all_diverged), sampled=len(cohort),
-                                seconds=seconds, malicious_sampled=malicious, attack_choices=self.attackers.choices)
+        extra_s, linking, eps = self._privacy_figures(delivery)
+        rec = self.rounds.step(T, delivery, lambda W_g: self.evaluator(W_g, T, all_diverged), sampled=len(cohort),
+                               seconds={**seconds, **extra_s}, malicious_sampled=malicious,
+                               attack_choices=self.attackers.choices)
+        return dataclasses.replace(rec, linking=linking, dp_epsilon=eps) if linking or eps is not None else rec
 
     def run(self, on_round: Callable[[RoundRecord], None] | None = None,
             records: list[RoundRecord] | None = None) -> list[RoundRecord]:
@@ -211,6 +257,12 @@ class Simulation:
         arrays, data = self.rounds.state()
         for who, local in self.training.local_states().items():
             arrays.update({f"{LOCAL}{who}.{k}": v.cpu().numpy().copy() for k, v in local.items()})
+        if self.dp is not None:
+            data["dp_uploads"] = {str(i): k for i, k in self.dp_uploads.items()}
+        if self.linking is not None:
+            more, extra = self.linking.state()
+            arrays.update(more)
+            data.update(extra)
         return arrays, data
 
     def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
@@ -223,6 +275,10 @@ class Simulation:
         for who, local in self.training.local_states().items():
             for name, t in local.items():
                 t.copy_(torch.from_numpy(np.asarray(arrays[f"{LOCAL}{who}.{name}"])).to(t.device))
+        if self.dp is not None:
+            self.dp_uploads = {int(i): k for i, k in state.get("dp_uploads", {}).items()}
+        if self.linking is not None:
+            self.linking.restore(arrays, state)
 
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""
