@@ -48,7 +48,7 @@ from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, 
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
 from reshuffle.protocol.grouped import GroupedOutput, GroupedServer, make_ps
 from reshuffle.protocol.groups import check_collusion, check_group_size
-from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.params import RoundParams, smallest_round
 from reshuffle.protocol.participant import global_model_hash
 from reshuffle.protocol.server import Server
 
@@ -251,8 +251,9 @@ class _Round:
         self.pid_of = {node: pid for pid, node in self.node_of.items()}
         self.claim_by_node = {m.metadata.dst_node_id: m for m in self.claim_out}
         self.report.roster = len(roster)
-        if len(roster) < 2:
-            raise BelowThreshold(f"{len(roster)} node(s) answered the claim message with a valid claim")
+        if len(roster) < smallest_round():
+            raise BelowThreshold(f"{len(roster)} node(s) answered the claim message with a valid claim; a round "
+                                 f"needs at least {smallest_round()}")
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
         self.server = make_ps(self.T, roster, g._sk, g._cert, g._ca, self.hash, d=self.d,
                               overrides={"payload": "words", **g.round_params}, group_size=g.group_size,
@@ -342,7 +343,7 @@ class ReshuffleGrid(Grid):
                 continue
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
                 raise ConfigError(f"{name} must be a positive number, got {v!r}")
-        RoundParams.default(2, 1, payload="words", **round_params)  # reject bad overrides now
+        RoundParams.default(smallest_round(), 1, payload="words", **round_params)  # reject bad overrides now
         records.reply_words(RecordDict(), metrics_budget)
         self._grid = grid
         self.key_dir = key_dir
