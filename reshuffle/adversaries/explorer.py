@@ -167,6 +167,8 @@ class ExploreReport:
     #: (honest models linked, honest uploaders) on the schedule an attacker would pick: most links, then most rows
     best: tuple[int, int] = (0, 0)
     evidence_tried: int = 0  # forged evidence candidates checked at the leaves (each refused, or a violation)
+    #: the (c, t) of every ROUND_START some participant accepted (the others were refused below its floors)
+    announced: list[tuple[int, int]] = field(default_factory=list)
     seconds: float = 0.0
     #: accepted moves by kind (message type, or "replay <type>"): what the search exercised
     kinds: dict[str, int] = field(default_factory=dict)
@@ -435,11 +437,13 @@ class Explorer:
 
     def _complaints(self, w, pids):
         signed = {d: sorted(i for i, r in w.view.ot_requests.items() if d in r.complaints) for d in pids}
-        others = {d: sorted(j for j in w.view.bundles if j != d) for d in pids}
+        # Honest names first: a colluder's own shares come free, so the cap is spent on the others'.
+        others = {d: sorted((j for j in w.view.bundles if j != d), key=lambda j: (j in self.cfg.colluders, j))
+                  for d in pids}
         cap = w.p.t - 1 - w.p.c  # the most a dealer answers under the announced c
         for name, lists in (("COMPLAINTS (signed)", signed), ("COMPLAINTS (in everyone's name)", others),
                             (f"COMPLAINTS (in {cap} names)", {d: c[:cap] for d, c in others.items()})):
-            out = [(d, self.r.sign(msg.Complaints(T, 0, SERVER_ID, tuple(c)))) for d, c in lists.items() if c]
+            out = [(d, self.r.sign(msg.Complaints(T, 0, SERVER_ID, tuple(sorted(c))))) for d, c in lists.items() if c]
             if out:
                 yield from self._targets(name, out)
 
@@ -662,7 +666,7 @@ class Explorer:
         if self.cfg.forge:
             fkey = (w.p, view.known, tuple(w.inbox[c] for c in self.cfg.colluders))
             if fkey not in self._forged:
-                forged, tried = forged_evidence([view], self.honest, self.r.keys, self._checked)
+                forged, tried = forged_evidence([view], self.honest, self.r.keys, self._checked, every_kind=False)
                 self._forged[fkey] = forged
                 self.report.evidence_tried += tried
             for f in self._forged[fkey]:
@@ -687,6 +691,8 @@ class Explorer:
                         continue
                     kind = " ".join(name.split()[:2]) if name.startswith("replay") else name.split()[0]
                     self.report.kinds[kind] = self.report.kinds.get(kind, 0) + 1
+                    if kind == "ROUND_START" and (child.p.c, child.p.t) not in self.report.announced:
+                        self.report.announced = sorted({*self.report.announced, (child.p.c, child.p.t)})
                     k = child.key()
                     if k in seen:
                         continue

@@ -36,16 +36,29 @@ from reshuffle.adversaries.base import Verdict, register_adversary
 from reshuffle.adversaries.linker import PSView, secrets_of
 from reshuffle.adversaries.ps import LinkingPS, _ForcedBlame, colluder_secrets
 from reshuffle.crypto import voprf
-from reshuffle.crypto.rand import SeededRandom
+from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
 from reshuffle.errors import ProtocolError
 from reshuffle.protocol import complaints as cpl
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol import opening
 from reshuffle.protocol.blame import KIND_FALSE_OPENING, KIND_NONZERO, Evidence, dispute_context, verify_evidence
 from reshuffle.protocol.messages import ShareKind
+from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.participant import Participant
 
 CHECKERS = {Evidence: verify_evidence, opening.CountEvidence: opening.verify_count_evidence,
             cpl.ShareEvidence: cpl.verify_share_evidence}
+_COUNT_FIELDS = ("pid", "r", "advert", "vector", "reveal", "self_seed")
+#: the fields each kind's checker reads (the others never enter its verdict; the property tests vary them too)
+READS = {
+    KIND_NONZERO: ("pid", "position", "advert", "opening", "upload_header", "upload_h", "row_hashes", "row",
+                   "upload_signature", "self_seed"),
+    KIND_FALSE_OPENING: ("pid", "position", "advert", "opening", "upload_h", "partner", "secret", "proof"),
+    opening.KIND_BAD_COUNT: _COUNT_FIELDS,
+    opening.KIND_FALSE_OBJECTION: (*_COUNT_FIELDS, "objection", "counts", "certified"),
+    cpl.KIND_BAD_COMMITMENT: ("pid", "advert", "bundle"),
+    cpl.KIND_BAD_ANSWER: ("pid", "advert", "bundle", "message", "subject"),
+}
 
 
 @dataclass(frozen=True)
@@ -67,17 +80,19 @@ def check(ev, keys, params) -> None:
     CHECKERS[type(ev)](ev, keys, params)
 
 
-def accepted(views: list[PSView], honest: Iterable[int], keys, memo: dict | None = None
+def accepted(views: list[PSView], honest: Iterable[int], keys, memo: dict | None = None, every_kind: bool = True
              ) -> tuple[list[Forgery], int]:
     """(the forgeries the checkers accept, the candidates tried), over every view's round.
 
     A checker that raises anything but a :class:`ProtocolError` on a candidate is a forgery too: a third
     party must refuse forged evidence, never crash on it. ``memo`` keeps each distinct candidate's
-    verdict across calls (the explorer forges at every leaf, from overlapping knowledge)."""
+    verdict across calls (the explorer forges at every leaf, from overlapping knowledge). Without
+    ``every_kind``, a kind is skipped when the member sent none of a message its checker needs signed
+    (an OPEN_REVEAL, an OBJECTION, a COMPLAINT_ANSWER): every candidate of it fails that signature."""
     memo = {} if memo is None else memo
     found, tried = [], 0
     for v in views:
-        for f in forge(v, views, honest):
+        for f in forge(v, views, honest, every_kind):
             tried += 1
             key = (v.params, f.evidence)
             if key not in memo:
@@ -137,6 +152,7 @@ class _Round:
     v: PSView
     views: list[PSView]
     secrets: dict
+    every_kind: bool = True
 
     @property
     def p(self):
@@ -158,23 +174,25 @@ class _Round:
         return {j: c for j, c in self.v.colluders.items() if "sk" in c}
 
 
-def forge(v: PSView, views: list[PSView], honest: Iterable[int]) -> Iterator[Forgery]:
-    """Every candidate against each honest member of round ``v``, with values from all ``views``."""
-    rd = _Round(v, views, secrets_of(v))
+
+def forge(v: PSView, views: list[PSView], honest: Iterable[int], every_kind: bool = True) -> Iterator[Forgery]:
+    """Every candidate against each honest member of round ``v``, with values from all ``views``
+    (see :func:`accepted` for ``every_kind``)."""
+    rd = _Round(v, views, secrets_of(v), every_kind)
     for i in sorted(honest):
-        if i not in v.adverts:
-            continue
-        yield from _blame_evidence(rd, i)
-        yield from _count_evidence(rd, i)
-        yield from _share_evidence(rd, i)
+        if i in v.adverts:
+            yield from _blame_evidence(rd, i)
+            yield from _count_evidence(rd, i)
+            yield from _share_evidence(rd, i)
 
 
 def _vary(kind: str, pid: int, base, candidates: dict[str, list]) -> Iterator[Forgery]:
-    """The assembled evidence, then one field at a time to each candidate value (and a generic corruption)."""
+    """The assembled evidence, then each field the checker reads, one at a time, to each candidate value
+    (and a generic corruption)."""
     yield Forgery(kind, "assembled", pid, base)
     names = {f.name for f in dataclasses.fields(base)}
     for f in dataclasses.fields(base):
-        if f.name == "kind":
+        if f.name not in READS[kind]:
             continue
         now = getattr(base, f.name)
         values = list(candidates.get(f.name, []))
@@ -268,7 +286,7 @@ def _count_evidence(rd: _Round, i: int) -> Iterator[Forgery]:
     v, p = rd.v, rd.p
     reveals = [r for r in v.reveals if r.sender == i]
     vectors = [u for u in v.vectors if u.sender == i and u.m <= p.R_max]
-    if not vectors:
+    if not vectors or not (rd.every_kind or _of(rd.views, i, msg.OpenReveal)):
         return
     rv = reveals[0] if reveals else None
     r = rv.m if rv is not None else vectors[0].m
@@ -288,7 +306,8 @@ def _count_evidence(rd: _Round, i: int) -> Iterator[Forgery]:
         "objection": objections + _everything(rd.views, i)[:4], "counts": counts, "certified": sets,
     }
     for kind in (opening.KIND_BAD_COUNT, opening.KIND_FALSE_OBJECTION):
-        yield from _vary(kind, i, dataclasses.replace(base, kind=kind), pools)
+        if kind == opening.KIND_BAD_COUNT or rd.every_kind or objections:
+            yield from _vary(kind, i, dataclasses.replace(base, kind=kind), pools)
 
 
 # --------------------------------------------------------------------------------------- §6.4 evidence
@@ -307,7 +326,49 @@ def _share_evidence(rd: _Round, i: int) -> Iterator[Forgery]:
         "message": answers + _everything(rd.views, i)[:4], "subject": list(range(rd.p.N)),
     }
     for kind in (cpl.KIND_BAD_COMMITMENT, cpl.KIND_BAD_ANSWER):
-        yield from _vary(kind, i, dataclasses.replace(base, kind=kind), pools)
+        if kind == cpl.KIND_BAD_COMMITMENT or rd.every_kind or answers:
+            yield from _vary(kind, i, dataclasses.replace(base, kind=kind), pools)
+
+
+# --------------------------------------------------------------------------------------- several rounds
+@dataclass
+class Holdings:
+    """What a forging PS holds after :func:`play_rounds`: its view of each round (colluders' secrets
+    included), the honest participants and the roster keys a third party checks with."""
+
+    views: list[PSView]
+    honest: list[int]
+    keys: dict
+
+
+def play_rounds(N: int = 8, rounds: int = 2, d: int = 4, seed: int | None = None, colluders: tuple[int, ...] = (1,),
+                participant_cls: type[Participant] = Participant) -> Holdings:
+    """Play ``forge-evidence`` for ``rounds`` rounds T = 1, 2, ... with one roster (one CA, the same
+    long-term keys) and fresh round randomness each time, as a PS running a federation would.
+
+    ``seed`` makes it reproducible (a cryptographic PRG is seeded; without it OS randomness)."""
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
+
+    src = SeededRandom(seed, b"forger/rounds") if seed is not None else OS_RANDOM
+    ident_seed = int.from_bytes(src.bytes(8), "big")
+    data = np.random.default_rng(ident_seed)  # model values only
+    ups = [data.normal(size=d).astype(np.float32) for _ in range(N)]
+    views, keys = [], {}
+    for T in range(1, rounds + 1):
+        fresh = {i: SeededRandom(src.bytes(32), b"participant") for i in range(N)}
+
+        def make(pid, T_, model, sk, cert, ca, gh, _rng, cls=participant_cls, **kw):
+            return cls(pid, T_, model, sk, cert, ca, gh, fresh[pid], **kw)
+
+        b = ForgeEvidence(colluders)
+        b.colluder_class = lambda pid, *a, **kw: make(pid, *a, cls=Participant, **kw)
+        p = RoundParams.default(N, d)
+        server, parts = build_round(ups, p, seed=ident_seed, T=T, participant_cls=make, adversaries=[b])
+        InProcessRunner(server, parts).run()
+        views += b.views()
+        keys = {pid: c.key for pid, c in server._roster.items()}
+    return Holdings(views, [i for i in range(N) if i not in colluders], keys)
 
 
 # --------------------------------------------------------------------------------------- the PS behaviour
@@ -345,15 +406,17 @@ class ForgeEvidence(LinkingPS):
                 return self._open(st.sum, st.m, "the PS asks")
             return super()._publish(st, counts_v)
 
+    def views(self) -> list[PSView]:
+        """Its view of the round (of each group's round), its colluders' secrets filed in."""
+        secrets = {pid: colluder_secrets(p) for pid, p in self.coalition.items() if p.state.session is not None}
+        for s in self.servers:
+            s.view.colluders = {**s.view.colluders, **secrets}
+        return [s.view for s in self.servers]
+
     def forge(self, honest) -> list[Forgery]:
         """Run the forger over every round this PS played (each group's, in a round in groups)."""
-        views = []
-        for s in self.servers:
-            s.view.colluders = {**s.view.colluders, **{pid: colluder_secrets(p) for pid, p in self.coalition.items()
-                                                     if p.state.session is not None}}
-            views.append(s.view)
         keys = {pid: c.key for s in self.servers for pid, c in s._roster.items()}
-        self.forged, self.tried = accepted(views, honest, keys)
+        self.forged, self.tried = accepted(self.views(), honest, keys)
         return self.forged
 
     def holds(self, result, honest) -> Verdict:

@@ -24,7 +24,7 @@ def signed_by(raw: bytes, kind: type[M], pid: int, keys, ctx: msg.Context, what:
     """``raw`` decoded as a ``kind`` message that ``pid`` signed; Refused (or InvalidSignature) otherwise."""
     if pid not in keys:
         raise Refused(f"evidence names participant {pid}, who has no key in the roster")
-    m = msg.decode(raw, ctx)
+    m = msg.decode_shared(raw, ctx)  # a pure function of the bytes; the signature is checked below all the same
     if not isinstance(m, kind) or m.sender != pid:
         raise Refused(f"evidence: {what} is not a {kind.TYPE.name} of participant {pid}")
     msg.verify(m, keys[pid])
