@@ -117,8 +117,8 @@ def test_the_forger_frames_everyone_who_signs_an_opening_without_its_view():
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_forged_false_opening_evidence_frames_nobody(seed):
     # N = 10, one colluder, c = 2 respected: the PS runs a blame step every member accepts, collects the
-    # honest openings and writes evidence with another h or the colluder's second advertisement (before:
-    # the checker accepted both against 9 of 9 honest participants).
+    # honest openings and writes evidence with another h, or with a pair key proved under a second key its
+    # colluder advertises (before: the checker accepted both against 9 of 9 honest participants).
     b = make_adversary("forge-evidence")
     rng = np.random.default_rng(seed)  # model values only
     ups = [rng.normal(size=16).astype(np.float32) for _ in range(10)]
@@ -127,5 +127,5 @@ def test_forged_false_opening_evidence_frames_nobody(seed):
     v = b.holds(r, honest)
     assert v.holds and b.forged == [] and b.tried > 1500, v.detail
     tried = {(f.kind, f.field) for v_ in b.views() for f in forge(v_, b.views(), honest)}
-    assert (KIND_FALSE_OPENING, "upload_h") in tried and (KIND_FALSE_OPENING, "partner's second advertisement") in tried
+    assert (KIND_FALSE_OPENING, "upload_h") in tried and (KIND_FALSE_OPENING, "partner's second key") in tried
     assert r.failure is None and not set(r.blamed) & set(honest)

@@ -482,8 +482,8 @@ def test_group_anonymity_game_broken_participant_is_always_linked_within_its_gro
     from reshuffle.games.anonymity import anonymity_trial_groups
 
     # The answer-once rule removed: the PS strips every mask of the group's uploads and names the owner.
-    correct, h = anonymity_trial_groups(6, 1, 4, 3, broken=True)
-    assert correct and h in (2, 3)
+    correct, h = anonymity_trial_groups(8, 1, 4, 4, broken=True)
+    assert correct and h in (3, 4)
 
 
 def test_simulation_runs_rounds_in_groups_and_names_a_failed_groups_losses():

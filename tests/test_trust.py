@@ -130,3 +130,35 @@ def test_caps_use_the_stricter_of_the_announced_c_and_the_floor():
     p = RoundParams.default(10, 4)  # c = 2
     assert f.c(10) == 3 and f.c_bound(p) == 3
     assert f.c_bound(p.with_(c=4, t=8)) == 4
+
+
+def test_a_flower_node_takes_its_floors_from_its_own_config():
+    # Each node assumes 40 % colluders: c >= ⌊0.4·6⌋ = 2; the server announces its default c = 1. Every
+    # node refuses the ROUND_START, nothing is sent, the round delivers nothing.
+    from flower_helpers import LoopbackGrid, toy_client_app
+    from test_flower_grid import noisy_reply, train_messages
+
+    from reshuffle.flower.grid import ReshuffleGrid
+
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 6, node_config=lambda i: {
+        "partition-id": i, "num-partitions": 6, "reshuffle-collusion": 0.4})
+    grid = ReshuffleGrid(lg, phase_timeout=0.3)
+    assert list(grid.send_and_receive(train_messages(grid), timeout=60)) == []
+    assert "advertisements" in grid.rounds[-1].failed
+    # The same server with c = 2 announced meets the nodes' floor.
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 6, node_config=lambda i: {
+        "partition-id": i, "num-partitions": 6, "reshuffle-collusion": 0.4})
+    grid = ReshuffleGrid(lg, phase_timeout=10, c=2)
+    assert len(list(grid.send_and_receive(train_messages(grid), timeout=60))) == 6
+
+
+def test_a_flower_node_refuses_a_bad_setting_by_its_key():
+    from reshuffle.flower.mod import node_trust
+
+    assert node_trust({}) == (None, TrustFloors())
+    assert node_trust({"reshuffle-collusion": 0, "reshuffle-max-iterations": 8}) == (
+        None, TrustFloors(collusion=0.0, R_max=8))
+    for key, bad in (("reshuffle-collusion", 1.5), ("reshuffle-min-anonymity", 1), ("reshuffle-min-decoys", -1),
+                     ("reshuffle-max-iterations", 0), ("reshuffle-min-group", 1)):
+        with pytest.raises(ConfigError, match=key):
+            node_trust({key: bad})

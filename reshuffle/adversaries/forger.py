@@ -159,9 +159,8 @@ class _Round:
         return self.v.params
 
     def hashes(self) -> list[bytes]:
-        hs = [bytes(m.h) for w in self.views for m in (*w.vectors, *w.objections)]
-        hs += [bytes(getattr(m, "h", b"")) for w in self.views for m in w.openings]
-        return list(dict.fromkeys(h for h in hs if h)) + [bytes(32)]
+        hs = [bytes(m.h) for w in self.views for m in (*w.vectors, *w.objections, *w.openings)]
+        return list(dict.fromkeys(hs)) + [bytes(32)]
 
     def seeds(self, pid: int) -> list[int]:
         """Every self seed or DH secret the PS knows, this member's first (any round, any invocation)."""
@@ -221,7 +220,6 @@ def _blame_evidence(rd: _Round, i: int) -> Iterator[Forgery]:
     words = np.frombuffer(up.words, dtype=np.uint8).reshape(up.rows, -1)
     hashes = tuple(up._hashes())
     seed = rd.secrets.get((i, M, ShareKind.SELF_SEED), 0)
-    fields = {f.name for f in dataclasses.fields(Evidence)}
     common = {"pid": i, "position": pos, "advert": _signed(adv), "opening": _signed(op)}
     advs = [_signed(a) for a in _of(rd.views, i, msg.Advertise)]
     opens = [_signed(o) for o in _of(rd.views, i, msg.Opening)]
@@ -250,15 +248,12 @@ def _blame_evidence(rd: _Round, i: int) -> Iterator[Forgery]:
         x_j = sec.get((M, ShareKind.DH_SECRET))
         if x_j is None or j == i or j not in v.adverts:
             continue
-        for label_, advert_j, x in _partner_adverts(rd, j, x_j):
+        for label_, x in _partner_keys(rd, j, x_j):
             K = X_i ** x
             proof = voprf.prove_dleq(x, g.generator(), g.base_mul(x), [X_i], [K], SeededRandom(x, b"forger"),
                                      dispute_context(op.T, i, j))
-            extra = {"upload_h": bytes(getattr(op, "h", up.h))}
-            if "partner_advert" in fields:
-                extra["partner_advert"] = advert_j
-            ev = Evidence(KIND_FALSE_OPENING, **common, partner=j, secret=K.to_bytes(), proof=proof.encode(g),
-                          **extra)
+            ev = Evidence(KIND_FALSE_OPENING, **common, upload_h=bytes(op.h), partner=j, secret=K.to_bytes(),
+                          proof=proof.encode(g))
             if label_:
                 yield Forgery(KIND_FALSE_OPENING, label_, i, ev)
                 continue
@@ -268,17 +263,10 @@ def _blame_evidence(rd: _Round, i: int) -> Iterator[Forgery]:
             })
 
 
-def _partner_adverts(rd: _Round, j: int, x_j: int) -> list[tuple[str, bytes, int]]:
-    """The colluder's advertisement with its real x_j, and a second one it signs for the same round with
-    a fresh key x' (a colluder may sign as many as it likes)."""
-    v, M = rd.v, rd.p.upload_m
-    g = rd.p.group_obj()
-    adv = v.adverts[j]
-    x2 = (x_j * 7 + 3) % g.order
-    rows = list(adv.commitments)
-    rows[2 * (M - 1) + 1] = (g.base_mul(x2),) + tuple(rows[2 * (M - 1) + 1][1:])
-    second = dataclasses.replace(adv, commitments=tuple(rows)).encode(rd.colluder_partners()[j]["sk"])
-    return [("", _signed(adv), x_j), ("partner's second advertisement", second, x2)]
+def _partner_keys(rd: _Round, j: int, x_j: int) -> list[tuple[str, int]]:
+    """The colluder's x_j, and a second key x' it could advertise for the same round (a colluder may sign as
+    many advertisements as it likes): a K_ij proved under either."""
+    return [("", x_j), ("partner's second key", (x_j * 7 + 3) % rd.p.group_obj().order)]
 
 
 # --------------------------------------------------------------------------------------- §8.2 evidence

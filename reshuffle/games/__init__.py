@@ -117,12 +117,13 @@ def run_games(quick: bool = False) -> list[Result]:
                          2 / 3))
     # Anonymity groups: the set is the honest members of the challenge row's group (h_j = 2 or 3 here).
     n_group = 20 if quick else 150
-    e = anonymity_game_groups(6, 1, 4, 3, n_group)
-    out.append(_secure("source anonymity, groups [N=6, g=3, c=1, h_j ≤ 3]", "all of the above, per group", e,
+    # Groups of 4 (c_j = 1, t_j = 3): the broken participant's group can still certify U_M without the target.
+    e = anonymity_game_groups(8, 1, 4, 4, n_group)
+    out.append(_secure("source anonymity, groups [N=8, g=4, c=1, h_j ≤ 4]", "all of the above, per group", e,
                        "abs(adv) ≤ bound (adv over 1/h_j)"))
-    e = anonymity_game_groups(6, 1, 4, 3, n_group, broken=True)
+    e = anonymity_game_groups(8, 1, 4, 4, n_group, broken=True)
     out.append(_detected("source anonymity, groups [weak: answers both share kinds]", "all of the above, per group",
-                         e, 0.6))  # 1 − E[1/h_j] = 1 − (2/5·1/2 + 3/5·1/3)
+                         e, 5 / 7))  # 1 − E[1/h_j] = 1 − (3/7·1/3 + 4/7·1/4)
     out += _blame_games(quick)
     return out
 

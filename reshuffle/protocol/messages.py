@@ -129,6 +129,25 @@ def _shared_row(p: Parser, g: Group, count: int, field: str) -> tuple[Element, .
     return row
 
 
+def _write_peers(w: Writer, peers) -> None:
+    """The (j, X_j) partner keys a sender used, sorted by j (:func:`_read_peers` reads them back)."""
+    w.u32(len(peers))
+    for j, X in peers:
+        w.u32(j).raw(X.to_bytes())
+
+
+def _read_peers(p: Parser, ctx: Context, what: str) -> tuple[tuple[int, Element], ...]:
+    g = ctx.need_group()
+    cnt = p.u32("peers.count")
+    if cnt > ctx.max_n:
+        raise DecodeError(f"{cnt} partners for at most {ctx.max_n} participants")
+    peers = tuple((p.u32("partner"), _elem(p, g, "X_j")) for _ in range(cnt))
+    ids = [j for j, _ in peers]
+    if ids != sorted(set(ids)):
+        raise DecodeError(f"{what} partners must be sorted and distinct")
+    return peers
+
+
 def _ids(p: Parser, field: str, ctx: Context) -> tuple[int, ...]:
     ids = p.u32_list(field, ctx.max_n)
     if len(set(ids)) != len(ids):
@@ -882,9 +901,7 @@ class Opening(Message):
     rows: tuple[tuple[int, tuple[tuple[int, bytes], ...]], ...]
 
     def _body(self, w: Writer) -> None:
-        w.fixed(self.h, HASH_BYTES).u32(len(self.peers))
-        for j, X in self.peers:
-            w.u32(j).raw(X.to_bytes())
+        _write_peers(w.fixed(self.h, HASH_BYTES), self.peers)
         w.u32(len(self.rows))
         for pos, keys in self.rows:
             w.u32(pos).u32(len(keys))
@@ -893,15 +910,9 @@ class Opening(Message):
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
-        g = ctx.need_group()
         h = p.fixed(HASH_BYTES, "h")
-        npeers = p.u32("peers.count")
-        if npeers > ctx.max_n:
-            raise DecodeError(f"{npeers} partners for at most {ctx.max_n} participants")
-        peers = tuple((p.u32("partner"), _elem(p, g, "X_j")) for _ in range(npeers))
+        peers = _read_peers(p, ctx, "opening")
         ids = [j for j, _ in peers]
-        if ids != sorted(set(ids)):
-            raise DecodeError("opening partners must be sorted and distinct")
         cnt = p.u32("rows.count")
         if cnt > 64:
             raise DecodeError(f"opening of {cnt} rows; at most 64 decoys")
@@ -988,22 +999,13 @@ class OpenReveal(Message):
     peers: tuple[tuple[int, Element], ...]
 
     def _body(self, w: Writer) -> None:
-        w.fixed(self.x.to_bytes(32, "big"), 32).u32(len(self.peers))
-        for j, X in self.peers:
-            w.u32(j).raw(X.to_bytes())
+        _write_peers(w.fixed(self.x.to_bytes(32, "big"), 32), self.peers)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
         g = ctx.need_group()
         x = g.scalar_from_bytes(p.fixed(g.scalar_size, "x"), "x")
-        cnt = p.u32("peers.count")
-        if cnt > ctx.max_n:
-            raise DecodeError(f"{cnt} partners for at most {ctx.max_n} participants")
-        peers = tuple((p.u32("partner"), _elem(p, g, "X_j")) for _ in range(cnt))
-        ids = [j for j, _ in peers]
-        if ids != sorted(set(ids)):
-            raise DecodeError("open reveal partners must be sorted and distinct")
-        return cls(*hdr, x, peers)
+        return cls(*hdr, x, _read_peers(p, ctx, "open reveal"))
 
 
 @_register
