@@ -11,11 +11,11 @@ The forger holds what a PS holds after one or more rounds with the same roster (
 participants sent it, the secrets it rebuilt or its colluders gave it, their signing keys).
 For each honest member and each evidence kind it assembles the strongest evidence it can:
 the member's own signed messages, the values the PS knows (self seeds, positions, counts),
-a pair key and its DLEQ proof from a colluding partner. Then it changes one field at a time
-to every value it can find or make: another of the member's messages (of this round or
-another), another h, seed, position, partner, iteration, count vector or set, a copy of the
-colluder's advertisement with a fresh key, a flipped byte. A **forgery** is a candidate the
-checker accepts against an honest member; none may exist.
+a pair key and its DLEQ proof from a colluding partner. Then it changes each field the
+checker reads, one at a time, to every value it can find or make: another of the member's
+messages (of this round or another), another h, seed, position, partner, iteration, count
+vector or set, a pair key proved under a second key of the colluder, a flipped byte. A
+**forgery** is a candidate the checker accepts against an honest member; none may exist.
 
 ``forge-evidence`` (a PS behaviour, so ``reshuffle redteam`` plays it) runs a round that
 collects every kind of signed statement an honest member makes (a colluder's complaints about
@@ -351,7 +351,8 @@ def play_rounds(N: int = 8, rounds: int = 2, d: int = 4, seed: int | None = None
 
         b = ForgeEvidence(colluders)
         b.colluder_class = lambda pid, *a, **kw: make(pid, *a, cls=Participant, **kw)
-        p = RoundParams.default(N, d)
+        # Slots to spare: the decoys settle (so the blame step has decoy rows to open) all but never fail to.
+        p = RoundParams.default(N, d, n=256)
         server, parts = build_round(ups, p, seed=ident_seed, T=T, participant_cls=make, adversaries=[b])
         InProcessRunner(server, parts).run()
         views += b.views()
