@@ -49,7 +49,7 @@ from reshuffle.clients import (
 )
 from reshuffle.errors import ConfigError
 from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
-from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.params import RoundParams, colluders, smallest_round, threshold
 from reshuffle.protocol.schedule import PHASES
 from reshuffle.server import Rule, make_rule
 from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
@@ -166,8 +166,9 @@ class Simulation:
         optimizer = make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options)
         self.fl = FLStep(self.rule, optimizer, cfg.rule, cfg.model_step())
         # The protocol runs among a round's cohort (every client without sampling).
-        params = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group)
-        self.codec, self.threshold = params.codec, max(2, params.t)
+        # (An ideal or plain shuffle may have a cohort smaller than the real protocol's smallest round.)
+        params = RoundParams.default(max(cfg.cohort_size, smallest_round()), self.W_g.size, group=cfg.group)
+        self.codec, self.threshold = params.codec, max(2, threshold(cfg.cohort_size, colluders(cfg.cohort_size)))
         self.eval_idx = self._eval_subset()
         self.pool_x, self.pool_y, self.client_idx = self._client_data()
         self.trainer = self._trainer()
