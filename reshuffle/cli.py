@@ -392,15 +392,20 @@ def cmd_games(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+#: ``reshuffle redteam --explore --weak NAME``: participants of reshuffle.adversaries.weak, each with one fix undone
+WEAK_PARTICIPANTS = {"reopens-after-upload": "ReopensAfterUpload", "answers-every-complaint": "AnswersEveryComplaint",
+                     "trusts-announced-parameters": "TrustsAnnouncedParameters",
+                     "opens-without-view": "OpensWithoutView"}
+
+
 def cmd_explore(args: argparse.Namespace) -> int:
     from reshuffle.adversaries import weak
     from reshuffle.adversaries.explorer import ExploreConfig, explore
     from reshuffle.protocol.participant import Participant
 
-    cls = {"none": Participant, "reopens-after-upload": weak.ReopensAfterUpload,
-           "answers-every-complaint": weak.AnswersEveryComplaint}[args.weak]
+    cls = Participant if args.weak == "none" else getattr(weak, WEAK_PARTICIPANTS[args.weak])
     cfg = ExploreConfig(N=args.N or 4, R_max=args.r_max, depth=args.depth, budget=args.budget, split=args.split,
-                        seed=args.seed)
+                        announce=not args.fixed_params, forge=not args.no_forge, seed=args.seed)
     r = explore(cfg, cls)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
@@ -410,11 +415,16 @@ def cmd_explore(args: argparse.Namespace) -> int:
               f"{r.max_depth} moves, {r.uploads} with an honest upload, in {r.seconds:.1f} s "
               f"(N={cfg.N}, R_max={cfg.R_max}, {'each recipient apart too' if cfg.split else 'broadcast moves'})")
         print("moves accepted: " + ", ".join(f"{k} {v}" for k, v in sorted(r.kinds.items())))
+        print("round parameters accepted (c, t): " + ", ".join(f"({c}, {t})" for c, t in r.announced)
+              + (" (every other c and t the messages allow was refused)" if cfg.announce else ""))
         print(f"honest models linked on any path: {r.links}")
+        if cfg.forge:
+            print(f"forged evidence checked at the leaves: {r.evidence_tried} candidates")
         for v in r.violations:
             print(f"VIOLATION {v}")
         if not r.violations:
-            print("no violation: no key masked two plaintexts, no uploader revealed its slot phase, nothing linked")
+            print("no violation: no key masked two plaintexts, no uploader revealed its slot phase, nothing linked"
+                  + (", no forged evidence accepted" if cfg.forge else ""))
     return 1 if r.violations else 0
 
 
@@ -587,8 +597,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--split", action="store_true", help="also deliver each message to each recipient alone")
     ex.add_argument("--r-max", type=_positive(int), default=2, help="reservation iterations of the explored round")
     ex.add_argument("--seed", type=int, default=1, help="seed of the explored round's keys and randomness")
-    ex.add_argument("--weak", choices=("none", "reopens-after-upload", "answers-every-complaint"), default="none",
+    ex.add_argument("--weak", choices=("none", *WEAK_PARTICIPANTS), default="none",
                     help="explore participants with one fix undone, to see the explorer find the break")
+    ex.add_argument("--fixed-params", action="store_true",
+                    help="the PS announces only the default c and t (by default it tries every c and t the messages "
+                         "allow)")
+    ex.add_argument("--no-forge", action="store_true", help="skip forging evidence at the leaves")
     red.set_defaults(func=cmd_redteam)
 
     games = sub.add_parser("games", help="run the security games (docs/security/)")

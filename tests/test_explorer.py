@@ -12,7 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reshuffle.adversaries.explorer import ExploreConfig, explore
-from reshuffle.adversaries.weak import AnswersEveryComplaint, ReopensAfterUpload
+from reshuffle.adversaries.weak import (
+    AnswersEveryComplaint,
+    OpensWithoutView,
+    ReopensAfterUpload,
+    TrustsAnnouncedParameters,
+)
 from reshuffle.cli import main
 from reshuffle.errors import ConfigError
 
@@ -25,7 +30,7 @@ KINDS = {"ROUND_START", "ADVERTISE_LIST", "SHARE_DELIVERY", "COMPLAINTS", "OT_RE
 def test_it_finds_the_opening_after_the_upload_on_the_participant_before_the_fix():
     # The participant as it was: a member that uploaded still opened its last iteration, and a restarted
     # slot phase uploaded again under the same keys. The explorer must find every consequence.
-    r = explore(ExploreConfig(), ReopensAfterUpload)
+    r = explore(ExploreConfig(announce=False, forge=False), ReopensAfterUpload)
     found = {v.check for v in r.violations}
     assert found == {"one key, one plaintext", "no reveal about an uploaded slot", "no link"}, r.violations
     assert r.links == 3  # every honest model
@@ -36,7 +41,7 @@ def test_it_finds_the_opening_after_the_upload_on_the_participant_before_the_fix
 
 
 def test_it_finds_the_complaint_extraction_on_the_dealer_before_the_fix():
-    r = explore(ExploreConfig(budget=400), AnswersEveryComplaint)
+    r = explore(ExploreConfig(budget=400, announce=False, forge=False), AnswersEveryComplaint)
     link = [v for v in r.violations if v.check == "no link"]
     assert link and r.links == 3
     assert any("COMPLAINTS (in everyone's name)" in step for step in link[0].schedule)
@@ -60,6 +65,31 @@ def test_showing_participants_different_messages_is_safe():
     assert r.states >= 8000 and r.uploads > 0
 
 
+def test_it_finds_the_announced_c_attack_on_the_participant_before_the_fix():
+    # The participant as it was: it took the c the PS announced. The PS announces c = 0 and complains
+    # in t − 1 names: the dealers' answers and the colluder's share give t shares of every secret.
+    r = explore(ExploreConfig(forge=False), TrustsAnnouncedParameters)
+    link = [v for v in r.violations if v.check == "no link"]
+    assert link and r.links == 3
+    assert link[0].schedule[0].startswith("ROUND_START (c=0")
+    assert any("COMPLAINTS (in 2 names)" in step for step in link[0].schedule)
+
+
+def test_our_participant_refuses_every_announcement_below_its_floors():
+    # N = 4: c >= 1 and two honest members; (c, t) in {(1, 3), (1, 4), (2, 4)} are taken, c = 0 and c = 3 are not.
+    r = explore(ExploreConfig(forge=False, budget=400))
+    assert r.announced == [(1, 3), (1, 4), (2, 4)]
+
+
+def test_it_finds_forged_evidence_on_the_opening_before_the_fix():
+    # An opening that signs no h_M: at a leaf after the blame step, the PS (with its colluder's DLEQ proof)
+    # writes false-opening evidence under another h that the checker accepts.
+    r = explore(ExploreConfig(announce=False), OpensWithoutView)
+    named = [v for v in r.violations if v.check == "nobody honest named"]
+    assert named and {v.pid for v in named} == {1, 2, 3} and r.evidence_tried > 0
+    assert any(step.startswith("BLAME_REQUEST") for step in named[0].schedule)
+
+
 def test_it_refuses_rounds_it_cannot_play():
     for bad in ({"N": 9}, {"colluders": (0, 1)}, {"budget": 0}, {"depth": 0}, {"k": 9}):
         with pytest.raises(ConfigError):
@@ -70,7 +100,8 @@ def test_the_cli_reports_states_schedules_and_the_exit_code(capsys):
     assert main(["redteam", "--explore", "--budget", "40"]) == 0
     out = capsys.readouterr().out
     assert "states" in out and "schedules" in out and "no violation" in out
-    assert main(["redteam", "--explore", "--weak", "reopens-after-upload"]) == 1
+    assert "round parameters accepted (c, t): (1, 3), (1, 4), (2, 4)" in out and "forged evidence" in out
+    assert main(["redteam", "--explore", "--weak", "reopens-after-upload", "--no-forge", "--fixed-params"]) == 1
     assert "VIOLATION" in capsys.readouterr().out
 
 

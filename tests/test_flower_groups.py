@@ -34,16 +34,16 @@ def test_six_nodes_in_groups_of_three_deliver_every_reply_bit_exact():
 def test_groups_survive_a_fresh_process_per_message():
     # A SuperNode may start a new ClientApp process per message: the grouped session is replayed.
     produced: list = []
-    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful_mod]), 4)
-    grid = ReshuffleGrid(lg, group_size=2)
+    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful_mod]), 6)
+    grid = ReshuffleGrid(lg, group_size=3)
     replies = list(grid.send_and_receive(train_messages(lg), timeout=60))
     assert sorted(records.encode_content(r.content) for r in replies) == sorted(b for _, b in produced)
-    assert grid.rounds[-1].groups["sizes"] == [2, 2] and not lg.errors
+    assert grid.rounds[-1].groups["sizes"] == [3, 3] and not lg.errors
 
 
 def test_a_failing_group_on_flower_loses_only_its_replies():
     # Node 1000 and 1001 stop answering once the groups' rounds start; the group they are in fails
-    # if both are in it, else each group loses at most one member and delivers.
+    # if both are in it (2 of 4 left, t = 3), else each group loses at most one member and delivers.
     seen: dict[int, int] = {}
 
     def drop(node, m):
@@ -52,12 +52,12 @@ def test_a_failing_group_on_flower_loses_only_its_replies():
             return node in (1000, 1001) and seen[node] >= 5  # after the assignment's 4 messages
         return False
 
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 6, drop=drop)
-    grid = ReshuffleGrid(lg, phase_timeout=0.3, group_size=3)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 8, drop=drop)
+    grid = ReshuffleGrid(lg, phase_timeout=0.3, group_size=4)
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     rep = grid.rounds[-1]
     failed = rep.groups["failed"]
-    assert len(replies) == 6 - 2 - (1 if failed else 0)
+    assert len(replies) == 8 - 2 - (2 if failed else 0)
     assert all("threshold" in why for why in failed.values())
 
 

@@ -51,8 +51,8 @@ CTX = Context()
 # --------------------------------------------------------------------------- #
 # Sizes and the partition
 @settings(max_examples=300, deadline=None)
-@given(st.integers(2, 3000), st.integers(2, 400))
-def test_groups_are_nearly_equal_at_least_two_and_at_most_ceil_n_over_g(N, g):
+@given(st.integers(gr.MIN_GROUP, 3000), st.integers(gr.MIN_GROUP, 400))
+def test_groups_are_nearly_equal_at_least_the_minimum_and_at_most_ceil_n_over_g(N, g):
     sizes = gr.group_sizes(N, g)
     assert sum(sizes) == N
     assert max(sizes) - min(sizes) <= 1
@@ -63,7 +63,8 @@ def test_groups_are_nearly_equal_at_least_two_and_at_most_ceil_n_over_g(N, g):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 10_000), min_size=2, max_size=60, unique=True), st.integers(2, 9), st.binary(min_size=32, max_size=32))
+@given(st.lists(st.integers(0, 10_000), min_size=gr.MIN_GROUP, max_size=60, unique=True), st.integers(gr.MIN_GROUP, 9),
+       st.binary(min_size=32, max_size=32))
 def test_partition_is_a_deterministic_split_of_the_ids(ids, g, seed):
     a = Assignment.draw(5, 1, g, ids, seed)
     flat = [i for grp in a.groups for i in grp]
@@ -96,6 +97,8 @@ def test_target_lands_with_each_other_member_about_uniformly():
 def test_group_size_and_params_validation():
     with pytest.raises(ConfigError, match="group_size"):
         gr.check_group_size(1)
+    with pytest.raises(ConfigError, match="group_size"):
+        gr.check_group_size(2)  # with c >= 1, a group of 2 leaves one honest member
     with pytest.raises(ConfigError, match="group_size"):
         gr.check_group_size(True)
     with pytest.raises(ConfigError, match="assignment digest"):
@@ -200,7 +203,7 @@ def test_every_participant_computes_the_ps_assignment():
     clients, ps, _ = _assign(7, 3)
     assert all(c.state is CState.ASSIGNED for c in clients.values())
     assert {c.assignment for c in clients.values()} == {ps.assignment}
-    assert [len(g) for g in ps.assignment.groups] == [3, 2, 2]
+    assert [len(g) for g in ps.assignment.groups] == [4, 3]  # three groups would leave two of 2
 
 
 def test_forged_commitment_in_the_list_is_refused():
@@ -302,11 +305,11 @@ def test_the_assignment_starts_at_attempt_one_and_from_the_certified_ps():
     c = _clients(1)[0]
     roster = tuple(sorted((i, CERTS[i]) for i in range(4)))
     with pytest.raises(WrongAssignment, match="attempt 1"):
-        c.handle(msg.decode(GroupOpen(1, 2, SERVER_ID, 2, PS_CERT, roster).encode(PS_SK), CTX))
+        c.handle(msg.decode(GroupOpen(1, 2, SERVER_ID, 3, PS_CERT, roster).encode(PS_SK), CTX))
     impostor = SigningKey.from_seed(bytes([99]) * 32)
     c = _clients(1)[0]
     with pytest.raises(InvalidSignature):
-        c.handle(msg.decode(GroupOpen(1, 1, SERVER_ID, 2, PS_CERT, roster).encode(impostor), CTX))
+        c.handle(msg.decode(GroupOpen(1, 1, SERVER_ID, 3, PS_CERT, roster).encode(impostor), CTX))
 
 
 # --------------------------------------------------------------------------- #
@@ -319,14 +322,14 @@ def test_round_in_groups_delivers_every_model_and_reports_groups():
     for i, row in r.positions.items():
         np.testing.assert_allclose(r.models[row], ups[i], atol=2**-20)
     assert r.group_stats["group_size"] == 3
-    assert r.group_stats["groups"]["sizes"] == [3, 2, 2]
+    assert r.group_stats["groups"]["sizes"] == [4, 3]
     assert r.group_stats["assignment"]["attempts"] == 1
     # The assignment is costed like a phase: a few hundred bytes each way per participant at N = 7.
     assert 0 < r.stats["assign"]["participant_bytes_sent"] < 1000 and r.stats["assign"]["ps_s"] > 0
     # Each group ran with its own parameters bound to the one assignment.
     gp = r.output.group_params
     assert {p.assignment for p in gp.values()} == {r.output.assignment.digest}
-    assert [(p.N, p.cohort, p.cohorts) for _, p in sorted(gp.items())] == [(3, 0, 3), (2, 1, 3), (2, 2, 3)]
+    assert [(p.N, p.cohort, p.cohorts, p.c) for _, p in sorted(gp.items())] == [(4, 0, 2, 1), (3, 1, 2, 1)]
 
 
 def test_rows_are_pooled_group_by_group():
@@ -354,10 +357,10 @@ def test_a_failing_group_delivers_nothing_and_the_others_deliver():
 
 
 def test_every_group_failing_is_below_threshold():
-    ups = make_updates(4, d=4, seed=4)
+    ups = make_updates(6, d=4, seed=4)
     with pytest.raises(BelowThreshold, match="every group failed"):
-        shuffle(ups, group_size=2, seed=1, dropouts={"setup": [0, 1, 2, 3]})
-    r = shuffle(ups, group_size=2, seed=1, dropouts={"setup": [0, 1, 2, 3]}, raise_on_failure=False)
+        shuffle(ups, group_size=3, seed=1, dropouts={"setup": list(range(6))})
+    r = shuffle(ups, group_size=3, seed=1, dropouts={"setup": list(range(6))}, raise_on_failure=False)
     assert r.failure and not r.models and set(r.failed_groups) == {0, 1}
 
 
@@ -402,8 +405,8 @@ def _run_with_forged_round_start(make_bad):
     from reshuffle.harness.api import build_round
     from reshuffle.harness.runner import InProcessRunner
 
-    ups = make_updates(6, d=4, seed=8)
-    server, parts = build_round(ups, RoundParams.default(6, 4), seed=9, group_size=3, overrides={})
+    ups = make_updates(8, d=4, seed=8)
+    server, parts = build_round(ups, RoundParams.default(8, 4), seed=9, group_size=4, overrides={})
 
     def forge(env: Envelope):
         if env.recipient == 0 and msg.peek_type(env.data) is MsgType.ROUND_START:
@@ -440,7 +443,7 @@ def test_a_round_start_off_the_computed_partition_is_refused(attack):
     # Its group goes on without it; the other group is untouched.
     a = server.assignment
     assert 0 not in server.output.online.get(server.params.upload_m, ())
-    assert not server.failed  # both groups still reach their threshold (t = 2 of 3)
+    assert not server.failed  # both groups still reach their threshold (t = 3 of 4)
     assert set(a.groups[1 - a.index_of(0)]) <= set(server.output.online[server.params.upload_m])
 
 
@@ -449,7 +452,7 @@ def test_round_start_before_the_assignment_is_refused():
     from reshuffle.harness.api import build_round
 
     ups = make_updates(4, d=4, seed=1)
-    server, parts = build_round(ups, RoundParams.default(4, 4), seed=2, group_size=2, overrides={})
+    server, parts = build_round(ups, RoundParams.default(4, 4), seed=2, group_size=3, overrides={})
     from reshuffle.protocol.server import Server
     plain = Server(RoundParams.default(4, 4), 1, server._roster, server._sk, server._cert, server._ca, server._hash)
     for pid, data in plain.start():
@@ -470,7 +473,7 @@ def test_an_adversary_keeps_working_in_its_group():
 
 def test_group_size_rejects_per_group_parameters():
     with pytest.raises(ConfigError, match="follow each group's size"):
-        shuffle(make_updates(4, d=4), group_size=2, t=3)
+        shuffle(make_updates(4, d=4), group_size=3, t=3)
     with pytest.raises(ConfigError, match="group_size"):
         shuffle(make_updates(4, d=4), group_size=1)
 
@@ -479,8 +482,8 @@ def test_group_anonymity_game_broken_participant_is_always_linked_within_its_gro
     from reshuffle.games.anonymity import anonymity_trial_groups
 
     # The answer-once rule removed: the PS strips every mask of the group's uploads and names the owner.
-    correct, h = anonymity_trial_groups(6, 1, 4, 3, broken=True)
-    assert correct and h in (2, 3)
+    correct, h = anonymity_trial_groups(8, 1, 4, 4, broken=True)
+    assert correct and h in (3, 4)
 
 
 def test_simulation_runs_rounds_in_groups_and_names_a_failed_groups_losses():
@@ -518,11 +521,11 @@ def test_upload_per_participant_depends_on_g_not_on_n():
 
 def test_group_collusion_sets_each_groups_c_and_t():
     r = shuffle(make_updates(8, d=4, seed=12), group_size=4, seed=12, group_collusion=0.5)
-    # c_j = ⌊0.5·4⌋ = 2, t_j = ⌊(4 + 2)/2⌋ + 1 = 4 (the default would be c = 0, t = 3)
+    # c_j = ⌊0.5·4⌋ = 2, t_j = ⌊(4 + 2)/2⌋ + 1 = 4 (the default would be c = 1, t = 3)
     assert {(p.c, p.t) for p in r.output.group_params.values()} == {(2, 4)}
     assert all(o["c"] == 2 and o["t"] == 4 for o in r.group_stats["groups"]["outcome"].values())
     with pytest.raises(ConfigError, match="fraction"):
-        shuffle(make_updates(4, d=4), group_size=2, group_collusion=1.0)
+        shuffle(make_updates(4, d=4), group_size=3, group_collusion=1.0)
     with pytest.raises(ConfigError, match="needs group_size"):
         shuffle(make_updates(4, d=4), group_collusion=0.3)
 
@@ -563,7 +566,7 @@ def test_a_failed_assignment_is_reported_without_raising_on_request():
     def lose_all(env: Envelope):
         return [] if msg.peek_type(env.data) is MsgType.GROUP_REVEAL else [env]
 
-    r = shuffle(make_updates(5, d=4, seed=1), group_size=2, seed=1, interceptors=[lose_all], raise_on_failure=False)
+    r = shuffle(make_updates(5, d=4, seed=1), group_size=3, seed=1, interceptors=[lose_all], raise_on_failure=False)
     assert "0 participants left" in r.failure  # every reveal lost: nobody is left to redraw among
     assert not r.models and not r.positions and r.groups == []
     assert r.group_stats["assignment"]["attempts"] == 1 and r.group_stats["groups"]["count"] == 0

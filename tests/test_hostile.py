@@ -83,7 +83,7 @@ CASES = [
     ("extended advert", MsgType.ADVERTISE, None, lambda d: [d + b"\x00"], DecodeError),
     ("advert wrong round", MsgType.ADVERTISE, None, lambda d: [rewrite_header(d, T=7)], UnexpectedMessage),
     ("advert invalid element", MsgType.ADVERTISE, None,
-     lambda d: [d[: 18 + 32] + bytes(32) + d[18 + 64 :]], InvalidElement),
+     lambda d: [d[: 18 + 64] + bytes(32) + d[18 + 96 :]], InvalidElement),  # after H(W_g) and H(params)
     ("bundle truncated", MsgType.SHARE_BUNDLE, None, lambda d: [d[:30]], DecodeError),
     ("bundle short of a recipient", MsgType.SHARE_BUNDLE, None,
      lambda d: [(lambda b: msg.ShareBundle(1, 0, 1, b.ciphertexts[1:], b.combined).encode())(

@@ -26,7 +26,7 @@ H = bytes(range(32))
 def samples():
     return [
         msg.RoundStart(1, 0, 0xFFFFFFFF, P, H, CERT, tuple((i, CERT) for i in range(4)), E),
-        msg.Advertise(1, 0, 2, H, E, ((E,) * P.t,) * (2 * P.M)),
+        msg.Advertise(1, 0, 2, H, P.digest(), E, ((E,) * P.t,) * (2 * P.M)),
         msg.AdvertiseList(1, 0, 0xFFFFFFFF, (b"a", b"bc")),
         msg.ShareBundle(1, 0, 2, ((0, b"x" * 40), (1, b"y" * 40)), (E,) * P.t),
         msg.ShareDelivery(1, 0, 0xFFFFFFFF, (0, 1, 3), b"table", H, ((0, H, (E,) * P.t), (3, H, (E,) * P.t)),
@@ -44,7 +44,7 @@ def samples():
         msg.UnmaskResponse(1, 2, 1, ((0, ShareKind.SELF_SEED, Share(2, 5)), (3, ShareKind.DH_SECRET, Share(2, 9)))),
         msg.BlameRequest(1, 5, 0xFFFFFFFF, H, (3, 7), ((b"v1",),) * P.R_max, (((0, 5),),) * P.R_max,
                          (((1, 9),),) * P.R_max),
-        msg.Opening(1, 5, 2, ((3, ((0, H), (1, H))), (7, ((0, H),)))),
+        msg.Opening(1, 5, 2, H, ((0, E), (1, E)), ((3, ((0, H), (1, H))), (7, ((1, H), (0, H))))),
         msg.Dispute(1, 5, 0xFFFFFFFF, 4, b"signed opening"),
         msg.DisputeAnswer(1, 5, 2, 4, E, b"p" * 64),
         msg.Refusal(1, 2, 1, "Refused", "no"),
@@ -122,7 +122,7 @@ def test_bounds_against_params():
     with pytest.raises(DecodeError, match="counts"):
         msg.decode(msg.MaskRequest(1, 2, 0, tuple(range(P.n + 1))).encode(), CTX)
     with pytest.raises(DecodeError, match="commits to"):
-        msg.decode(msg.Advertise(1, 0, 2, H, E, ((E,) * P.t,) * 2).encode(), CTX)
+        msg.decode(msg.Advertise(1, 0, 2, H, P.digest(), E, ((E,) * P.t,) * 2).encode(), CTX)
     with pytest.raises(DecodeError, match="sorted"):
         msg.decode(msg.UnmaskRequest(1, 2, 0, (3, 1)).encode(), CTX)
     with pytest.raises(DecodeError, match="repeated"):

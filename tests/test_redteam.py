@@ -43,4 +43,4 @@ def test_a_marked_global_model_is_refused_before_anything_is_revealed():
     r = reshuffle.shuffle(make_updates(6, d=8, seed=3), seed=3, adversaries=[b], raise_on_failure=False)
     assert r.models == [] and r.failure is not None
     assert all(not v.revealed for v in r.views.values())
-    assert any("another round or model" in str(e) for i in range(1, 6) for e in r.views[i].errors)
+    assert any("another round, model" in str(e) for i in range(1, 6) for e in r.views[i].errors)

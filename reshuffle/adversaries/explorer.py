@@ -12,6 +12,9 @@ slots, so that collisions, early ends and openings happen) and searches every or
 to every participant whose table and checks accept it (with ``split``, also to each
 one alone, which lets the PS show participants different things):
 
+- the round parameters: with ``announce``, a ROUND_START for every c and t the messages
+  allow (0 <= c < N, (N + c)/2 < t <= N), so the PS may announce fewer colluders than it
+  has (the colluders are the configuration's, whatever it announces);
 - the steps of the round, each as soon as the PS can build it: ROUND_START, the
   advertisement list, the share delivery (whole, or without one dealer's shares, which
   makes its recipients complain), complaints (for the complainers that signed them, in
@@ -40,6 +43,9 @@ so commuting deliveries are explored once.
    or after the upload of that slot phase).
 3. *No link*: at every leaf the PS, as the attacker would, unmasks and links everything
    it can (:func:`~reshuffle.adversaries.linker.link`); a linked honest model is a break.
+4. *Nobody honest named*: at every leaf the PS forges evidence of every kind against every
+   honest participant from what it holds (:mod:`~reshuffle.adversaries.forger`); evidence a
+   checker accepts is a break. Knowledge only grows along a path, so the leaves cover every state.
 
 :func:`explore` reports the states and schedules (leaves) it covered, and every
 violation with the schedule that reached it.
@@ -53,6 +59,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from reshuffle.adversaries.forger import accepted as forged_evidence
 from reshuffle.adversaries.linker import PSView, correct_links, link, read_sum, secrets_of
 from reshuffle.adversaries.ps import colluder_secrets
 from reshuffle.crypto import voprf
@@ -66,7 +73,7 @@ from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.decoys import Decoys, commitment, decoy_positions
 from reshuffle.protocol.messages import MsgType, ShareKind
-from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.params import RoundParams, TrustFloors
 from reshuffle.protocol.participant import Participant, global_model_hash, ot_proof_context
 from reshuffle.protocol.phases import PPhase
 
@@ -79,8 +86,11 @@ class ExploreConfig:
     """The round explored and the search's bounds.
 
     ``colluders`` share every secret with the PS (honest behaviour otherwise); the checks
-    and the links count the other participants. ``depth`` bounds the moves on one path,
-    ``budget`` the distinct states visited.
+    and the links count the other participants. They may be more than an announced c, but
+    at most the participants' own floor c (the guarantees assume no more). ``announce``: the
+    PS announces every c and t the messages allow (else only ``c`` with its default t).
+    ``forge``: at every leaf, forged evidence against every honest participant. ``depth``
+    bounds the moves on one path, ``budget`` the distinct states visited.
     """
 
     N: int = 4
@@ -95,18 +105,35 @@ class ExploreConfig:
     budget: int = 3000
     split: bool = False
     replays: bool = True
+    announce: bool = True
+    forge: bool = True
     seed: int = 1
 
     def params(self) -> RoundParams:
         return RoundParams.default(self.N, self.d, n=self.n, k=self.k, R_max=self.R_max, decoys=self.decoys,
                                    c=self.c)
 
+    def announced(self) -> list[RoundParams]:
+        """The parameters the PS may announce: every (c, t) the messages allow, or only :meth:`params`."""
+        p = self.params()
+        if not self.announce:
+            return [p]
+        out = [p]
+        for c in range(self.N):
+            for t in range((self.N + c) // 2 + 1, self.N + 1):
+                q = replace(p, c=c, t=t)
+                if q != p:
+                    out.append(q.validated())
+        return out
+
     def check(self) -> "ExploreConfig":
         self.params()
         if not 2 <= self.N <= 8:
             raise ConfigError(f"the explorer plays rounds of 2 to 8 participants, got N={self.N}")
-        if any(not 0 <= i < self.N for i in self.colluders) or len(set(self.colluders)) > self.c:
-            raise ConfigError(f"colluders {self.colluders} must be at most c={self.c} participant ids below N")
+        floor = TrustFloors().c(self.N)
+        if any(not 0 <= i < self.N for i in self.colluders) or len(set(self.colluders)) > floor:
+            raise ConfigError(f"colluders {self.colluders} must be at most the participants' own floor c={floor} "
+                              "participant ids below N (the guarantees assume no more)")
         if self.depth < 1 or self.budget < 1:
             raise ConfigError(f"depth and budget must be >= 1, got {self.depth} and {self.budget}")
         return self
@@ -139,6 +166,9 @@ class ExploreReport:
     uploads: int = 0  # paths on which some honest participant uploaded
     #: (honest models linked, honest uploaders) on the schedule an attacker would pick: most links, then most rows
     best: tuple[int, int] = (0, 0)
+    evidence_tried: int = 0  # forged evidence candidates checked at the leaves (each refused, or a violation)
+    #: the (c, t) of every ROUND_START some participant accepted (the others were refused below its floors)
+    announced: list[tuple[int, int]] = field(default_factory=list)
     seconds: float = 0.0
     #: accepted moves by kind (message type, or "replay <type>"): what the search exercised
     kinds: dict[str, int] = field(default_factory=dict)
@@ -175,8 +205,10 @@ class _Round:
                                          ident.participant_rng[i]) for i in range(cfg.N)}
         self._tables: dict[int, OTSender] = {}
         self._signed: dict[bytes, bytes] = {}
-        self.start = msg.RoundStart(T, 0, SERVER_ID, p, self.gh, self.cert, tuple(sorted(self.roster.items())),
-                                    self.cred_key).encode(self.sk)
+        # One ROUND_START per announcement; n, k, decoys and R_max are the same in all of them.
+        self.starts = {q: msg.RoundStart(T, 0, SERVER_ID, q, self.gh, self.cert, tuple(sorted(self.roster.items())),
+                                         self.cred_key).encode(self.sk) for q in cfg.announced()}
+        self.keys = {i: c.key for i, c in self.roster.items()}
 
     def rng(self, *parts) -> SeededRandom:
         """Deterministic randomness for one PS message (the same message in every branch)."""
@@ -201,6 +233,7 @@ class _Round:
 # --------------------------------------------------------------------------- one node of the search
 @dataclass
 class _World:
+    p: RoundParams  # the parameters announced (the configuration's until a ROUND_START is accepted)
     parts: dict[int, Participant]
     inbox: dict[int, bytes]  # pid -> hash chain of the messages it accepted
     got: dict[int, frozenset]  # pid -> hashes of the messages it accepted (no replay twice)
@@ -237,23 +270,27 @@ class Explorer:
         self._secrets: dict[frozenset, dict] = {}
         self._sums: dict[tuple, np.ndarray | None] = {}
         self._links: dict[tuple, list[int]] = {}
+        self._forged: dict[tuple, list] = {}
+        self._checked: dict = {}  # each distinct forged candidate's verdict
         self._decoded: dict[bytes, msg.Message | None] = {}
         self.report = ExploreReport()
 
-    def _decode(self, data: bytes) -> msg.Message | None:
-        """Decoding is a pure function of the bytes and the round: each message is decoded once."""
-        if data not in self._decoded:
+    def _decode(self, w: "_World", data: bytes) -> msg.Message | None:
+        """Decoding is a pure function of the bytes and the announced parameters: each is decoded once."""
+        key = (w.p, data)
+        if key not in self._decoded:
             try:
-                self._decoded[data] = msg.decode(data, self.r.ctx)
+                self._decoded[key] = msg.decode(data, msg.Context(self.r.group, w.p))
             except ProtocolError:
-                self._decoded[data] = None
-        return self._decoded[data]
+                self._decoded[key] = None
+        return self._decoded[key]
 
     def _known_secrets(self, w: "_World") -> dict:
         """secrets_of(view), once per distinct knowledge."""
-        if w.view.known not in self._secrets:
-            self._secrets[w.view.known] = secrets_of(w.view)
-        return self._secrets[w.view.known]
+        key = (w.p, w.view.known)
+        if key not in self._secrets:
+            self._secrets[key] = secrets_of(w.view)
+        return self._secrets[key]
 
     # -- delivering -------------------------------------------------------------------------------
     def _deliver(self, w: _World, pid: int, data: bytes) -> tuple[Participant, list[bytes]] | None:
@@ -282,6 +319,9 @@ class Explorer:
         ``chain_for``: (m, chain) for a MASK_REQUEST (the counts it publishes in which slot phase), or
         ("restart", phase) for a RESTART that begins slot phase ``phase``."""
         out, any_ok = w.branch(), False
+        if chain_for is not None and chain_for[0] == "start":
+            # The PS's knowledge is read under the parameters it announced.
+            out.p, out.view, chain_for = chain_for[1], PSView(chain_for[1], T), None
         restart = chain_for is not None and chain_for[0] == "restart"
         if restart:
             out.phases = max(out.phases, chain_for[1] + 1)
@@ -309,13 +349,13 @@ class Explorer:
     def _absorb(self, w: _World, pid: int, data: bytes, replies: list[bytes]) -> None:
         t = msg.peek_type(data)
         if t is MsgType.UNMASK_REQUEST:
-            req = self._decode(data)
+            req = self._decode(w, data)
             w.asked[(pid, req.m)] = req.online
         for raw in replies:
-            m = w.view.absorb(pid, raw, self._decode(raw))
+            m = w.view.absorb(pid, raw, self._decode(w, raw))
             if isinstance(m, msg.MaskedInput):
                 chain = w.pending.get((pid, m.m))
-                if m.m <= self.r.p.R_max and chain is not None:
+                if m.m <= w.p.R_max and chain is not None:
                     w.chains[(m.m, bytes(m.h))] = chain
                     w.view.table_of = {**w.view.table_of, bytes(m.h): chain[0]}
                 w.events[pid] = w.events[pid] + (("vec", m.m, w.phase_of.get(pid, 0)),)
@@ -359,11 +399,16 @@ class Explorer:
 
     # One builder per message kind: the PS's legitimate way to make it from what it holds.
     def _round_start(self, w, pids):
-        yield from self._targets("ROUND_START", [(i, self.r.start) for i in pids])
+        for q, data in self.r.starts.items():
+            name = "ROUND_START" if q == self.r.p else f"ROUND_START (c={q.c}, t={q.t})"
+            deliveries = [(i, data) for i in pids]
+            # Only the configuration's own is also shown to each participant alone (a forked start).
+            moves = self._targets(name, deliveries, ("start", q)) if q == self.r.p else [(name, deliveries, ("start", q))]
+            yield from moves
 
     def _advertise_list(self, w, pids):
         adverts = w.view.adverts
-        if len(adverts) >= self.r.p.t:
+        if len(adverts) >= w.p.t:
             data = self.r.sign(msg.AdvertiseList(T, 0, SERVER_ID, tuple(msg.relay_bytes(adverts[i])
                                                                         for i in sorted(adverts))))
             yield from self._targets("ADVERTISE_LIST", [(i, data) for i in pids])
@@ -371,7 +416,7 @@ class Explorer:
     def _share_delivery(self, w, pids):
         bundles = w.view.bundles
         U0 = sorted(bundles)
-        if len(U0) < self.r.p.t:
+        if len(U0) < w.p.t:
             return
         table = self.r.table(0).table.encode()
         commit = commitment(T, self.r.decoy_seed(0))
@@ -392,11 +437,13 @@ class Explorer:
 
     def _complaints(self, w, pids):
         signed = {d: sorted(i for i, r in w.view.ot_requests.items() if d in r.complaints) for d in pids}
-        others = {d: sorted(j for j in w.view.bundles if j != d) for d in pids}
-        cap = self.r.p.t - 1 - self.r.p.c  # the most a dealer answers
+        # Honest names first: a colluder's own shares come free, so the cap is spent on the others'.
+        others = {d: sorted((j for j in w.view.bundles if j != d), key=lambda j: (j in self.cfg.colluders, j))
+                  for d in pids}
+        cap = w.p.t - 1 - w.p.c  # the most a dealer answers under the announced c
         for name, lists in (("COMPLAINTS (signed)", signed), ("COMPLAINTS (in everyone's name)", others),
                             (f"COMPLAINTS (in {cap} names)", {d: c[:cap] for d, c in others.items()})):
-            out = [(d, self.r.sign(msg.Complaints(T, 0, SERVER_ID, tuple(c)))) for d, c in lists.items() if c]
+            out = [(d, self.r.sign(msg.Complaints(T, 0, SERVER_ID, tuple(sorted(c))))) for d, c in lists.items() if c]
             if out:
                 yield from self._targets(name, out)
 
@@ -407,7 +454,7 @@ class Explorer:
             if req is None:
                 continue
             try:
-                ot_req = OTRequest.decode(g, req.request, self.r.p.k)
+                ot_req = OTRequest.decode(g, req.request, w.p.k)
                 sender = self.r.table(0)
                 ans = sender.evaluate(ot_req)
             except ProtocolError:
@@ -426,7 +473,7 @@ class Explorer:
         groups: dict[tuple[int, bytes], set[int]] = {}
         for v in w.view.vectors:
             groups.setdefault((v.m, bytes(v.h)), set()).add(v.sender)
-        t = self.r.p.t
+        t = w.p.t
         for (m, h), senders in sorted(groups.items()):
             U = tuple(sorted(senders))
             for name, online in ((f"U_{m}", U), (f"U_{m} less {U[-1]}", U[:-1])):
@@ -452,19 +499,19 @@ class Explorer:
             if U is not None and h is not None:
                 stmts.setdefault((c.m, U, h), []).append((c.sender, c.consent))
         for (m, U, h), sigs in sorted(stmts.items()):
-            if len(sigs) >= self.r.p.t:
+            if len(sigs) >= w.p.t:
                 data = self.r.sign(msg.CertificateMsg(T, m, SERVER_ID, U, tuple(sorted(sigs))))
                 to = [(i, data) for i, _ in sigs if i in pids]
                 if to:
                     yield from self._targets(f"CERTIFICATE U_{m}", to)
 
     def _mask_request(self, w, pids):
-        p = self.r.p
+        p = w.p
         # After an iteration whose counts it can read: the next iteration, or the upload.
         for (r, h), (phase, history) in sorted(w.chains.items()):
             if r > p.R_max:
                 continue
-            key = (w.view.known, r, h)
+            key = (w.p, w.view.known, r, h)
             if key not in self._sums:
                 self._sums[key] = read_sum(w.view, self._known_secrets(w), r, h)
             plain = self._sums[key]
@@ -522,7 +569,7 @@ class Explorer:
             sender = self.r.table(phase)
             commit = commitment(T, self.r.decoy_seed(phase))
             for resume in (r + 1, r + 2):
-                if resume > self.r.p.R_max:
+                if resume > w.p.R_max:
                     continue
                 data = self.r.sign(msg.Restart(T, resume, SERVER_ID, r, sender.table.encode(), commit, (), silent))
                 yield from self._targets(f"RESTART at {resume} after opening {r} (slot phase {phase})",
@@ -536,7 +583,7 @@ class Explorer:
             if phase is None or req is None:
                 continue
             try:
-                ot_req = OTRequest.decode(g, req.request, self.r.p.k)
+                ot_req = OTRequest.decode(g, req.request, w.p.k)
                 sender = self.r.table(phase)
                 ans = sender.evaluate(ot_req)
             except ProtocolError:
@@ -548,7 +595,7 @@ class Explorer:
 
     def _blame_request(self, w, pids):
         """Opens the decoy seed of the slot phase that placed the upload and asks for the decoy rows' keys."""
-        p, up = self.r.p, self.r.p.upload_m
+        p, up = w.p, w.p.upload_m
         secrets = None
         for i in pids:
             chain = w.pending.get((i, up))
@@ -579,7 +626,7 @@ class Explorer:
 
     # -- the search ---------------------------------------------------------------------------------
     def _check(self, w: _World) -> None:
-        up = self.r.p.upload_m
+        up = w.p.upload_m
         for pid in self.honest:
             ev = w.events[pid]
             vecs = [m for kind, m, _ in ev if kind == "vec"]
@@ -598,7 +645,7 @@ class Explorer:
 
     def _leaf(self, w: _World) -> None:
         self.report.schedules += 1
-        up = self.r.p.upload_m
+        up = w.p.upload_m
         if any(("vec", up) == e[:2] for pid in self.honest for e in w.events[pid]):
             self.report.uploads += 1
         view = w.view.fork()
@@ -607,7 +654,8 @@ class Explorer:
             if w.parts[pid].state.session is not None:
                 view.colluders = {**view.colluders, pid: colluder_secrets(w.parts[pid])}
         truth = {i: w.parts[i].view.row_tags for i in self.honest if w.parts[i].view.row_tags}
-        key = (view.known, view.tables, tuple(sorted(truth.items())), tuple(w.inbox[c] for c in self.cfg.colluders))
+        key = (w.p, view.known, view.tables, tuple(sorted(truth.items())),
+               tuple(w.inbox[c] for c in self.cfg.colluders))
         if key not in self._links:
             self._links[key] = correct_links(link(view), truth)
         linked = self._links[key]
@@ -615,11 +663,19 @@ class Explorer:
         self.report.best = max(self.report.best, (len(linked), len(truth)))
         if linked:
             self._violate("no link", linked[0], f"the PS linked the models of {linked}", w)
+        if self.cfg.forge:
+            fkey = (w.p, view.known, tuple(w.inbox[c] for c in self.cfg.colluders))
+            if fkey not in self._forged:
+                forged, tried = forged_evidence([view], self.honest, self.r.keys, self._checked, every_kind=False)
+                self._forged[fkey] = forged
+                self.report.evidence_tried += tried
+            for f in self._forged[fkey]:
+                self._violate("nobody honest named", f.pid, f"a checker accepts forged evidence: {f}", w)
 
     def run(self) -> ExploreReport:
         t0 = time.perf_counter()
         N = self.cfg.N
-        root = _World(dict(self.r.parts), {i: bytes(32) for i in range(N)}, {i: frozenset() for i in range(N)},
+        root = _World(self.r.p, dict(self.r.parts), {i: bytes(32) for i in range(N)}, {i: frozenset() for i in range(N)},
                       PSView(self.r.p, T), (), {}, {}, {}, 1, {i: () for i in range(N)})
         seen = {root.key()}
         stack = [root]
@@ -635,6 +691,8 @@ class Explorer:
                         continue
                     kind = " ".join(name.split()[:2]) if name.startswith("replay") else name.split()[0]
                     self.report.kinds[kind] = self.report.kinds.get(kind, 0) + 1
+                    if kind == "ROUND_START" and (child.p.c, child.p.t) not in self.report.announced:
+                        self.report.announced = sorted({*self.report.announced, (child.p.c, child.p.t)})
                     k = child.key()
                     if k in seen:
                         continue

@@ -62,6 +62,8 @@ class PSView:
     reveals: tuple[msg.OpenReveal, ...] = ()
     answers: tuple[msg.ComplaintAnswer, ...] = ()  # shares published against complaints
     slot_requests: tuple[msg.SlotRequest, ...] = ()
+    openings: tuple[msg.Opening, ...] = ()  # signed openings of decoy rows (blame step)
+    objections: tuple[msg.Objection, ...] = ()
     #: every OT table it drew: the tokens by slot (the PS is the OT sender)
     tables: tuple[tuple[bytes, ...], ...] = ()
     #: h_m of a reservation iteration -> index in ``tables`` of its slot phase's table
@@ -105,7 +107,8 @@ class PSView:
 
 
 _FILED = {msg.MaskedInput: "vectors", msg.Consent: "consents", msg.UnmaskResponse: "shares",
-          msg.OpenReveal: "reveals", msg.ComplaintAnswer: "answers", msg.SlotRequest: "slot_requests"}
+          msg.OpenReveal: "reveals", msg.ComplaintAnswer: "answers", msg.SlotRequest: "slot_requests",
+          msg.Opening: "openings", msg.Objection: "objections"}
 
 
 @dataclass
@@ -124,7 +127,7 @@ def secrets_of(view: PSView) -> dict[tuple[int, int, ShareKind], int]:
     out: dict[tuple[int, int, ShareKind], int] = {}
     for pid, known in view.colluders.items():
         for key, s in known.items():
-            if key != "held":
+            if isinstance(key, tuple):
                 m, kind = key
                 out[(pid, m, kind)] = s
     for rv in view.reveals:

@@ -311,7 +311,7 @@ class FalseOpening(Jam):
                 rows.append((pos, tuple(keys)))
             from dataclasses import replace
 
-            op = msg.Opening(op.T, op.m, op.sender, tuple(rows))
+            op = replace(op, rows=tuple(rows))
             return replace(s, opening=op), [op]
 
     def holds(self, result, honest) -> Verdict:

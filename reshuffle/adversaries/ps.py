@@ -24,9 +24,11 @@ from reshuffle.protocol.reservation import settled_slots
 from reshuffle.protocol.server import DisputeStep, Server, UnmaskStep
 
 
-def exposed(result, honest: list[int]) -> list[tuple[int, int]]:
-    """(owner, m) of honest owners whose self seed AND DH secret reached t shares (colluders counted)."""
+def exposed(result, honest: list[int], colluders: int = 0) -> list[tuple[int, int]]:
+    """(owner, m) of honest owners whose self seed AND DH secret reached t shares (colluders counted:
+    ``colluders`` of them, or the announced c if larger)."""
     p = result.params
+    c = max(p.c, colluders)
     out = []
     for m in range(1, p.upload_m + 1):
         counts: dict[tuple[int, ShareKind], int] = Counter()
@@ -34,8 +36,8 @@ def exposed(result, honest: list[int]) -> list[tuple[int, int]]:
             for owner, kind in result.views[i].revealed.get(m, {}).items():
                 counts[(owner, kind)] += 1
         for j in honest:
-            # The PS's colluders may add their c shares of each kind.
-            if min(counts[(j, ShareKind.SELF_SEED)], counts[(j, ShareKind.DH_SECRET)]) + p.c >= p.t:
+            # The PS's colluders may add their shares of each kind.
+            if min(counts[(j, ShareKind.SELF_SEED)], counts[(j, ShareKind.DH_SECRET)]) + c >= p.t:
                 out.append((j, m))
     return out
 
@@ -66,12 +68,14 @@ class CuriousServer(Server):
 
 
 def colluder_secrets(p: Participant) -> dict:
-    """Everything a colluding participant hands the PS: its own secrets and the shares it holds."""
+    """Everything a colluding participant hands the PS: its own secrets, the shares it holds and its
+    signing key (it signs whatever the PS asks)."""
     keys = p.state.session.keys
     held = {(owner, idx // 2 + 1, ShareKind.DH_SECRET if idx % 2 else ShareKind.SELF_SEED): y
             for owner, ys in p.state.held.items() for idx, y in enumerate(ys)}
     return {**{(m + 1, ShareKind.SELF_SEED): b for m, b in enumerate(keys.seeds)},
-            **{(m + 1, ShareKind.DH_SECRET): kp.secret for m, kp in enumerate(keys.mask)}, "held": held}
+            **{(m + 1, ShareKind.DH_SECRET): kp.secret for m, kp in enumerate(keys.mask)}, "held": held,
+            "sk": p._sk}
 
 
 class LinkingPS(PSBehaviour):
@@ -88,10 +92,12 @@ class LinkingPS(PSBehaviour):
     def __init__(self) -> None:
         self.coalition: dict[int, Participant] = {}
         self.server: CuriousServer | None = None
+        self.servers: list[CuriousServer] = []  # one per anonymity group (one without groups)
 
     def make(self, *args, **kwargs) -> CuriousServer:
         s = super().make(*args, **kwargs)
         self.server = s
+        self.servers.append(s)
         return s
 
     def make_participant(self, pid: int, *args, **kwargs) -> Participant:
@@ -101,18 +107,18 @@ class LinkingPS(PSBehaviour):
         return p
 
     def links(self, result, honest) -> list[int]:
-        """Honest participants the PS linked to their own model (grouped rounds: none is scored)."""
-        if self.server is None:
-            return []
-        view = self.server.view
-        for pid, p in self.coalition.items():
-            if p.state.session is not None:
-                view.colluders = {**view.colluders, pid: colluder_secrets(p)}
+        """Honest participants the PS linked to their own model (in a round in groups, in any group)."""
+        secrets = {pid: colluder_secrets(p) for pid, p in self.coalition.items() if p.state.session is not None}
         truth = {i: result.views[i].row_tags for i in honest if result.views[i].row_tags}
-        return correct_links(link(view), truth)
+        linked: set[int] = set()
+        for s in self.servers:
+            # A colluder's shares are keyed by owner: those of another group's members find no advertisement.
+            s.view.colluders = {**s.view.colluders, **secrets}
+            linked.update(correct_links(link(s.view), truth))
+        return sorted(linked)
 
     def verdict(self, result, honest, detected_by: str) -> Verdict:
-        leaks = exposed(result, honest)
+        leaks = exposed(result, honest, len(self.colluders))
         linked = self.links(result, honest)
         wrong = sorted(set(result.blamed) & set(honest))
         got = sum(i in result.positions for i in honest)
@@ -364,8 +370,9 @@ class ForgedDispute(_PSAttack):
             if t not in ops:
                 return super()._close_blame(st)
             partner = next(j for j in sorted(ops) if j != t)
-            forged = msg.Opening(self.T, st.m, partner, tuple(
-                (pos, tuple((j, bytes(32)) for j, _ in keys)) for pos, keys in ops[partner][0].rows))
+            real_op = ops[partner][0]
+            forged = msg.Opening(self.T, st.m, partner, real_op.h, real_op.peers, tuple(
+                (pos, tuple((j, bytes(32)) for j, _ in keys)) for pos, keys in real_op.rows))
             # Unsigned by the partner (signed by the PS instead), and a copy of the real one: neither may work.
             fake = forged.encode(self._sk)
             real = ops[partner][1]

@@ -52,4 +52,25 @@ class AnswersEveryComplaint(Participant):
         return replace(s, phase=PPhase.ANSWERED), [answer]
 
 
-__all__ = ["AnswersEveryComplaint", "ReopensAfterUpload"]
+class TrustsAnnouncedParameters(Participant):
+    """Before the fix: a participant takes the c, t, decoys and R_max the PS announces, and caps the
+    complaints it answers with the announced c."""
+
+    def _check_floors(self, p) -> None:
+        """It checks nothing beyond what validation demands (0 <= c < N, (N + c)/2 < t)."""
+
+    def _colluders(self, p) -> int:
+        return p.c
+
+
+class OpensWithoutView(Participant):
+    """Before the fix: the opening of the decoy rows signed the keys only, not the h_M they were derived
+    under (signed here as zeros), so a checker took h_M from the evidence, which the PS writes."""
+
+    def _on_blame_request(self, s, m: msg.BlameRequest):
+        s, (op,) = super()._on_blame_request(s, m)
+        op = replace(op, h=bytes(len(op.h)))
+        return replace(s, opening=op), [op]
+
+
+__all__ = ["AnswersEveryComplaint", "OpensWithoutView", "ReopensAfterUpload", "TrustsAnnouncedParameters"]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reshuffle.errors import ConfigError
+from reshuffle.protocol.params import smallest_round
 from reshuffle.run.config import SimConfig, from_mapping
 
 ARRAYS, CONFIG, METRICS = "arrays", "config", "metrics"
@@ -51,11 +52,12 @@ def settings(run_config: dict[str, Any]) -> FlowerSettings:
     if "clients" in sim_values:
         raise ConfigError("clients is the number of connected nodes on Flower; sample them with fraction "
                           "or clients-per-round")
-    # A stand-in for the nodes that connect: the fewest for which the sampling settings give a round of 2.
+    # A stand-in for the nodes that connect: the fewest for which the sampling settings give the smallest round.
+    least = smallest_round()
     per_round, frac = sim_values.get("clients-per-round"), sim_values.get("fraction", 1.0)
-    stand_in = per_round if isinstance(per_round, int) and per_round > 2 else 2
+    stand_in = per_round if isinstance(per_round, int) and per_round > least else least
     if isinstance(frac, (int, float)) and not isinstance(frac, bool) and 0 < frac < 1:
-        stand_in = max(stand_in, math.ceil(2 / frac))
+        stand_in = max(stand_in, math.ceil(least / frac))
     sim_values["clients"] = stand_in
     sim = from_mapping(sim_values, source="run config")
     if sim.shuffle != "real":

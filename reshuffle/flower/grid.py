@@ -48,10 +48,10 @@ from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, 
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
 from reshuffle.protocol.driver import PS, make_ps
 from reshuffle.protocol.groups import check_collusion, check_group_size
-from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.params import RoundParams, smallest_round
 from reshuffle.protocol.participant import global_model_hash
 
-ROUND_PARAMS = {"n", "k", "t", "R_max", "group"}
+ROUND_PARAMS = {"n", "k", "t", "c", "R_max", "group"}
 
 
 @dataclass
@@ -252,8 +252,9 @@ class _Round:
         self.pid_of = {node: pid for pid, node in self.node_of.items()}
         self.claim_by_node = {m.metadata.dst_node_id: m for m in self.claim_out}
         self.report.roster = len(roster)
-        if len(roster) < 2:
-            raise BelowThreshold(f"{len(roster)} node(s) answered the claim message with a valid claim")
+        if len(roster) < smallest_round():
+            raise BelowThreshold(f"{len(roster)} node(s) answered the claim message with a valid claim; a round "
+                                 f"needs at least {smallest_round()}")
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
         self.server = make_ps(self.T, roster, g._sk, g._cert, g._ca, self.hash, d=self.d,
                               overrides={"payload": "words", **g.round_params}, group_size=g.group_size,
@@ -299,9 +300,10 @@ class ReshuffleGrid(Grid):
     group_size : anonymity groups of about this size (docs/protocol.md, "Anonymity groups"): the
         roster is split by a commit-reveal among the nodes and each group runs its own round;
         ``None`` (default) runs one round among all.
-    group_collusion : fraction of each group assumed to collude with the PS (c_j = ⌊f·N_j⌋;
+    group_collusion : fraction of each group assumed to collude with the PS (c_j = max(1, ⌊f·N_j⌋);
         default 0.2); with ``group_size`` only.
-    **round_params : RoundParams overrides ``n``, ``k``, ``t``, ``R_max``, ``group``.
+    **round_params : RoundParams overrides ``n``, ``k``, ``t``, ``c``, ``R_max``, ``group`` (``c`` and ``t`` at
+        least what the nodes' own floors demand, or they refuse the round).
 
     Attributes
     ----------
@@ -329,7 +331,7 @@ class ReshuffleGrid(Grid):
             raise ConfigError("group_collusion needs group_size")
         if group_size is not None:
             check_group_size(group_size)
-            fixed = set(round_params) & {"n", "k", "t"}
+            fixed = set(round_params) & {"n", "k", "t", "c"}
             if fixed:
                 raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size")
         unknown = set(round_params) - ROUND_PARAMS
@@ -341,7 +343,8 @@ class ReshuffleGrid(Grid):
                 continue
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
                 raise ConfigError(f"{name} must be a positive number, got {v!r}")
-        RoundParams.default(2, 1, payload="words", **round_params)  # reject bad overrides now
+        # Reject bad overrides now (c against the federation's size at each round: it must leave two honest).
+        RoundParams.default(smallest_round(), 1, payload="words", **{k: v for k, v in round_params.items() if k != "c"})
         records.reply_words(RecordDict(), metrics_budget)
         self._grid = grid
         self.key_dir = key_dir

@@ -20,6 +20,10 @@
 A train message without the reserved record is refused: a node that runs this
 mod never sends a train reply that is linked to it. Evaluate and query messages
 pass through unchanged.
+
+The round parameters are the server's to announce; the node's own bounds on them come
+from its node config (:data:`NODE_SETTINGS`), never from the server, and the node refuses
+a round beyond them (docs/protocol.md §11, docs/flower.md).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, R
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_SIMULATION, claim, node_identity, node_mode
 from reshuffle.flower.reserved import LEDGER, RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN, STATE
+from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.session import SessionState
 
@@ -52,6 +57,7 @@ def _claim(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
         # absence removes: a node takes part in each round number once (docs/protocol.md §10).
         raise Refused(f"claim for round {T}: this node took part in round {last} already; a round runs once")
     reserved.uint(rec, "words", reserved.MAX_WORDS)
+    node_trust(ctx.node_config)  # a node whose own bounds are misconfigured takes part in nothing
     mode = reserved.field(rec, "keys", str)
     global_hash = reserved.field(rec, "hash", bytes)
     if len(global_hash) != HASH_BYTES:  # type: ignore[arg-type]
@@ -104,14 +110,14 @@ def _train(msg: Message, ctx: Context, call_next: ClientAppCallable, rec: Config
     if reply.has_error():
         raise ConfigError(f"the app's train handler failed: {reply.error.reason}")
     words = records.to_words(reply.content, d)
-    min_group = _min_group(ctx.node_config)
+    trust = node_trust(ctx.node_config)
     p = _LIVE.pop(_state_key(state), None)
     if p is None:
-        p = state.participant(None, min_group)
+        p = state.participant(None, *trust)
     p.provide_model(words)  # checks d against the round's parameters
     state = state.with_model(words)
     _LIVE[_state_key(state)] = p
-    return _handle_all(msg, ctx, state, rec, min_group)
+    return _handle_all(msg, ctx, state, rec, trust)
 
 
 # Participants kept alive between messages when this process lives on (simulation,
@@ -132,23 +138,41 @@ def _state_key(state: SessionState) -> bytes:
 
 
 NODE_MIN_GROUP = "reshuffle-min-group"  # node_config: this node refuses anonymity groups smaller than this
+#: node_config keys of the node's own bounds on the round parameters, and the TrustFloors field each sets
+NODE_SETTINGS = {
+    "reshuffle-collusion": "collusion",  # c >= max(1, ⌊collusion·N⌋) (default 0.2)
+    "reshuffle-min-anonymity": "anonymity",  # honest members it is hidden among: N − c and |U_m| − c (default 2)
+    "reshuffle-min-decoys": "decoys",  # the least decoys d_y (default: 2 from N = 10, else 1)
+    "reshuffle-max-iterations": "R_max",  # a ceiling on the reservation iterations R_max (default 16)
+}
 
 
-def _min_group(node_config) -> int | None:
-    if NODE_MIN_GROUP not in node_config:
-        return None
-    v = node_config[NODE_MIN_GROUP]
-    if not isinstance(v, int) or isinstance(v, bool) or v < 2:
-        raise ConfigError(f"node_config {NODE_MIN_GROUP} must be an int >= 2, got {v!r}")
-    return v
+def node_trust(node_config) -> tuple[int | None, TrustFloors]:
+    """(its floor on the group size, its :class:`TrustFloors`) from the node's own config; ConfigError names
+    the key of a bad value."""
+    min_group = None
+    if NODE_MIN_GROUP in node_config:
+        min_group = node_config[NODE_MIN_GROUP]
+        if not isinstance(min_group, int) or isinstance(min_group, bool) or min_group < 2:
+            raise ConfigError(f"node_config {NODE_MIN_GROUP} must be an int >= 2, got {min_group!r}")
+    fields = {}
+    for key, name in NODE_SETTINGS.items():
+        if key in node_config:
+            v = node_config[key]
+            fields[name] = float(v) if name == "collusion" and isinstance(v, int) and not isinstance(v, bool) else v
+    try:
+        return min_group, TrustFloors(**fields)
+    except ConfigError as exc:
+        raise ConfigError(f"node_config {', '.join(k for k in NODE_SETTINGS if k in node_config)}: {exc}") from None
 
 
-def _advance(state: SessionState, data: bytes, min_group: int | None = None) -> tuple[SessionState, list[bytes]]:
+def _advance(state: SessionState, data: bytes, trust: tuple[int | None, TrustFloors | None] = (None, None)
+             ) -> tuple[SessionState, list[bytes]]:
     """``session.handle(state, data)``, reusing a live participant in exactly ``state`` if there is one."""
     p = _LIVE.pop(_state_key(state), None)
     if p is None:
         # A grouped participant if the round opens with the group assignment.
-        p = state.participant(data, min_group)
+        p = state.participant(data, *trust)
     # session.handle's contract: the participant after the inbox handles the message, which joins the inbox.
     replies = p.handle(data)
     new = replace(state, inbox=state.inbox + (bytes(data),))
@@ -160,15 +184,15 @@ def _advance(state: SessionState, data: bytes, min_group: int | None = None) -> 
 
 def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
     state = _load(ctx, reserved.uint(rec, "T"), "protocol")
-    return _handle_all(msg, ctx, state, rec, _min_group(ctx.node_config))
+    return _handle_all(msg, ctx, state, rec, node_trust(ctx.node_config))
 
 
 def _handle_all(msg: Message, ctx: Context, state: SessionState, rec: ConfigRecord,
-                min_group: int | None) -> Message:
+                trust: tuple[int | None, TrustFloors]) -> Message:
     replies: list[bytes] = []
     for data in reserved.data_list(rec):
         try:
-            state, out = _advance(state, data, min_group)
+            state, out = _advance(state, data, trust)
         except ReShuffleError:
             out = []
         replies.extend(out)

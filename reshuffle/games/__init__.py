@@ -117,12 +117,31 @@ def run_games(quick: bool = False) -> list[Result]:
                          2 / 3))
     # Anonymity groups: the set is the honest members of the challenge row's group (h_j = 2 or 3 here).
     n_group = 20 if quick else 150
-    e = anonymity_game_groups(6, 1, 4, 3, n_group)
-    out.append(_secure("source anonymity, groups [N=6, g=3, c=1, h_j ≤ 3]", "all of the above, per group", e,
+    # Groups of 4 (c_j = 1, t_j = 3): the broken participant's group can still certify U_M without the target.
+    e = anonymity_game_groups(8, 1, 4, 4, n_group)
+    out.append(_secure("source anonymity, groups [N=8, g=4, c=1, h_j ≤ 4]", "all of the above, per group", e,
                        "abs(adv) ≤ bound (adv over 1/h_j)"))
-    e = anonymity_game_groups(6, 1, 4, 3, n_group, broken=True)
+    e = anonymity_game_groups(8, 1, 4, 4, n_group, broken=True)
     out.append(_detected("source anonymity, groups [weak: answers both share kinds]", "all of the above, per group",
-                         e, 0.6))  # 1 − E[1/h_j] = 1 − (2/5·1/2 + 3/5·1/3)
+                         e, 5 / 7))  # 1 − E[1/h_j] = 1 − (3/7·1/3 + 4/7·1/4)
+    out += _blame_games(quick)
+    return out
+
+
+def _blame_games(quick: bool) -> list[Result]:
+    """Blame soundness: the forger, holding the PS's view of two rounds and a colluder's secrets, against
+    the checkers; and against participants whose opening signs no h_M (it must win every trial)."""
+    from reshuffle.adversaries.weak import OpensWithoutView
+    from reshuffle.games.blame import blame_game
+
+    n = 3 if quick else 20
+    assumption = "Ed25519 EUF-CMA, SHA-256 collisions, DLEQ soundness (ROM)"
+    e = blame_game(6, 2, n)
+    out = [Result("blame soundness: forger vs every checker [N=6, c=1, 2 rounds]", assumption, e.advantage, e.bound,
+                  "= 0 (no evidence against an honest member accepted)", e.wins == 0)]
+    e = blame_game(6, 1, max(2, n // 4), OpensWithoutView)
+    out.append(_always("blame soundness [weak: opening signs no h_M]", assumption, e,
+                       "= 1 (an honest member framed in every trial)"))
     return out
 
 

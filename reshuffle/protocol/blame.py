@@ -29,6 +29,7 @@ from reshuffle.crypto.group import Element, Group
 from reshuffle.crypto.signatures import SERVER_ID, VerifyKey
 from reshuffle.errors import AlreadyAnswered, DecodeError, InvalidProof, Refused
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol.evidence import advert_of, one_round, signed_by
 from reshuffle.protocol.masking import pair_row_key, row_mask, unmask_in_place
 
 KIND_NONZERO = "nonzero plaintext in a decoy row"
@@ -85,26 +86,26 @@ def audit_iteration(
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a culprit is named with; every piece is signed by the culprit or checkable against it.
+    """What a culprit is named with; every field the checker reads is signed by the culprit.
 
     ``kind`` is :data:`KIND_NONZERO` (its masked upload, its self seed and its opening give a
     nonzero plaintext in a decoy row) or :data:`KIND_FALSE_OPENING` (its signed opening of a
-    pair key differs from the key that the partner's ``K_ij`` and DLEQ proof fix).
+    pair key differs from the key that ``K_ij`` and its DLEQ proof fix). The opening signs h_M and
+    the partner keys X_j the keys were derived from; ``upload_h`` must equal that h_M.
     """
 
     kind: str
     pid: int
     position: int
-    advert: bytes  # the culprit's signed ADVERTISE
-    opening: bytes  # the culprit's signed OPENING
+    advert: bytes  # the culprit's signed ADVERTISE (it signs the round parameters' digest)
+    opening: bytes  # the culprit's signed OPENING (h_M, the X_j it used, its keys)
     upload_header: bytes = b""  # KIND_NONZERO: header, h, row hashes, row and signature of its upload
     upload_h: bytes = b""
     row_hashes: tuple[bytes, ...] = ()
     row: bytes = b""
     upload_signature: bytes = b""
     self_seed: int = 0
-    partner: int = 0  # KIND_FALSE_OPENING: the partner, its advert, K_ij and the proof
-    partner_advert: bytes = b""
+    partner: int = 0  # KIND_FALSE_OPENING: the partner, K_ij and the DLEQ proof (of either side)
     secret: bytes = b""
     proof: bytes = b""
 
@@ -124,49 +125,52 @@ def _opening_keys(op: msg.Opening, position: int) -> dict[int, bytes]:
 def verify_evidence(ev: Evidence, keys: dict[int, VerifyKey], params) -> np.ndarray | None:
     """Check evidence from the roster's keys alone; InvalidSignature/Refused/InvalidProof if it fails.
 
+    Everything it reads is signed by ``ev.pid``: its advertisement (under ``params``, whose digest it
+    signs), its opening (h_M, the partner keys X_j, the per-row keys) and its upload (h_M, the row
+    hashes), all of one round; K_ij is fixed by a DLEQ proof against X_i and the opening's X_j.
     Returns the culprit's nonzero plaintext row (KIND_NONZERO) or None (KIND_FALSE_OPENING).
     """
     g = params.group_obj()
     ctx = msg.Context(g, params)
-    adv = msg.decode(ev.advert, ctx)
-    op = msg.decode(ev.opening, ctx)
-    if not isinstance(adv, msg.Advertise) or not isinstance(op, msg.Opening) or adv.sender != ev.pid or op.sender != ev.pid:
-        raise Refused("evidence holds messages of another sender or type")
-    msg.verify(adv, keys[ev.pid])
-    msg.verify(op, keys[ev.pid])
+    adv = advert_of(ev.advert, ev.pid, keys, params, ctx)
+    op = signed_by(ev.opening, msg.Opening, ev.pid, keys, ctx, "the opening")
+    T = one_round(adv, op)
     m = params.upload_m
+    if op.m != m:
+        raise Refused(f"evidence: the opening is for invocation {op.m}, the upload is invocation {m}")
+    if ev.upload_h != op.h:
+        raise Refused("evidence: its h_M is not the one the opening signs")
     claimed = _opening_keys(op, ev.position)
     if ev.kind == KIND_NONZERO:
-        hdr = msg.MaskedInput(op.T, m, ev.pid, ev.upload_h, len(ev.row_hashes), b"").header()
+        hdr = msg.MaskedInput(T, m, ev.pid, op.h, len(ev.row_hashes), b"").header()
         if ev.upload_header != hdr:
             raise Refused("evidence: upload header does not match")
         if not 0 <= ev.position < len(ev.row_hashes) or msg.hashlib.sha256(ev.row).digest() != ev.row_hashes[ev.position]:
             raise Refused("evidence: the row is not the one the signature covers")
-        stmt = hdr + ev.upload_h + msg.digest_of_row_hashes(ev.row_hashes)
+        stmt = hdr + op.h + msg.digest_of_row_hashes(ev.row_hashes)
         keys[ev.pid].verify("msg", stmt, ev.upload_signature)
         if g.base_mul(ev.self_seed) != adv.seed_commits[m - 1]:
             raise Refused("evidence: the self seed does not match the culprit's commitment")
         dtype = params.codec.dtype
         y = np.frombuffer(ev.row, dtype=dtype)
-        plain = y - row_mask(g, op.T, m, ev.pid, ev.self_seed, claimed, ev.upload_h, ev.position, y.size, dtype)
+        plain = y - row_mask(g, T, m, ev.pid, ev.self_seed, claimed, op.h, ev.position, y.size, dtype)
         if not plain.any():
             raise Refused("evidence: the plaintext at the decoy row is zero")
         return plain
     if ev.kind == KIND_FALSE_OPENING:
-        padv = msg.decode(ev.partner_advert, ctx)
-        if not isinstance(padv, msg.Advertise) or padv.sender != ev.partner:
-            raise Refused("evidence: partner advert of another sender")
-        msg.verify(padv, keys[ev.partner])
+        Xj = dict(op.peers).get(ev.partner)
+        if Xj is None or ev.partner == ev.pid:
+            raise Refused(f"evidence: the opening names no key of partner {ev.partner}")
         K = g.element_from_bytes(ev.secret, "K_ij")
-        Xi, Xj = adv.mask_keys[m - 1], padv.mask_keys[m - 1]
+        Xi = adv.mask_keys[m - 1]
         # Either side may have proved it: log_g X_p = log_{X_q} K for (p, q) one of the two orders.
         proof = voprf.Proof.decode(g, ev.proof)
-        ctxb = dispute_context(op.T, ev.pid, ev.partner)
+        ctxb = dispute_context(T, ev.pid, ev.partner)
         try:
             voprf.verify_dleq(g.generator(), Xj, [Xi], [K], proof, ctxb)
         except InvalidProof:
             voprf.verify_dleq(g.generator(), Xi, [Xj], [K], proof, ctxb)
-        true = pair_row_key(K.to_bytes(), op.T, m, ev.pid, ev.partner, ev.upload_h or b"", ev.position)
+        true = pair_row_key(K.to_bytes(), T, m, ev.pid, ev.partner, op.h, ev.position)
         if claimed.get(ev.partner) == true:
             raise Refused("evidence: the opening matches the proved key")
         return None
@@ -228,9 +232,10 @@ class BlameCollector:
         partners = set(self.mask_set) - {sender}
         if [pos for pos, _ in op.rows] != self.positions:
             raise Refused(f"opening of {sender} covers positions {[p for p, _ in op.rows]}, asked {self.positions}")
-        for pos, keys in op.rows:
-            if {j for j, _ in keys} != partners:
-                raise Refused(f"opening of {sender} at position {pos} does not give one key per partner")
+        # What its keys were derived from, as it signs it: its upload's h_M and the advertised X_j.
+        X = {j: self.adverts[j].mask_keys[self.m - 1] for j in partners}
+        if op.h != self.uploads[sender][3] or dict(op.peers) != X:
+            raise Refused(f"opening of {sender} is not under its upload's h_M and its partners' advertised keys")
         self.openings[sender] = (op, msg.relay_bytes(op))
 
     def _claims(self, i: int, pos: int) -> dict[int, bytes]:
@@ -265,14 +270,14 @@ class BlameCollector:
         explained = {pos: np.zeros(self.p.row_words, dtype=self.lw.dtype) for pos in self.positions}
         for (i, j), (K, proof) in sorted(self.proved.items()):
             for pos in self.positions:
-                h = self.uploads[i][3]
-                true = pair_row_key(K.to_bytes(), T, m, i, j, h, pos)
                 for liar, partner in ((i, j), (j, i)):
+                    # The key the liar's own signed h_M gives (the same h_M for every opening on_opening took).
+                    true = pair_row_key(K.to_bytes(), T, m, i, j, self.openings[liar][0].h, pos)
                     if self._claims(liar, pos).get(partner) != true and liar not in evidence:
                         evidence[liar] = Evidence(
                             KIND_FALSE_OPENING, liar, pos, msg.relay_bytes(self.adverts[liar]),
-                            self.openings[liar][1], upload_h=h, partner=partner,
-                            partner_advert=msg.relay_bytes(self.adverts[partner]), secret=K.to_bytes(), proof=proof,
+                            self.openings[liar][1], upload_h=self.openings[liar][0].h, partner=partner,
+                            secret=K.to_bytes(), proof=proof,
                         )
         for i, (op, op_bytes) in sorted(self.openings.items()):
             rows, hashes, sig, h, hdr = self.uploads[i]

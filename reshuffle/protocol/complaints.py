@@ -26,6 +26,7 @@ from reshuffle.crypto.domain import label
 from reshuffle.crypto.signatures import VerifyKey
 from reshuffle.errors import InvalidShare, Refused
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol.evidence import advert_of, one_round, signed_by
 from reshuffle.protocol.messages import ShareKind
 
 KIND_BAD_COMMITMENT = "Ĉ inconsistent with its Feldman commitments"
@@ -94,15 +95,15 @@ class ShareEvidence:
 
 
 def verify_share_evidence(ev: ShareEvidence, keys: dict[int, VerifyKey], params) -> None:
-    """Raises (Refused, InvalidSignature, DecodeError) unless the evidence holds."""
+    """Raises (Refused, InvalidSignature, DecodeError) unless the evidence holds.
+
+    Everything it reads is the dealer's, of one round: its advertisement (under ``params``), its bundle
+    (whose digest fixes the weights, with Ĉ) and, for a bad answer, its answer (the complainer's shares
+    are the answer's own entry for ``subject``)."""
     ctx = msg.Context(params.group_obj(), params)
-    adv, bundle = msg.decode(ev.advert, ctx), msg.decode(ev.bundle, ctx)
-    if not isinstance(adv, msg.Advertise) or not isinstance(bundle, msg.ShareBundle):
-        raise Refused("evidence: not an advertisement and a share bundle")
-    if adv.sender != ev.pid or bundle.sender != ev.pid:
-        raise Refused("evidence: messages of another participant")
-    msg.verify(adv, keys[ev.pid])
-    msg.verify(bundle, keys[ev.pid])
+    adv = advert_of(ev.advert, ev.pid, keys, params, ctx)
+    bundle = signed_by(ev.bundle, msg.ShareBundle, ev.pid, keys, ctx, "the share bundle")
+    one_round(adv, bundle)
     dealer = Dealer(adv, bundle.digest(), bundle.combined)
     if ev.kind == KIND_BAD_COMMITMENT:
         try:
@@ -110,13 +111,9 @@ def verify_share_evidence(ev: ShareEvidence, keys: dict[int, VerifyKey], params)
         except InvalidShare:
             return
         raise Refused("evidence: Ĉ matches the commitments")
-    m = msg.decode(ev.message, ctx)
-    msg.verify(m, keys[ev.pid])
-    if m.sender != ev.pid:
-        raise Refused("evidence: message of another sender")
     if ev.kind == KIND_BAD_ANSWER:
-        if not isinstance(m, msg.ComplaintAnswer):
-            raise Refused("evidence: not the dealer's answer")
+        m = signed_by(ev.message, msg.ComplaintAnswer, ev.pid, keys, ctx, "the answer")
+        one_round(adv, m)
         ys = dict(m.shares).get(ev.subject)
         if ys is None:
             raise Refused("evidence: the answer has no shares for that complainer")

@@ -36,7 +36,7 @@ from reshuffle.protocol.groups import (
     check_collusion,
 )
 from reshuffle.protocol.messages import Context, MsgType
-from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.params import RoundParams, TrustFloors, colluders, smallest_round
 from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.schedule import ASSIGN_STEP, Step
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server, admit
@@ -107,9 +107,9 @@ class GroupedServer:
     overrides : RoundParams overrides applied to every group (not ``n, k, t, c``: those follow each group's size).
     rng : the PS's randomness (each group's Server gets an independent child stream).
     make_server : builds each group's PS (a deviating PS behaviour's ``make``; default :class:`Server`).
-    collusion : fraction of each group assumed to collude with the PS: c_j = ⌊collusion·N_j⌋ and
+    collusion : fraction of each group assumed to collude with the PS: c_j = max(1, ⌊collusion·N_j⌋) and
         t_j = ⌊(N_j + c_j)/2⌋ + 1 (default 0.2, the rule of one round). Larger values tolerate more
-        colluders landing in one group and fewer dropouts.
+        colluders landing in one group and fewer dropouts; each member refuses a c_j below its own floor.
     """
 
     def __init__(self, T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
@@ -258,7 +258,7 @@ class GroupedServer:
         a = self.assignment
         out: Outbox = []
         for j, members in enumerate(a.groups):
-            c = None if self.collusion is None else int(self.collusion * len(members))
+            c = None if self.collusion is None else colluders(len(members), self.collusion)
             p = RoundParams.default(len(members), self._d, c=c, **self.overrides, **a.binding(j))
             rng = SeededRandom(self._rng.bytes(32), b"group-server") if self._rng is not OS_RANDOM else None
             s = self._make(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
@@ -276,17 +276,22 @@ class GroupedParticipant:
     Takes :class:`Participant`'s arguments; ``make`` builds the inner participant
     (a deviating behaviour's ``make``, or a game's participant class) and
     ``cache`` holds checks passed and broadcasts parsed (shared in one process);
-    ``min_group`` is the participant's own floor on its group's size.
+    ``floors`` are its own bounds on its group's parameters (c_j, t_j, decoys, R_max, the
+    honest members of its group), handed to the inner participant; ``min_group`` is its
+    floor on the group size (default: the least group its floors take part in).
     """
 
     def __init__(self, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
                  ca: CertificateAuthority, global_hash: bytes, rng: RandomSource | int | None = None, *,
                  make: Callable[..., Participant] = Participant, cache: CheckCache | None = None,
-                 min_group: int = MIN_GROUP) -> None:
+                 min_group: int | None = None, floors: TrustFloors | None = None) -> None:
         self._rng = as_source(rng)
         self.pid, self.T, self._sk = pid, T, signing_key
+        self.floors = floors if floors is not None else TrustFloors()
+        if min_group is None:
+            min_group = max(MIN_GROUP, smallest_round(self.floors))
         # Built now: it checks the model (NaN/Inf) before anything is sent, and draws nothing yet.
-        self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng)
+        self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng, floors=self.floors)
         self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache, min_group)
         self._cache = self.client._v
         self._started = False

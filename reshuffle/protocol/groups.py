@@ -39,12 +39,12 @@ from reshuffle.crypto.signatures import SIG_BYTES, Certificate, CertificateAutho
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.messages import HASH_BYTES, MsgType
-from reshuffle.protocol.params import MAX_PARTICIPANTS
+from reshuffle.protocol.params import MAX_PARTICIPANTS, colluders, smallest_round, threshold
 from reshuffle.wire import Parser, Writer
 
 NONCE_BYTES = 32
 MAX_ATTEMPTS = 3  # assignment draws a PS can cause by claiming reveals were lost (the bias bound)
-MIN_GROUP = 2
+MIN_GROUP = smallest_round()  # the least round the default trust floors take part in (3: N = 2 leaves one honest)
 ACK_CONTEXT = "group-ack"
 ASSIGNMENT_TYPES = frozenset(
     {MsgType.GROUP_OPEN, MsgType.GROUP_COMMIT, MsgType.GROUP_COMMITS, MsgType.GROUP_ACK,
@@ -94,9 +94,8 @@ def group_sizes(N: int, g: int) -> list[int]:
 
 
 def assignment_threshold(n: int) -> int:
-    """t_a for n candidates: ⌊(n + c)/2⌋ + 1 with c = ⌊n/5⌋, as a round's t (docs/protocol.md §11)."""
-    c = n // 5
-    return (n + c) // 2 + 1
+    """t_a for n candidates: ⌊(n + c)/2⌋ + 1 with c = max(1, ⌊n/5⌋), as a round's t (docs/protocol.md §11)."""
+    return threshold(n, colluders(n))
 
 
 # --------------------------------------------------------------------------- #

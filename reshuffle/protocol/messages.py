@@ -129,6 +129,25 @@ def _shared_row(p: Parser, g: Group, count: int, field: str) -> tuple[Element, .
     return row
 
 
+def _write_peers(w: Writer, peers) -> None:
+    """The (j, X_j) partner keys a sender used, sorted by j (:func:`_read_peers` reads them back)."""
+    w.u32(len(peers))
+    for j, X in peers:
+        w.u32(j).raw(X.to_bytes())
+
+
+def _read_peers(p: Parser, ctx: Context, what: str) -> tuple[tuple[int, Element], ...]:
+    g = ctx.need_group()
+    cnt = p.u32("peers.count")
+    if cnt > ctx.max_n:
+        raise DecodeError(f"{cnt} partners for at most {ctx.max_n} participants")
+    peers = tuple((p.u32("partner"), _elem(p, g, "X_j")) for _ in range(cnt))
+    ids = [j for j, _ in peers]
+    if ids != sorted(set(ids)):
+        raise DecodeError(f"{what} partners must be sorted and distinct")
+    return peers
+
+
 def _ids(p: Parser, field: str, ctx: Context) -> tuple[int, ...]:
     ids = p.u32_list(field, ctx.max_n)
     if len(set(ids)) != len(ids):
@@ -324,6 +343,7 @@ class Advertise(Message):
 
     TYPE: ClassVar[MsgType] = MsgType.ADVERTISE
     global_hash: bytes
+    params_hash: bytes  # RoundParams.digest() of the parameters it takes part with (evidence binds them)
     enc_key: Element
     commitments: tuple[tuple[Element, ...], ...]
 
@@ -337,7 +357,8 @@ class Advertise(Message):
 
     def _body(self, w: Writer) -> None:
         t = len(self.commitments[0])
-        w.fixed(self.global_hash, HASH_BYTES).raw(self.enc_key.to_bytes()).u8(len(self.commitments) // 2).u16(t)
+        w.fixed(self.global_hash, HASH_BYTES).fixed(self.params_hash, HASH_BYTES)
+        w.raw(self.enc_key.to_bytes()).u8(len(self.commitments) // 2).u16(t)
         for row in self.commitments:
             if len(row) != t:
                 raise ValueError("every commitment row has t elements")
@@ -348,6 +369,7 @@ class Advertise(Message):
     def _parse(cls, p, hdr, ctx):
         g = ctx.need_group()
         gh = p.fixed(HASH_BYTES, "global_hash")
+        ph = p.fixed(HASH_BYTES, "params_hash")
         enc = _elem(p, g, "enc_key")
         M, t = p.u8("M"), p.u16("t")
         if ctx.params is not None and (M, t) != (ctx.params.M, ctx.params.t):
@@ -358,7 +380,7 @@ class Advertise(Message):
         size = g.element_size
         blob = p.fixed(2 * M * t * size, "commitments")
         com = tuple(_split_elements(g, blob[s * t * size : (s + 1) * t * size], f"C[{s}]") for s in range(2 * M))
-        a = cls(*hdr, gh, enc, com)
+        a = cls(*hdr, gh, ph, enc, com)
         # What encode_commitments() would write, kept for the Feldman weights (they hash it).
         object.__setattr__(a, "_commitments_encoding", Writer().u16(2 * M).u16(t).bytes() + blob)
         return a
@@ -869,12 +891,17 @@ KEY_BYTES = 32
 @_register
 @dataclass(frozen=True)
 class Opening(Message):
-    """P_i → PS (signed): its per-row pairwise keys ``k_{ij,ρ}`` at each decoy row ρ (§9 step 2)."""
+    """P_i → PS (signed): its per-row pairwise keys ``k_{ij,ρ}`` at each decoy row ρ (§9 step 2), with what
+    they were derived from: h_M of its upload and the partner keys X_j it used. A checker then reads nothing
+    about the keys that the opener did not sign; every row gives one key per partner of ``peers``."""
 
     TYPE: ClassVar[MsgType] = MsgType.OPENING
+    h: bytes
+    peers: tuple[tuple[int, Element], ...]
     rows: tuple[tuple[int, tuple[tuple[int, bytes], ...]], ...]
 
     def _body(self, w: Writer) -> None:
+        _write_peers(w.fixed(self.h, HASH_BYTES), self.peers)
         w.u32(len(self.rows))
         for pos, keys in self.rows:
             w.u32(pos).u32(len(keys))
@@ -883,6 +910,9 @@ class Opening(Message):
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
+        h = p.fixed(HASH_BYTES, "h")
+        peers = _read_peers(p, ctx, "opening")
+        ids = [j for j, _ in peers]
         cnt = p.u32("rows.count")
         if cnt > 64:
             raise DecodeError(f"opening of {cnt} rows; at most 64 decoys")
@@ -892,10 +922,10 @@ class Opening(Message):
             if nk > ctx.max_n:
                 raise DecodeError(f"{nk} keys for at most {ctx.max_n} participants")
             keys = tuple((p.u32("partner"), p.fixed(KEY_BYTES, "key")) for _ in range(nk))
-            if len({j for j, _ in keys}) != nk:
-                raise DecodeError("opening repeats a partner")
+            if sorted(j for j, _ in keys) != ids:
+                raise DecodeError(f"opening row {pos} gives keys for other partners than it names")
             rows.append((pos, keys))
-        return cls(*hdr, tuple(rows))
+        return cls(*hdr, h, peers, tuple(rows))
 
 
 @_register
@@ -969,22 +999,13 @@ class OpenReveal(Message):
     peers: tuple[tuple[int, Element], ...]
 
     def _body(self, w: Writer) -> None:
-        w.fixed(self.x.to_bytes(32, "big"), 32).u32(len(self.peers))
-        for j, X in self.peers:
-            w.u32(j).raw(X.to_bytes())
+        _write_peers(w.fixed(self.x.to_bytes(32, "big"), 32), self.peers)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
         g = ctx.need_group()
         x = g.scalar_from_bytes(p.fixed(g.scalar_size, "x"), "x")
-        cnt = p.u32("peers.count")
-        if cnt > ctx.max_n:
-            raise DecodeError(f"{cnt} partners for at most {ctx.max_n} participants")
-        peers = tuple((p.u32("partner"), _elem(p, g, "X_j")) for _ in range(cnt))
-        ids = [j for j, _ in peers]
-        if ids != sorted(set(ids)):
-            raise DecodeError("open reveal partners must be sorted and distinct")
-        return cls(*hdr, x, peers)
+        return cls(*hdr, x, _read_peers(p, ctx, "open reveal"))
 
 
 @_register

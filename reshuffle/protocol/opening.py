@@ -29,6 +29,7 @@ import numpy as np
 
 from reshuffle.errors import AlreadyAnswered, DecodeError, Refused, UnexpectedMessage
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol.evidence import advert_of, one_round, signed_by
 from reshuffle.protocol.masking import pair_row_key, pair_secret, row_mask
 from reshuffle.protocol.transcript import Transcript
 from reshuffle.wire import Parser, Writer
@@ -131,19 +132,19 @@ class CountEvidence:
 def verify_count_evidence(ev: CountEvidence, keys, params) -> np.ndarray:
     """Check evidence from the roster's keys alone and return the culprit's plaintext vector.
 
-    Raises Refused, DecodeError or InvalidSignature when the evidence does not name ``ev.pid``.
+    Everything it reads is the culprit's: its advertisement (under ``params``), count vector, reveal and
+    objection, all of one round, and the counts and U_r, fixed by the hash chain from the vector's
+    h_r to the objection's h_{r+1}. Raises Refused, DecodeError or InvalidSignature when the evidence
+    does not name ``ev.pid``.
     """
     g = params.group_obj()
     ctx = msg.Context(g, params)
-    adv, vec, rev = (msg.decode(b, ctx) for b in (ev.advert, ev.vector, ev.reveal))
-    if not (isinstance(adv, msg.Advertise) and isinstance(vec, msg.MaskedInput) and isinstance(rev, msg.OpenReveal)):
-        raise Refused("count evidence holds messages of the wrong types")
-    if {adv.sender, vec.sender, rev.sender} != {ev.pid} or ev.pid not in keys:
-        raise Refused(f"count evidence holds messages of another sender than {ev.pid}")
-    for m in (adv, vec, rev):
-        msg.verify(m, keys[ev.pid])
-    if len({adv.T, vec.T, rev.T}) != 1 or not 1 <= ev.r <= params.R_max or (vec.m, rev.m) != (ev.r, ev.r):
-        raise Refused(f"count evidence mixes rounds or is not about reservation iteration {ev.r}")
+    adv = advert_of(ev.advert, ev.pid, keys, params, ctx)
+    vec = signed_by(ev.vector, msg.MaskedInput, ev.pid, keys, ctx, "the count vector")
+    rev = signed_by(ev.reveal, msg.OpenReveal, ev.pid, keys, ctx, "the reveal")
+    one_round(adv, vec, rev)
+    if not 1 <= ev.r <= params.R_max or (vec.m, rev.m) != (ev.r, ev.r):
+        raise Refused(f"count evidence is not about reservation iteration {ev.r}")
     if vec.rows != 1 or len(vec.words) != 4 * params.n:
         raise Refused("count evidence holds a vector that is not one count vector")
     msg.check_rows(vec)
@@ -154,12 +155,13 @@ def verify_count_evidence(ev: CountEvidence, keys, params) -> np.ndarray:
         if bad_form(plain) is None:
             raise Refused(f"the count vector of {ev.pid} is one-hot or zero: nothing to blame")
         return plain
-    obj = msg.decode(ev.objection, ctx)
+    if ev.kind != KIND_FALSE_OBJECTION:
+        raise DecodeError(f"unknown evidence kind {ev.kind!r}")
+    obj = signed_by(ev.objection, msg.Objection, ev.pid, keys, ctx, "the objection")
+    one_round(vec, obj)
     # The request after iteration r's counts is iteration r + 1's, or the upload's when they settled everyone.
-    if (not isinstance(obj, msg.Objection) or obj.sender != ev.pid or obj.T != vec.T
-            or obj.m not in (ev.r + 1, params.upload_m)):
+    if obj.m not in (ev.r + 1, params.upload_m):
         raise Refused("count evidence holds no objection of the culprit to this iteration")
-    msg.verify(obj, keys[ev.pid])
     if len(ev.counts) != params.n:
         raise Refused(f"count evidence holds {len(ev.counts)} counts, the round has n={params.n}")
     tx = Transcript.at(vec.h)

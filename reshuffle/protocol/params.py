@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import numpy as np
 
+import hashlib
+
+from reshuffle.crypto.domain import label
 from reshuffle.crypto.encoding import FixedPoint, RawWords
 from reshuffle.crypto.group import get_group
 from reshuffle.crypto.ot import TOKEN_BYTES
 from reshuffle.crypto.prg import ring_dtype
-from reshuffle.errors import ConfigError, DecodeError
+from reshuffle.errors import ConfigError, DecodeError, Refused
 from reshuffle.wire import Parser, Writer
 
 GROUPS = ("ristretto255", "secp256k1")
@@ -19,6 +23,9 @@ MAX_PARTICIPANTS = 1 << 16
 MAX_SLOTS = 1 << 20
 MAX_MODEL = 1 << 28
 ASSIGNMENT_BYTES = 32  # digest of the anonymity-group assignment (docs/protocol.md, "Anonymity groups")
+MIN_ANONYMITY = 2  # default floor: honest members a participant is hidden among (roster minus c, U_m minus c)
+COLLUSION = 0.2  # default share of a round assumed to collude with the PS: c = max(1, ⌊N/5⌋)
+MAX_R_MAX = 16  # default ceiling on the reservation iterations a participant commits keys for
 ONE_ITERATION = 0.9  # default n: one reservation iteration suffices with at least this chance
 SLOT_BUDGET = 16  # ... unless the OT table would exceed 1/SLOT_BUDGET of a participant's upload
 
@@ -52,6 +59,22 @@ def default_slots(picks: int, d: int, b: int = 32) -> int:
         else:
             lo = mid + 1
     return lo
+
+
+def colluders(N: int, fraction: float = COLLUSION) -> int:
+    """c for a round of N under a collusion ``fraction``: ⌊fraction·N⌋, never below 1 (one colluder is
+    always tolerated). Exact in the fraction's decimal value, so both sides of a round agree."""
+    return max(1, int(Fraction(str(fraction)) * N))
+
+
+def threshold(N: int, c: int) -> int:
+    """The least t with t > (N + c)/2: two certified views then share an honest signer (§6.3)."""
+    return (N + c) // 2 + 1
+
+
+def default_decoys(N: int) -> int:
+    """d_y: 2 from N = 10, else 1 (section 8.1)."""
+    return 2 if N >= 10 else 1
 
 
 def _pos_int(name: str, v: object) -> int:
@@ -98,17 +121,24 @@ class RoundParams:
     @classmethod
     def default(cls, N: int, d: int, **overrides) -> "RoundParams":
         """Defaults: decoys d_y = 2 (1 below N = 10), n = :func:`default_slots` (N + d_y, d, b),
-        k = min(8, n), c = ⌊N/5⌋, t = ⌊(N + c)/2⌋ + 1, R_max = 4 (docs/protocol.md §5, §6.2–6.3, §8, §11)."""
+        k = min(8, n), c = max(1, ⌊N/5⌋), t = ⌊(N + c)/2⌋ + 1, R_max = 4 (docs/protocol.md §5, §6.2–6.3, §8,
+        §11). ConfigError if a participant with the default :class:`TrustFloors` would refuse them (N = 2
+        leaves one honest member: the smallest round is :func:`smallest_round`)."""
         _pos_int("N", N)
         decoys = overrides.pop("decoys", None)
-        decoys = (2 if N >= 10 else 1) if decoys is None else decoys
+        decoys = default_decoys(N) if decoys is None else decoys
         overrides["decoys"] = decoys
         n = overrides.pop("n", None) or default_slots(N + decoys, d, overrides.get("b", 32))
         k = overrides.pop("k", None) or min(8, n)
         c = overrides.pop("c", None)
-        c = N // 5 if c is None else c
-        t = overrides.pop("t", None) or (N + c) // 2 + 1
-        return cls(N=N, d=d, n=n, k=k, t=t, c=c, **overrides).validated()
+        c = colluders(N) if c is None else c
+        t = overrides.pop("t", None) or threshold(N, c)
+        p = cls(N=N, d=d, n=n, k=k, t=t, c=c, **overrides).validated()
+        # What a participant with the default floors would refuse is a configuration error here.
+        why = TrustFloors().violation(p)
+        if why is not None:
+            raise ConfigError(f"participants refuse these parameters: {why[3]}")
+        return p
 
     def validated(self) -> "RoundParams":
         for name in ("N", "d", "n", "k", "t", "R_max", "b"):
@@ -154,6 +184,11 @@ class RoundParams:
             raise ConfigError(f"assignment must be empty or {ASSIGNMENT_BYTES} bytes")
         if self.cohorts > 1 and not self.assignment:
             raise ConfigError(f"a round split into {self.cohorts} groups must carry the assignment digest")
+
+    def digest(self) -> bytes:
+        """SHA-256 of the encoded parameters: every advertisement signs it, so evidence names a participant
+        only under the parameters it took part with (docs/protocol.md §4, §9)."""
+        return hashlib.sha256(label("round/params") + self.encode()).digest()
 
     def with_(self, **kw) -> "RoundParams":
         return replace(self, **kw).validated()
@@ -218,3 +253,107 @@ class RoundParams:
                        cohort, cohorts, assignment).validated()
         except ConfigError as exc:
             raise DecodeError(f"round parameters rejected: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------- trust floors
+class BelowFloor(Refused):
+    """The PS announced a round parameter beyond this participant's own bound (docs/protocol.md §11)."""
+
+    def __init__(self, param: str, announced: int, bound: int, text: str) -> None:
+        super().__init__(text)
+        self.param, self.announced, self.bound = param, announced, bound
+
+
+@dataclass(frozen=True)
+class TrustFloors:
+    """A participant's own bounds on the parameters its guarantees depend on (docs/protocol.md §11).
+
+    The PS writes the round parameters into ROUND_START; a participant takes part only if they
+    meet these, and every cap it applies uses the stricter of the announced value and its own.
+
+    ``collusion``: the colluders c it assumes among N, ``max(1, ⌊collusion·N⌋)`` (c is never below
+    1: one colluder is always tolerated); the announced c must be at least that, and t at least
+    ⌊(N + c)/2⌋ + 1. ``anonymity``: the honest members it must be hidden among: N − c, and |U_m| − c
+    before it consents to U_m, at least this. ``decoys``: the least d_y (None: the default rule,
+    2 from N = 10, else 1), which decides how likely a tamperer is named. ``R_max``: a ceiling on
+    the reservation iterations (each costs 2 secrets with t commitments; no guarantee needs more).
+    """
+
+    collusion: float = COLLUSION
+    anonymity: int = MIN_ANONYMITY
+    decoys: int | None = None
+    R_max: int = MAX_R_MAX
+
+    def __post_init__(self) -> None:
+        f = self.collusion
+        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 <= f < 1:
+            raise ConfigError(f"collusion floor must be a fraction in [0, 1), got {f!r}")
+        if not isinstance(self.anonymity, int) or isinstance(self.anonymity, bool) or self.anonymity < 2:
+            raise ConfigError(f"anonymity floor must be an int >= 2 (one honest member hides nobody), "
+                              f"got {self.anonymity!r}")
+        d = self.decoys
+        if d is not None and (not isinstance(d, int) or isinstance(d, bool) or not 0 <= d <= 64):
+            raise ConfigError(f"decoys floor must be None or an int in [0, 64], got {d!r}")
+        if not isinstance(self.R_max, int) or isinstance(self.R_max, bool) or not 1 <= self.R_max <= 64:
+            raise ConfigError(f"R_max ceiling must be an int in [1, 64], got {self.R_max!r}")
+
+    def c(self, N: int) -> int:
+        """The colluders this participant assumes in a round of N."""
+        return colluders(N, self.collusion)
+
+    def t(self, N: int) -> int:
+        """The least threshold it accepts in a round of N."""
+        return threshold(N, self.c(N))
+
+    def min_decoys(self, N: int) -> int:
+        return default_decoys(N) if self.decoys is None else self.decoys
+
+    def c_bound(self, p: RoundParams) -> int:
+        """The c every cap uses: the stricter of the announced c and its own."""
+        return max(p.c, self.c(p.N))
+
+    def violation(self, p: RoundParams) -> tuple[str, int, int, str] | None:
+        """(parameter, announced, bound, why) for the first parameter of ``p`` beyond the floors, or None."""
+        N, c = p.N, self.c(p.N)
+        if p.c < c:
+            return "c", p.c, c, (f"c={p.c} colluders announced for N={N}, below this participant's floor c={c} "
+                                 f"(max(1, ⌊{self.collusion}·N⌋))")
+        if p.t < self.t(N):
+            return "t", p.t, self.t(N), f"threshold t={p.t} announced, below this participant's floor t={self.t(N)}"
+        honest = N - self.c_bound(p)
+        if honest < self.anonymity:
+            return "N", N, self.anonymity + self.c_bound(p), (
+                f"N={N} with c={self.c_bound(p)} leaves {honest} honest member(s), below this participant's "
+                f"anonymity floor of {self.anonymity} (a round needs N >= {smallest_round(self)})")
+        if p.decoys < self.min_decoys(N):
+            return "decoys", p.decoys, self.min_decoys(N), (
+                f"decoys={p.decoys} announced, below this participant's floor of {self.min_decoys(N)}")
+        if p.R_max > self.R_max:
+            return "R_max", p.R_max, self.R_max, (
+                f"R_max={p.R_max} announced, above this participant's ceiling of {self.R_max}")
+        return None
+
+    def check(self, p: RoundParams) -> None:
+        """Raise :class:`BelowFloor` (naming the parameter, the announced value and the bound) if ``p`` is
+        beyond the floors."""
+        why = self.violation(p)
+        if why is not None:
+            raise BelowFloor(*why)
+
+    def check_members(self, p: RoundParams, members: int) -> None:
+        """Before consenting to a U_m of ``members``: the honest among them must reach the anonymity floor."""
+        if members - self.c_bound(p) < self.anonymity:
+            raise BelowFloor("U_m", members, self.anonymity + self.c_bound(p), (
+                f"U_m has {members} members; with c={self.c_bound(p)} that leaves "
+                f"{members - self.c_bound(p)} honest, below this participant's anonymity floor of {self.anonymity}"))
+
+
+def smallest_round(floors: TrustFloors | None = None) -> int:
+    """The least N a participant with ``floors`` (default: the defaults) takes part in: N − c >= anonymity.
+
+    With the defaults (c = max(1, ⌊N/5⌋), anonymity 2) that is N = 3; N = 2 leaves one honest member."""
+    f = floors or TrustFloors()
+    N = 2
+    while N - f.c(N) < f.anonymity:
+        N += 1
+    return N

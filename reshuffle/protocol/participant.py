@@ -63,7 +63,7 @@ from reshuffle.protocol.complaints import Dealer, check_shares, own_combined, se
 from reshuffle.protocol.decoys import check_opening, decoy_positions, replay
 from reshuffle.protocol.masking import mask_in_place, pair_row_key, pair_secret
 from reshuffle.protocol.messages import Context, MsgType, ShareKind
-from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.params import RoundParams, TrustFloors
 from reshuffle.protocol.phases import PARTICIPANT_TABLE, PPhase, expected_names
 from reshuffle.protocol.reservation import Reservation, settled_slots
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, Transcript, check_certificate
@@ -222,6 +222,8 @@ class Participant:
     ca : the CA's verifier.
     global_hash : ``H(W_g^T)`` of the global model it received.
     rng : randomness source (default OS randomness).
+    floors : its own bounds on the round parameters the PS announces (default :class:`TrustFloors`()):
+        a ROUND_START beyond them is refused with :class:`~reshuffle.protocol.params.BelowFloor`.
 
     Raises
     ------
@@ -241,8 +243,12 @@ class Participant:
         ca: CertificateAuthority,
         global_hash: bytes,
         rng: RandomSource | int | None = None,
+        floors: TrustFloors | None = None,
     ) -> None:
         self.pid, self.T = pid, T
+        self.floors = floors if floors is not None else TrustFloors()
+        if not isinstance(self.floors, TrustFloors):
+            raise ConfigError(f"floors must be a TrustFloors, got {type(floors).__name__}")
         self._model: np.ndarray | None = None
         self._sk, self._cert, self._ca = signing_key, cert, ca
         self._hash = global_hash
@@ -341,6 +347,8 @@ class Participant:
         for pid, cert in m.roster:
             self._ca.verify(cert, subject=pid)
         p = m.params
+        # The parameters are the PS's choice: taken only within this participant's own floors (§11).
+        self._check_floors(p)
         if self._model is not None:
             self._check_model(self._model, p, Refused)
         g = p.group_obj()
@@ -353,10 +361,18 @@ class Participant:
         secrets = [v for m_ in range(p.M) for v in (keys.seeds[m_], keys.mask[m_].secret)]
         polys = tuple((sec, *(g.random_scalar(self._rng) for _ in range(p.t - 1))) for sec in secrets)
         commitments = tuple(tuple(g.base_mul(a) for a in poly) for poly in polys)
-        adv = msg.Advertise(self.T, 0, self.pid, self._hash, keys.enc.public, commitments)
+        adv = msg.Advertise(self.T, 0, self.pid, self._hash, p.digest(), keys.enc.public, commitments)
         session = Session(p, Context(g, p), roster, m.server_cert.key, m.cred_key, keys)
         h = Transcript.at(s.h).absorb("round-start", m.body())
         return replace(s, phase=PPhase.AWAIT_ADVERTS, h=h, session=session, dealing=Dealing(polys, adv)), [adv]
+
+    def _check_floors(self, p: RoundParams) -> None:
+        """Refuse parameters beyond the floors (the hook a weakened participant undoes)."""
+        self.floors.check(p)
+
+    def _colluders(self, p: RoundParams) -> int:
+        """The c every cap uses: the stricter of the announced c and this participant's own."""
+        return self.floors.c_bound(p)
 
     # §5 step 1: verify every signed advertisement, share b_{i,m} and x_{i,m}.
     def _on_advertise_list(self, s: ParticipantState, m: msg.AdvertiseList) -> Replies:
@@ -369,8 +385,8 @@ class Participant:
                 raise DecodeError("advertise list holds a non-ADVERTISE message")
             if a.sender not in ses.roster or a.sender in adverts:
                 raise Refused(f"advertise list has an unknown or repeated sender {a.sender}")
-            if a.T != self.T or a.global_hash != self._hash:
-                raise Refused(f"advertisement of {a.sender} is for another round or model")
+            if a.T != self.T or a.global_hash != self._hash or a.params_hash != p.digest():
+                raise Refused(f"advertisement of {a.sender} is for another round, model or round parameters")
             msg.verify(a, ses.roster[a.sender].key)
             adverts[a.sender] = a
         if adverts.get(self.pid) != deal.advert:
@@ -451,15 +467,17 @@ class Participant:
 
     # §6.4: a dealer answers complaints by publishing the disputed shares, signed: once, and for at most
     # t − 1 − c complainers. The PS relays the ciphertexts, so it can make honest recipients complain by
-    # withholding them; with the c shares of its colluders, more published shares would reach t.
+    # withholding them; with the c shares of its colluders, more published shares would reach t. The c is
+    # this participant's own bound, never less than its floor, whatever the PS announced.
     def _on_complaints(self, s: ParticipantState, m: msg.Complaints) -> Replies:
         p, dealt = s.session.params, s.dealing.dealt
         bad = (set(m.complainers) - set(dealt)) | ({self.pid} & set(m.complainers))
         if bad:
             raise Refused(f"complaints from {sorted(bad)}, who hold no shares dealt by this participant")
-        if len(set(m.complainers)) > p.t - 1 - p.c:
+        c = self._colluders(p)
+        if len(set(m.complainers)) > p.t - 1 - c:
             raise Refused(f"{len(set(m.complainers))} complaints: publishing that many shares would give the PS "
-                          f"and c={p.c} colluders t={p.t} of them; at most {p.t - 1 - p.c} are answered")
+                          f"and c={c} colluders t={p.t} of them; at most {p.t - 1 - c} are answered")
         answer = msg.ComplaintAnswer(self.T, 0, self.pid, tuple((j, tuple(dealt[j])) for j in m.complainers))
         return replace(s, phase=PPhase.ANSWERED), [answer]
 
@@ -684,6 +702,7 @@ class Participant:
             raise Refused(f"U_{m.m} is not a subset of U_{m.m - 1}: inconsistent online lists")
         if self.pid not in Um or len(Um) < p.t:
             raise Refused(f"U_{m.m} has {len(Um)} members (t={p.t}) or omits participant {self.pid}")
+        self.floors.check_members(p, len(Um))
         if m.m in inv.consented:
             raise Refused(f"U_{m.m} was signed already: one statement per invocation")
         stmt = msg.consent_statement(self.T, m.m, m.online, inv.h[m.m])
@@ -742,12 +761,14 @@ class Participant:
             raise Refused(f"asked to open positions {list(m.positions)}, the decoys hold {positions}")
         up = p.upload_m
         x = ses.keys.mask[up - 1].secret
-        K = {j: pair_secret(x, s.peers.adverts[j].mask_keys[up - 1]) for j in inv.mask_sets[up] if j != self.pid}
+        X = {j: s.peers.adverts[j].mask_keys[up - 1] for j in inv.mask_sets[up] if j != self.pid}
+        K = {j: pair_secret(x, X_j) for j, X_j in X.items()}
         rows = tuple(
             (pos, tuple((j, pair_row_key(K_j, self.T, up, self.pid, j, inv.h[up], pos)) for j, K_j in sorted(K.items())))
             for pos in positions
         )
-        op = msg.Opening(self.T, up, self.pid, rows)
+        # It signs what the keys were derived from (h_M, each X_j): evidence can then read nothing it did not sign.
+        op = msg.Opening(self.T, up, self.pid, inv.h[up], tuple(sorted(X.items())), rows)
         return replace(s, phase=PPhase.OPENED, opening=op), [op]
 
     # §9 step 3: reveal K_ij, proved, only against the partner's signed conflicting opening.

@@ -490,6 +490,8 @@ class Server:
             raise AlreadyAnswered(f"second advertisement from {sender}")
         if a.global_hash != self._hash:
             raise Refused(f"advertisement of {sender} signs another global model")
+        if a.params_hash != self.params.digest():
+            raise Refused(f"advertisement of {sender} signs other round parameters")
         st.adverts[sender] = a
 
     def _close_adverts(self, st: AdvertStep) -> tuple[Collect, Outbox]:

@@ -26,6 +26,7 @@ import numpy as np
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.crypto.signatures import Certificate, CertificateAuthority, SigningKey, VerifyKey
 from reshuffle.errors import ConfigError, DecodeError
+from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import Participant
 from reshuffle.wire import Parser, Writer
 
@@ -130,13 +131,15 @@ class SessionState:
             raise DecodeError("session model is not a whole number of float32 values")
         return cls(pid, T, *fields, seed, inbox, words=bool(kind))
 
-    def participant(self, first: bytes | None = None, min_group: int | None = None) -> Participant:
-        """A participant in the state right after the inbox (replayed).
+    def participant(self, first: bytes | None = None, min_group: int | None = None,
+                    floors: TrustFloors | None = None) -> Participant:
+        """A participant in the state right after the inbox (replayed), with its own ``floors`` on the
+        round parameters (default :class:`TrustFloors`()).
 
         A round whose first PS message (the inbox's, else ``first``, the message about
         to be handled) is GROUP_OPEN runs in anonymity groups: the participant is then
         a :class:`~reshuffle.protocol.grouped.GroupedParticipant`, refusing groups smaller
-        than ``min_group`` (default: the protocol's minimum).
+        than ``min_group`` (default: the least group its floors take part in).
         """
         from reshuffle.protocol.grouped import GroupedParticipant
         from reshuffle.protocol.groups import MAX_ATTEMPTS
@@ -153,9 +156,9 @@ class SessionState:
             SeededRandom(self.seed, _SEED_LABEL),
         )
         if grouped:
-            p = GroupedParticipant(*args, **({} if min_group is None else {"min_group": min_group}))
+            p = GroupedParticipant(*args, min_group=min_group, floors=floors)
         else:
-            p = Participant(*args)
+            p = Participant(*args, floors=floors)
         for m in self.inbox:
             p.handle(m)
         extra = 4 * MAX_ATTEMPTS if grouped else 0  # open, list, certificate, reveals per attempt

@@ -191,7 +191,7 @@ class SimConfig:
                 raise ConfigError(f"{name} must be a fraction in [0, 1), got {v!r}")
         if self.f is not None and (not isinstance(self.f, int) or self.f < 0):
             raise ConfigError(f"f must be a non-negative int, got {self.f!r}")
-        from reshuffle.protocol.params import RoundParams
+        from reshuffle.protocol.params import colluders, smallest_round, threshold
 
         if self.group_size is not None:
             from reshuffle.protocol.groups import check_group_size
@@ -200,12 +200,15 @@ class SimConfig:
             if self.shuffle != "real":
                 raise ConfigError("group_size splits the real protocol's round: it needs shuffle='real'")
         m = self.cohort_size
-        threshold = RoundParams.default(m, 1).t
+        if self.shuffle == "real" and m < smallest_round():
+            raise ConfigError(f"a round of the real protocol needs at least {smallest_round()} clients (one "
+                              f"colluder tolerated, two honest), the cohort has {m}")
+        t = threshold(m, colluders(m))
         # In groups a group below its threshold loses its models and the others deliver.
-        if self.group_size is None and m - self.n_dropout < threshold:
+        if self.group_size is None and m - self.n_dropout < t:
             raise ConfigError(
                 f"dropout={self.dropout} drops {self.n_dropout} of the {m} clients of a round; "
-                f"the shuffle needs t={threshold} survivors"
+                f"the shuffle needs t={t} survivors"
             )
         if self.attack != "none" and self.n_malicious == 0 and self.malicious > 0:
             raise ConfigError(f"malicious={self.malicious} of {self.clients} clients rounds to 0 attackers")

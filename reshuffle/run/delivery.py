@@ -25,6 +25,7 @@ import numpy as np
 from reshuffle.crypto.encoding import FixedPoint
 from reshuffle.errors import ConfigError
 from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
+from reshuffle.protocol import params
 from reshuffle.protocol.params import RoundParams
 from reshuffle.run.sampling import IDEAL, seed_of
 
@@ -135,9 +136,9 @@ class Channel(Protocol):
     def deliver(self, up: Uploads) -> Delivery: ...
 
 
-def threshold(m: int, d: int, group: str = "ristretto255") -> int:
-    """The fewest clients alive for which a round of ``m`` delivers: max(2, t) (t of :class:`RoundParams`)."""
-    return max(2, RoundParams.default(m, d, group=group).t)
+def threshold(m: int) -> int:
+    """The fewest clients alive for which a round of ``m`` delivers: max(2, t), t the default threshold for m."""
+    return max(2, params.threshold(m, params.colluders(m)))
 
 
 def loss_causes(r: ShuffleResult, clients: int, dropouts: Mapping[str, Iterable[int]]) -> dict[int, str]:
@@ -215,12 +216,13 @@ class _Functionality:
         t0 = time.perf_counter()
         d = up.W_g.size
         per_p = 4.0 * d
-        need = threshold(len(cohort), d, self.group)
+        need = threshold(len(cohort))
         if len(alive) < need:
             why = f"{len(alive)} of {len(cohort)} clients alive, the shuffle needs {need}"
             return up.delivery([], {}, lost, failure=why, seconds={"shuffle": time.perf_counter() - t0},
                                bytes={"per_participant": per_p, "ps_total": 0.0})
-        got, rows = self._order(up, alive, RoundParams.default(len(cohort), d, group=self.group).codec)
+        got, rows = self._order(up, alive, RoundParams.default(max(len(cohort), params.smallest_round()), d,
+                                                                     group=self.group).codec)
         return up.delivery(got, rows, lost, seconds={"shuffle": time.perf_counter() - t0},
                            bytes={"per_participant": per_p, "ps_total": per_p * len(alive)})
 

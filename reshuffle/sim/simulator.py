@@ -51,7 +51,7 @@ from reshuffle.attacks import make_attack
 from reshuffle.clients import Dataset, load_dataset
 from reshuffle.errors import ConfigError
 from reshuffle.privacy.dp import ClientDP, epsilon
-from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.params import RoundParams, smallest_round
 from reshuffle.protocol.schedule import PHASES
 from reshuffle.run.config import SimConfig
 from reshuffle.run.delivery import Uploads, make_channel
@@ -115,7 +115,8 @@ class Simulation:
         self.rounds = FLRound(fl, cfg.sampler(), t.layout.get(t.model))
         self.channel = make_channel(cfg.shuffle, cfg.seed, cfg.group, cfg.group_size)
         # The rows rule-aware attackers test pass through the protocol's encoding (among a round's cohort).
-        self.codec = RoundParams.default(cfg.cohort_size, self.W_g.size, group=cfg.group).codec
+        # (An ideal or plain shuffle may have a cohort smaller than the real protocol's smallest round.)
+        self.codec = RoundParams.default(max(cfg.cohort_size, smallest_round()), self.W_g.size, group=cfg.group).codec
         self.linking = LinkingMetric(cfg.seed) if cfg.linker else None
         self.dp = None if cfg.dp_clip is None else ClientDP(cfg.dp_clip, cfg.dp_noise)  # noise from OS randomness
         self.dp_uploads: dict[int, int] = {}  # client → models it privatised so far (its DP compositions)
