@@ -20,7 +20,7 @@ from flwr.clientapp import ClientApp
 from flower_helpers import LoopbackGrid
 from reshuffle.flower.mod import reshuffle_mod
 from reshuffle.flower.reserved import RECORD
-from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.params import RoundParams, smallest_round
 from reshuffle.run import checkpoint
 from reshuffle.run.config import SimConfig
 from reshuffle.sim.simulator import Simulation
@@ -59,7 +59,7 @@ def _quantised_client_app() -> ClientApp:
     grid carries a reply's words exactly)."""
     from reshuffle.flower import client_app
 
-    codec = RoundParams.default(2, 1).codec
+    codec = RoundParams.default(smallest_round(), 1).codec
     app = ClientApp(mods=[reshuffle_mod])
 
     @app.train()

@@ -43,7 +43,7 @@ def test_each_round_trains_and_shuffles_only_its_sampled_cohort(monkeypatch):
 
 def test_the_real_protocol_runs_among_the_cohort():
     sim = Simulation(SimConfig(**dict(SMALL, rounds=1), clients=12, clients_per_round=4, shuffle="real"))
-    assert threshold(4, sim.W_g.size) == 3  # t for N = 4 participants, not 12
+    assert threshold(4) == 3  # t for N = 4 participants, not 12
     rounds: list = []
     deliver = sim.channel.deliver
     sim.channel = type("Spy", (), {"deliver": staticmethod(lambda up: rounds.append(up.cohort) or deliver(up))})()
