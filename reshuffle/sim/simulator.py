@@ -54,6 +54,8 @@ from reshuffle.protocol.schedule import PHASES
 from reshuffle.server import Rule, make_rule
 from reshuffle.server.aggregate import FLStep, canonical_order, row_counts
 from reshuffle.server.optimizers import make_server_optimizer
+from reshuffle.server.pseudonyms import ideal_pseudonym, run_key
+from reshuffle.server.rules.base import decide_in_context
 from reshuffle.sim.config import SimConfig
 from reshuffle.sim.feasible import check_feasible
 from reshuffle.sim.plugins import load_plugins
@@ -305,7 +307,7 @@ class Simulation:
         rng = np.random.default_rng(_seed(self.cfg.seed, T, 4))
         try:
             if self.attack.rule_aware:
-                bad = self.attack.craft(self._round_view(U_own, U_honest, T, mal), rng)
+                bad = self.attack.craft(self._round_view(U_own, U_honest, T, mal, honest), rng)
                 self._choices = self.attack.choices()
             else:
                 bad = self.attack(observed_updates(self.attack, U_own, U_honest), len(mal), rng)
@@ -327,7 +329,8 @@ class Simulation:
         return Lab(copy.deepcopy(self.model), self.W_g.copy(), self.data.x_train[pool], self.data.y_train[pool], owner,
                    self.data.num_classes, self.train_cfg, self.layout)
 
-    def _round_view(self, U_own: np.ndarray, U_honest: np.ndarray, T: int, mal: list[int]) -> RoundView:
+    def _round_view(self, U_own: np.ndarray, U_honest: np.ndarray, T: int, mal: list[int],
+                    honest: list[int]) -> RoundView:
         """What rule-aware colluders see: both sets of updates and the deployed rule, on their own copy.
 
         The copy is the run's rule with its configuration, pre-aggregators and
@@ -338,7 +341,7 @@ class Simulation:
         W_g, codec = self.W_g, self.codec
         last: dict[str, np.ndarray] = {}
 
-        def decide(U: np.ndarray):
+        def decide(U: np.ndarray, pseudonyms=None):
             U = np.array(U, dtype=np.float64)
             # Rows equal to the previous call's keep their rounded form (searches vary a few rows per call).
             prev = last.get("in")
@@ -350,10 +353,11 @@ class Simulation:
                 W = np.clip(W, -codec.clip, codec.clip, out=W).astype(np.float32)
                 rows[todo] = codec.roundtrip(W.ravel()).reshape(W.shape).astype(np.float64) - W_g
             last["in"], last["out"] = U, rows
-            return rule.decide(rows.copy(), round=T)
+            return decide_in_context(rule, rows.copy(), T, pseudonyms=pseudonyms, global_model=W_g)
 
+        names = ([self._pseudonym(i, T) for i in mal], [self._pseudonym(i, T) for i in honest])
         return RoundView(own=U_own, honest=U_honest, decide=decide, round=T, global_model=W_g.copy(),
-                         lab=self._lab(mal))
+                         lab=self._lab(mal), pseudonyms=names if "pseudonyms" in rule.context else None)
 
     def _dropouts(self, T: int, cohort: list[int]) -> dict[str, list[int]]:
         """phase → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random phases)."""
@@ -406,6 +410,10 @@ class Simulation:
         secs = {"shuffle": time.perf_counter() - t0}
         return got, positions, lost, secs, {"per_participant": per_p, "ps_total": per_p * len(alive)}
 
+    def _pseudonym(self, client: int, T: int) -> bytes:
+        """Client ``client``'s ideal pseudonym in round T: a keyed hash of (epoch, client), one epoch per run."""
+        return ideal_pseudonym(run_key(self.cfg.seed), 0, client)
+
     def _labels(self, positions: dict[int, int], rows: int) -> list[bool | None]:
         """Per delivered row, whether a malicious client sent it (None: no client's row).
 
@@ -456,7 +464,9 @@ class Simulation:
             skipped = f"no model delivered: {self._failure} ({why})" if self._failure else f"no model delivered ({why})"
         else:
             t0 = time.perf_counter()
-            res = self.fl(self.W_g, got, T, self._labels(positions, len(got)))
+            rows = {r: i for i, r in positions.items()}
+            names = [self._pseudonym(rows[r], T) if r in rows else b"row-without-client-%d" % r for r in range(len(got))]
+            res = self.fl(self.W_g, got, T, self._labels(positions, len(got)), pseudonyms=names)
             skipped, accepted, counts, self.W_g = res.skipped, list(res.accepted), res.counts, res.W_g
             seconds["detection"] = time.perf_counter() - t0
 
