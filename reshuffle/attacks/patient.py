@@ -180,9 +180,10 @@ class SaturateCover(Saturate):
             raise ConfigError(f"{self.name} kinds must be a non-empty list of {', '.join(COVERS)}, got {kinds!r}")
         self.kinds = tuple(kinds)
         self.support = _levels(self.name, "support", [support], 0.0, 1.0)[0]
-        if len(self.margins) * len(self.covers) * len(self.kinds) > self.max_calls:
-            raise ConfigError(f"{self.name}: {len(self.margins)} margins × {len(self.covers)} covers × "
-                              f"{len(self.kinds)} kinds exceed max_calls={self.max_calls}")
+        per_margin = sum(1 if c == 0 else len(self.kinds) for c in self.covers)  # no cover: one candidate
+        if len(self.margins) * per_margin > self.max_calls:
+            raise ConfigError(f"{self.name}: {len(self.margins)} margins × {per_margin} covers and kinds exceed "
+                              f"max_calls={self.max_calls}")
 
     def cover_rows(self, view: RoundView, H: np.ndarray, own: np.ndarray, kind: str) -> np.ndarray:
         """(m, d) deviations from the honest median, one per attacker, each its own from round to round."""
