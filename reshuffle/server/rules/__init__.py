@@ -35,7 +35,7 @@ from reshuffle.server.rules.bounded import ClipTrim, NormBound, RobustLR
 from reshuffle.server.rules.default import DEFAULT_RULE, Default
 from reshuffle.server.rules.signguard import SignGuard, SignOutliers
 from reshuffle.server.rules.pre import NNM, Bucketing, Clip
-from reshuffle.server.rules.history import FLDetector, FoolsGold, History, HistoryRule, InfluenceBudget
+from reshuffle.server.rules.history import FLDetector, FoolsGold, History, HistoryRule, InfluenceBudget, Kinship
 from reshuffle.server.rules.inspect import AlignIns, FreqFed
 from reshuffle.server.rules.hammer import HammerAnvil
 
@@ -46,7 +46,7 @@ PRES = tuple(pre_names())
 
 __all__ = [
     "AlignIns", "AllOf", "Bucketing", "Composite", "decide_in_context", "FLDetector", "FoolsGold", "FreqFed",
-    "HammerAnvil", "History", "HistoryRule", "InfluenceBudget", "Bulyan", "CenteredClipping", "Chain", "ClipTrim", "ConeClip", "DEFAULT_RULE", "Default",
+    "HammerAnvil", "History", "HistoryRule", "InfluenceBudget", "Kinship", "Bulyan", "CenteredClipping", "Chain", "ClipTrim", "ConeClip", "DEFAULT_RULE", "Default",
     "check_pre_names", "check_rule_name", "check_updates", "Clip", "clip_factors", "cosine_to", "CosineFilter",
     "Decision", "DnC", "FedAvg", "FLAME", "FLTrust", "GeometricMedian", "JOIN", "Krum", "krum_scores", "make_pre",
     "make_rule", "Median", "Mixed", "MultiKrum", "NNM", "NormBound", "pairwise_sq_distances", "Pipeline",

@@ -210,6 +210,11 @@ class HistoryRule(Rule):
         self._store.history = History.restored(arrays, data, names)
         self._store.pending = None
 
+    def banned(self, round: int) -> list[str]:
+        """The (normalised) labels banned in round T's epoch, as the committed history stands."""
+        h = self._store.history
+        return list(h.data.get("banned", [])) if h.labels and h.epoch == self.epoch_of(round) else []
+
     def history(self) -> History:
         """The committed history (a copy)."""
         h = self._store.history
@@ -297,13 +302,72 @@ class FoolsGold(HistoryRule):
         c = np.median(U, axis=0) if self.center == "median" else 0.0
         H = self.aged(h.arrays["H"][idx], age) + (U - c)
         h.arrays["H"][idx] = H
-        return foolsgold_weights(norms_and_cosines(H)[1])
+        return self.similarity_weights(norms_and_cosines(H)[1])
+
+    def similarity_weights(self, cos: np.ndarray) -> np.ndarray:
+        return foolsgold_weights(cos)
 
     def judge(self, U, h, idx, age, round, **context):
         alpha = self.weights(U, h, idx, age)
         total = alpha.sum()
         agg = (alpha @ U) / total if total > 0 else np.zeros(U.shape[1])
         return Decision(agg, tuple(np.flatnonzero(alpha >= self.accept).tolist()), alpha)
+
+
+def kinship_weights(cos: np.ndarray, floor: float = 0.5, kappa: float = 3.0) -> np.ndarray:
+    r"""Weights from each row's closest kin: 1 up to an outlying similarity, falling to 0 at a copy.
+
+    With :math:`v_i = \max_{j \ne i} cs_{ij}` and the threshold
+    :math:`\tau = \min(0.999, \max(\text{floor}, \mathrm{med}(v) + \kappa\cdot 1.4826\,\mathrm{MAD}(v)))`,
+    :math:`\alpha_i = \mathrm{clip}((1 - v_i)/(1 - \tau), 0, 1)`: a history no closer to another than the
+    others are to theirs keeps weight 1, one that copies another's gets 0.
+
+    >>> import numpy as np
+    >>> cos = np.array([[1, .2, .1, .1, .3], [.2, 1, .3, .2, .1], [.1, .3, 1, .1, .2], [.1, .2, .1, 1, .99],
+    ...                 [.3, .1, .2, .99, 1]])
+    >>> kinship_weights(cos).round(3).tolist()   # v = (.3, .3, .3, .99, .99): τ = 0.5
+    [1.0, 1.0, 1.0, 0.02, 0.02]
+    """
+    n = cos.shape[0]
+    if n == 1:
+        return np.ones(1)
+    cs = cos.copy()
+    np.fill_diagonal(cs, -np.inf)
+    v = cs.max(axis=1)
+    med = float(np.median(v))
+    tau = min(0.999, max(floor, med + kappa * 1.4826 * float(np.median(np.abs(v - med)))))
+    return np.clip((1.0 - v) / (1.0 - tau), 0.0, 1.0)
+
+
+@register_rule("kinship")
+class Kinship(FoolsGold):
+    r"""Colluders' histories agree: FoolsGold's per-pseudonym histories, judged by each one's closest kin.
+
+    The histories are FoolsGold's (:class:`FoolsGold`; here ``center =
+    "median"`` by default: each pseudonym's accumulated deviation from the
+    round's median). FoolsGold's weights are relative (a row is cut once it is
+    less unique than the most unique row by a factor), which on skewed data
+    cuts honest rows whose drift happens to resemble another's. Here the cut is
+    an outlier test on the closest-kin similarity :math:`v_i` (:func:`kinship_weights`:
+    floor ``floor``, 0.5; κ = ``kappa``, 3), so honest histories keep weight 1
+    and colluders who push one payload, whose histories converge, lose it.
+    Aggregate :math:`\sum_i \alpha_i u_i / \sum_i \alpha_i`; accepted: α ≥ ``accept``.
+
+    >>> import numpy as np
+    >>> U = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0],
+    ...               [0.0, 0.0, 0.0, 1.0]])
+    >>> Kinship(center="none").decide(U, pseudonyms=list("abcde"), round=1).accepted
+    (0, 1, 2)
+    """
+
+    def __init__(self, center: str = "median", decay: float = 0.9, floor: float = 0.5, kappa: float = 3.0,
+                 accept: float = 0.5, epoch: int = 0, ban_after: int = 0) -> None:
+        super().__init__(center, decay, accept, epoch, ban_after)
+        self.floor = check_share(floor, "kinship floor")
+        self.kappa = check_positive(kappa, "kinship kappa")
+
+    def similarity_weights(self, cos: np.ndarray) -> np.ndarray:
+        return kinship_weights(cos, self.floor, self.kappa)
 
 
 def solve_shrink(A: np.ndarray, x: np.ndarray, bound: np.ndarray) -> np.ndarray:
