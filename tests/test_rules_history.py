@@ -14,11 +14,11 @@ from reshuffle.server.aggregate import FLStep
 from reshuffle.server.optimizers import make_server_optimizer
 from reshuffle.server.pseudonyms import ideal_pseudonym, run_key
 from reshuffle.server.rules import (
-    AlignIns, FLDetector, FoolsGold, FreqFed, HammerAnvil, InfluenceBudget, make_rule, rule_names,
+    AlignIns, FLDetector, FoolsGold, FreqFed, HammerAnvil, InfluenceBudget, Kinship, make_rule, rule_names,
 )
 from reshuffle.server.rules.base import decide_in_context
 
-PSEUDONYMOUS = ["foolsgold", "influence-budget", "fldetector", "hammer-anvil"]
+PSEUDONYMOUS = ["foolsgold", "kinship", "influence-budget", "fldetector", "hammer-anvil"]
 
 
 def honest_rounds(rounds: int, n: int, d: int, seed: int, lonely: int | None = None) -> list[np.ndarray]:
@@ -283,3 +283,25 @@ def test_ideal_pseudonyms_are_one_per_client_per_epoch_and_hide_the_client():
     labels = {ideal_pseudonym(key, 0, i) for i in range(50)}
     assert len(labels) == 50 and all(len(x) == 16 for x in labels)
     assert ideal_pseudonym(key, 1, 3) != ideal_pseudonym(key, 0, 3) != ideal_pseudonym(run_key(12), 0, 3)
+
+
+def test_kinship_keeps_every_honest_history_where_foolsgolds_relative_cut_drops_some():
+    """Honest non-IID histories differ by degree; FoolsGold cuts those less unique than the most unique one."""
+    rng = np.random.default_rng(9)
+    classes = rng.normal(size=(10, 60))
+    drift = 2.0 * rng.dirichlet(np.full(10, 0.3), size=20) @ classes  # Dirichlet(0.3) mixtures of class directions
+    fg, kin = FoolsGold(center="median", decay=0.9), Kinship()
+    for t in range(1, 11):
+        U = classes.mean(axis=0) + drift + rng.normal(size=(20, 60)) * 0.5
+        a = fg.decide(U, round=t, pseudonyms=names(20))
+        b = kin.decide(U, round=t, pseudonyms=names(20))
+        fg.commit()
+        kin.commit()
+    assert len(b.accepted) == 20 and len(a.accepted) < 20
+
+
+def test_hammer_anvil_trims_as_clip_trim_until_it_has_banned_someone():
+    U = honest_rounds(1, 9, 12, 5)[0]
+    d = HammerAnvil(f=2).decide(U, round=1, pseudonyms=names(9))
+    ct = make_rule("clip-trim", 2, seed=0).decide(U)
+    assert np.allclose(d.aggregate, ct.aggregate)
