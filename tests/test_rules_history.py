@@ -305,3 +305,20 @@ def test_hammer_anvil_trims_as_clip_trim_until_it_has_banned_someone():
     d = HammerAnvil(f=2).decide(U, round=1, pseudonyms=names(9))
     ct = make_rule("clip-trim", 2, seed=0).decide(U)
     assert np.allclose(d.aggregate, ct.aggregate)
+
+
+def test_a_simulation_resumed_from_its_checkpoint_keeps_the_rules_history():
+    from reshuffle.sim import Simulation, from_mapping
+
+    s = {"dataset": "digits", "clients": 8, "malicious": 0.25, "rounds": 3, "shuffle": "ideal", "rule": "hammer-anvil",
+         "attack": "badnets", "seed": 2, "f": 2}
+    whole = Simulation(from_mapping(s, source="test"))
+    whole.run()
+    first = Simulation(from_mapping({**s, "rounds": 2}, source="test"))
+    first.run()
+    arrays, data = first.state()
+    assert any(k.startswith("opt.rule.") for k in arrays)  # the history travels with the checkpoint
+    resumed = Simulation(from_mapping(s, source="test"))
+    resumed.restore(arrays, data)
+    resumed.run()
+    assert np.array_equal(resumed.W_g, whole.W_g)
