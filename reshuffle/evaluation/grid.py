@@ -237,7 +237,8 @@ class Grid:
             cells += [Cell(s, a, r, seed, self.long_rounds) for s in self.settings_list for a in self.long_attacks
                       for r in self.long_rules_of(a) for seed in self.seeds]
         if self.extended_rounds and self.extended_attacks:
-            attacks = (CLEAN, *(a for a in self.extended_attacks if a != CLEAN))
+            # Only attacks the grid runs (a narrowed selection narrows this horizon too).
+            attacks = (CLEAN, *(a for a in self.extended_attacks if a != CLEAN and a in self.attacks))
             cells += [Cell(s, a, r, seed, self.extended_rounds) for s in self.settings_list for a in attacks
                       for r in self.long_rules_of(a) for seed in self.seeds]
         return cells
