@@ -171,3 +171,21 @@ def test_a_setting_without_its_data_waits_and_is_not_failed(tmp_path):
     assert list(res.summary["needs_data"]) == ["cifar10-dir0.3-cnn"]
     md = (tmp_path / "out" / "summary.md").read_text()
     assert "## Settings that need data (1; not run, not failed)" in md and "reshuffle data fetch cifar10" in md
+
+
+def test_a_grid_file_adds_an_extended_horizon_and_single_settings(tmp_path):
+    p = tmp_path / "g.toml"
+    p.write_text('datasets = ["mnist"]\npartitions = ["dirichlet:0.3"]\nattacks = ["saturate", "slow-drift"]\n'
+                 'rules = ["hammer-anvil"]\nseeds = [1]\nlong_rules = ["hammer-anvil"]\nextended_rounds = 60\n'
+                 'extended_attacks = ["slow-drift"]\nextra_settings = ["fashion-mnist:dirichlet-legacy:0.3:lenet5"]\n')
+    g = load_grid_toml(p, default_grid())
+    assert [s.label for s in g.settings_list] == ["mnist-dir0.3-mlp", "fashion-mnist-ldir0.3-lenet5"]
+    sixty = {(c.setting.label, c.attack, c.rule) for c in g.cells() if c.rounds == 60}
+    for label in ("mnist-dir0.3-mlp", "fashion-mnist-ldir0.3-lenet5"):
+        # The extended attacks and the clean run (under FedAvg too: every drop is measured against it).
+        assert {(label, "slow-drift", "hammer-anvil"), (label, "none", "hammer-anvil"), (label, "none", "fedavg")} \
+            <= sixty
+    assert not any(a == "saturate" for _, a, _ in sixty) and g.describe()["extended_rounds"] == 60
+    p.write_text('extra_settings = ["mnist"]\n')
+    with pytest.raises(ConfigError, match="dataset:partition"):
+        load_grid_toml(p, default_grid())

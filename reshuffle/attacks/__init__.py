@@ -25,10 +25,12 @@ from reshuffle.attacks.mimic import Mimic
 from reshuffle.attacks.mechanism import ClipSparse, TrimEdge
 from reshuffle.attacks.objective import MaxDev, MaxProjBackdoor, NeurotoxinMaxProj, ObjectiveAttack
 from reshuffle.attacks.omniscient import ALIE, IPM, MinMax, MinSum
+from reshuffle.attacks.patient import BudgetEdge, Saturate, SaturateCover, Sleeper, SlowDrift
 from reshuffle.attacks.simple import GaussianNoise, LabelFlip, NoAttack, Scaling, SignFlip
 
 __all__ = [
-    "AGRTailored", "ALIE", "Attack", "Backdoor", "BadNets", "ClipSparse", "ConstrainScale", "DBA", "FangKrum",
+    "AGRTailored", "ALIE", "Attack", "Backdoor", "BadNets", "BudgetEdge", "Saturate", "SaturateCover", "Sleeper",
+    "SlowDrift", "ClipSparse", "ConstrainScale", "DBA", "FangKrum",
     "FangTrimmedMean", "GaussianNoise", "IPM", "Lab", "LabelFlip", "MaxDev", "MaxProjBackdoor", "MinMax", "MinSum",
     "Mimic", "MimicSpread", "ModelReplacement", "NeurotoxinMaxProj", "NoAttack", "ObjectiveAttack", "RoundView",
     "RuleAware", "Scaling", "Score", "SignFlip", "SignMatch", "TrimEdge", "attack_names", "check_observed",

@@ -95,6 +95,15 @@ class Probe:
         self._U[perm[:h]] = honest
         self.rows = perm[h:]
         self._decide = view.decide
+        self._labels = None
+        if view.pseudonyms is not None:
+            own, others = view.pseudonyms
+            if len(own) != m or len(others) != h:
+                raise ConfigError(f"{name}: {len(own)} + {len(others)} pseudonyms for {m} + {h} rows")
+            labels: list = [None] * (h + m)
+            for at, p in zip(perm, [*others, *own]):
+                labels[at] = p
+            self._labels = labels
         self.budget = budget
         self.calls = 0
         self._name = name
@@ -105,7 +114,10 @@ class Probe:
             raise ConfigError(f"{self._name}: more than {self.budget} calls to the rule in one round")
         self.calls += 1
         self._U[self.rows] = M
-        decision = self._decide(self._U.copy())
+        if self._labels is None:
+            decision = self._decide(self._U.copy())
+        else:
+            decision = self._decide(self._U.copy(), pseudonyms=list(self._labels))
         if getattr(decision, "accepted", None) is None:
             raise ConfigError(f"{self._name}: view.decide must return a Decision, got {type(decision).__name__}")
         return decision

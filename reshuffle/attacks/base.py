@@ -70,14 +70,22 @@ class RoundView:
         success of W_g + a candidate aggregate on their data, and updates
         trained from W_g with hyper-parameters of their choosing. None where a
         driver does not offer it; attacks that need it say so.
+    ``pseudonyms``
+        (own, honest): the pseudonym of each row of ``own`` and of ``honest``,
+        where the deployed rule keeps a history per pseudonym (None
+        otherwise). ``decide`` then takes ``pseudonyms=``, one per row of the
+        array it judges, and runs the rule on the attackers' copy of its
+        history as it stands before this round: the attackers know the rule,
+        replay it, and know which pseudonyms are theirs.
     """
 
     own: np.ndarray
     honest: np.ndarray
-    decide: Callable[[np.ndarray], object]
+    decide: Callable[..., object]
     round: int = 0
     global_model: np.ndarray | None = None
     lab: "Lab | None" = None
+    pseudonyms: tuple[tuple, tuple] | None = None
 
 
 class Attack:

@@ -25,6 +25,13 @@ which the long horizon's drops are measured: a backdoor that gets only a small
 weight per round may still accumulate once the model converges, which a
 10-round horizon hides. A grid file sets them as ``long_rounds = 30`` and
 ``long_rules = ["flame", "default"]``.
+
+Attacks that spread their push over rounds (``slow-drift``, ``sleeper``)
+may also run over an extended horizon: ``extended_rounds = 60`` with
+``extended_attacks = ["slow-drift", "sleeper"]`` adds their cells (and the
+clean run's) under the long horizon's rules. ``extra_settings`` adds single
+settings beside the product of the axes, as ``"fashion-mnist:dirichlet:0.3:lenet5"``
+(dataset, partition, model).
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ LONG_ROUNDS = 30
 SKEWED_SIZES = ("dirichlet", "dirichlet-legacy", "natural")
 #: Keys of a grid TOML file.
 _TOML_KEYS = {"datasets", "partitions", "attacks", "rules", "seeds", "models", "base", "plugins", "long_rounds",
-              "long_rules"}
+              "long_rules", "extended_rounds", "extended_attacks", "extra_settings"}
 
 
 @dataclass(frozen=True, order=True)
@@ -168,6 +175,9 @@ class Grid:
 
     #: Settings run besides the product of the three axes (``cifar10-dir0.3-cnn``, say).
     extra: tuple[Setting, ...] = ()
+    #: A further horizon (0: none) for the attacks in ``extended_attacks`` (and the clean run), under the long rules.
+    extended_rounds: int = 0
+    extended_attacks: tuple[str, ...] = ()
 
     @property
     def settings_list(self) -> list[Setting]:
@@ -226,6 +236,11 @@ class Grid:
         if len(self.long_attacks) > 1:
             cells += [Cell(s, a, r, seed, self.long_rounds) for s in self.settings_list for a in self.long_attacks
                       for r in self.long_rules_of(a) for seed in self.seeds]
+        if self.extended_rounds and self.extended_attacks:
+            # Only attacks the grid runs (a narrowed selection narrows this horizon too).
+            attacks = (CLEAN, *(a for a in self.extended_attacks if a != CLEAN and a in self.attacks))
+            cells += [Cell(s, a, r, seed, self.extended_rounds) for s in self.settings_list for a in attacks
+                      for r in self.long_rules_of(a) for seed in self.seeds]
         return cells
 
     def cell_settings(self, cell: Cell, data_root: Path | None = None) -> dict[str, Any]:
@@ -280,7 +295,16 @@ class Grid:
                 "attacks": list(self.all_attacks), "rules": list(self.all_rules),
                 "seeds": list(self.seeds), "base": dict(self.base), "skipped_rules": list(self.skipped_rules),
                 "long_rounds": self.long_rounds, "long_attacks": list(self.long_attacks[1:]),
-                "long_rules": list(self.long_rules_of(self.long_attacks[1])) if len(self.long_attacks) > 1 else []}
+                "long_rules": list(self.long_rules_of(self.long_attacks[1])) if len(self.long_attacks) > 1 else [],
+                "extended_rounds": self.extended_rounds, "extended_attacks": list(self.extended_attacks)}
+
+
+def parse_setting(text: str) -> Setting:
+    """``dataset:partition[:param]:model``, e.g. ``fashion-mnist:dirichlet:0.3:lenet5`` or ``mnist:iid:mlp``."""
+    parts = str(text).split(":")
+    if len(parts) < 3:
+        raise ConfigError(f"setting {text!r}: expected dataset:partition[:param]:model")
+    return Setting(parts[0], Partition.parse(":".join(parts[1:-1])), parts[-1])
 
 
 def is_backdoor(attack: str) -> bool:
@@ -377,6 +401,21 @@ def load_grid_toml(path: str | Path, base: Grid) -> Grid:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ConfigError(f"{p}: long_rounds must be a non-negative int (0: no long horizon), got {v!r}")
         over["long_rounds"] = v
+    if "extended_rounds" in spec:
+        v = spec["extended_rounds"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(f"{p}: extended_rounds must be a non-negative int (0: none), got {v!r}")
+        over["extended_rounds"] = v
+    if "extended_attacks" in spec:
+        v = spec["extended_attacks"]
+        if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise ConfigError(f"{p}: extended_attacks must be a list of names")
+        over["extended_attacks"] = tuple(v)
+    if "extra_settings" in spec:
+        v = spec["extra_settings"]
+        if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise ConfigError(f"{p}: extra_settings must be a list of \"dataset:partition[:param]:model\" strings")
+        over["extra"] = tuple(parse_setting(x) for x in v)
     if "long_rules" in spec:
         v = spec["long_rules"]
         if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
@@ -409,8 +448,9 @@ def validate(grid: Grid) -> Grid:
     check_names("dataset", [d for d in grid.datasets if not d.startswith("hf:")], dataset_names())
     for d in grid.datasets:
         dataset_spec(d)
-    check_names("model", grid.models, model_names())
+    check_names("model", [*grid.models, *(s.model for s in grid.extra)], model_names())
     check_names("attack", grid.attacks, registered_attacks())
+    check_names("extended attack", grid.extended_attacks, registered_attacks())
     _, refused = usable_rules(grid.rules)
     if refused:
         raise ConfigError(f"unknown rule(s) {', '.join(refused)}; registered: {', '.join(registered_rules())}")

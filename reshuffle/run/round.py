@@ -106,6 +106,10 @@ def skip_reason(d: Delivery) -> str:
     return f"{head} ({why})"
 
 
+#: The Delivery column of each row's epoch pseudonym (what a rule with a per-pseudonym history reads).
+PSEUDONYM = "pseudonym"
+
+
 class FLRound:
     """The PS's side of a run: the round loop over deliveries, and the state it carries between rounds.
 
@@ -143,7 +147,7 @@ class FLRound:
             skipped, accepted, counts = skip_reason(delivery), 0, row_counts(None, ())
         else:
             t0 = time.perf_counter()
-            res = self.fl(self.W_g, delivery.models, T, delivery.labels)
+            res = self.fl(self.W_g, delivery.models, T, delivery.labels, pseudonyms=delivery.meta.get(PSEUDONYM))
             skipped, accepted, counts, self.W_g = res.skipped, len(res.accepted), res.counts, res.W_g
             secs["detection"] = time.perf_counter() - t0
         t0 = time.perf_counter()

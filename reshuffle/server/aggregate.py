@@ -6,7 +6,9 @@ round's models (docs/protocol.md §5, step 6):
 1. sort the models into a canonical order (by hash: the result cannot depend on
    the order in which the shuffle delivered them);
 2. form the rows U = W − W_g;
-3. let the rule decide (which rows it accepts, with what weight, and the aggregate Δ);
+3. let the rule decide (which rows it accepts, with what weight, and the aggregate Δ), given what it
+   takes besides the rows: each row's pseudonym (rules with a per-pseudonym history), W_g; then make
+   the state that decision computed the rule's own (:meth:`Rule.commit`);
 4. let the server optimiser step: W_g ← opt(W_g, Δ); running statistics (BatchNorm's
    mean and variance, where the FL step was told which entries they are) take
    W_g + Δ instead: they are estimates, not parameters, and a momentum or a step
@@ -32,8 +34,14 @@ from reshuffle.errors import ConfigError
 from reshuffle.server.model_step import CRFL
 from reshuffle.server.optimizers import ServerOptimizer
 from reshuffle.server.rules import Decision, Rule
+from reshuffle.server.rules.base import decide_in_context, pack_json, unpack_json
 
 __all__ = ["FLStep", "StepResult", "canonical_order", "row_counts"]
+
+#: Prefix of the rule's arrays in :meth:`FLStep.state` (the optimiser's names never start with it).
+RULE = "rule."
+#: The rule's JSON data, packed as a uint8 array, in :meth:`FLStep.state`.
+RULE_JSON = "rule.json"
 
 
 def canonical_order(models: Sequence[np.ndarray]) -> list[int]:
@@ -114,25 +122,33 @@ class FLStep:
         self.name = name or rule.name
 
     def __call__(self, W_g: np.ndarray, models: Sequence[np.ndarray], round: int,
-                 malicious: Sequence[bool | None] | None = None) -> StepResult:
+                 malicious: Sequence[bool | None] | None = None,
+                 pseudonyms: Sequence[bytes | str] | None = None) -> StepResult:
         """One step from ``models`` (at least one, each of W_g's size); ``malicious`` labels them, in their order.
 
-        A rule that refuses the rows (a ConfigError, e.g. Krum with n ≤ 2f + 2)
-        keeps W_g and leaves the optimiser's state as it was; the model step
-        runs only in a round that stepped.
+        ``pseudonyms`` gives each model's pseudonym, in the same order (None: the
+        driver has none; a rule that keeps a history per pseudonym then refuses
+        every round). A rule that refuses the rows (a ConfigError, e.g. Krum with
+        n ≤ 2f + 2) keeps W_g and leaves the optimiser's and the rule's state as
+        they were; the model step runs only in a round that stepped.
         """
         if not models:
             raise ConfigError("an FL step needs at least one model")
         if malicious is not None and len(malicious) != len(models):
             raise ConfigError(f"{len(malicious)} labels for {len(models)} models")
+        if pseudonyms is not None and len(pseudonyms) != len(models):
+            raise ConfigError(f"{len(pseudonyms)} pseudonyms for {len(models)} models")
         order = canonical_order(models)
         labels = [None] * len(models) if malicious is None else [malicious[j] for j in order]
+        names = None if pseudonyms is None else [pseudonyms[j] for j in order]
         U = np.stack([models[j] for j in order]).astype(np.float64) - W_g
         try:
-            decision = self.rule.decide(U, round=round)  # one call: randomized rules draw from (seed, round)
+            # One call: randomized rules draw from (seed, round).
+            decision = decide_in_context(self.rule, U, round, pseudonyms=names, global_model=W_g)
         except ConfigError as exc:
             return StepResult(W_g, tuple(order), None, f"rule {self.name!r} refused {len(models)} rows: {exc}",
                               row_counts(None, labels))
+        self.rule.commit()
         new = self.optimizer.step(W_g, decision.aggregate)
         if self.statistics is not None:
             if self.statistics.shape != W_g.shape:
@@ -146,11 +162,20 @@ class FLStep:
         return StepResult(new, tuple(order), decision, None, row_counts(decision, labels))
 
     def state(self) -> dict[str, np.ndarray]:
-        """What the next step depends on beyond its configuration: the optimiser's arrays.
+        """What the next step depends on beyond its configuration: the optimiser's arrays, and the rule's
+        (``rule.<name>``, its JSON data packed in ``rule.json``) where it keeps a history.
 
         The model step keeps none: its noise is a function of (seed, round).
         """
-        return self.optimizer.state()
+        arrays, data = self.rule.state()
+        out = dict(self.optimizer.state())
+        if arrays or data:
+            out.update({RULE + k: np.array(v, copy=True) for k, v in arrays.items()})
+            out[RULE_JSON] = pack_json(data)
+        return out
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
-        self.optimizer.restore(arrays)
+        rule = {k[len(RULE):]: v for k, v in arrays.items() if k.startswith(RULE) and k != RULE_JSON}
+        data = unpack_json(arrays[RULE_JSON]) if RULE_JSON in arrays else {}
+        self.optimizer.restore({k: v for k, v in arrays.items() if not k.startswith(RULE)})
+        self.rule.restore(rule, data)

@@ -19,6 +19,8 @@ from reshuffle.errors import ConfigError
 from reshuffle.run.round import non_finite
 from reshuffle.run.sampling import ATTACK, seed_of
 from reshuffle.server import Rule
+from reshuffle.server.pseudonyms import run_pseudonym
+from reshuffle.server.rules.base import decide_in_context
 
 if TYPE_CHECKING:
     from reshuffle.sim.training import Training
@@ -88,7 +90,8 @@ class Attackers:
         rng = np.random.default_rng(seed_of(self.seed, T, ATTACK))
         try:
             if self.attack.rule_aware:
-                bad = self.attack.craft(self.round_view(U_own, U_honest, T, mal, W_g, rule, codec, training), rng)
+                view = self.round_view(U_own, U_honest, T, mal, W_g, rule, codec, training, honest)
+                bad = self.attack.craft(view, rng)
                 self.choices = self.attack.choices()
             else:
                 bad = self.attack(observed_updates(self.attack, U_own, U_honest), len(mal), rng)
@@ -113,17 +116,19 @@ class Attackers:
                    data.num_classes, training.train_cfg, training.layout)
 
     def round_view(self, U_own: np.ndarray, U_honest: np.ndarray, T: int, mal: list[int], W_g: np.ndarray,
-                   rule: Rule, codec: FixedPoint, training: "Training") -> RoundView:
+                   rule: Rule, codec: FixedPoint, training: "Training", honest: list[int]) -> RoundView:
         """What rule-aware colluders see: both sets of updates and the deployed rule, on their own copy.
 
-        The copy is the run's rule with its configuration, pre-aggregators and
-        seed (the strongest colluders know all of it); the rows they test pass
-        through the same fixed-point encoding as real uploads.
+        The copy is the run's rule with its configuration, pre-aggregators,
+        seed and history (the strongest colluders know all of it); the rows they
+        test pass through the same fixed-point encoding as real uploads. A rule
+        that keeps a history per pseudonym also gets every row's pseudonym
+        (``RoundView.pseudonyms``: the attackers' and the honest clients').
         """
         rule = copy.deepcopy(rule)
         last: dict[str, np.ndarray] = {}
 
-        def decide(U: np.ndarray):
+        def decide(U: np.ndarray, pseudonyms=None):
             U = np.array(U, dtype=np.float64)
             # Rows equal to the previous call's keep their rounded form (searches vary a few rows per call).
             prev = last.get("in")
@@ -135,7 +140,10 @@ class Attackers:
                 W = np.clip(W, -codec.clip, codec.clip, out=W).astype(np.float32)
                 rows[todo] = codec.roundtrip(W.ravel()).reshape(W.shape).astype(np.float64) - W_g
             last["in"], last["out"] = U, rows
-            return rule.decide(rows.copy(), round=T)
+            return decide_in_context(rule, rows.copy(), T, pseudonyms=pseudonyms, global_model=W_g)
 
+        names = None
+        if "pseudonyms" in rule.context:
+            names = ([run_pseudonym(self.seed, i) for i in mal], [run_pseudonym(self.seed, i) for i in honest])
         return RoundView(own=U_own, honest=U_honest, decide=decide, round=T, global_model=W_g.copy(),
-                         lab=self.lab(mal, W_g, training))
+                         lab=self.lab(mal, W_g, training), pseudonyms=names)

@@ -59,9 +59,10 @@ from reshuffle.run.plugins import load_plugins
 from reshuffle.run.provenance import provenance
 from reshuffle.run.record import RoundRecord
 from reshuffle.run.report import metrics
-from reshuffle.run.round import FLRound, make_step
+from reshuffle.run.round import PSEUDONYM, FLRound, make_step
 from reshuffle.run.sampling import DROPOUT, SETUP, seed_of
 from reshuffle.server.aggregate import canonical_order
+from reshuffle.server.pseudonyms import run_pseudonym
 from reshuffle.sim.attackers import Attackers, observed_updates, unencodable
 from reshuffle.sim.evaluation import Evaluator
 from reshuffle.sim.feasible import check_feasible
@@ -195,6 +196,13 @@ class Simulation:
                      self._adversaries(cohort) if self.cfg.shuffle == "real" else ())
         return up, {"training": per_client, "training_total": total}, all_diverged
 
+    def _with_pseudonyms(self, delivery):
+        """The delivery with each row's ideal epoch pseudonym (a keyed hash of the sender; one epoch per run)."""
+        if delivery.senders is None:
+            return delivery
+        names = [run_pseudonym(self.cfg.seed, int(i)) for i in delivery.senders]
+        return dataclasses.replace(delivery, meta={**delivery.meta, PSEUDONYM: names})
+
     def _privatize(self, models: dict[int, np.ndarray], cohort: list[int], broken: dict[int, str]) -> None:
         """Client-side DP on every honest, encodable model of the cohort (attackers send what they like)."""
         if self.dp is None:
@@ -222,7 +230,7 @@ class Simulation:
         T = self.rounds.round + 1
         cohort = self.rounds.cohort(T, range(self.cfg.clients))
         up, seconds, all_diverged = self.uploads(T, cohort)
-        delivery = self.channel.deliver(up)
+        delivery = self._with_pseudonyms(self.channel.deliver(up))
         malicious = len(set(cohort) & set(self.malicious)) if self.attackers.attacked else 0
         extra_s, linking, eps = self._privacy_figures(delivery)
         rec = self.rounds.step(T, delivery, lambda W_g: self.evaluator(W_g, T, all_diverged), sampled=len(cohort),

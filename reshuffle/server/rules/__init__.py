@@ -16,9 +16,9 @@ then ``reshuffle simulate --plugin mymodule --rule shortest-half`` or
 """
 
 from reshuffle.server.rules.base import (
-    Decision, Rule, check_updates, clip_factors, cosine_to, pairwise_sq_distances, round_rng,
+    Decision, Rule, check_updates, clip_factors, cosine_to, decide_in_context, pairwise_sq_distances, round_rng,
 )
-from reshuffle.server.rules.compose import AllOf, Chain, Mixed, Pipeline, PreAggregator, with_f
+from reshuffle.server.rules.compose import AllOf, Chain, Composite, Mixed, Pipeline, PreAggregator, with_f
 from reshuffle.server.rules.registry import (
     JOIN, THEN, check_pre_names, check_rule_name, make_pre, make_rule, pre_names, register_pre, register_rule,
     rule_names,
@@ -35,6 +35,9 @@ from reshuffle.server.rules.bounded import ClipTrim, NormBound, RobustLR
 from reshuffle.server.rules.default import DEFAULT_RULE, Default
 from reshuffle.server.rules.signguard import SignGuard, SignOutliers
 from reshuffle.server.rules.pre import NNM, Bucketing, Clip
+from reshuffle.server.rules.history import FLDetector, FoolsGold, History, HistoryRule, InfluenceBudget, Kinship
+from reshuffle.server.rules.inspect import AlignIns, FreqFed
+from reshuffle.server.rules.hammer import HammerAnvil
 
 #: The built-in rule names (plugins add to :func:`rule_names`, not to this tuple).
 RULES = tuple(rule_names())
@@ -42,7 +45,8 @@ RULES = tuple(rule_names())
 PRES = tuple(pre_names())
 
 __all__ = [
-    "AllOf", "Bucketing", "Bulyan", "CenteredClipping", "Chain", "ClipTrim", "ConeClip", "DEFAULT_RULE", "Default",
+    "AlignIns", "AllOf", "Bucketing", "Composite", "decide_in_context", "FLDetector", "FoolsGold", "FreqFed",
+    "HammerAnvil", "History", "HistoryRule", "InfluenceBudget", "Kinship", "Bulyan", "CenteredClipping", "Chain", "ClipTrim", "ConeClip", "DEFAULT_RULE", "Default",
     "check_pre_names", "check_rule_name", "check_updates", "Clip", "clip_factors", "cosine_to", "CosineFilter",
     "Decision", "DnC", "FedAvg", "FLAME", "FLTrust", "GeometricMedian", "JOIN", "Krum", "krum_scores", "make_pre",
     "make_rule", "Median", "Mixed", "MultiKrum", "NNM", "NormBound", "pairwise_sq_distances", "Pipeline",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -73,6 +74,51 @@ def round_rng(seed: int, round: int, label: str) -> np.random.Generator:
     """
     tag = int.from_bytes(hashlib.sha256(b"reshuffle/rule-rng/" + label.encode()).digest()[:8], "big")
     return np.random.default_rng(np.random.SeedSequence([seed, round, tag]))
+
+
+#: The inputs a rule may take besides its rows (see :attr:`Rule.context`).
+CONTEXT = frozenset({"pseudonyms", "global_model"})
+
+
+def check_pseudonyms(pseudonyms: Sequence[object] | None, n: int, name: str) -> list[str]:
+    """One opaque label per row (bytes or str), as strings; a clear refusal when the driver gave none.
+
+    Bytes become their hex form, so labels survive a JSON checkpoint.
+    """
+    if pseudonyms is None:
+        raise ConfigError(f"rule {name!r} keeps a history per pseudonym and needs one pseudonym per row; "
+                          "the rows came without pseudonyms (use a per-round rule, or a driver that delivers them)")
+    out = []
+    for p in pseudonyms:
+        if isinstance(p, (bytes, bytearray)) and p:
+            out.append("h:" + bytes(p).hex())
+        elif isinstance(p, str) and p:
+            out.append("s:" + p)
+        else:
+            raise ConfigError(f"rule {name!r}: a pseudonym must be non-empty bytes or str, got {p!r}")
+    if len(out) != n:
+        raise ConfigError(f"rule {name!r}: {len(out)} pseudonyms for {n} rows")
+    return out
+
+
+def decide_in_context(rule: "Rule", updates: np.ndarray, round: int, **context: Any) -> "Decision":
+    """``rule.decide`` given the inputs it declares in :attr:`Rule.context` (the others are dropped).
+
+    A context value that is None is passed as None: a pseudonymous rule then refuses with a clear message.
+    """
+    stray = set(context) - CONTEXT
+    if stray:
+        raise ConfigError(f"unknown rule context {sorted(stray)}; known: {sorted(CONTEXT)}")
+    return rule.decide(updates, round=round, **{k: v for k, v in context.items() if k in rule.context})
+
+
+def pack_json(data: dict[str, Any]) -> np.ndarray:
+    """JSON data as a uint8 array (a checkpoint holds arrays only)."""
+    return np.frombuffer(json.dumps(data, sort_keys=True, allow_nan=True).encode(), dtype=np.uint8).copy()
+
+
+def unpack_json(arr: np.ndarray) -> dict[str, Any]:
+    return json.loads(np.asarray(arr, dtype=np.uint8).tobytes().decode())
 
 
 def pairwise_sq_distances(U: np.ndarray) -> np.ndarray:
@@ -181,6 +227,27 @@ class Rule:
     randomized: ClassVar[bool] = False
     #: The ``__init__`` parameter that receives the run's f (None: it takes none).
     f_param: ClassVar[str | None] = None
+    #: What ``decide`` takes besides the rows (keywords of :data:`CONTEXT`): ``pseudonyms``, one label per
+    #: row, for rules that keep a history per pseudonym; ``global_model``, W_g, for rules that compare rows
+    #: with it. A driver passes them through :func:`decide_in_context`.
+    context: ClassVar[frozenset[str]] = frozenset()
+
+    def commit(self) -> None:
+        """Make the state the last ``decide`` computed the rule's own (the deployed step calls it once per round).
+
+        ``decide`` itself never changes what a later round sees, so a copy that the
+        attackers probe, or a refused round, leaves the history as it was. Stateless
+        rules have nothing to commit.
+        """
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """(arrays, JSON data) the next round depends on beyond the configuration; empty for stateless rules."""
+        return {}, {}
+
+    def restore(self, arrays: dict[str, np.ndarray], data: dict[str, Any]) -> None:
+        """Continue from :meth:`state`'s output (a resumed run)."""
+        if arrays or data:
+            raise ConfigError(f"rule {self.name!r} keeps no state, got arrays {sorted(arrays)} and data {sorted(data)}")
 
     def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
         if type(self).select is Rule.select:

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from reshuffle.errors import ConfigError
-from reshuffle.server.rules.base import Decision, Rule, check_f, check_round, check_updates
+from reshuffle.server.rules.base import Decision, Rule, check_f, check_round, check_updates, decide_in_context
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,39 @@ class PreAggregator:
         return f"{type(self).__name__}({params})"
 
 
-class Pipeline(Rule):
+class Composite(Rule):
+    """A rule made of rules (``parts``): it takes the context any part takes, and commits, saves and restores
+    every part's state (part k's arrays and data under the key prefix ``k.``)."""
+
+    parts: list[Rule]
+
+    def _set_parts(self, parts: Sequence[Rule]) -> None:
+        self.parts = list(parts)
+        self.context = frozenset().union(*(r.context for r in self.parts))
+
+    def commit(self) -> None:
+        for r in self.parts:
+            r.commit()
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        arrays, data = {}, {}
+        for k, r in enumerate(self.parts):
+            a, j = r.state()
+            arrays.update({f"{k}.{name}": v for name, v in a.items()})
+            if j:
+                data[str(k)] = j
+        return arrays, data
+
+    def restore(self, arrays: dict[str, np.ndarray], data: dict[str, Any]) -> None:
+        stray = [name for name in arrays if name.split(".", 1)[0] not in {str(k) for k in range(len(self.parts))}]
+        if stray or set(data) - {str(k) for k in range(len(self.parts))}:
+            raise ConfigError(f"{self.name}: state for parts it does not have: {sorted(stray) or sorted(data)}")
+        for k, r in enumerate(self.parts):
+            pre = f"{k}."
+            r.restore({name[len(pre):]: v for name, v in arrays.items() if name.startswith(pre)}, data.get(str(k), {}))
+
+
+class Pipeline(Composite):
     r"""Pre-aggregators :math:`P_1, \dots, P_k` in order, then ``rule`` on the last rows.
 
     With ownerships :math:`O_1 \in \{0,1\}^{n_1 \times n}, \dots, O_k`, the final
@@ -105,6 +137,7 @@ class Pipeline(Rule):
         self.pres = pres
         self.rule = rule
         self.detects = rule.detects
+        self._set_parts([rule])
 
     def min_rows(self) -> int:
         def fits(n: int) -> bool:
@@ -118,7 +151,7 @@ class Pipeline(Rule):
             n += 1
         return n
 
-    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+    def decide(self, updates: np.ndarray, *, round: int = 0, **context: Any) -> Decision:
         check_round(round)
         X = check_updates(updates)
         n = X.shape[0]
@@ -132,7 +165,11 @@ class Pipeline(Rule):
             carried = mixed.scale * (O @ carried) / O.sum(axis=1)
             owners = (O.astype(np.int64) @ owners.astype(np.int64)) > 0
             X = mixed.rows
-        inner = self.rule.decide(X, round=round)
+        if context.get("pseudonyms") is not None and not np.array_equal(owners, np.eye(n, dtype=bool)):
+            # Mixed rows speak for several pseudonyms at once: no history can be kept per row.
+            raise ConfigError(f"the pre-aggregators {[p.name for p in self.pres]} mix rows, so the rule behind them "
+                              "cannot keep a history per pseudonym")
+        inner = decide_in_context(self.rule, X, round, **context)
         ok = np.zeros(X.shape[0], dtype=bool)
         ok[list(inner.accepted)] = True
         accepted = np.flatnonzero((owners & ok[:, None]).any(axis=0))
@@ -141,7 +178,7 @@ class Pipeline(Rule):
         return Decision(inner.aggregate, tuple(int(i) for i in accepted), np.clip(weights, 0.0, 1.0))
 
 
-class AllOf(Rule):
+class AllOf(Composite):
     r"""Accept the rows every component rule accepts; average them, each shrunk by its smallest weight.
 
     .. math:: A = \bigcap_k A_k, \qquad w_i = \min_k w^{(k)}_i, \qquad
@@ -168,14 +205,15 @@ class AllOf(Rule):
             raise ConfigError(f"AllOf needs at least two Rules, got {rules!r}")
         self.rules = rules
         self.detects = any(r.detects for r in rules)
+        self._set_parts(rules)
 
     def min_rows(self) -> int:
         return max(r.min_rows() for r in self.rules)
 
-    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+    def decide(self, updates: np.ndarray, *, round: int = 0, **context: Any) -> Decision:
         check_round(round)
         U = check_updates(updates)
-        decisions = [r.decide(U, round=round) for r in self.rules]
+        decisions = [decide_in_context(r, U, round, **context) for r in self.rules]
         accepted = sorted(set.intersection(*(set(d.accepted) for d in decisions)))
         weights = np.min(np.stack([d.weights for d in decisions]), axis=0)
         agg = (weights[accepted] @ U[accepted]) / len(accepted) if accepted else np.zeros(U.shape[1])
@@ -191,7 +229,7 @@ def with_f(rule: Rule, f: int) -> Rule:
     return out
 
 
-class Chain(Rule):
+class Chain(Composite):
     r"""Filters in sequence: each stage sees only the rows every earlier stage accepted.
 
     With rows :math:`R_0 = \{1, \dots, n\}` and budget :math:`f_0 = f`, stage k
@@ -226,23 +264,27 @@ class Chain(Rule):
         self.rules = rules
         self.f = check_f(f)
         self.detects = any(r.detects for r in rules)
+        self._set_parts(rules)
 
     def min_rows(self) -> int:
         # Every stage may see all n rows with the whole budget (when the stages before it remove none).
         return max(with_f(r, self.f).min_rows() for r in self.rules)
 
-    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
+    def decide(self, updates: np.ndarray, *, round: int = 0, **context: Any) -> Decision:
         check_round(round)
         U = check_updates(updates)
         n = U.shape[0]
         rows = np.arange(n)
+        labels = context.get("pseudonyms")
         budget = self.f
         weights = np.zeros(n)
         agg = np.zeros(U.shape[1])
         for rule in self.rules:
             if rows.size == 0:
                 break
-            d = with_f(rule, budget).decide(U[rows], round=round)
+            # A later stage sees the pseudonyms of the rows that reach it (and the whole context otherwise).
+            here = {**context, "pseudonyms": None if labels is None else [labels[i] for i in rows]}
+            d = decide_in_context(with_f(rule, budget), U[rows], round, **here)
             weights = np.zeros(n)
             weights[rows] = d.weights
             agg = d.aggregate

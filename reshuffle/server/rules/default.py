@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from reshuffle.server.rules.base import Decision, Rule
+from reshuffle.server.rules.base import Decision, Rule, decide_in_context
 from reshuffle.server.rules.registry import make_rule, register_rule
 
 #: The rule behind ``default`` (a registered name; ``+``/``:`` compositions allowed).
@@ -31,9 +31,19 @@ class Default(Rule):
         self.inner = make_rule(DEFAULT_RULE, f, seed=seed, **options)
         self.randomized = self.inner.randomized
         self.detects = self.inner.detects
+        self.context = self.inner.context
 
-    def decide(self, updates: np.ndarray, *, round: int = 0) -> Decision:
-        return self.inner.decide(updates, round=round)
+    def decide(self, updates: np.ndarray, *, round: int = 0, **context: Any) -> Decision:
+        return decide_in_context(self.inner, updates, round, **context)
+
+    def commit(self) -> None:
+        self.inner.commit()
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        return self.inner.state()
+
+    def restore(self, arrays: dict[str, np.ndarray], data: dict[str, Any]) -> None:
+        self.inner.restore(arrays, data)
 
     def min_rows(self) -> int:
         return self.inner.min_rows()
