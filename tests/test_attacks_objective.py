@@ -229,7 +229,9 @@ def test_the_views_decide_rounds_every_row_as_the_upload_does_whatever_it_saw_be
     rng = np.random.default_rng(0)
     d = sim.W_g.size
     honest, own = rng.normal(0, 0.01, (4, d)), rng.normal(0, 0.01, (2, d))
-    view = sim.attackers.round_view(own, honest, 1, sim.malicious, sim.W_g, sim.rule, sim.codec, sim.training)
+    honest_ids = [i for i in range(6) if i not in sim.malicious]
+    view = sim.attackers.round_view(own, honest, 1, sim.malicious, sim.W_g, sim.rule, sim.codec, sim.training,
+                                    honest_ids)
     rule = sim.rule
 
     def direct(U):
