@@ -189,6 +189,16 @@ def test_a_federation_its_sets_cannot_hold_is_refused(bad, match):
         Simulation(SimConfig(**{**SMALL, **bad}))
 
 
+def test_the_command_line_refuses_a_set_below_the_minimum_in_one_line(tmp_path, capsys):
+    from reshuffle.cli import main
+
+    assert main(["simulate", "--dataset", "digits", "--clients", "6", "--set-size", "2", "--rounds", "1",
+                 "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "set_size must be an int of at least 3" in err
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
 def test_per_client_sampling_remains_available():
     sim = Simulation(SimConfig(**SMALL, clients=4, stable_sets=False, dropout=0.25))
     assert sim.sets is None

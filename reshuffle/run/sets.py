@@ -29,8 +29,6 @@ from reshuffle.run.sampling import STABLE_SETS, seed_of
 
 #: The smallest set a participant accepts: the protocol's smallest group (two honest members and a colluder).
 MIN_SET = MIN_GROUP
-#: The default set size.
-DEFAULT_SET_SIZE = 5
 #: Checkpoint state key of the partition, and the cause prefix of a model its incomplete set takes down.
 SETS_STATE = "stable_sets"
 INCOMPLETE = "stable set incomplete"

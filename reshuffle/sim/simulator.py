@@ -3,8 +3,10 @@
 Per round T (docs/protocol.md §5), on the loop every driver shares
 (:class:`reshuffle.run.round.FLRound`):
 
-0. the round's cohort is sampled (every client without sampling); every client of
-   it trains from W_g^T and forms its local model W_i^T (malicious clients on
+0. the round's cohort is sampled (every client without sampling): whole stable
+   anonymity sets by default (:mod:`reshuffle.run.sets`: the clients are partitioned
+   once per run, and the partition is checkpointed), else clients one by one; every
+   client of it trains from W_g^T and forms its local model W_i^T (malicious clients on
    their poisoned data; all clients at once when training is batched);
    malicious clients replace their update U_i = W_i − W_g with the attack's
    output (:mod:`reshuffle.sim.training`, :mod:`reshuffle.sim.attackers`);
@@ -16,7 +18,10 @@ Per round T (docs/protocol.md §5), on the loop every driver shares
    cause. A model with NaN/Inf values (local training diverged, or an attack's
    output overflowed float32) cannot be encoded: its client takes no part in the
    round (a setup dropout) and the cause says why; so does a client the protocol
-   named in an earlier round;
+   named in an earlier round. With stable sets a set delivers all its members'
+   models or none: a member missing before ``unmask`` takes its set's models with
+   it (the ideal and plain channels apply the rule; in the real round the set's
+   honest members do);
 6. the FL step (:class:`reshuffle.server.aggregate.FLStep`, the same as the
    Flower ServerApp's): the PS sorts the recovered models into a canonical order
    (by hash, so the result cannot depend on the shuffle's permutation), forms
