@@ -160,6 +160,22 @@ def test_the_partition_survives_checkpoint_and_resume(tmp_path, monkeypatch):
         assert set(second.rounds.cohort(T, range(15))) in [set(s) for s in first.sets.sets]
 
 
+def test_a_run_checkpointed_before_stable_sets_existed_resumes_as_it_ran(tmp_path):
+    import dataclasses
+
+    cfg = SimConfig(**{**SMALL, "rounds": 3}, clients=8, fraction=0.5, stable_sets=False)
+    first = Simulation(cfg)
+    recs = [first.step()]
+    ck = checkpoint.simulation_checkpoint(first, recs)
+    old = {k: v for k, v in ck.config.items() if k not in ("stable_sets", "set_size")}  # an older version's record
+    checkpoint.save(tmp_path, dataclasses.replace(ck, config=old))
+    cfg2, ck2 = checkpoint.load_simulation(tmp_path)
+    assert cfg2.stable_sets is False  # per-client, as it ran, not today's default
+    second = Simulation(cfg2)
+    checkpoint.restore_simulation(second, ck2)
+    assert second.step().sampled == 4 and second.sets is None
+
+
 def test_a_checkpoint_without_sets_is_refused_by_a_run_with_them(tmp_path):
     cfg = SimConfig(**SMALL, clients=10)
     sim = Simulation(cfg)

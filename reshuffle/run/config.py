@@ -272,6 +272,15 @@ def _choice(name: str, value: str, options) -> None:
 
 _FIELDS = {f.name: f for f in fields(SimConfig)}
 
+#: Settings whose default is newer than the setting's effect: a run recorded before the setting existed ran
+#: with this value (clients sampled and delivered one by one), not with today's default.
+PREDATED = {"stable_sets": False}
+
+
+def recorded_defaults() -> dict[str, Any]:
+    """The value of every setting for a recorded run that does not name it."""
+    return {**SimConfig().as_dict(), **PREDATED}
+
 
 def from_mapping(values: dict[str, Any], base: SimConfig | None = None, source: str = "config") -> SimConfig:
     """Apply ``values`` (keys with ``-`` or ``_``) over ``base``; unknown keys and wrong types are errors."""
