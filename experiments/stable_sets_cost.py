@@ -19,7 +19,7 @@
    (N_g + d_y) rows of d words of b bits (N_g the group's size, d_y its decoys);
    the count then gives the MNIST MLP (d = 199,210) for groups of k against one
    group of N.
-3. **Accuracy.** MNIST IID and Dir(0.3), 100 clients, 10 sampled per round, MLP,
+3. **Accuracy.** MNIST IID and Dir(0.3), Fashion-MNIST Dir(0.3), 100 clients, 10 sampled per round, MLP,
    batch 64, FedAvg, 30 rounds, the ideal shuffle, no dropouts: per-client
    sampling against stable sets of 5, one run per seed.
 
@@ -42,6 +42,7 @@ RATES = (0.0, 0.02, 0.05, 0.10)
 SIZES = (None, 5, 10)  # None: per-client sampling and delivery
 POPULATIONS = ((100, 0.1), (20, 1.0))  # (clients, fraction sampled per round)
 MLP_D = 199_210  # the MNIST MLP's parameters
+ACCURACY = (("mnist", "iid"), ("mnist", "dirichlet"), ("fashion-mnist", "dirichlet"))
 
 
 def losses(clients: int, fraction: float, k: int | None, p: float, rounds: int, seed: int = 11) -> dict:
@@ -130,14 +131,15 @@ def markdown(data: dict) -> str:
                    f"{100 * r['expected_delivered_frac']:.1f} % |")
     acc = data.get("accuracy") or []
     if acc:
-        out += ["", "Final accuracy after 30 rounds (MNIST, MLP, batch 64, FedAvg, ideal shuffle, 100 clients, 10 "
+        out += ["", "Final accuracy after 30 rounds (MLP, batch 64, FedAvg, ideal shuffle, 100 clients, 10 "
                 "per round; evaluated on the whole test set), per seed:", "",
-                "| partition | sampling | " + " | ".join(f"seed {s}" for s in data["seeds"]) + " | mean |",
+                "| data | sampling | " + " | ".join(f"seed {s}" for s in data["seeds"]) + " | mean |",
                 "|---|---|" + "---|" * (len(data["seeds"]) + 1)]
-        for part in ("iid", "dirichlet"):
+        for ds, part in ACCURACY:
             for stable in (False, True):
-                got = [a["final_accuracy"] for a in acc if a["partition"] == part and a["stable_sets"] == stable]
-                name = "IID" if part == "iid" else "Dir(0.3)"
+                got = [a["final_accuracy"] for a in acc
+                       if (a["dataset"], a["partition"], a["stable_sets"]) == (ds, part, stable)]
+                name = ("MNIST" if ds == "mnist" else "Fashion-MNIST") + (" IID" if part == "iid" else " Dir(0.3)")
                 out.append(f"| {name} | {'stable sets of 5' if stable else 'per client'} | "
                            + " | ".join(f"{a:.4f}" for a in got) + f" | {np.mean(got):.4f} |")
     out += ["", "Upload per participant, real rounds of N = 20, d = 1,000 (measured) and the protocol's count:", "",
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     rows = [losses(n, f, k, p, args.rounds) for n, f in POPULATIONS for k in SIZES for p in RATES]
     ups = [upload(20, g) for g in (None, 10, 5)]
-    acc = [accuracy("mnist", part, stable, seed, args.data_root) for part in ("iid", "dirichlet")
+    acc = [accuracy(ds, part, stable, seed, args.data_root) for ds, part in ACCURACY
            for stable in (False, True) for seed in args.seeds]
     data = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "rounds": args.rounds, "losses": rows, "upload": ups,
             "upload_mlp": {str(n): counted(n) for n in (5, 10, 20, 100)}, "seeds": args.seeds, "accuracy": acc,
