@@ -96,8 +96,11 @@ class StableSets:
 
     @classmethod
     def form(cls, clients: int, k: int, seed: int) -> "StableSets":
-        """The partition of clients 0..clients−1 (:func:`form_sets`)."""
-        return cls(form_sets(range(clients), k, seed))
+        """The partition of clients 0..clients−1 (:func:`form_sets`), checked to cover each exactly once."""
+        out = cls(form_sets(range(clients), k, seed))
+        if out.members() != list(range(clients)):
+            raise ConfigError(f"the assignment returned sets covering {out.members()}, not clients 0..{clients - 1}")
+        return out
 
     def of(self, client: int) -> int:
         """The index of ``client``'s set."""
