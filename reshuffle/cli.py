@@ -193,6 +193,8 @@ _SIM_OPTIONS = [
     ("--training", str, "auto, batched (all clients in one stacked computation) or sequential"),
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
     ("--group-size", _positive(int), "anonymity groups of about this size (real shuffle; default: one group)"),
+    ("--set-size", _positive(int), "stable anonymity sets of at least this many clients, formed once per run, "
+                                   "sampled whole and delivered all or none"),
     ("--seed", _non_negative_int, "seed of data split, initial model, sampling, training order, attacks"),
     ("--root-samples", _positive(int), "size of FLTrust's server root dataset"),
     ("--eval-subset", _positive(int), "evaluate on this many fixed test samples in every round but the last "
@@ -240,6 +242,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         explicit["local_bn"] = True
     if args.linker:
         explicit["linker"] = True
+    if args.no_stable_sets:
+        explicit["stable_sets"] = False
     if args.plugin:
         explicit["plugins"] = cfg.plugins + args.plugin
     if args.pre:
@@ -669,6 +673,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--linker", action="store_true", default=None,
                      help="score a passive PS that links models across rounds and names senders from the rosters, "
                           "every round (metrics.json: rounds[].linking)")
+    sim.add_argument("--no-stable-sets", action="store_true", default=None,
+                     help="sample and deliver each client on its own instead of in stable sets (the rosters then "
+                          "name senders across rounds: for comparison only)")
     sim.add_argument("--config", help="TOML file with the same keys (command-line options win)")
     sim.add_argument("--out", help="output folder (default: outputs/simulate/<time>); refused if it holds a run")
     sim.add_argument("--overwrite", action="store_true", help="replace the run in --out")

@@ -161,7 +161,7 @@ def test_a_simulation_hands_the_lab_and_records_choices_and_shares(attack, optio
 
 
 def test_the_lab_trains_and_scores_from_the_global_model():
-    sim = Simulation(SimConfig(dataset="digits", model="logreg", clients=4, rounds=1, malicious=0.5,
+    sim = Simulation(SimConfig(dataset="digits", model="logreg", clients=4, set_size=4, rounds=1, malicious=0.5,
                                attack="maxproj-backdoor", rule="fedavg", shuffle="none", seed=0))
     lab = sim.attackers.lab(sim.malicious, sim.W_g, sim.training)
     x, y = lab.data(1)

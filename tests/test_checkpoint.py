@@ -267,8 +267,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_result(tmp_path):
 
 def test_resume_on_the_command_line_takes_nothing_else(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["simulate", "--dataset", "digits", "--model", "logreg", "--clients", "4", "--rounds", "2",
-                 "--shuffle", "none", "--out", str(out), "--quiet"]) == 0
+    assert main(["simulate", "--dataset", "digits", "--model", "logreg", "--clients", "4", "--set-size", "4",
+                 "--rounds", "2", "--shuffle", "none", "--out", str(out), "--quiet"]) == 0
     for extra in (["--seed", "3"], ["--out", str(tmp_path)], ["--pre", "clip"], ["--config", "x.toml"],
                   ["--overwrite"]):
         assert main(["simulate", "--resume", str(out), *extra]) == 2

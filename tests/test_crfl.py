@@ -21,7 +21,7 @@ from reshuffle.run import checkpoint
 from reshuffle.run.config import SimConfig
 from reshuffle.sim.simulator import Simulation
 
-TINY = dict(dataset="digits", model="logreg", clients=4, rounds=2, shuffle="none", lr=0.1, seed=5)
+TINY = dict(dataset="digits", model="logreg", clients=4, set_size=4, rounds=2, shuffle="none", lr=0.1, seed=5)
 
 vectors = arrays(np.float32, st.integers(1, 64), elements=st.floats(-1e4, 1e4, width=32))
 
@@ -174,7 +174,8 @@ def test_cli_options_reach_the_run(tmp_path):
     from reshuffle.cli import main
 
     out = tmp_path / "out"
-    assert main(["simulate", "--quiet", "--dataset", "digits", "--model", "logreg", "--clients", "4", "--rounds", "1",
-                 "--shuffle", "none", "--model-clip", "1.5", "--model-noise", "0.002", "--out", str(out)]) == 0
+    assert main(["simulate", "--quiet", "--dataset", "digits", "--model", "logreg", "--clients", "4", "--set-size",
+                 "4", "--rounds", "1", "--shuffle", "none", "--model-clip", "1.5", "--model-noise", "0.002",
+                 "--out", str(out)]) == 0
     m = json.loads((out / "metrics.json").read_text())
     assert (m["config"]["model_clip"], m["config"]["model_noise"]) == (1.5, 0.002)

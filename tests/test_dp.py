@@ -93,7 +93,8 @@ def test_bad_dp_options_are_refused(bad, match):
 
 def test_a_simulation_records_epsilon_and_strong_noise_stops_the_linker():
     base = dict(dataset="digits", model="mlp", clients=16, fraction=0.25, rounds=8, seed=11, shuffle="ideal",
-                partition="dirichlet", alpha=0.3, batch_size=16, linker=True, dp_clip=1.0)
+                partition="dirichlet", alpha=0.3, batch_size=16, linker=True, dp_clip=1.0,
+                stable_sets=False)  # per-client sampling: the setting in which the content link names senders
     clipped = Simulation(SimConfig(**base)).run()
     noisy = Simulation(SimConfig(**base, dp_noise=2.0)).run()
     assert all(r.dp_epsilon is None for r in clipped)  # clipping alone: no finite epsilon

@@ -161,7 +161,7 @@ def test_a_setting_without_its_data_waits_and_is_not_failed(tmp_path):
 
     # Prepare: digits (embedded) runs; cifar10 with the CNN has no files under the data root
     grid = validate(Grid(datasets=("digits",), partitions=(Partition("iid"),), models=("logreg",), rules=("fedavg",),
-                         seeds=(1,), base=(("clients", 4), ("rounds", 1), ("shuffle", "ideal")),
+                         seeds=(1,), base=(("clients", 4), ("set_size", 4), ("rounds", 1), ("shuffle", "ideal")),
                          extra=(Setting("cifar10", Partition("dirichlet", 0.3), "cnn"),)))
     # Execute
     res = run_grid(grid, tmp_path / "out", InlineBackend(), tmp_path / "data", plots=False, quiet=True)

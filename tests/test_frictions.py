@@ -224,7 +224,8 @@ def test_batchnorm_statistics_stay_valid_under_server_momentum_and_a_large_step(
 
     monkeypatch.syspath_prepend(str(ROOT / "examples" / "byo"))
     __import__("byo_plugin")
-    sim = Simulation(SimConfig(dataset="blobs", model="bn-cnn", clients=4, rounds=4, shuffle="none", rule="fedavg",
+    sim = Simulation(SimConfig(dataset="blobs", model="bn-cnn", clients=4, set_size=4, rounds=4, shuffle="none",
+                               rule="fedavg",
                                batch_size=32, server_opt="momentum", server_lr=2.0))
     layout = sim.training.layout
     var = np.concatenate([np.full(int(np.prod(s)), n.endswith("running_var")) for n, s in zip(layout.names,

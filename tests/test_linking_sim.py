@@ -6,8 +6,9 @@ from reshuffle.sim import Simulation
 from reshuffle.run.config import SimConfig
 from tests.test_checkpoint import _comparable, _resumed
 
+# Per-client sampling and delivery (what the linker exploits); the stable sets' tests turn the default back on.
 BASE = dict(dataset="digits", partition="dirichlet", alpha=0.3, seed=11, shuffle="ideal", batch_size=16,
-            linker=True)
+            linker=True, stable_sets=False)
 
 
 def last(cfg: SimConfig) -> dict:
@@ -21,6 +22,20 @@ def test_cohort_sampling_lets_the_linker_name_most_senders():
     assert f["linker_correct"] >= 0.6 * f["models"]
     assert f["linker_correct"] >= 3 * f["chance"]
     assert f["linker_correct"] <= f["bound_named"]
+
+
+@pytest.mark.parametrize("extra", [dict(model="mlp", clients=16, fraction=0.25),  # the test above
+                                   dict(model="logreg", clients=8, dropout=0.125)])  # the test below
+def test_stable_sets_hold_the_linker_to_guessing_within_the_set(extra):
+    # The federations that name most senders, with the default: stable sets (of 4 here), sampled whole,
+    # delivered all or none (a set with the round's dropout delivers nothing).
+    f = last(SimConfig(**{**BASE, "stable_sets": True}, rounds=8, set_size=4, **extra))
+    assert f["models"] >= 16
+    assert f["nearest_same"] > 0.5  # the models still link...
+    assert f["bound_mean_set"] == 4  # ...but every sender stays among its set
+    assert f["bound_named"] == 0 and f["linker_named"] == 0
+    assert f["linker_correct"] <= f["bound_expected"] + 0.10 * f["models"]
+    assert f["bound_expected"] == f["models"] / 4
 
 
 def test_one_dropout_per_round_lets_the_linker_name_senders():

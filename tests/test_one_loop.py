@@ -39,8 +39,9 @@ def _comparable(records: list[dict]) -> list[dict]:
 
 
 def _simulation(shuffle: str) -> tuple[Simulation, list[list[int]], list[dict]]:
+    # The ServerApp samples and delivers its nodes one by one: the simulator's per-client sampling.
     sim = Simulation(SimConfig(**SETTINGS, clients=NODES, attack="sign-flip", malicious=0.2, shuffle=shuffle,
-                               training="sequential"))
+                               training="sequential", stable_sets=False))
     cohorts: list[list[int]] = []
     channel = sim.channel
 

@@ -15,7 +15,7 @@ import pytest
 from reshuffle.cli import main
 from reshuffle.run import checkpoint
 
-RUN = ["--dataset", "digits", "--model", "logreg", "--clients", "4", "--shuffle", "none", "--quiet"]
+RUN = ["--dataset", "digits", "--model", "logreg", "--clients", "4", "--set-size", "4", "--shuffle", "none", "--quiet"]
 
 PLUGIN = '''
 import numpy as np

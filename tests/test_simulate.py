@@ -109,7 +109,7 @@ def test_batched_and_sequential_training_agree_in_a_simulation():
         a.step(), b.step()
         assert np.allclose(a.W_g, b.W_g, rtol=0, atol=1e-5)
     # auto picks batching for dense models and sequential training for LeNet-5
-    assert Simulation(SimConfig(clients=4, model="lenet5", rounds=1)).training.trainer is None
+    assert Simulation(SimConfig(clients=4, set_size=4, model="lenet5", rounds=1)).training.trainer is None
 
 
 def test_backdoor_success_is_measured_on_triggered_inputs():
@@ -141,9 +141,11 @@ def test_canonical_order_ignores_arrival_order():
 
 
 def test_config_validation():
-    with pytest.raises(ConfigError, match="t=7 survivors"):  # N = 10, c = 2: t = 7
-        SimConfig(clients=10, dropout=0.4).validated()
-    SimConfig(clients=10, dropout=0.3).validated()
+    # One round of every client (no stable sets) needs its threshold of survivors: N = 10, c = 2, t = 7
+    with pytest.raises(ConfigError, match="t=7 survivors"):
+        SimConfig(clients=10, dropout=0.4, stable_sets=False).validated()
+    SimConfig(clients=10, dropout=0.3, stable_sets=False).validated()
+    SimConfig(clients=10, dropout=0.4).validated()  # stable sets: each set is a round of its own
     with pytest.raises(ConfigError, match="rounds to 0 attackers"):
         SimConfig(clients=10, malicious=0.01, attack="sign-flip").validated()
     with pytest.raises(ConfigError, match="unknown setting 'epochs'"):

@@ -45,7 +45,7 @@ def test_plugin_model_and_dataset_run_with_a_rule_aware_attack_and_the_default_r
 
 def _bn_sim(byo, **kw) -> Simulation:
     __import__(byo)
-    return Simulation(SimConfig(dataset="blobs", model="bn-cnn", clients=4, rounds=2, shuffle="ideal",
+    return Simulation(SimConfig(dataset="blobs", model="bn-cnn", clients=4, set_size=4, rounds=2, shuffle="ideal",
                                 rule="fedavg", batch_size=32, **kw))
 
 
@@ -112,7 +112,8 @@ def test_cifar10_with_resnet18_on_the_binary_files(tmp_path, capsys):
     # ResNet-18 costs 0.56 GFLOP per 32x32 image forward: 5 training images (one per file), 3 and 2 per client.
     write_cifar10(tmp_path / "cifar10", per_file=1, test=2)
     rc = main(["simulate", "--dataset", "cifar10", "--data-dir", str(tmp_path / "cifar10"), "--model", "resnet18",
-               "--clients", "2", "--rounds", "1", "--batch-size", "3", "--shuffle", "ideal", "--quiet",
+               "--clients", "2", "--no-stable-sets", "--rounds", "1", "--batch-size", "3", "--shuffle", "ideal",
+               "--quiet",
                "--out", str(tmp_path / "out")])
     assert rc == 0, capsys.readouterr().err
     data = json.loads((tmp_path / "out" / "metrics.json").read_text())
@@ -123,11 +124,11 @@ def test_cifar10_with_resnet18_on_the_binary_files(tmp_path, capsys):
 def test_femnist_by_writer_on_leaf_files(tmp_path, capsys):
     write_femnist(tmp_path / "femnist", writers=6, per_writer=5)
     rc = main(["simulate", "--dataset", "femnist", "--data-dir", str(tmp_path / "femnist"), "--partition", "natural",
-               "--model", "cnn", "--clients", "3", "--rounds", "1", "--shuffle", "ideal", "--quiet",
+               "--model", "cnn", "--clients", "3", "--set-size", "3", "--rounds", "1", "--shuffle", "ideal", "--quiet",
                "--out", str(tmp_path / "out")])
     assert rc == 0, capsys.readouterr().err
     sim = Simulation(SimConfig(dataset="femnist", data_dir=str(tmp_path / "femnist"), partition="natural",
-                               model="logreg", clients=3, rounds=1, shuffle="ideal"))
+                               model="logreg", clients=3, set_size=3, rounds=1, shuffle="ideal"))
     writers = [set(sim.data.natural_ids[p].tolist()) for p in sim.training.parts]
     assert all(len(w) == 1 for w in writers) and len(set.union(*writers)) == 3  # one whole writer per client
     assert [len(p) for p in sim.training.parts] == [5, 5, 5]

@@ -24,8 +24,9 @@ def test_predict_names_no_class_where_the_output_is_not_finite():
 @pytest.mark.parametrize("mode", ["none", "real"])
 def test_an_attack_output_beyond_float32_is_a_lost_row_with_its_cause(mode):
     # Prepare: attackers scale their update by 1e40, beyond float32 (the old run stopped on EncodingError)
+    # Clients delivered one by one: with stable sets an attacker's missing row takes its whole set down.
     cfg = SimConfig(rounds=2, clients=8, model="logreg", shuffle=mode, attack="scaling",
-                    attack_options={"factor": 1e40}, malicious=0.25, rule="fedavg")
+                    attack_options={"factor": 1e40}, malicious=0.25, rule="fedavg", stable_sets=False)
     # Execute
     d = simulate(cfg)
     # Assert: every round loses exactly the attackers, each with its cause; the honest rows still train the model

@@ -51,6 +51,7 @@ def configs(draw):
     return dict(
         model=draw(st.sampled_from(["logreg", "mlp"])),
         clients=draw(st.integers(4, 8)),
+        set_size=draw(st.integers(3, 4)),  # stable sets (the default) that 4 to 8 clients can form
         rounds=2,
         malicious=draw(st.sampled_from([0.0, 0.25, 0.4])),
         attack=attack,

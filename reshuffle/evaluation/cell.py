@@ -117,12 +117,12 @@ def same_settings(stored: dict[str, Any], expected: dict[str, Any]) -> bool:
     """True when a cell stored with ``stored`` settings is the run ``expected`` asks for.
 
     Where the data lies does not count. A setting the stored run predates counts
-    as its default (the simulator behaved so then); one the simulator no longer
-    has is ignored.
+    as the value the simulator behaved by then (its default, or
+    :data:`reshuffle.run.config.PREDATED`); one the simulator no longer has is ignored.
     """
-    from reshuffle.run.config import SimConfig
+    from reshuffle.run.config import recorded_defaults
 
-    defaults = SimConfig().as_dict()
+    defaults = recorded_defaults()
     for key, want in expected.items():
         if key in _NOT_COMPARED:
             continue

@@ -203,7 +203,7 @@ def load_simulation(folder: str | Path, plugins: list[str] = (), data_dir: str |
     The configuration is rebuilt and validated by this version of Re-Shuffle; one it reads
     differently (a setting added, removed or changed) is refused.
     """
-    from reshuffle.run.config import SimConfig, from_mapping
+    from reshuffle.run.config import PREDATED, SimConfig, from_mapping, recorded_defaults
     from reshuffle.run.plugins import check_recorded
 
     ck = load(folder, kind=SIMULATE)
@@ -222,11 +222,11 @@ def load_simulation(folder: str | Path, plugins: list[str] = (), data_dir: str |
     given = {"plugins": list(plugins), "data_dir": data_dir,
              "rounds": recorded_rounds if rounds is None else rounds, "out": str(folder)}
     try:
-        cfg = from_mapping({**{k: v for k, v in ck.config.items() if k not in RESUME_GIVEN}, **given}, SimConfig(),
-                           source=f"checkpoint in {folder}")
+        recorded = {**PREDATED, **{k: v for k, v in ck.config.items() if k not in RESUME_GIVEN}}
+        cfg = from_mapping({**recorded, **given}, SimConfig(), source=f"checkpoint in {folder}")
     except ConfigError as exc:
         raise CheckpointError(str(exc)) from None
-    check_config(ck, run_identity(cfg), f"the simulation in {folder}", SimConfig().as_dict(), RESUME_GIVEN)
+    check_config(ck, run_identity(cfg), f"the simulation in {folder}", recorded_defaults(), RESUME_GIVEN)
     return cfg, ck
 
 
@@ -247,9 +247,9 @@ def round_record(d: Any, where: Path):
 def restore_simulation(sim, ck: Checkpoint) -> list:
     """Put ``sim`` (built from the checkpoint's configuration) after the checkpoint's round; return its records."""
     where = Path("checkpoint") if sim.cfg.out is None else path_of(sim.cfg.out)
-    from reshuffle.run.config import SimConfig
+    from reshuffle.run.config import recorded_defaults
 
-    check_config(ck, run_identity(sim.cfg), "this simulation", SimConfig().as_dict(), RESUME_GIVEN)
+    check_config(ck, run_identity(sim.cfg), "this simulation", recorded_defaults(), RESUME_GIVEN)
     state, rounds = ck.state.get("simulation"), ck.state.get("rounds")
     if (not isinstance(state, dict) or state.get("round") != ck.round or not isinstance(state.get("banned"), dict)
             or not isinstance(rounds, list) or len(rounds) != ck.round):

@@ -50,7 +50,12 @@ class SimConfig:
     cross-round linker every round (:mod:`reshuffle.sim.linking`). ``dp_clip`` and
     ``dp_noise`` are client-side DP (:mod:`reshuffle.privacy.dp`): every honest client
     clips its update to ``dp_clip`` and adds Gaussian noise of ``dp_noise`` times it;
-    each round records ε at ``dp_delta``.
+    each round records ε at ``dp_delta``. ``stable_sets`` (the default) partitions
+    the clients once into stable anonymity sets of at least ``set_size``
+    (:mod:`reshuffle.run.sets`): sampling draws whole sets and a set delivers all its
+    members' models or none; ``stable_sets=false`` samples and delivers each client
+    on its own, which lets the rosters name senders across rounds
+    (docs/security/linking.md).
     """
 
     dataset: str = "digits"
@@ -80,6 +85,8 @@ class SimConfig:
     training: str = "auto"
     group: str = "ristretto255"
     group_size: int | None = None  # anonymity groups of about this size (real shuffle); None: one group
+    stable_sets: bool = True  # partition the clients once into stable anonymity sets, sampled and delivered whole
+    set_size: int = 5  # the least members of a stable set
     seed: int = 0
     root_samples: int = 100
     out: str | None = None
@@ -199,13 +206,14 @@ class SimConfig:
             check_group_size(self.group_size)
             if self.shuffle != "real":
                 raise ConfigError("group_size splits the real protocol's round: it needs shuffle='real'")
+        self._check_sets()
         m = self.cohort_size
         if self.shuffle == "real" and m < smallest_round():
             raise ConfigError(f"a round of the real protocol needs at least {smallest_round()} clients (one "
                               f"colluder tolerated, two honest), the cohort has {m}")
         t = threshold(m, colluders(m))
-        # In groups a group below its threshold loses its models and the others deliver.
-        if self.group_size is None and m - self.n_dropout < t:
+        # In groups a group below its threshold loses its models and the others deliver (stable sets too).
+        if self.group_size is None and not self.stable_sets and m - self.n_dropout < t:
             raise ConfigError(
                 f"dropout={self.dropout} drops {self.n_dropout} of the {m} clients of a round; "
                 f"the shuffle needs t={t} survivors"
@@ -213,6 +221,13 @@ class SimConfig:
         if self.attack != "none" and self.n_malicious == 0 and self.malicious > 0:
             raise ConfigError(f"malicious={self.malicious} of {self.clients} clients rounds to 0 attackers")
         return self
+
+    def _check_sets(self) -> None:
+        from reshuffle.run.sets import check_set_size
+
+        if not isinstance(self.stable_sets, bool):
+            raise ConfigError(f"stable_sets must be true or false, got {self.stable_sets!r}")
+        check_set_size(self.set_size)
 
     def _check_dp(self) -> None:
         if not isinstance(self.linker, bool):
@@ -256,6 +271,15 @@ def _choice(name: str, value: str, options) -> None:
 
 
 _FIELDS = {f.name: f for f in fields(SimConfig)}
+
+#: Settings whose default is newer than the setting's effect: a run recorded before the setting existed ran
+#: with this value (clients sampled and delivered one by one), not with today's default.
+PREDATED = {"stable_sets": False}
+
+
+def recorded_defaults() -> dict[str, Any]:
+    """The value of every setting for a recorded run that does not name it."""
+    return {**SimConfig().as_dict(), **PREDATED}
 
 
 def from_mapping(values: dict[str, Any], base: SimConfig | None = None, source: str = "config") -> SimConfig:

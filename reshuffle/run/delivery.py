@@ -28,6 +28,7 @@ from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
 from reshuffle.protocol import params
 from reshuffle.protocol.params import RoundParams
 from reshuffle.run.sampling import IDEAL, seed_of
+from reshuffle.run.sets import all_or_none
 
 #: The phase before which nothing is sent: a client withheld from the round drops out here.
 SETUP = "setup"
@@ -90,7 +91,9 @@ class Uploads:
     each with its cause (a setup dropout: a banned client, a model that cannot be
     encoded); ``malicious`` the attackers among them, the ground truth the channel
     turns into row labels; ``adversaries`` the protocol adversaries of a real round,
-    their participants numbered within the cohort.
+    their participants numbered within the cohort; ``groups`` the cohort's stable
+    anonymity sets (client ids, covering the cohort; empty: none), each delivered
+    with all its members' models or none.
     """
 
     T: int
@@ -100,6 +103,7 @@ class Uploads:
     withheld: Mapping[int, str] = field(default_factory=dict)
     malicious: frozenset[int] = frozenset()
     adversaries: Sequence = ()
+    groups: Sequence[Sequence[int]] = ()
 
     @property
     def cohort(self) -> list[int]:
@@ -200,7 +204,10 @@ class _Functionality:
     """A channel that delivers every live client's Dec(Enc(W)), or nothing below the real round's threshold.
 
     A client that drops out before ``unmask`` loses its model; one that drops at
-    ``unmask`` is recovered, as in the real round.
+    ``unmask`` is recovered, as in the real round. With stable sets
+    (``Uploads.groups``) each set is a round of its own, delivered whole or not at
+    all: a set with a member lost delivers nothing, and a whole set always meets
+    its own threshold.
     """
 
     def __init__(self, group: str = "ristretto255") -> None:
@@ -212,13 +219,16 @@ class _Functionality:
     def deliver(self, up: Uploads) -> Delivery:
         cohort = up.cohort
         lost = {i: f"dropout at {ph}" for ph, ids in up.drops().items() if ph != UNMASK for i in ids}
+        if up.groups:
+            lost.update(all_or_none(up.groups, {**lost, **up.withheld}))
         alive = [i for i in cohort if i not in lost]
         t0 = time.perf_counter()
         d = up.W_g.size
         per_p = 4.0 * d
-        need = threshold(len(cohort))
+        need = min(len(s) for s in up.groups) if up.groups else threshold(len(cohort))
         if len(alive) < need:
-            why = f"{len(alive)} of {len(cohort)} clients alive, the shuffle needs {need}"
+            why = ("every stable set of the round lacks a member" if up.groups else
+                   f"{len(alive)} of {len(cohort)} clients alive, the shuffle needs {need}")
             return up.delivery([], {}, lost, failure=why, seconds={"shuffle": time.perf_counter() - t0},
                                bytes={"per_participant": per_p, "ps_total": 0.0})
         got, rows = self._order(up, alive, RoundParams.default(max(len(cohort), params.smallest_round()), d,

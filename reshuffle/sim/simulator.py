@@ -3,8 +3,10 @@
 Per round T (docs/protocol.md §5), on the loop every driver shares
 (:class:`reshuffle.run.round.FLRound`):
 
-0. the round's cohort is sampled (every client without sampling); every client of
-   it trains from W_g^T and forms its local model W_i^T (malicious clients on
+0. the round's cohort is sampled (every client without sampling): whole stable
+   anonymity sets by default (:mod:`reshuffle.run.sets`: the clients are partitioned
+   once per run, and the partition is checkpointed), else clients one by one; every
+   client of it trains from W_g^T and forms its local model W_i^T (malicious clients on
    their poisoned data; all clients at once when training is batched);
    malicious clients replace their update U_i = W_i − W_g with the attack's
    output (:mod:`reshuffle.sim.training`, :mod:`reshuffle.sim.attackers`);
@@ -16,7 +18,10 @@ Per round T (docs/protocol.md §5), on the loop every driver shares
    cause. A model with NaN/Inf values (local training diverged, or an attack's
    output overflowed float32) cannot be encoded: its client takes no part in the
    round (a setup dropout) and the cause says why; so does a client the protocol
-   named in an earlier round;
+   named in an earlier round. With stable sets a set delivers all its members'
+   models or none: a member missing before ``unmask`` takes its set's models with
+   it (the ideal and plain channels apply the rule; in the real round the set's
+   honest members do);
 6. the FL step (:class:`reshuffle.server.aggregate.FLStep`, the same as the
    Flower ServerApp's): the PS sorts the recovered models into a canonical order
    (by hash, so the result cannot depend on the shuffle's permutation), forms
@@ -60,7 +65,8 @@ from reshuffle.run.provenance import provenance
 from reshuffle.run.record import RoundRecord
 from reshuffle.run.report import metrics
 from reshuffle.run.round import PSEUDONYM, FLRound, make_step
-from reshuffle.run.sampling import DROPOUT, SETUP, seed_of
+from reshuffle.run.sampling import DROPOUT, SETUP, SetSampler, seed_of
+from reshuffle.run.sets import SETS_STATE, StableSets, check_simulation as check_sets, set_losses
 from reshuffle.server.aggregate import canonical_order
 from reshuffle.server.pseudonyms import run_pseudonym
 from reshuffle.sim.attackers import Attackers, observed_updates, unencodable
@@ -113,7 +119,10 @@ class Simulation:
         fl = make_step(cfg, reference=lambda: t.reference(self.W_g, self.rounds.round + 1),
                        statistics=t.layout.statistics(t.model))
         check_feasible(cfg, fl.rule)
-        self.rounds = FLRound(fl, cfg.sampler(), t.layout.get(t.model))
+        check_sets(cfg)
+        # Formed once per run; a resumed run takes the checkpoint's partition instead (restore).
+        self.sets = StableSets.form(cfg.clients, cfg.set_size, cfg.seed) if cfg.stable_sets else None
+        self.rounds = FLRound(fl, self._sampler(), t.layout.get(t.model))
         self.channel = make_channel(cfg.shuffle, cfg.seed, cfg.group, cfg.group_size)
         # The rows rule-aware attackers test pass through the protocol's encoding (among a round's cohort).
         # (An ideal or plain shuffle may have a cohort smaller than the real protocol's smallest round.)
@@ -143,6 +152,12 @@ class Simulation:
     def data(self) -> Dataset:
         return self.training.data
 
+    def _sampler(self):
+        """Whole stable sets where the run has them, else the clients one by one (the sampler every driver uses)."""
+        if self.sets is None:
+            return self.cfg.sampler()
+        return SetSampler(self.cfg.seed, self.sets.sets, self.cfg.fraction, self.cfg.clients_per_round)
+
     # --- one round ----------------------------------------------------------------------
     def _adversaries(self, cohort: list[int]) -> list:
         """The protocol adversary of this round, its participants numbered within ``cohort``."""
@@ -165,7 +180,8 @@ class Simulation:
     def _dropouts(self, T: int, cohort: list[int]) -> dict[str, list[int]]:
         """phase → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random phases)."""
         rng = np.random.default_rng(seed_of(self.cfg.seed, T, DROPOUT))
-        who = rng.choice(len(cohort), size=self.cfg.n_dropout, replace=False)
+        # Of the cohort drawn (whole stable sets vary in size); without sets it is always cfg.cohort_size.
+        who = rng.choice(len(cohort), size=int(self.cfg.dropout * len(cohort)), replace=False)
         out: dict[str, list[int]] = {}
         for j in sorted(who.tolist()):
             out.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(cohort[j])
@@ -193,8 +209,15 @@ class Simulation:
         withheld = {i: f"banned: blamed in round {banned[i]}" for i in cohort if i in banned}
         withheld.update(broken)
         up = Uploads(T, W_g, models, self._dropouts(T, cohort), withheld, self.attackers.ground_truth(),
-                     self._adversaries(cohort) if self.cfg.shuffle == "real" else ())
+                     self._adversaries(cohort) if self.cfg.shuffle == "real" else (),
+                     self.sets.within(cohort) if self.sets else ())
         return up, {"training": per_client, "training_total": total}, all_diverged
+
+    def _with_sets(self, delivery, cohort: list[int]):
+        """The delivery with ``groups`` mapping each client of the cohort to its stable set (the PS knows it)."""
+        if self.sets is None:
+            return delivery
+        return dataclasses.replace(delivery, groups={i: self.sets.of(i) for i in cohort})
 
     def _with_pseudonyms(self, delivery):
         """The delivery with each row's ideal epoch pseudonym (a keyed hash of the sender; one epoch per run)."""
@@ -230,7 +253,7 @@ class Simulation:
         T = self.rounds.round + 1
         cohort = self.rounds.cohort(T, range(self.cfg.clients))
         up, seconds, all_diverged = self.uploads(T, cohort)
-        delivery = self._with_pseudonyms(self.channel.deliver(up))
+        delivery = self._with_pseudonyms(self._with_sets(self.channel.deliver(up), cohort))
         malicious = len(set(cohort) & set(self.malicious)) if self.attackers.attacked else 0
         extra_s, linking, eps = self._privacy_figures(delivery)
         rec = self.rounds.step(T, delivery, lambda W_g: self.evaluator(W_g, T, all_diverged), sampled=len(cohort),
@@ -268,6 +291,8 @@ class Simulation:
             arrays.update({f"{LOCAL}{who}.{k}": v.cpu().numpy().copy() for k, v in local.items()})
         if self.dp is not None:
             data["dp_uploads"] = {str(i): k for i, k in self.dp_uploads.items()}
+        if self.sets is not None:
+            data[SETS_STATE] = self.sets.as_data()
         if self.linking is not None:
             more, extra = self.linking.state()
             arrays.update(more)
@@ -280,6 +305,11 @@ class Simulation:
             for name in local:
                 if f"{LOCAL}{who}.{name}" not in arrays:
                     raise ConfigError(f"checkpoint lacks {LOCAL}{who}.{name}, the local state this model keeps")
+        if self.sets is not None:
+            if SETS_STATE not in state:
+                raise ConfigError("the checkpoint holds no stable anonymity sets; it was saved by a run without them")
+            self.sets = StableSets.from_data(state[SETS_STATE], self.cfg.clients)
+            self.rounds.sampler = self._sampler()
         self.rounds.restore(arrays, state)
         for who, local in self.training.local_states().items():
             for name, t in local.items():
@@ -291,7 +321,8 @@ class Simulation:
 
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""
-        return metrics(self.cfg.as_dict(), records, {"malicious_clients": self.malicious,
-                                                     "model_size": int(self.W_g.size),
-                                                     "device": str(self.training.device),
-                                                     "provenance": provenance(self.plugins)})
+        extra = {"malicious_clients": self.malicious, "model_size": int(self.W_g.size),
+                 "device": str(self.training.device), "provenance": provenance(self.plugins)}
+        if self.sets is not None:
+            extra["stable_sets"] = set_losses(self.sets, records)
+        return metrics(self.cfg.as_dict(), records, extra)
