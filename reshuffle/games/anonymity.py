@@ -201,7 +201,10 @@ def anonymity_trial_groups(N: int, c: int, d: int, g: int, broken: bool) -> tupl
     members = set(server.assignment.groups[j])
     candidates = sorted(i for gj, _, i in owners.values() if gj == j)
     colluders = {k: parts[k].inner for k in range(c) if k in members}
-    adv = CuriousPS(server.servers[j], _group_view(server, transcript, members), colluders, parts)
+    # The broken participant is one without either safeguard: its second answer, and its group wrapper's
+    # refusal of a U_m that lacks a member (which alone stops the claim that the target dropped).
+    send = {i: pp.inner for i, pp in parts.items()} if broken else parts
+    adv = CuriousPS(server.servers[j], _group_view(server, transcript, members), colluders, send)
     return adv.guess(position, candidates) == owner, len(candidates)
 
 

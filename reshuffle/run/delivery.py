@@ -174,17 +174,41 @@ class RealShuffle:
     """The protocol, in process (:func:`reshuffle.shuffle`) among the cohort, numbered 0..m−1 in client order.
 
     The protocol's secrets come from OS randomness: a simulation never seeds them.
+    ``groups`` are stable groups of client ids (:func:`reshuffle.harness.api.form_groups`):
+    the cohort must then be whole groups, and each group runs without a new assignment,
+    delivering all its members' models or none. ``group_size`` instead draws new groups
+    in every round.
     """
 
     group: str = "ristretto255"
     group_size: int | None = None
+    groups: Sequence[Sequence[int]] | None = None
+
+    def _local_groups(self, cohort: list[int]) -> list[list[int]] | None:
+        """The stable groups that make up ``cohort``, in cohort indices; ConfigError unless it is whole groups."""
+        if self.groups is None:
+            return None
+        local = {i: j for j, i in enumerate(cohort)}
+        out, covered = [], set()
+        for g in self.groups:
+            inside = [i for i in g if i in local]
+            if inside and len(inside) != len(g):
+                raise ConfigError(f"the cohort must be whole groups: it has {inside} of stable group {sorted(g)}")
+            if inside:
+                out.append([local[i] for i in g])
+                covered |= set(inside)
+        if covered != set(cohort):
+            raise ConfigError(f"clients {sorted(set(cohort) - covered)} are in no stable group: the cohort must "
+                              "be whole groups")
+        return out
 
     def deliver(self, up: Uploads) -> Delivery:
         cohort = up.cohort
         local = {i: j for j, i in enumerate(cohort)}
         drops = {ph: [local[i] for i in ids] for ph, ids in up.drops().items()}
         r = shuffle([up.models[i] for i in cohort], dropouts=drops, T=up.T, global_model=up.W_g.tobytes(),
-                    group=self.group, adversaries=up.adversaries, raise_on_failure=False, group_size=self.group_size)
+                    group=self.group, adversaries=up.adversaries, raise_on_failure=False, group_size=self.group_size,
+                    groups=self._local_groups(cohort))
         stats = r.stats.values()
         per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in stats)
         ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in stats)
