@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from flower_helpers import LoopbackGrid, forgetful_mod, toy_client_app
@@ -12,10 +13,15 @@ from reshuffle.flower.reserved import RECORD
 from test_flower_grid import noisy_reply, train_messages
 
 
+def floor(g, n):
+    """Node configs whose own group floor is g (the default floor is 5)."""
+    return lambda i: {"partition-id": i, "num-partitions": n, "reshuffle-min-group": g}
+
+
 def test_six_nodes_in_groups_of_three_deliver_every_reply_bit_exact():
     # Prepare: 6 nodes, each answering fresh noise (recorded as it leaves the node).
     produced: list = []
-    lg = LoopbackGrid(toy_client_app(noisy_reply(produced)), 6)
+    lg = LoopbackGrid(toy_client_app(noisy_reply(produced)), 6, node_config=floor(3, 6))
     grid = ReshuffleGrid(lg, phase_timeout=10, group_size=3)
     # Execute
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
@@ -34,7 +40,7 @@ def test_six_nodes_in_groups_of_three_deliver_every_reply_bit_exact():
 def test_groups_survive_a_fresh_process_per_message():
     # A SuperNode may start a new ClientApp process per message: the grouped session is replayed.
     produced: list = []
-    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful_mod]), 6)
+    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful_mod]), 6, node_config=floor(3, 6))
     grid = ReshuffleGrid(lg, group_size=3)
     replies = list(grid.send_and_receive(train_messages(lg), timeout=60))
     assert sorted(records.encode_content(r.content) for r in replies) == sorted(b for _, b in produced)
@@ -42,8 +48,8 @@ def test_groups_survive_a_fresh_process_per_message():
 
 
 def test_a_failing_group_on_flower_loses_only_its_replies():
-    # Node 1000 and 1001 stop answering once the groups' rounds start; the group they are in fails
-    # if both are in it (2 of 4 left, t = 3), else each group loses at most one member and delivers.
+    # Node 1000 and 1001 stop answering once the groups' rounds start: each group that holds one of
+    # them delivers nothing, the other (if any) delivers all its replies.
     seen: dict[int, int] = {}
 
     def drop(node, m):
@@ -52,12 +58,13 @@ def test_a_failing_group_on_flower_loses_only_its_replies():
             return node in (1000, 1001) and seen[node] >= 5  # after the assignment's 4 messages
         return False
 
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 8, drop=drop)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 8, drop=drop, node_config=floor(4, 8))
     grid = ReshuffleGrid(lg, phase_timeout=0.3, group_size=4)
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     rep = grid.rounds[-1]
     failed = rep.groups["failed"]
-    assert len(replies) == 8 - 2 - (2 if failed else 0)
+    # All or none: a group with a silent member delivers nothing; a group without one delivers all 4.
+    assert len(failed) in (1, 2) and len(replies) == 4 * (2 - len(failed))
     assert all("threshold" in why for why in failed.values())
 
 
@@ -85,3 +92,96 @@ def test_nodes_with_a_floor_above_g_refuse_and_the_round_fails():
     grid = ReshuffleGrid(lg, phase_timeout=0.3, group_size=3)
     assert list(grid.send_and_receive(train_messages(grid), timeout=60)) == []
     assert "commitments" in grid.rounds[-1].failed
+
+
+# --------------------------------------------------------------------------- stable groups across rounds
+def same_reply_every_round(msg, ctx):
+    """Training as a function of (W_g, the node's data) only: a repeated round gives bit-identical replies."""
+    from flwr.app import ArrayRecord, MetricRecord, RecordDict
+
+    k = ctx.node_config["partition-id"]
+    arrs = [a + np.float32(k + 1) for a in msg.content["arrays"].to_numpy_ndarrays()]
+    return RecordDict({"arrays": ArrayRecord(arrs), "metrics": MetricRecord({"num-examples": 10})})
+
+
+def _arrays(replies):
+    return {b"".join(a.tobytes() for a in r.content["arrays"].to_numpy_ndarrays()) for r in replies}
+
+
+def _stage_of(m):
+    return m.content[RECORD]["stage"] if RECORD in m.content else None
+
+
+def test_groups_are_kept_across_rounds_and_a_repeated_round_without_one_node_links_nobody():
+    # 10 nodes, groups of 5 (the default floor). Round 1 forms the groups; round 2 repeats W_g.
+    left_out: list[int] = []
+
+    def drop(node, m):
+        # Round 3: the PS lists the node in ROUND_START but never talks to it after its claim.
+        return node in left_out and _stage_of(m) != "claim"
+
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 10, drop=drop)
+    grid = ReshuffleGrid(lg, phase_timeout=0.5, group_size=5)
+    r1 = list(grid.send_and_receive(train_messages(grid, 1), timeout=60))
+    assert len(r1) == 10 and grid.stable is not None
+    groups = grid.stable.groups
+    assert sorted(len(g) for g in groups) == [5, 5]
+    sent = len(lg.sent)
+    r2 = list(grid.send_and_receive(train_messages(grid, 1), timeout=60))
+    assert _arrays(r2) == _arrays(r1)  # the same W_g gives the same replies: content links perfectly
+    assert grid.stable.groups == groups and grid.rounds[-1].groups["sampled"] == [0, 1]
+    # Round 2 ran no new assignment: no GROUP_OPEN went out (each node's first protocol push is ROUND_START).
+    from reshuffle.protocol import messages as msg
+    from reshuffle.protocol.messages import MsgType
+    firsts = [msg.peek_type(m.content[RECORD]["data"][0]) for m in lg.sent[sent:] if _stage_of(m) == "protocol"]
+    assert MsgType.GROUP_OPEN not in firsts and MsgType.ROUND_START in firsts
+    # Round 3: repeat round 2's W_g (and so its training) under the next round number, leave one node out.
+    x = grid.group_nodes[groups[0][0]]
+    left_out.append(x)
+    r3 = list(grid.send_and_receive(train_messages(grid, 1), timeout=60))
+    missing = _arrays(r2) - _arrays(r3)
+    # Before all-or-none: 9 replies came back and the one missing was node x's: 1 linked (its every round).
+    # Now the group of x delivers nothing: 5 replies are missing for 1 absent node, none is named.
+    linked = 1 if len(missing) == 1 else 0
+    assert linked == 0 and len(r3) == 5 and len(missing) == 5
+    assert list(grid.rounds[-1].groups["failed"]) == ["0"]
+    assert not lg.errors
+
+
+def test_a_strategys_sample_is_widened_or_narrowed_to_whole_groups():
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 10)
+    grid = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
+    assert len(list(grid.send_and_receive(train_messages(grid, 1), timeout=60))) == 10
+    g0, g1 = ([grid.group_nodes[i] for i in g] for g in grid.stable.groups)
+    # 3 of group 0 sampled (widened to its 5), 2 of group 1 (narrowed out): 5 replies from group 0.
+    msgs = [m for m in train_messages(grid, 1) if m.metadata.dst_node_id in set(g0[:3] + g1[:2])]
+    replies = list(grid.send_and_receive(msgs, timeout=60))
+    assert len(replies) == 5 and grid.rounds[-1].groups["sampled"] == [0] and grid.rounds[-1].sent == 5
+    # No whole group sampled: nothing is sent, and the round says why.
+    msgs = [m for m in train_messages(grid, 1) if m.metadata.dst_node_id in {g0[0], g1[0]}]
+    assert list(grid.send_and_receive(msgs, timeout=60)) == []
+    assert "no whole stable group" in grid.rounds[-1].failed
+
+
+def test_the_grids_groups_survive_a_restart_of_the_server():
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 10)
+    grid = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
+    list(grid.send_and_receive(train_messages(grid, 1), timeout=60))
+    state = grid.group_state()
+    again = ReshuffleGrid(lg, phase_timeout=5, groups=state)
+    again.skip_to(2)
+    assert again.stable == grid.stable and again.group_size == 5
+    assert len(list(again.send_and_receive(train_messages(again, 1), timeout=60))) == 10
+    with pytest.raises(ConfigError, match="malformed"):
+        ReshuffleGrid(lg, groups={"assignment": "00", "nodes": {}})
+
+
+def test_a_node_with_a_group_refuses_a_new_assignment():
+    # A PS that forgets the groups (or redraws them to intersect) opens a new assignment: every node refuses.
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 10)
+    grid = ReshuffleGrid(lg, phase_timeout=0.5, group_size=5)
+    list(grid.send_and_receive(train_messages(grid, 1), timeout=60))
+    fresh = ReshuffleGrid(lg, phase_timeout=0.5, group_size=5)
+    fresh.skip_to(2)
+    assert list(fresh.send_and_receive(train_messages(fresh, 1), timeout=60)) == []
+    assert "commitments" in fresh.rounds[-1].failed

@@ -17,7 +17,16 @@ its offline steps before the nodes train.
    strategy's content beside the core's messages: the node trains, then answers
    them. The round's remaining online steps follow; a node that does not answer
    a phase in ``phase_timeout`` (the train push: ``train_timeout`` more) is a dropout.
-4. *Replies*: each recovered model is decoded back into a RecordDict
+4. *Stable groups* (``group_size``): the first train round forms the anonymity groups
+   by the commit-reveal assignment among the nodes that claimed; the grid keeps them
+   (:attr:`ReshuffleGrid.stable`, saved with the ServerApp's checkpoint) and every later
+   round runs whole groups with no new assignment. A strategy's sampled nodes are
+   widened or narrowed to whole groups: a group runs when at least half its members
+   were sampled and all its members' nodes are connected (its unsampled members get
+   the same train message), else none of its members is messaged. Nodes in no group
+   (they joined after the groups were formed) wait. A group with a member that does
+   not answer before its upload delivers nothing: its members refuse to unmask.
+5. *Replies*: each recovered model is decoded back into a RecordDict
    (:mod:`reshuffle.flower.records`, bit-exact) and becomes
    ``Message(content, reply_to=m)`` for a message ``m`` of a surviving node,
    under a uniformly random bijection: no reply's metadata says who produced it.
@@ -47,7 +56,7 @@ from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
 from reshuffle.protocol.driver import PS, make_ps
-from reshuffle.protocol.groups import check_collusion, check_group_size
+from reshuffle.protocol.groups import Assignment, check_collusion, check_group_size
 from reshuffle.protocol.params import RoundParams, smallest_round
 from reshuffle.protocol.participant import global_model_hash
 
@@ -87,8 +96,9 @@ def _copy_with(msg: Message, content: RecordDict, ttl: float) -> Message:
 class _Round:
     """One train round as a non-blocking state machine; :meth:`step` moves it on."""
 
-    def __init__(self, owner: "ReshuffleGrid", train: list[Message], T: int, deadline: float) -> None:
-        self.g, self.T, self.deadline = owner, T, deadline
+    def __init__(self, owner: "ReshuffleGrid", train: list[Message], T: int, deadline: float,
+                 sample: list[int] | None = None) -> None:
+        self.g, self.T, self.deadline, self.sample = owner, T, deadline, sample
         self.t0 = time.monotonic()
         nodes = [m.metadata.dst_node_id for m in train]
         if len(set(nodes)) != len(nodes):
@@ -169,6 +179,7 @@ class _Round:
 
     def _fail(self, why: str) -> None:
         self.report.failed = why
+        self._adopt()
         if self.server is not None:
             self._report_groups(self.server.failed_output())  # a round in groups: every group failed
             self.report.errors += [str(e) for e in self.server.errors]
@@ -178,6 +189,19 @@ class _Round:
         if out.groups:
             self.report.groups = {"group_size": self.g.group_size, "sizes": [len(m) for m in out.groups],
                                   "failed": {str(j): why for j, why in out.failed.items()}}
+            if self.sample is not None:
+                self.report.groups["sampled"] = list(self.sample)
+
+    def _adopt(self) -> None:
+        """Keep the groups this round's assignment formed (the nodes keep theirs once it completed, whether
+        or not the round then delivered), and which node each participant answered from."""
+        g, a = self.g, getattr(self.server, "assignment", None)
+        if a is None:
+            return
+        if g.stable is None:
+            g.stable = a
+        members = {i for grp in a.groups for i in grp}
+        g.group_nodes.update({pid: node for pid, node in self.node_of.items() if pid in members})
 
     def _finish(self, replies: list[Message]) -> None:
         self.replies = replies
@@ -258,11 +282,13 @@ class _Round:
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
         self.server = make_ps(self.T, roster, g._sk, g._cert, g._ca, self.hash, d=self.d,
                               overrides={"payload": "words", **g.round_params}, group_size=g.group_size,
-                              collusion=g.group_collusion)
+                              collusion=g.group_collusion, stable=g.stable if self.sample is not None else None,
+                              sample=self.sample)
         return self.server.start()
 
     def _deliver(self) -> None:
         out = self.server.output
+        self._adopt()
         self._report_groups(out)
         self.report.blamed = dict(out.blamed)
         self.report.errors += [str(e) for e in out.errors]
@@ -302,6 +328,8 @@ class ReshuffleGrid(Grid):
         ``None`` (default) runs one round among all.
     group_collusion : fraction of each group assumed to collude with the PS (c_j = max(1, ⌊f·N_j⌋);
         default 0.2); with ``group_size`` only.
+    groups : the stable groups of an earlier run (:meth:`group_state`'s dict, from a checkpoint): they are
+        kept, and no new assignment runs. ``group_size`` is then theirs.
     **round_params : RoundParams overrides ``n``, ``k``, ``t``, ``c``, ``R_max``, ``group`` (``c`` and ``t`` at
         least what the nodes' own floors demand, or they refuse the round).
 
@@ -322,6 +350,7 @@ class ReshuffleGrid(Grid):
         round_timeout: float = 3600.0,
         group_size: int | None = None,
         group_collusion: float | None = None,
+        groups: dict | None = None,
         **round_params,
     ) -> None:
         if not isinstance(grid, Grid):
@@ -352,6 +381,11 @@ class ReshuffleGrid(Grid):
         self._train_timeout, self.round_timeout = train_timeout, float(round_timeout)
         self.metrics_budget, self.round_params = metrics_budget, dict(round_params)
         self.group_size, self.group_collusion = group_size, group_collusion
+        #: The stable groups (formed by the first train round, or restored), and each member's node.
+        self.stable: Assignment | None = None
+        self.group_nodes: dict[int, int] = {}
+        if groups is not None:
+            self.restore_groups(groups)
         self.rounds: list[RoundReport] = []
         self._T = 0
         self._active: dict[str, _Round] = {}
@@ -391,6 +425,45 @@ class ReshuffleGrid(Grid):
             raise ConfigError(f"skip_to({T!r}): round numbers only go up; the next round is {self.next_round}")
         self._T = T - 1
 
+    # --- stable groups ----------------------------------------------------------------
+    def group_state(self) -> dict | None:
+        """The stable groups as plain data for a checkpoint (``groups=`` restores them); None before any."""
+        if self.stable is None:
+            return None
+        return {"assignment": self.stable.encode().hex(),
+                "nodes": {str(pid): node for pid, node in sorted(self.group_nodes.items())}}
+
+    def restore_groups(self, state: dict) -> None:
+        """Keep the stable groups of ``state`` (:meth:`group_state`); ConfigError if it is malformed."""
+        try:
+            a = Assignment.decode(bytes.fromhex(state["assignment"]))
+            nodes = {int(pid): int(node) for pid, node in dict(state["nodes"]).items()}
+        except (KeyError, TypeError, ValueError, ProtocolError) as exc:
+            raise ConfigError(f"stable groups state is malformed: {exc}") from None
+        self.stable, self.group_nodes, self.group_size = a, nodes, a.group_size
+
+    def _whole_groups(self, train: list[Message]) -> tuple[list[Message], list[int]]:
+        """The strategy's train messages widened or narrowed to whole stable groups: (messages, groups).
+
+        A group runs when at least half its members' nodes were sampled and every member's node is
+        connected; its unsampled members get the same message. Any other group, and a node in no group,
+        gets nothing: its members' models would be named by a roster that changes, or not be delivered.
+        """
+        by_node = {m.metadata.dst_node_id: m for m in train}
+        connected = set(self._grid.get_node_ids())
+        proto = train[0]
+        out, sample = [], []
+        for j, members in enumerate(self.stable.groups):
+            nodes = [self.group_nodes.get(pid) for pid in members]
+            picked = sum(n in by_node for n in nodes)
+            if 2 * picked < len(members) or any(n not in connected for n in nodes):
+                continue
+            sample.append(j)
+            out += [by_node[n] if n in by_node else
+                    Message(proto.content, dst_node_id=n, message_type=proto.metadata.message_type,
+                            group_id=proto.metadata.group_id) for n in nodes]
+        return out, sample
+
     # --- keys and reports -----------------------------------------------------------
     @property
     def train_timeout(self) -> float:
@@ -421,7 +494,14 @@ class ReshuffleGrid(Grid):
             self._load_keys()
             self._T += 1
             self._round_budget = timeout
-            rnd = _Round(self, train, self._T, time.time() + timeout)
+            sample = None
+            if self.stable is not None:
+                train, sample = self._whole_groups(train)
+                if not train:
+                    self._record(RoundReport(self._T, 0, failed="no whole stable group was sampled with all its "
+                                                                 "members connected"))
+                    return ids
+            rnd = _Round(self, train, self._T, time.time() + timeout, sample)
             for i in rnd.ids:
                 self._active[i] = rnd
             ids += rnd.ids

@@ -40,9 +40,9 @@ from reshuffle.protocol.groups import (
     ASSIGNMENT_TYPES,
     Assignment,
     CheckCache,
-    IncompleteGroup,
     Membership,
     WrongAssignment,
+    WrongGroup,
     check_collusion,
 )
 from reshuffle.protocol.messages import Context, MsgType
@@ -381,8 +381,12 @@ class GroupedParticipant:
                 self._check_round_start(m)
                 self._started = True
                 return self.inner.handle(data)
-            if m.TYPE not in ASSIGNMENT_TYPES or self._membership is not None:
+            if m.TYPE not in ASSIGNMENT_TYPES:
                 raise UnexpectedMessage(f"participant {self.pid} got {m.TYPE.name} before its group's ROUND_START")
+            if self._membership is not None:
+                # Joining a new draw would let the PS intersect the old group with the new one.
+                raise WrongGroup(f"participant {self.pid} keeps stable group {self._membership.index}: it takes "
+                                 "part in no new assignment")
             return [r.encode(self._sk) for r in self.client.handle(m)]
         except ProtocolError as exc:
             self.inner.view.errors.append(exc)

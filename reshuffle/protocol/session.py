@@ -132,14 +132,16 @@ class SessionState:
         return cls(pid, T, *fields, seed, inbox, words=bool(kind))
 
     def participant(self, first: bytes | None = None, min_group: int | None = None,
-                    floors: TrustFloors | None = None) -> Participant:
+                    floors: TrustFloors | None = None, membership=None) -> Participant:
         """A participant in the state right after the inbox (replayed), with its own ``floors`` on the
         round parameters (default :class:`TrustFloors`()).
 
         A round whose first PS message (the inbox's, else ``first``, the message about
         to be handled) is GROUP_OPEN runs in anonymity groups: the participant is then
         a :class:`~reshuffle.protocol.grouped.GroupedParticipant`, refusing groups smaller
-        than ``min_group`` (default: the least group its floors take part in).
+        than ``min_group`` (default: the least group its floors take part in). With
+        ``membership`` (its stable group, from an earlier round) it is always a grouped
+        participant of that group: it refuses a new assignment and any other roster.
         """
         from reshuffle.protocol.grouped import GroupedParticipant
         from reshuffle.protocol.groups import MAX_ATTEMPTS
@@ -147,7 +149,7 @@ class SessionState:
 
         ca = CertificateAuthority.verifier(VerifyKey.from_bytes(self.ca_key))
         opening = self.inbox[0] if self.inbox else first
-        grouped = opening is not None and peek_type(opening) is MsgType.GROUP_OPEN
+        grouped = membership is not None or (opening is not None and peek_type(opening) is MsgType.GROUP_OPEN)
         model = np.frombuffer(self.model, dtype=_DTYPES[int(self.words)]).astype(
             np.uint32 if self.words else np.float32) if self.has_model else None
         args = (
@@ -156,7 +158,7 @@ class SessionState:
             SeededRandom(self.seed, _SEED_LABEL),
         )
         if grouped:
-            p = GroupedParticipant(*args, min_group=min_group, floors=floors)
+            p = GroupedParticipant(*args, min_group=min_group, floors=floors, membership=membership)
         else:
             p = Participant(*args, floors=floors)
         for m in self.inbox:
