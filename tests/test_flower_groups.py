@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -185,3 +187,47 @@ def test_a_node_with_a_group_refuses_a_new_assignment():
     fresh.skip_to(2)
     assert list(fresh.send_and_receive(train_messages(fresh, 1), timeout=60)) == []
     assert "commitments" in fresh.rounds[-1].failed
+
+
+class Killed(BaseException):
+    """The ServerApp's process dies here."""
+
+
+def test_the_project_server_app_keeps_its_groups_through_a_kill(tmp_path):
+    # Round 1 forms the groups; the ServerApp is killed as round 2 goes out; resumed, round 3 runs the same
+    # groups on the same nodes (each kept its group in its Context) with no new assignment.
+    from flwr.app import Context, RecordDict
+
+    from reshuffle.flower import client_app, server_app
+    from reshuffle.protocol import messages as msg
+    from reshuffle.protocol.groups import Assignment
+    from reshuffle.protocol.messages import MsgType
+    from reshuffle.run import checkpoint
+
+    kill = {"round": 2}
+
+    def drop(node, m):
+        if "config" in m.content and m.content["config"].get("server-round") == kill["round"]:
+            raise Killed
+        return False
+
+    cfg = {"dataset": "digits", "model": "logreg", "rounds": 3, "local-epochs": 1, "batch-size": 512, "lr": 0.1,
+           "rule": "fedavg", "phase-timeout": 10.0, "group-size": 3, "out-dir": str(tmp_path)}
+    lg = LoopbackGrid(client_app.app, 6, drop=drop, node_config=floor(3, 6))
+    for c in lg.contexts.values():
+        c.run_config = dict(cfg)
+    with pytest.raises(Killed):
+        server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
+    saved = checkpoint.load(tmp_path, kind="flower").state["groups"]
+    groups = Assignment.decode(bytes.fromhex(saved["assignment"])).groups
+    assert sorted(len(g) for g in groups) == [3, 3]
+    kill["round"] = None
+    sent = len(lg.sent)
+    server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(),
+                                run_config={**cfg, "resume": str(tmp_path), "out-dir": ""}))
+    assert checkpoint.load(tmp_path, kind="flower").state["groups"] == saved
+    firsts = [msg.peek_type(m.content[RECORD]["data"][0]) for m in lg.sent[sent:]
+              if RECORD in m.content and m.content[RECORD]["stage"] == "protocol"]
+    assert MsgType.GROUP_OPEN not in firsts
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert [r["models_received"] for r in metrics["rounds"]] == [6, 0, 6]

@@ -149,7 +149,8 @@ class SessionState:
 
         ca = CertificateAuthority.verifier(VerifyKey.from_bytes(self.ca_key))
         opening = self.inbox[0] if self.inbox else first
-        grouped = membership is not None or (opening is not None and peek_type(opening) is MsgType.GROUP_OPEN)
+        grouped = membership is not None or (opening is not None and peek_type(opening) is MsgType.GROUP_OPEN) \
+            or (opening is not None and _binds_group(opening))
         model = np.frombuffer(self.model, dtype=_DTYPES[int(self.words)]).astype(
             np.uint32 if self.words else np.float32) if self.has_model else None
         args = (
@@ -170,6 +171,20 @@ class SessionState:
                 f"has at most {max_inbox(p.params.R_max)}"
             )
         return p
+
+
+def _binds_group(data: bytes) -> bool:
+    """A ROUND_START that binds a stable group's assignment: a node that holds no group refuses it (as a
+    grouped participant with no assignment does), since it cannot check the roster against its group."""
+    from reshuffle.errors import ProtocolError
+    from reshuffle.protocol import messages as msg
+
+    if msg.peek_type(data) is not msg.MsgType.ROUND_START:
+        return False
+    try:
+        return bool(msg.decode(data, msg.Context()).params.assignment)
+    except ProtocolError:
+        return False  # the participant refuses it itself
 
 
 def handle(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes]]:
