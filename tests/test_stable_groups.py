@@ -265,3 +265,16 @@ def test_a_participant_refuses_a_stable_group_below_its_floor():
         InProcessRunner(ps, parts, None, []).run()
     err = parts[0].view.errors[0]
     assert isinstance(err, WrongAssignment) and "4 members, below this participant's floor 5" in str(err)
+
+
+# --------------------------------------------------------------------------- #
+# The anonymity game over many rounds
+def test_the_many_round_adversary_is_held_to_the_group_and_wins_against_partial_groups():
+    from reshuffle.games.rounds import rounds_trial
+
+    # All or none: every round that left a member out delivered nothing of the group; 4 candidates remain.
+    correct, h, candidates = rounds_trial(5, 5, 1)
+    assert (h, candidates) == (4, 4)
+    # A group that delivers without a member isolates every chain in the round its owner was left out.
+    correct, h, candidates = rounds_trial(5, 5, 1, weak=True)
+    assert correct and (h, candidates) == (4, 1)

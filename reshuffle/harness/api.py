@@ -120,6 +120,7 @@ def build_round(
     overrides: Mapping | None = None,
     group_collusion: float | None = None,
     groups: Sequence[Sequence[int]] | None = None,
+    grouped_cls: type[GroupedParticipant] = GroupedParticipant,
 ) -> tuple[PS, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
@@ -133,7 +134,8 @@ def build_round(
     participant's floor on its group is ``group_size`` (the user's anonymity set).
     With ``groups`` (indices into ``updates``) these stable groups run with no new
     assignment: each participant holds its group as persisted state would, and its
-    floor is the smallest given group.
+    floor is the smallest given group. ``grouped_cls`` lets the games plug in a
+    deliberately broken group wrapper.
     """
     ident = identities(len(updates), seed)
     participant_cls = participant_cls or Participant
@@ -150,7 +152,7 @@ def build_round(
     for i, u in enumerate(updates):  # None: the participant trains while the offline steps run
         make = hostile[i].make if i in hostile else participant_cls
         args = (i, T, u, ident.keys[i], ident.roster[i], ca, gh_for(i, gh), ident.participant_rng[i])
-        participants[i] = make(*args) if group_size is None else GroupedParticipant(
+        participants[i] = make(*args) if group_size is None else grouped_cls(
             *args, make=make, cache=cache, min_group=group_size,
             membership=None if stable is None else Membership.of(stable, i))
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
