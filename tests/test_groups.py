@@ -202,7 +202,7 @@ def _assign(n=6, g=3, upto=None):
 
 def test_every_participant_computes_the_ps_assignment():
     clients, ps, _ = _assign(7, 3)
-    assert all(c.state is CState.ASSIGNED for c in clients.values())
+    assert all(c.phase is CState.ASSIGNED for c in clients.values())
     assert {c.assignment for c in clients.values()} == {ps.assignment}
     assert [len(g) for g in ps.assignment.groups] == [4, 3]  # three groups would leave two of 2
 
@@ -244,7 +244,7 @@ def test_equivocated_lists_get_no_certificate_and_no_reveal():
     # Assert: its view differs, so the signatures fail and it reveals nothing.
     with pytest.raises(InvalidSignature, match="not on this participant's list"):
         clients[0].handle(msg.decode(cert, CTX))
-    assert clients[0].state is CState.AWAIT_CERT
+    assert clients[0].phase is CState.AWAIT_CERT
 
 
 def test_a_certificate_below_threshold_gets_no_reveal():
@@ -583,3 +583,18 @@ def test_a_failed_assignment_is_reported_without_raising_on_request():
     assert "0 participants left" in r.failure  # every reveal lost: nobody is left to redraw among
     assert not r.models and not r.positions and r.groups == []
     assert r.group_stats["assignment"]["attempts"] == 1 and r.group_stats["groups"]["count"] == 0
+
+
+def test_a_refused_assignment_message_leaves_the_client_state_unchanged():
+    # The client's state is a frozen value: a handler validates first and returns the next state.
+    clients, ps, out = _assign(upto="ACKS")
+    lm = msg.decode(out[0][1], CTX)
+    before = clients[0].state
+    stripped = GroupCommits(1, 1, SERVER_ID, tuple(e for e in lm.entries if e[0] != 0))
+    with pytest.raises(WrongAssignment, match="own commitment"):
+        clients[0].handle(msg.decode(stripped.encode(PS_SK), CTX))
+    assert clients[0].state is before and clients[0].phase is CState.AWAIT_COMMITS
+    (ack,) = clients[0].handle(lm)  # the genuine list still goes through
+    assert ack.TYPE is MsgType.GROUP_ACK and clients[0].phase is CState.AWAIT_CERT
+    with pytest.raises(UnexpectedMessage, match="expected nothing"):
+        AssignmentCollector(1, {i: CERTS[i] for i in range(6)}, PS_SK, PS_CERT, 3).receive(0, ack)

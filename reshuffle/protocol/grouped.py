@@ -414,9 +414,9 @@ class GroupedParticipant:
             self._membership.check_round_start(m.params, tuple(pid for pid, _ in m.roster))
             return
         a = self.client.assignment
-        if self.client.state is not CState.ASSIGNED or a is None:
+        if self.client.phase is not CState.ASSIGNED or a is None:
             raise UnexpectedMessage(f"ROUND_START before the group assignment finished "
-                                    f"(state '{self.client.state.value}')")
+                                    f"(state '{self.client.phase.value}')")
         if m.sender != SERVER_ID or m.server_cert != self.client.server_cert:
             raise WrongAssignment("the group's ROUND_START comes from another PS than the assignment")
         msg.verify(m, self.client.server_key)
