@@ -278,3 +278,23 @@ def test_the_many_round_adversary_is_held_to_the_group_and_wins_against_partial_
     # A group that delivers without a member isolates every chain in the round its owner was left out.
     correct, h, candidates = rounds_trial(5, 5, 1, weak=True)
     assert correct and (h, candidates) == (4, 1)
+
+
+PHASES = ("setup", "ot", "reserve", "upload", "unmask")
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.dictionaries(st.integers(0, 9), st.sampled_from(PHASES), max_size=3))
+def test_every_group_delivers_all_its_models_or_none(drops):
+    # Any members, dropped at any phase: a group's models arrive all together or not at all, and a group
+    # none of whose members dropped before its upload delivers (one upload-time loss at most: t = 4 of 5).
+    by_phase: dict = {}
+    for i, ph in drops.items():
+        by_phase.setdefault(ph, []).append(i)
+    r = shuffle(make_updates(10, d=4, seed=51), groups=TWO, seed=52, T=6, dropouts=by_phase, raise_on_failure=False)
+    for j, g in enumerate(TWO):
+        got = [i for i in g if i in r.positions]
+        assert got in ([], g)
+        early = [i for i in g if i in drops and drops[i] != "unmask"]
+        late = [i for i in g if drops.get(i) == "unmask"]
+        assert (got == g) == (not early and len(late) <= 1)
