@@ -1,6 +1,5 @@
 """Anonymity groups: sizes, the commit-reveal assignment, its messages, attacks on it, rounds in groups."""
 
-import math
 from dataclasses import replace
 
 import numpy as np

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from reshuffle.errors import BelowThreshold, ConfigError, DecodeError
 from reshuffle.harness.api import build_round, form_groups, identities, prepare, shuffle
 from reshuffle.harness.runner import Envelope, InProcessRunner
-from reshuffle.protocol import groups as gr
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.grouped import GroupedParticipant, GroupedServer
 from reshuffle.protocol.groups import Assignment, IncompleteGroup, Membership, WrongAssignment, WrongGroup
