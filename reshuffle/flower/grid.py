@@ -356,10 +356,11 @@ class ReshuffleGrid(Grid):
         if not isinstance(grid, Grid):
             raise ConfigError(f"ReshuffleGrid wraps a flwr Grid, got {type(grid).__name__}")
         check_collusion(group_collusion)
-        if group_collusion is not None and group_size is None:
-            raise ConfigError("group_collusion needs group_size")
-        if group_size is not None:
-            check_group_size(group_size)
+        if group_collusion is not None and group_size is None and groups is None:
+            raise ConfigError("group_collusion needs group_size (or stable groups)")
+        if group_size is not None or groups is not None:
+            if group_size is not None:
+                check_group_size(group_size)
             fixed = set(round_params) & {"n", "k", "t", "c"}
             if fixed:
                 raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size")
