@@ -125,13 +125,13 @@ def test_groups_are_kept_across_rounds_and_a_repeated_round_without_one_node_lin
     lg = LoopbackGrid(toy_client_app(same_reply_every_round), 10, drop=drop)
     grid = ReshuffleGrid(lg, phase_timeout=0.5, group_size=5)
     r1 = list(grid.send_and_receive(train_messages(grid, 1), timeout=60))
-    assert len(r1) == 10 and grid.stable is not None
-    groups = grid.stable.groups
+    assert len(r1) == 10 and len(grid.epochs) == 1
+    groups = grid.epochs[0].groups
     assert sorted(len(g) for g in groups) == [5, 5]
     sent = len(lg.sent)
     r2 = list(grid.send_and_receive(train_messages(grid, 1), timeout=60))
     assert _arrays(r2) == _arrays(r1)  # the same W_g gives the same replies: content links perfectly
-    assert grid.stable.groups == groups and grid.rounds[-1].groups["sampled"] == [0, 1]
+    assert grid.epochs[0].groups == groups and grid.rounds[-1].groups["sampled"] == [[0, 0], [0, 1]]
     # Round 2 ran no new assignment: no GROUP_OPEN went out (each node's first protocol push is ROUND_START).
     from reshuffle.protocol import messages as msg
     from reshuffle.protocol.messages import MsgType
@@ -154,11 +154,11 @@ def test_a_strategys_sample_is_widened_or_narrowed_to_whole_groups():
     lg = LoopbackGrid(toy_client_app(same_reply_every_round), 10)
     grid = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
     assert len(list(grid.send_and_receive(train_messages(grid, 1), timeout=60))) == 10
-    g0, g1 = ([grid.group_nodes[i] for i in g] for g in grid.stable.groups)
+    g0, g1 = ([grid.group_nodes[i] for i in g] for g in grid.epochs[0].groups)
     # 3 of group 0 sampled (widened to its 5), 2 of group 1 (narrowed out): 5 replies from group 0.
     msgs = [m for m in train_messages(grid, 1) if m.metadata.dst_node_id in set(g0[:3] + g1[:2])]
     replies = list(grid.send_and_receive(msgs, timeout=60))
-    assert len(replies) == 5 and grid.rounds[-1].groups["sampled"] == [0] and grid.rounds[-1].sent == 5
+    assert len(replies) == 5 and grid.rounds[-1].groups["sampled"] == [[0, 0]] and grid.rounds[-1].sent == 5
     # No whole group sampled: nothing is sent, and the round says why.
     msgs = [m for m in train_messages(grid, 1) if m.metadata.dst_node_id in {g0[0], g1[0]}]
     assert list(grid.send_and_receive(msgs, timeout=60)) == []
@@ -172,10 +172,10 @@ def test_the_grids_groups_survive_a_restart_of_the_server():
     state = grid.group_state()
     again = ReshuffleGrid(lg, phase_timeout=5, groups=state)
     again.skip_to(2)
-    assert again.stable == grid.stable and again.group_size == 5
+    assert again.epochs == grid.epochs and again.group_size == 5
     assert len(list(again.send_and_receive(train_messages(again, 1), timeout=60))) == 10
     with pytest.raises(ConfigError, match="malformed"):
-        ReshuffleGrid(lg, groups={"assignment": "00", "nodes": {}})
+        ReshuffleGrid(lg, groups={"epochs": ["00"], "nodes": {}})
 
 
 def test_a_node_with_a_group_refuses_a_new_assignment():
@@ -219,7 +219,8 @@ def test_the_project_server_app_keeps_its_groups_through_a_kill(tmp_path):
     with pytest.raises(Killed):
         server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
     saved = checkpoint.load(tmp_path, kind="flower").state["groups"]
-    groups = Assignment.decode(bytes.fromhex(saved["assignment"])).groups
+    (epoch,) = saved["epochs"]
+    groups = Assignment.decode(bytes.fromhex(epoch)).groups
     assert sorted(len(g) for g in groups) == [3, 3]
     kill["round"] = None
     sent = len(lg.sent)
@@ -231,3 +232,30 @@ def test_the_project_server_app_keeps_its_groups_through_a_kill(tmp_path):
     assert MsgType.GROUP_OPEN not in firsts
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert [r["models_received"] for r in metrics["rounds"]] == [6, 0, 6]
+
+
+def test_newcomers_wait_until_they_form_a_whole_group_of_their_own():
+    # 10 nodes form two groups in round 1; 3 then 5 more nodes are sampled later.
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 15)
+    grid = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
+    first = set(sorted(lg.get_node_ids())[:10])
+    late = sorted(lg.get_node_ids())[10:]
+    sent = lambda nodes: [m for m in train_messages(grid, 1) if m.metadata.dst_node_id in nodes]  # noqa: E731
+    assert len(list(grid.send_and_receive(sent(first), timeout=60))) == 10
+    # 3 newcomers are too few for a group: they are not sent the round; the two groups deliver.
+    assert len(list(grid.send_and_receive(sent(first | set(late[:3])), timeout=60))) == 10
+    assert grid.rounds[-1].sent == 10 and len(grid.epochs) == 1
+    # 5 newcomers form a group of their own by a new assignment among them, in the same round.
+    before = len(lg.sent)
+    assert len(list(grid.send_and_receive(sent(first | set(late)), timeout=60))) == 15
+    assert len(grid.epochs) == 2 and grid.epochs[1].groups == (tuple(sorted(
+        pid for pid, node in grid.group_nodes.items() if node in late)),)
+    from reshuffle.protocol import messages as msg
+    from reshuffle.protocol.messages import MsgType
+    opened = {m.metadata.dst_node_id for m in lg.sent[before:] if _stage_of(m) == "protocol"
+              and msg.peek_type(m.content[RECORD]["data"][0]) is MsgType.GROUP_OPEN}
+    assert opened == set(late)  # the old groups took part in no new draw
+    # Every group, old and new, runs again with no assignment; the state carries both epochs.
+    assert len(list(grid.send_and_receive(sent(first | set(late)), timeout=60))) == 15
+    assert grid.rounds[-1].groups["sampled"] == [[0, 0], [0, 1], [1, 0]]
+    assert len(ReshuffleGrid(lg, groups=grid.group_state()).epochs) == 2

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from reshuffle.errors import BelowThreshold, ConfigError, DecodeError
 from reshuffle.harness.api import build_round, form_groups, identities, prepare, shuffle
 from reshuffle.harness.runner import Envelope, InProcessRunner
+from reshuffle.protocol import groups as gr
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.grouped import GroupedParticipant, GroupedServer
 from reshuffle.protocol.groups import Assignment, IncompleteGroup, Membership, WrongAssignment, WrongGroup
@@ -297,3 +298,33 @@ def test_every_group_delivers_all_its_models_or_none(drops):
         early = [i for i in g if i in drops and drops[i] != "unmask"]
         late = [i for i in g if drops.get(i) == "unmask"]
         assert (got == g) == (not early and len(late) <= 1)
+
+
+def test_a_joint_round_runs_an_old_epoch_and_newcomers_and_one_failing_part_spares_the_other():
+    # Participants 0..4: a stable group of an earlier epoch; 5..9: newcomers forming their own group now.
+    from reshuffle.protocol.grouped import JointServer
+
+    ups = make_updates(10, d=4, seed=61)
+    ident = identities(10, 62)
+    ca = CertificateAuthority.verifier(ident.ca.verify_key)
+    gh = global_model_hash(b"")
+    old = Assignment.given([TWO[0]])
+    cache = gr.CheckCache()
+
+    def run(drops):
+        stable = GroupedServer(4, {i: ident.roster[i] for i in TWO[0]}, ident.ps_key, ident.ps_cert, ca, gh, 4, 5,
+                               stable=old)
+        fresh = GroupedServer(4, {i: ident.roster[i] for i in TWO[1]}, ident.ps_key, ident.ps_cert, ca, gh, 4, 5)
+        ps = JointServer([stable, fresh])
+        parts = {i: GroupedParticipant(i, 4, ups[i], ident.keys[i], ident.roster[i], ca, gh, cache=cache,
+                                       membership=Membership.of(old, i) if i in TWO[0] else None) for i in range(10)}
+        InProcessRunner(ps, parts, drops, []).run()
+        return ps, parts
+
+    ps, parts = run(None)
+    assert len(ps.output.models) == 10 and ps.output.groups[0] == tuple(TWO[0]) and not ps.failed_parts
+    assert all(parts[i].membership.members == tuple(TWO[1]) for i in TWO[1])  # the newcomers' new epoch
+    ps, _ = run({"upload": [2]})
+    assert list(ps.failed_parts) == [0] and len(ps.output.models) == 5
+    with pytest.raises(ConfigError, match="disjoint"):
+        JointServer([ps.parts[0], ps.parts[0]])

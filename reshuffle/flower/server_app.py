@@ -189,14 +189,17 @@ class _Run:
     # --- one round --------------------------------------------------------------------
     def cohort(self, rgrid: ReshuffleGrid, T: int, nodes: list[int]) -> list[int]:
         """Round T's nodes: the sampler's cohort; in groups, every node while none are formed (the round
-        forms them), then the nodes of the whole groups the sampler draws among the groups."""
+        forms them), then the nodes of the whole groups the sampler draws among the groups, and every node
+        in no group (enough of them form a new group)."""
         if rgrid.group_size is None:
             return self.rounds.cohort(T, nodes)
-        if rgrid.stable is None:
+        if not rgrid.epochs:
             return sorted(nodes)
-        groups = rgrid.stable.groups
+        groups = [grp for a in rgrid.epochs for grp in a.groups]
         drawn = self.rounds.cohort(T, list(range(len(groups))))
-        return sorted(rgrid.group_nodes[i] for j in drawn for i in groups[j] if i in rgrid.group_nodes)
+        known = set(rgrid.group_nodes.values())
+        return sorted([rgrid.group_nodes[i] for j in drawn for i in groups[j] if i in rgrid.group_nodes]
+                      + [n for n in nodes if n not in known])
 
     def round(self, rgrid: ReshuffleGrid, T: int) -> None:
         nodes = list(rgrid.get_node_ids())

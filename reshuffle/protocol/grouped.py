@@ -310,6 +310,101 @@ class GroupedServer:
         return out
 
 
+class JointServer:
+    """Several grouped PSs of one round number over disjoint rosters, driven as one (the driver contract).
+
+    A federation whose groups were formed at different times (epochs: each a stable
+    :class:`Assignment` of its own) runs each epoch's sampled groups in one part, and
+    may form the groups of newcomers in another (a new assignment among participants
+    in no group). Closing a step closes it in every part still running; a part whose
+    every group failed delivers nothing and the others go on. The output pools every
+    part's groups in part order (group indices run on across parts).
+    """
+
+    def __init__(self, parts: Sequence[GroupedServer]) -> None:
+        if not parts:
+            raise ConfigError("a joint round needs at least one part")
+        self.parts = list(parts)
+        self._part_of = {pid: k for k, ps in enumerate(self.parts) for pid in ps._roster}
+        if len(self._part_of) != sum(len(ps._roster) for ps in self.parts):
+            raise ConfigError("the parts of a joint round must have disjoint rosters")
+        self.params = self.parts[0].params
+        self.failed_parts: dict[int, str] = {}
+        self.output: GroupedOutput | None = None
+        self._own_errors: list[ErrorRecord] = []
+
+    @property
+    def errors(self) -> list[ErrorRecord]:
+        return self._own_errors + [e for ps in self.parts for e in ps.errors]
+
+    def _live(self) -> list[GroupedServer]:
+        return [ps for k, ps in enumerate(self.parts) if k not in self.failed_parts and not ps.done]
+
+    @property
+    def done(self) -> bool:
+        return self.output is not None
+
+    @property
+    def step(self) -> Step:
+        steps = [ps.step for ps in self._live()]
+        return next((st for st in steps if not st.offline), steps[0] if steps else ASSIGN_STEP)
+
+    @property
+    def phase_name(self) -> str:
+        live = self._live()
+        return live[0].phase_name if live else "done"
+
+    @property
+    def culprits(self) -> dict:
+        return {pid: why for ps in self.parts for pid, why in ps.culprits.items()}
+
+    def start(self) -> Outbox:
+        return [item for ps in self.parts for item in ps.start()]
+
+    def receive(self, sender: int, data: bytes) -> None:
+        k = self._part_of.get(sender)
+        if k is None:
+            self._own_errors.append(ErrorRecord(ASSIGN_PHASE, sender, UnexpectedMessage(
+                f"participant {sender} is in no part of this round")))
+        elif k not in self.failed_parts:
+            self.parts[k].receive(sender, data)
+
+    def close_phase(self) -> Outbox:
+        out: Outbox = []
+        for k, ps in enumerate(self.parts):
+            if k in self.failed_parts or ps.done:
+                continue
+            try:
+                out += ps.close_phase()
+            except BelowThreshold as exc:
+                self.failed_parts[k] = str(exc)
+        if not self._live():
+            self.output = self._pool()
+            if len(self.failed_parts) == len(self.parts):
+                raise BelowThreshold("every part failed: " + "; ".join(
+                    f"part {k}: {why}" for k, why in sorted(self.failed_parts.items())))
+        return out
+
+    def _pool(self) -> GroupedOutput:
+        groups, servers, failed, log = [], {}, {}, []
+        for ps in self.parts:
+            base = len(groups)
+            a = ps.assignment
+            if a is not None:
+                groups += list(a.groups)
+            servers.update({base + j: s for j, s in ps.servers.items()})
+            failed.update({base + j: why for j, why in ps.failed.items()})
+            log += ps.assignment_log
+        return _pool(groups, servers, failed, self.errors, None, log)
+
+    def failed_output(self) -> GroupedOutput:
+        return self.output if self.output is not None else self._pool()
+
+    def needs_model(self, pid: int) -> bool:
+        k = self._part_of.get(pid)
+        return k is not None and k not in self.failed_parts and self.parts[k].needs_model(pid)
+
+
 class GroupedParticipant:
     """P_i of a round in groups: the assignment (or its stored group), then an ordinary participant for its group.
 
@@ -431,5 +526,5 @@ class GroupedParticipant:
             raise WrongAssignment(f"ROUND_START roster {list(roster)} is not group {j} = {list(a.groups[j])}")
 
 
-__all__ = ["GroupedOutput", "GroupedParticipant", "GroupedServer"]
+__all__ = ["GroupedOutput", "GroupedParticipant", "GroupedServer", "JointServer"]
 
