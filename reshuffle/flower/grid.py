@@ -59,7 +59,7 @@ from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
 from reshuffle.protocol.driver import PS, make_ps
-from reshuffle.protocol.grouped import GroupedServer, JointServer
+from reshuffle.protocol.grouped import JointServer, formed_groups
 from reshuffle.protocol.groups import Assignment, check_collusion, check_group_size
 from reshuffle.protocol.params import RoundParams, smallest_round
 from reshuffle.protocol.participant import global_model_hash
@@ -202,10 +202,8 @@ class _Round:
         """Keep the groups a new assignment of this round formed, as a new epoch (the nodes keep theirs once it
         completed, whether or not the round then delivered), and which node each member answered from."""
         g = self.g
-        parts = self.server.parts if isinstance(self.server, JointServer) else [self.server]
-        for ps in parts:
-            a = ps.assignment if isinstance(ps, GroupedServer) and ps.assigning is False else None
-            if a is None or any(a.digest == e.digest for e in g.epochs):
+        for a in formed_groups(self.server):
+            if any(a.digest == e.digest for e in g.epochs):
                 continue
             g.epochs.append(a)
             members = {i for grp in a.groups for i in grp}

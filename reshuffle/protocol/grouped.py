@@ -405,6 +405,14 @@ class JointServer:
         return k is not None and k not in self.failed_parts and self.parts[k].needs_model(pid)
 
 
+def formed_groups(ps) -> list[Assignment]:
+    """The partitions a new assignment of this round fixed (none for one round, or for stable groups alone):
+    what a driver keeps as new epochs, whether or not the groups then delivered."""
+    parts = ps.parts if isinstance(ps, JointServer) else [ps]
+    return [p.assignment for p in parts
+            if isinstance(p, GroupedServer) and p._collector is not None and p.assignment is not None]
+
+
 class GroupedParticipant:
     """P_i of a round in groups: the assignment (or its stored group), then an ordinary participant for its group.
 
@@ -526,5 +534,5 @@ class GroupedParticipant:
             raise WrongAssignment(f"ROUND_START roster {list(roster)} is not group {j} = {list(a.groups[j])}")
 
 
-__all__ = ["GroupedOutput", "GroupedParticipant", "GroupedServer", "JointServer"]
+__all__ = ["GroupedOutput", "GroupedParticipant", "GroupedServer", "JointServer", "formed_groups"]
 
