@@ -192,7 +192,7 @@ _SIM_OPTIONS = [
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
     ("--training", str, "auto, batched (all clients in one stacked computation) or sequential"),
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
-    ("--group-size", _positive(int), "anonymity groups of about this size (real shuffle; default: one group)"),
+    ("--group-size", _positive(int), "anonymity groups of at least this size (real shuffle; default: one group)"),
     ("--seed", _non_negative_int, "seed of data split, initial model, sampling, training order, attacks"),
     ("--root-samples", _positive(int), "size of FLTrust's server root dataset"),
     ("--eval-subset", _positive(int), "evaluate on this many fixed test samples in every round but the last "

@@ -361,7 +361,7 @@ class ReshuffleGrid(Grid):
     metrics_budget : bytes each reply may use beyond the sent arrays' size (MetricRecords, record names).
     poll_interval : longest pause between two pulls (pauses start at 10 ms and grow).
     round_timeout : the round's timeout for :meth:`push_messages` (``send_and_receive`` takes its own).
-    group_size : anonymity groups of about this size (docs/protocol.md, "Anonymity groups"): the
+    group_size : anonymity groups of at least this size (docs/protocol.md, "Anonymity groups"): the
         roster is split by a commit-reveal among the nodes and each group runs its own round;
         ``None`` (default) runs one round among all.
     group_collusion : fraction of each group assumed to collude with the PS (c_j = max(1, ⌊f·N_j⌋);

@@ -178,7 +178,7 @@ def _group_view(server, transcript, members):
 
 
 def anonymity_trial_groups(N: int, c: int, d: int, g: int, broken: bool) -> tuple[bool, int]:
-    """One real round in groups of about g and one challenge; returns (adversary correct, h_j).
+    """One real round in groups of at least g and one challenge; returns (adversary correct, h_j).
 
     The challenge is a uniformly drawn delivered position whose owner is honest;
     the pooled list tells the PS which group j the row came from (rows are pooled

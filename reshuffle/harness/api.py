@@ -335,7 +335,7 @@ def shuffle(updates: Sequence[np.ndarray], **options) -> ShuffleResult:
     set instead (the red team reads the participants' views of a failed round).
     ``workers`` > 1 runs the participants in that many processes (same result).
 
-    ``group_size`` g splits the participants into about ⌈N/g⌉ anonymity groups by
+    ``group_size`` g splits the participants into ⌊N/g⌋ anonymity groups of g to 2g − 1 by
     a commit-reveal no single party controls; each group runs a complete round
     with its own n, k, t, c (so these cannot be overridden), and the delivered
     rows of all groups are pooled. A group that fails delivers nothing

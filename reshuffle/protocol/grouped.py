@@ -108,13 +108,13 @@ def _pool(groups, servers: dict[int, Server], failed: dict[int, str], errors, as
 
 
 class GroupedServer:
-    """The PS of a round in groups of about ``group_size``.
+    """The PS of a round in groups of at least ``group_size``.
 
     Parameters
     ----------
     T, roster, signing_key, cert, ca, global_hash : as for :class:`Server`.
     d : model length in words.
-    group_size : g ≥ 2; the round has about ⌈N/g⌉ groups.
+    group_size : g ≥ 3; the round has ⌊N/g⌋ groups of g to 2g − 1 (one group of N if N < g).
     overrides : RoundParams overrides applied to every group (not ``n, k, t, c``: those follow each group's size).
     rng : the PS's randomness (each group's Server gets an independent child stream).
     make_server : builds each group's PS (a deviating PS behaviour's ``make``; default :class:`Server`).

@@ -1,6 +1,6 @@
 """Anonymity groups: who runs a round with whom (docs/protocol.md, "Anonymity groups").
 
-A round of N participants with group size g is split into G ≈ ⌈N/g⌉ groups that
+A round of N participants with group size g is split into G = ⌊N/g⌋ groups (g to 2g − 1 members) that
 each run a complete round; the assignment comes from randomness no single party
 controls, a signed commit-reveal among the participants:
 
