@@ -235,13 +235,15 @@ def test_the_project_server_app_keeps_its_groups_through_a_kill(tmp_path):
 
 
 def test_newcomers_wait_until_they_form_a_whole_group_of_their_own():
-    # 10 nodes form two groups in round 1; 3 then 5 more nodes are sampled later.
+    # 10 nodes form two groups in round 1; 5 more connect later, and are sampled 3, then 5.
     lg = LoopbackGrid(toy_client_app(same_reply_every_round), 15)
     grid = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
     first = set(sorted(lg.get_node_ids())[:10])
     late = sorted(lg.get_node_ids())[10:]
+    lg.node_ids = sorted(first)  # not connected yet
     sent = lambda nodes: [m for m in train_messages(grid, 1) if m.metadata.dst_node_id in nodes]  # noqa: E731
     assert len(list(grid.send_and_receive(sent(first), timeout=60))) == 10
+    lg.node_ids = sorted(first) + late
     # 3 newcomers are too few for a group: they are not sent the round; the two groups deliver.
     assert len(list(grid.send_and_receive(sent(first | set(late[:3])), timeout=60))) == 10
     assert grid.rounds[-1].sent == 10 and len(grid.epochs) == 1
@@ -259,3 +261,19 @@ def test_newcomers_wait_until_they_form_a_whole_group_of_their_own():
     assert len(list(grid.send_and_receive(sent(first | set(late)), timeout=60))) == 15
     assert grid.rounds[-1].groups["sampled"] == [[0, 0], [0, 1], [1, 0]]
     assert len(ReshuffleGrid(lg, groups=grid.group_state()).epochs) == 2
+
+
+def test_a_flower_strategys_fraction_is_widened_or_narrowed_to_whole_groups():
+    # FedAvg samples 6 of 10 nodes each round: the first round goes to all 10 (it forms two groups of 5);
+    # later ones run every group of which at least 3 members were sampled (one at least), widened to 5.
+    from flwr.app import ArrayRecord
+    from flwr.serverapp.strategy import FedAvg
+
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 10)
+    grid = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
+    FedAvg(fraction_train=0.6, fraction_evaluate=0.0, min_available_nodes=10).start(
+        grid=grid, initial_arrays=ArrayRecord([np.zeros(3, np.float32)]), num_rounds=3)
+    first, *later = grid.rounds
+    assert (first.sent, first.replies) == (10, 10) and [len(g) for g in grid.epochs[0].groups] == [5, 5]
+    for rep in later:
+        assert rep.sent == rep.replies == 5 * len(rep.groups["sampled"]) and rep.groups["sampled"]

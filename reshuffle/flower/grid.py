@@ -17,8 +17,9 @@ its offline steps before the nodes train.
    strategy's content beside the core's messages: the node trains, then answers
    them. The round's remaining online steps follow; a node that does not answer
    a phase in ``phase_timeout`` (the train push: ``train_timeout`` more) is a dropout.
-4. *Stable groups* (``group_size``): the first train round forms the anonymity groups
-   by the commit-reveal assignment among the nodes that claimed; the grid keeps them
+4. *Stable groups* (``group_size``): the first train round goes to every connected node,
+   whatever the strategy sampled, and forms the anonymity groups by the commit-reveal
+   assignment among the nodes that claimed; the grid keeps them
    (:attr:`ReshuffleGrid.epochs`, saved with the ServerApp's checkpoint) and every later
    round runs whole groups with no new assignment. A strategy's sampled nodes are
    widened or narrowed to whole groups: a group runs when at least half its members
@@ -485,6 +486,15 @@ class ReshuffleGrid(Grid):
             raise ConfigError("stable groups state is malformed: no epoch, or a participant in two epochs")
         self.epochs, self.group_nodes, self.group_size = epochs, nodes, epochs[0].group_size
 
+    def _everyone(self, train: list[Message]) -> list[Message]:
+        """The round that forms the groups goes to every connected node, whatever the strategy sampled: groups
+        formed among a sample would leave the others to wait as newcomers."""
+        sent = {m.metadata.dst_node_id for m in train}
+        proto = train[0]
+        return train + [Message(proto.content, dst_node_id=n, message_type=proto.metadata.message_type,
+                                group_id=proto.metadata.group_id)
+                        for n in sorted(set(self._grid.get_node_ids()) - sent)]
+
     def _plan(self, train: list[Message]) -> tuple[list[Message], list[tuple[int, tuple[int, ...]]]]:
         """The strategy's train messages widened or narrowed to whole stable groups, plus the newcomers':
         (messages, plan), the plan's parts as :class:`_Round` takes them.
@@ -549,7 +559,9 @@ class ReshuffleGrid(Grid):
             self._T += 1
             self._round_budget = timeout
             plan = None
-            if self.epochs:
+            if self.group_size is not None and not self.epochs:
+                train = self._everyone(train)
+            elif self.epochs:
                 train, plan = self._plan(train)
                 if not train:
                     self._record(RoundReport(self._T, 0, failed="no whole stable group was sampled with all its "
