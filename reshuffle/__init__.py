@@ -11,11 +11,11 @@ from reshuffle.errors import (
     ReShuffleError,
 )
 
-from reshuffle.harness.api import PreparedRound, ShuffleResult, ideal_shuffle, prepare, shuffle
+from reshuffle.harness.api import PreparedRound, ShuffleResult, form_groups, ideal_shuffle, prepare, shuffle
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BelowThreshold", "ConfigError", "PreparedRound", "ProtocolError", "ReShuffleError", "ShuffleResult",
-    "__version__", "ideal_shuffle", "prepare", "shuffle",
+    "__version__", "form_groups", "ideal_shuffle", "prepare", "shuffle",
 ]

@@ -192,7 +192,8 @@ _SIM_OPTIONS = [
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
     ("--training", str, "auto, batched (all clients in one stacked computation) or sequential"),
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),
-    ("--group-size", _positive(int), "anonymity groups of about this size (real shuffle; default: one group)"),
+    ("--group-size", _positive(int), "per-round anonymity groups of at least this size, with --no-stable-sets "
+                                     "(real shuffle; default: one group)"),
     ("--set-size", _positive(int), "stable anonymity sets of at least this many clients, formed once per run, "
                                    "sampled whole and delivered all or none"),
     ("--seed", _non_negative_int, "seed of data split, initial model, sampling, training order, attacks"),

@@ -1,6 +1,5 @@
 """Anonymity groups: sizes, the commit-reveal assignment, its messages, attacks on it, rounds in groups."""
 
-import math
 from dataclasses import replace
 
 import numpy as np
@@ -52,14 +51,15 @@ CTX = Context()
 # Sizes and the partition
 @settings(max_examples=300, deadline=None)
 @given(st.integers(gr.MIN_GROUP, 3000), st.integers(gr.MIN_GROUP, 400))
-def test_groups_are_nearly_equal_at_least_the_minimum_and_at_most_ceil_n_over_g(N, g):
+def test_groups_are_nearly_equal_and_never_below_g(N, g):
+    # g is the least stable anonymity set: ⌊N/g⌋ groups of g to 2g − 1 (one group of N when N < g).
     sizes = gr.group_sizes(N, g)
     assert sum(sizes) == N
     assert max(sizes) - min(sizes) <= 1
     assert min(sizes) >= gr.MIN_GROUP
-    assert len(sizes) <= math.ceil(N / g)
-    if N // math.ceil(N / g) >= gr.MIN_GROUP:
-        assert len(sizes) == math.ceil(N / g) and max(sizes) <= g
+    assert len(sizes) == max(1, N // g)
+    if N >= g:
+        assert g <= min(sizes) and max(sizes) <= 2 * g - 1
 
 
 @settings(max_examples=60, deadline=None)
@@ -201,7 +201,7 @@ def _assign(n=6, g=3, upto=None):
 
 def test_every_participant_computes_the_ps_assignment():
     clients, ps, _ = _assign(7, 3)
-    assert all(c.state is CState.ASSIGNED for c in clients.values())
+    assert all(c.phase is CState.ASSIGNED for c in clients.values())
     assert {c.assignment for c in clients.values()} == {ps.assignment}
     assert [len(g) for g in ps.assignment.groups] == [4, 3]  # three groups would leave two of 2
 
@@ -243,7 +243,7 @@ def test_equivocated_lists_get_no_certificate_and_no_reveal():
     # Assert: its view differs, so the signatures fail and it reveals nothing.
     with pytest.raises(InvalidSignature, match="not on this participant's list"):
         clients[0].handle(msg.decode(cert, CTX))
-    assert clients[0].state is CState.AWAIT_CERT
+    assert clients[0].phase is CState.AWAIT_CERT
 
 
 def test_a_certificate_below_threshold_gets_no_reveal():
@@ -364,11 +364,21 @@ def test_every_group_failing_is_below_threshold():
     assert r.failure and not r.models and set(r.failed_groups) == {0, 1}
 
 
-def test_dropout_in_a_group_is_handled_in_that_group():
+def test_a_dropout_before_its_upload_fails_its_group_only():
+    # Before all-or-none the group delivered its 3 other models, and the missing one named participant 3
+    # to a PS that links models across rounds. Now its members refuse U_M without 3: nothing of the group.
     ups = make_updates(8, d=4, seed=5)
     r = shuffle(ups, group_size=4, seed=2, dropouts={"upload": [3]})
-    assert not r.failed_groups
-    assert sorted(r.positions) == [i for i in range(8) if i != 3]
+    j = next(k for k, g in enumerate(r.groups) if 3 in g)
+    assert list(r.failed_groups) == [j]
+    assert sorted(r.positions) == sorted(r.groups[1 - j])
+    assert all(isinstance(r.participant_errors[i][0], gr.IncompleteGroup) for i in r.groups[j] if i != 3)
+
+
+def test_a_dropout_after_its_upload_is_recovered_and_its_group_delivers():
+    ups = make_updates(8, d=4, seed=5)
+    r = shuffle(ups, group_size=4, seed=2, dropouts={"unmask": [3]})
+    assert not r.failed_groups and sorted(r.positions) == list(range(8))
 
 
 def test_dropped_reveals_exclude_the_non_revealer_and_redraw():
@@ -440,11 +450,12 @@ def test_a_round_start_off_the_computed_partition_is_refused(attack):
     errs = parts[0].view.errors
     assert errs and isinstance(errs[0], WrongAssignment) and match in str(errs[0])
     assert not parts[0].view.uploaded  # it took part in no group round
-    # Its group goes on without it; the other group is untouched.
+    # All or none: its group delivers nothing without it (its other members refuse U_m); the other
+    # group is untouched.
     a = server.assignment
     assert 0 not in server.output.online.get(server.params.upload_m, ())
-    assert not server.failed  # both groups still reach their threshold (t = 3 of 4)
-    assert set(a.groups[1 - a.index_of(0)]) <= set(server.output.online[server.params.upload_m])
+    assert list(server.failed) == [a.index_of(0)]
+    assert set(a.groups[1 - a.index_of(0)]) == set(server.output.online[server.params.upload_m])
 
 
 def test_round_start_before_the_assignment_is_refused():
@@ -548,19 +559,20 @@ def test_a_participant_refuses_groups_below_its_own_floor():
     c = AssignmentClient(0, 1, KEYS[0], CERTS[0], CA, SeededRandom(0), min_group=4)
     with pytest.raises(WrongAssignment, match="below this participant's floor 4"):
         c.handle(msg.decode(GroupOpen(1, 1, SERVER_ID, 3, PS_CERT, roster).encode(PS_SK), CTX))
-    # g = 4 passes the first check, but 7 participants make groups of 4 and 3: a member of the 3 refuses.
-    clients = {i: AssignmentClient(i, 1, KEYS[i], CERTS[i], CA, SeededRandom(i), min_group=4) for i in range(7)}
-    ps = AssignmentCollector(1, {i: CERTS[i] for i in range(7)}, PS_SK, PS_CERT, 4)
+    # g = 5 passes the first check, but 4 participants make one group of 4: every member refuses it.
+    clients = {i: AssignmentClient(i, 1, KEYS[i], CERTS[i], CA, SeededRandom(i), min_group=5) for i in range(4)}
+    ps = AssignmentCollector(1, {i: CERTS[i] for i in range(4)}, PS_SK, PS_CERT, 5)
     out = ps.start()
     while ps.assignment is None:
         for pid, rs in _deliver(clients, out).items():
             for r in rs:
                 ps.receive(pid, r)
         out = ps.close()
-    small = next(grp for grp in ps.assignment.groups if len(grp) == 3)
+    assert ps.assignment.groups == ((0, 1, 2, 3),)
     reveals = msg.decode(out[0][1], CTX)
-    with pytest.raises(WrongAssignment, match="3 members, below its floor 4"):
-        clients[small[0]].handle(reveals)
+    for i in range(4):
+        with pytest.raises(WrongAssignment, match="4 members, below its floor 5"):
+            clients[i].handle(reveals)
 
 
 def test_a_failed_assignment_is_reported_without_raising_on_request():
@@ -571,3 +583,18 @@ def test_a_failed_assignment_is_reported_without_raising_on_request():
     assert "0 participants left" in r.failure  # every reveal lost: nobody is left to redraw among
     assert not r.models and not r.positions and r.groups == []
     assert r.group_stats["assignment"]["attempts"] == 1 and r.group_stats["groups"]["count"] == 0
+
+
+def test_a_refused_assignment_message_leaves_the_client_state_unchanged():
+    # The client's state is a frozen value: a handler validates first and returns the next state.
+    clients, ps, out = _assign(upto="ACKS")
+    lm = msg.decode(out[0][1], CTX)
+    before = clients[0].state
+    stripped = GroupCommits(1, 1, SERVER_ID, tuple(e for e in lm.entries if e[0] != 0))
+    with pytest.raises(WrongAssignment, match="own commitment"):
+        clients[0].handle(msg.decode(stripped.encode(PS_SK), CTX))
+    assert clients[0].state is before and clients[0].phase is CState.AWAIT_COMMITS
+    (ack,) = clients[0].handle(lm)  # the genuine list still goes through
+    assert ack.TYPE is MsgType.GROUP_ACK and clients[0].phase is CState.AWAIT_CERT
+    with pytest.raises(UnexpectedMessage, match="expected nothing"):
+        AssignmentCollector(1, {i: CERTS[i] for i in range(6)}, PS_SK, PS_CERT, 3).receive(0, ack)

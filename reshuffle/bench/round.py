@@ -380,7 +380,9 @@ def _trips(r, N: int, group_size: int | None, workers: int | None) -> dict:
     """Round trips executed (happy path: this round), next to a round with dropouts and SecAgg+'s.
 
     The dropout round runs at the same N with short models (round trips do not depend on d):
-    one participant drops in the reservation and one at the upload.
+    one participant drops in the reservation and one at the upload. In groups each dropout
+    ends its own group's round (all or none), so that round may deliver nothing; its round
+    trips are counted all the same.
     """
     out = {"round_trips": r.round_trips["round_trips"],
            "round_trips_after_training": r.round_trips["round_trips_after_training"],
@@ -389,7 +391,8 @@ def _trips(r, N: int, group_size: int | None, workers: int | None) -> dict:
     gen = np.random.default_rng(N + 1)  # test data only
     ups = [(gen.normal(size=16) * 0.05).astype(np.float32) for _ in range(N)]
     kw = {"group_size": group_size} if group_size is not None else {}
-    dropped = reshuffle.shuffle(ups, seed=N + 1, workers=workers, dropouts={"reserve": [0], "upload": [1]}, **kw)
+    dropped = reshuffle.shuffle(ups, seed=N + 1, workers=workers, dropouts={"reserve": [0], "upload": [1]},
+                                raise_on_failure=group_size is None, **kw)
     out["round_trips_dropouts"] = dropped.round_trips["round_trips"]
     out["round_trips_after_training_dropouts"] = dropped.round_trips["round_trips_after_training"]
     return out

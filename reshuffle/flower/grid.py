@@ -17,7 +17,20 @@ its offline steps before the nodes train.
    strategy's content beside the core's messages: the node trains, then answers
    them. The round's remaining online steps follow; a node that does not answer
    a phase in ``phase_timeout`` (the train push: ``train_timeout`` more) is a dropout.
-4. *Replies*: each recovered model is decoded back into a RecordDict
+4. *Stable groups* (``group_size``): the first train round goes to every connected node,
+   whatever the strategy sampled, and forms the anonymity groups by the commit-reveal
+   assignment among the nodes that claimed; the grid keeps them
+   (:attr:`ReshuffleGrid.epochs`, saved with the ServerApp's checkpoint) and every later
+   round runs whole groups with no new assignment. A strategy's sampled nodes are
+   widened or narrowed to whole groups: a group runs when at least half its members
+   were sampled and all its members' nodes are connected (its unsampled members get
+   the same train message), else none of its members is messaged. Sampled nodes in no
+   group (they joined later, or left a group that stopped) wait until at least
+   ``group_size`` of them are sampled together; those then form new groups of their own
+   by a new assignment among them alone (a new epoch), in the same round as the others'
+   (:class:`~reshuffle.protocol.grouped.JointServer`). A group with a member that does
+   not answer before its upload delivers nothing: its members refuse to unmask.
+5. *Replies*: each recovered model is decoded back into a RecordDict
    (:mod:`reshuffle.flower.records`, bit-exact) and becomes
    ``Message(content, reply_to=m)`` for a message ``m`` of a surviving node,
    under a uniformly random bijection: no reply's metadata says who produced it.
@@ -47,11 +60,13 @@ from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
 from reshuffle.protocol.driver import PS, make_ps
-from reshuffle.protocol.groups import check_collusion, check_group_size
+from reshuffle.protocol.grouped import JointServer, formed_groups
+from reshuffle.protocol.groups import Assignment, check_collusion, check_group_size
 from reshuffle.protocol.params import RoundParams, smallest_round
 from reshuffle.protocol.participant import global_model_hash
 
 ROUND_PARAMS = {"n", "k", "t", "c", "R_max", "group"}
+NEW = -1  # a plan's part that forms new groups among participants in none
 
 
 @dataclass
@@ -87,8 +102,10 @@ def _copy_with(msg: Message, content: RecordDict, ttl: float) -> Message:
 class _Round:
     """One train round as a non-blocking state machine; :meth:`step` moves it on."""
 
-    def __init__(self, owner: "ReshuffleGrid", train: list[Message], T: int, deadline: float) -> None:
-        self.g, self.T, self.deadline = owner, T, deadline
+    def __init__(self, owner: "ReshuffleGrid", train: list[Message], T: int, deadline: float,
+                 plan: list[tuple[int, tuple[int, ...]]] | None = None) -> None:
+        # plan: (epoch, its sampled groups) per part of a round in stable groups, (NEW, ()) for newcomers
+        self.g, self.T, self.deadline, self.plan = owner, T, deadline, plan
         self.t0 = time.monotonic()
         nodes = [m.metadata.dst_node_id for m in train]
         if len(set(nodes)) != len(nodes):
@@ -169,6 +186,7 @@ class _Round:
 
     def _fail(self, why: str) -> None:
         self.report.failed = why
+        self._adopt()
         if self.server is not None:
             self._report_groups(self.server.failed_output())  # a round in groups: every group failed
             self.report.errors += [str(e) for e in self.server.errors]
@@ -178,6 +196,19 @@ class _Round:
         if out.groups:
             self.report.groups = {"group_size": self.g.group_size, "sizes": [len(m) for m in out.groups],
                                   "failed": {str(j): why for j, why in out.failed.items()}}
+            if self.plan is not None:
+                self.report.groups["sampled"] = [[e, j] for e, sample in self.plan if e != NEW for j in sample]
+
+    def _adopt(self) -> None:
+        """Keep the groups a new assignment of this round formed, as a new epoch (the nodes keep theirs once it
+        completed, whether or not the round then delivered), and which node each member answered from."""
+        g = self.g
+        for a in formed_groups(self.server):
+            if any(a.digest == e.digest for e in g.epochs):
+                continue
+            g.epochs.append(a)
+            members = {i for grp in a.groups for i in grp}
+            g.group_nodes.update({pid: node for pid, node in self.node_of.items() if pid in members})
 
     def _finish(self, replies: list[Message]) -> None:
         self.replies = replies
@@ -256,13 +287,47 @@ class _Round:
             raise BelowThreshold(f"{len(roster)} node(s) answered the claim message with a valid claim; a round "
                                  f"needs at least {smallest_round()}")
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
-        self.server = make_ps(self.T, roster, g._sk, g._cert, g._ca, self.hash, d=self.d,
-                              overrides={"payload": "words", **g.round_params}, group_size=g.group_size,
-                              collusion=g.group_collusion)
+        if self.plan is None:
+            self.server = make_ps(self.T, roster, g._sk, g._cert, g._ca, self.hash, d=self.d,
+                                  overrides={"payload": "words", **g.round_params}, group_size=g.group_size,
+                                  collusion=g.group_collusion)
+        else:
+            self.server = self._parts(roster)
         return self.server.start()
+
+    def _parts(self, roster: dict[int, Certificate]) -> PS:
+        """One grouped PS per epoch with sampled groups whose members all claimed, and one new assignment
+        among the claimed participants in no group (if there are at least ``group_size``)."""
+        g = self.g
+        epoch_of = {pid: e for e, a in enumerate(g.epochs) for grp in a.groups for pid in grp}
+        kw = {"d": self.d, "overrides": {"payload": "words", **g.round_params}, "collusion": g.group_collusion}
+        parts = []
+        for e, sample in self.plan:
+            if e == NEW:
+                new = {pid: c for pid, c in roster.items() if pid not in epoch_of}
+                if len(new) < g.group_size:
+                    self.report.errors.append(f"[claim] {len(new)} participant(s) in no group claimed; a new group "
+                                              f"needs {g.group_size}: they wait")
+                    continue
+                parts.append(make_ps(self.T, new, g._sk, g._cert, g._ca, self.hash, group_size=g.group_size, **kw))
+                continue
+            groups = g.epochs[e].groups
+            whole = tuple(j for j in sample if all(pid in roster for pid in groups[j]))
+            for j in sorted(set(sample) - set(whole)):
+                absent = [pid for pid in groups[j] if pid not in roster]
+                self.report.errors.append(f"[claim] group {j} of epoch {e}: member(s) {absent} did not claim; "
+                                          "it delivers nothing")
+            if whole:
+                members = {pid: roster[pid] for j in whole for pid in groups[j]}
+                parts.append(make_ps(self.T, members, g._sk, g._cert, g._ca, self.hash, stable=g.epochs[e],
+                                     sample=whole, **kw))
+        if not parts:
+            raise BelowThreshold("no sampled group had all its members claim, and no new group could form")
+        return parts[0] if len(parts) == 1 else JointServer(parts)
 
     def _deliver(self) -> None:
         out = self.server.output
+        self._adopt()
         self._report_groups(out)
         self.report.blamed = dict(out.blamed)
         self.report.errors += [str(e) for e in out.errors]
@@ -297,11 +362,13 @@ class ReshuffleGrid(Grid):
     metrics_budget : bytes each reply may use beyond the sent arrays' size (MetricRecords, record names).
     poll_interval : longest pause between two pulls (pauses start at 10 ms and grow).
     round_timeout : the round's timeout for :meth:`push_messages` (``send_and_receive`` takes its own).
-    group_size : anonymity groups of about this size (docs/protocol.md, "Anonymity groups"): the
+    group_size : anonymity groups of at least this size (docs/protocol.md, "Anonymity groups"): the
         roster is split by a commit-reveal among the nodes and each group runs its own round;
         ``None`` (default) runs one round among all.
     group_collusion : fraction of each group assumed to collude with the PS (c_j = max(1, ⌊f·N_j⌋);
         default 0.2); with ``group_size`` only.
+    groups : the stable groups of an earlier run (:meth:`group_state`'s dict, from a checkpoint): they are
+        kept, and no new assignment runs but among nodes in none. ``group_size`` is then theirs.
     **round_params : RoundParams overrides ``n``, ``k``, ``t``, ``c``, ``R_max``, ``group`` (``c`` and ``t`` at
         least what the nodes' own floors demand, or they refuse the round).
 
@@ -322,15 +389,17 @@ class ReshuffleGrid(Grid):
         round_timeout: float = 3600.0,
         group_size: int | None = None,
         group_collusion: float | None = None,
+        groups: dict | None = None,
         **round_params,
     ) -> None:
         if not isinstance(grid, Grid):
             raise ConfigError(f"ReshuffleGrid wraps a flwr Grid, got {type(grid).__name__}")
         check_collusion(group_collusion)
-        if group_collusion is not None and group_size is None:
-            raise ConfigError("group_collusion needs group_size")
-        if group_size is not None:
-            check_group_size(group_size)
+        if group_collusion is not None and group_size is None and groups is None:
+            raise ConfigError("group_collusion needs group_size (or stable groups)")
+        if group_size is not None or groups is not None:
+            if group_size is not None:
+                check_group_size(group_size)
             fixed = set(round_params) & {"n", "k", "t", "c"}
             if fixed:
                 raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size")
@@ -352,6 +421,12 @@ class ReshuffleGrid(Grid):
         self._train_timeout, self.round_timeout = train_timeout, float(round_timeout)
         self.metrics_budget, self.round_params = metrics_budget, dict(round_params)
         self.group_size, self.group_collusion = group_size, group_collusion
+        #: The stable groups, one Assignment per epoch (the first train round's, then each newcomers' group
+        #: formation, or restored), and the node each member answered from.
+        self.epochs: list[Assignment] = []
+        self.group_nodes: dict[int, int] = {}
+        if groups is not None:
+            self.restore_groups(groups)
         self.rounds: list[RoundReport] = []
         self._T = 0
         self._active: dict[str, _Round] = {}
@@ -391,6 +466,68 @@ class ReshuffleGrid(Grid):
             raise ConfigError(f"skip_to({T!r}): round numbers only go up; the next round is {self.next_round}")
         self._T = T - 1
 
+    # --- stable groups ----------------------------------------------------------------
+    def group_state(self) -> dict | None:
+        """The stable groups as plain data for a checkpoint (``groups=`` restores them); None before any."""
+        if not self.epochs:
+            return None
+        return {"epochs": [a.encode().hex() for a in self.epochs],
+                "nodes": {str(pid): node for pid, node in sorted(self.group_nodes.items())}}
+
+    def restore_groups(self, state: dict) -> None:
+        """Keep the stable groups of ``state`` (:meth:`group_state`); ConfigError if it is malformed."""
+        try:
+            epochs = [Assignment.decode(bytes.fromhex(h)) for h in state["epochs"]]
+            nodes = {int(pid): int(node) for pid, node in dict(state["nodes"]).items()}
+        except (KeyError, TypeError, ValueError, ProtocolError) as exc:
+            raise ConfigError(f"stable groups state is malformed: {exc}") from None
+        pids = [pid for a in epochs for grp in a.groups for pid in grp]
+        if not epochs or len(pids) != len(set(pids)):
+            raise ConfigError("stable groups state is malformed: no epoch, or a participant in two epochs")
+        self.epochs, self.group_nodes, self.group_size = epochs, nodes, epochs[0].group_size
+
+    def _everyone(self, train: list[Message]) -> list[Message]:
+        """The round that forms the groups goes to every connected node, whatever the strategy sampled: groups
+        formed among a sample would leave the others to wait as newcomers."""
+        sent = {m.metadata.dst_node_id for m in train}
+        proto = train[0]
+        return train + [Message(proto.content, dst_node_id=n, message_type=proto.metadata.message_type,
+                                group_id=proto.metadata.group_id)
+                        for n in sorted(set(self._grid.get_node_ids()) - sent)]
+
+    def _plan(self, train: list[Message]) -> tuple[list[Message], list[tuple[int, tuple[int, ...]]]]:
+        """The strategy's train messages widened or narrowed to whole stable groups, plus the newcomers':
+        (messages, plan), the plan's parts as :class:`_Round` takes them.
+
+        A group runs when at least half its members' nodes were sampled and every member's node is
+        connected; its unsampled members get the same message. Any other group gets nothing: its members'
+        models would be named by a roster that changes. Sampled nodes in no group are sent the round only
+        when at least ``group_size`` of them were sampled: they then form new groups among themselves.
+        """
+        by_node = {m.metadata.dst_node_id: m for m in train}
+        connected = set(self._grid.get_node_ids())
+        known = set(self.group_nodes.values())
+        proto = train[0]
+        out, plan = [], []
+        for e, a in enumerate(self.epochs):
+            sample = []
+            for j, members in enumerate(a.groups):
+                nodes = [self.group_nodes.get(pid) for pid in members]
+                picked = sum(n in by_node for n in nodes)
+                if 2 * picked < len(members) or any(n not in connected for n in nodes):
+                    continue
+                sample.append(j)
+                out += [by_node[n] if n in by_node else
+                        Message(proto.content, dst_node_id=n, message_type=proto.metadata.message_type,
+                                group_id=proto.metadata.group_id) for n in nodes]
+            if sample:
+                plan.append((e, tuple(sample)))
+        newcomers = [m for m in train if m.metadata.dst_node_id not in known]
+        if len(newcomers) >= self.group_size:
+            out += newcomers
+            plan.append((NEW, ()))
+        return out, plan
+
     # --- keys and reports -----------------------------------------------------------
     @property
     def train_timeout(self) -> float:
@@ -421,7 +558,17 @@ class ReshuffleGrid(Grid):
             self._load_keys()
             self._T += 1
             self._round_budget = timeout
-            rnd = _Round(self, train, self._T, time.time() + timeout)
+            plan = None
+            if self.group_size is not None and not self.epochs:
+                train = self._everyone(train)
+            elif self.epochs:
+                train, plan = self._plan(train)
+                if not train:
+                    self._record(RoundReport(self._T, 0, failed="no whole stable group was sampled with all its "
+                                                                 "members connected, and too few nodes in no group "
+                                                                 "to form one"))
+                    return ids
+            rnd = _Round(self, train, self._T, time.time() + timeout, plan)
             for i in rnd.ids:
                 self._active[i] = rnd
             ids += rnd.ids

@@ -11,6 +11,11 @@
   with its participant id, certificate and a signed claim.
 - ``protocol``: each core message goes to the session; the node answers with the
   participant's replies. The offline steps (setup, shares, OT, reservation) run so.
+- Stable groups: once an assignment has formed this node's anonymity group, the node keeps
+  it in ``context.state`` (:data:`~reshuffle.flower.reserved.GROUP`: the group's bytes and the
+  round that formed it). Every later round is a round of exactly that group: the node refuses
+  a new assignment, a ROUND_START whose roster or binding differs, and an online set that
+  lacks a member of its group.
 - ``train``: the strategy's content arrives with the first message that needs the
   model (the upload). The mod checks that the content hashes to the announced
   H(W_g^T), runs the app's handler once on it, turns the reply into ``d`` ring
@@ -41,7 +46,9 @@ from reshuffle.crypto.domain import label
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, ReShuffleError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_SIMULATION, claim, node_identity, node_mode
-from reshuffle.flower.reserved import LEDGER, RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN, STATE
+from reshuffle.flower.reserved import GROUP, LEDGER, RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN, STATE
+from reshuffle.protocol.grouped import GroupedParticipant
+from reshuffle.protocol.groups import Membership
 from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.protocol.session import SessionState
@@ -113,7 +120,7 @@ def _train(msg: Message, ctx: Context, call_next: ClientAppCallable, rec: Config
     trust = node_trust(ctx.node_config)
     p = _LIVE.pop(_state_key(state), None)
     if p is None:
-        p = state.participant(None, *trust)
+        p = state.participant(None, *trust, membership=_membership(ctx, state.T))
     p.provide_model(words)  # checks d against the round's parameters
     state = state.with_model(words)
     _LIVE[_state_key(state)] = p
@@ -166,20 +173,40 @@ def node_trust(node_config) -> tuple[int | None, TrustFloors]:
         raise ConfigError(f"node_config {', '.join(k for k in NODE_SETTINGS if k in node_config)}: {exc}") from None
 
 
-def _advance(state: SessionState, data: bytes, trust: tuple[int | None, TrustFloors | None] = (None, None)
-             ) -> tuple[SessionState, list[bytes]]:
-    """``session.handle(state, data)``, reusing a live participant in exactly ``state`` if there is one."""
+def _membership(ctx: Context, T: int) -> Membership | None:
+    """This node's stable group for a session of round T: None before one was formed, and in the round
+    that formed it (that round's session replays the assignment itself)."""
+    if GROUP not in ctx.state:
+        return None
+    rec = ctx.state[GROUP]
+    formed = rec.get("formed")  # type: ignore[union-attr]
+    if not isinstance(formed, int) or isinstance(formed, bool) or formed < 0:
+        raise DecodeError(f"this node's stable group record is corrupt: formed in round {formed!r}")
+    return None if formed == T else Membership.decode(rec["membership"])  # type: ignore[arg-type, index]
+
+
+def _keep_group(ctx: Context, T: int, p) -> None:
+    """Store the group the assignment of round T formed for this node, once (it is kept for every later round)."""
+    if GROUP in ctx.state or not isinstance(p, GroupedParticipant) or p.membership is None:
+        return
+    ctx.state[GROUP] = ConfigRecord({"membership": p.membership.encode(), "formed": T})
+
+
+def _advance(state: SessionState, data: bytes, trust: tuple[int | None, TrustFloors | None] = (None, None),
+             membership: Membership | None = None):
+    """``session.handle(state, data)``, reusing a live participant in exactly ``state`` if there is one:
+    (the new state, the replies, the participant)."""
     p = _LIVE.pop(_state_key(state), None)
     if p is None:
-        # A grouped participant if the round opens with the group assignment.
-        p = state.participant(data, *trust)
+        # A grouped participant if the round opens with the group assignment, or the node has a stable group.
+        p = state.participant(data, *trust, membership=membership)
     # session.handle's contract: the participant after the inbox handles the message, which joins the inbox.
     replies = p.handle(data)
     new = replace(state, inbox=state.inbox + (bytes(data),))
     _LIVE[_state_key(new)] = p
     while len(_LIVE) > _LIVE_MAX:
         _LIVE.popitem(last=False)
-    return new, replies
+    return new, replies, p
 
 
 def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
@@ -190,9 +217,11 @@ def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
 def _handle_all(msg: Message, ctx: Context, state: SessionState, rec: ConfigRecord,
                 trust: tuple[int | None, TrustFloors]) -> Message:
     replies: list[bytes] = []
+    membership = _membership(ctx, state.T)
     for data in reserved.data_list(rec):
         try:
-            state, out = _advance(state, data, trust)
+            state, out, p = _advance(state, data, trust, membership)
+            _keep_group(ctx, state.T, p)
         except ReShuffleError:
             out = []
         replies.extend(out)

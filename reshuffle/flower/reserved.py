@@ -21,6 +21,7 @@ from reshuffle.errors import DecodeError
 RECORD = "reshuffle"  # reserved record key in train messages and their phase replies
 STATE = "reshuffle-session"  # ConfigRecord in the node's Context.state
 LEDGER = "reshuffle-rounds"  # ConfigRecord in Context.state: the last round this node claimed
+GROUP = "reshuffle-group"  # ConfigRecord in Context.state: this node's stable group and the round that formed it
 STAGE_CLAIM, STAGE_TRAIN, STAGE_PROTOCOL = "claim", "train", "protocol"
 MAX_WORDS = 1 << 28
 

@@ -10,6 +10,11 @@ the FL step, canonical order, rule, server optimiser; the evaluation; the record
 ``metrics.json`` has ``reshuffle simulate``'s format plus, per round, the grid's
 report (roster, dropouts per phase, ``blamed``) and the round's ``outcome``.
 
+With ``group-size`` the first round runs every connected node and forms the stable
+anonymity groups; the grid keeps them, the checkpoint saves them (a resumed run keeps
+them), and every later round the sampler draws whole groups (its fraction, or its
+clients per round, counts groups), which run with no new assignment.
+
 A round that yields fewer usable models than the rule needs (every node's training
 diverged, too few nodes answered, the shuffle failed) is recorded with its reason
 and keeps W_g; the run goes on. After every round the app saves a checkpoint in its
@@ -66,10 +71,12 @@ def _model_of(reply: Message, size: int) -> tuple[np.ndarray, bool | None] | Non
     return W.ravel(), None if label is None else label == 1
 
 
-def make_grid(grid: Grid, s: FlowerSettings) -> ReshuffleGrid:
+def make_grid(grid: Grid, s: FlowerSettings, groups: dict | None = None) -> ReshuffleGrid:
+    """The run's ReshuffleGrid; ``groups``: the stable groups a resumed run kept (:meth:`ReshuffleGrid.group_state`)."""
     extra = {"R_max": s.r_max} if s.r_max is not None else {}
+    size = None if groups is not None else s.sim.group_size
     return ReshuffleGrid(grid, key_dir=s.key_dir or None, phase_timeout=s.phase_timeout,
-                         train_timeout=s.train_timeout, group=s.sim.group, group_size=s.sim.group_size, **extra)
+                         train_timeout=s.train_timeout, group=s.sim.group, group_size=size, groups=groups, **extra)
 
 
 def grid_delivery(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarray,
@@ -120,6 +127,7 @@ class _Run:
         self.records: list[RoundRecord] = []
         self.reports: list[dict] = []
         self.nodes = 0
+        self.groups: dict | None = None  # the grid's stable groups once formed (ReshuffleGrid.group_state)
         self.identity = resume_identity(s)
 
     @property
@@ -138,7 +146,7 @@ class _Run:
         T = data["round"]
         state = {"rounds": [asdict(r) for r in self.records], "reshuffle": self.reports,
                  "initial_accuracy": self.initial, "nodes": self.nodes, "started": max(T, started or 0),
-                 "banned": data["banned"]}
+                 "banned": data["banned"], "groups": self.groups}
         checkpoint.save(self.out_dir, checkpoint.Checkpoint(KIND, T, self.identity, arrays, state))
 
     def restore(self, folder: Path) -> int:
@@ -157,6 +165,9 @@ class _Run:
             self.initial = float(ck.state["initial_accuracy"])
             self.nodes = int(ck.state["nodes"])
             started = int(ck.state.get("started", ck.round))
+            self.groups = ck.state.get("groups")
+            if self.groups is not None and not isinstance(self.groups, dict):
+                raise TypeError(f"stable groups saved as {type(self.groups).__name__}")
         except (KeyError, TypeError, ValueError) as exc:
             raise checkpoint.CheckpointError(f"{where}: state incomplete ({exc})") from None
         if len(self.records) != ck.round or len(self.reports) != ck.round:
@@ -176,11 +187,26 @@ class _Run:
         return self.records[-1].round if self.records else 0
 
     # --- one round --------------------------------------------------------------------
+    def cohort(self, rgrid: ReshuffleGrid, T: int, nodes: list[int]) -> list[int]:
+        """Round T's nodes: the sampler's cohort; in groups, every node while none are formed (the round
+        forms them), then the nodes of the whole groups the sampler draws among the groups, and every node
+        in no group (enough of them form a new group)."""
+        if rgrid.group_size is None:
+            return self.rounds.cohort(T, nodes)
+        if not rgrid.epochs:
+            return sorted(nodes)
+        groups = [grp for a in rgrid.epochs for grp in a.groups]
+        drawn = self.rounds.cohort(T, list(range(len(groups))))
+        known = set(rgrid.group_nodes.values())
+        return sorted([rgrid.group_nodes[i] for j in drawn for i in groups[j] if i in rgrid.group_nodes]
+                      + [n for n in nodes if n not in known])
+
     def round(self, rgrid: ReshuffleGrid, T: int) -> None:
         nodes = list(rgrid.get_node_ids())
         self.nodes = len(nodes)
-        cohort = self.rounds.cohort(T, nodes)
+        cohort = self.cohort(rgrid, T, nodes)
         d, rep, rejected = grid_delivery(rgrid, self.s, T, self.W_g, cohort)
+        self.groups = rgrid.group_state()
         rec = self.rounds.step(T, d, self.evaluate, sampled=len(cohort))
         self.records.append(rec)
         outcome = f"W_g kept: {rec.skipped}" if rec.skipped else COMPLETED
@@ -221,7 +247,7 @@ def _start(grid: Grid, context: Context) -> tuple[FlowerSettings, _Run, int, Res
         first = run.restore(Path(s.resume)) + 1
         print(f"[reshuffle] resuming {s.resume} after round {first - 1} of {s.sim.rounds}", flush=True)
         run.save()  # an interrupted round is recorded before the next starts
-    return s, run, first, make_grid(grid, s)
+    return s, run, first, make_grid(grid, s, run.groups)
 
 
 @app.main()

@@ -124,6 +124,16 @@ def run_games(quick: bool = False) -> list[Result]:
     e = anonymity_game_groups(8, 1, 4, 4, n_group, broken=True)
     out.append(_detected("source anonymity, groups [weak: answers both share kinds]", "all of the above, per group",
                          e, 5 / 7))  # 1 − E[1/h_j] = 1 − (3/7·1/3 + 4/7·1/4)
+    # Many rounds of stable groups: perfect links between rounds, the PS picks whom it messages and when.
+    from reshuffle.games.rounds import rounds_game
+
+    n_rounds = 16 if quick else 120
+    e = rounds_game(5, 5, 1, n_rounds)
+    out.append(_secure("source anonymity, many rounds [N=5, g=5, c=1, h=4, perfect links]",
+                       "all of the above, all-or-none", e, "abs(adv) ≤ bound (adv over 1/h_j)"))
+    e = rounds_game(5, 5, 1, n_rounds, weak=True)
+    out.append(_detected("source anonymity, many rounds [weak: a group delivers without a member]",
+                         "all of the above", e, 3 / 4))  # every chain isolated: 1 − 1/h
     out += _blame_games(quick)
     return out
 

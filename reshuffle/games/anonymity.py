@@ -178,7 +178,7 @@ def _group_view(server, transcript, members):
 
 
 def anonymity_trial_groups(N: int, c: int, d: int, g: int, broken: bool) -> tuple[bool, int]:
-    """One real round in groups of about g and one challenge; returns (adversary correct, h_j).
+    """One real round in groups of at least g and one challenge; returns (adversary correct, h_j).
 
     The challenge is a uniformly drawn delivered position whose owner is honest;
     the pooled list tells the PS which group j the row came from (rows are pooled
@@ -201,7 +201,10 @@ def anonymity_trial_groups(N: int, c: int, d: int, g: int, broken: bool) -> tupl
     members = set(server.assignment.groups[j])
     candidates = sorted(i for gj, _, i in owners.values() if gj == j)
     colluders = {k: parts[k].inner for k in range(c) if k in members}
-    adv = CuriousPS(server.servers[j], _group_view(server, transcript, members), colluders, parts)
+    # The broken participant is one without either safeguard: its second answer, and its group wrapper's
+    # refusal of a U_m that lacks a member (which alone stops the claim that the target dropped).
+    send = {i: pp.inner for i, pp in parts.items()} if broken else parts
+    adv = CuriousPS(server.servers[j], _group_view(server, transcript, members), colluders, send)
     return adv.guess(position, candidates) == owner, len(candidates)
 
 

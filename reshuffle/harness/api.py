@@ -15,12 +15,14 @@ from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, CertificateAutho
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
 from reshuffle.protocol.driver import PS, make_ps
 from reshuffle.protocol.grouped import GroupedParticipant, GroupedServer
-from reshuffle.protocol.groups import CheckCache, check_group_size
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector
+from reshuffle.protocol.groups import Assignment, CheckCache, Membership, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
 from reshuffle.harness.parallel import make_runner
 from reshuffle.harness.runner import InProcessRunner, Interceptor
-from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
+from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server, admit
 
 
 @dataclass
@@ -117,6 +119,8 @@ def build_round(
     group_size: int | None = None,
     overrides: Mapping | None = None,
     group_collusion: float | None = None,
+    groups: Sequence[Sequence[int]] | None = None,
+    grouped_cls: type[GroupedParticipant] = GroupedParticipant,
 ) -> tuple[PS, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
@@ -126,11 +130,19 @@ def build_round(
     participants; ``adversaries`` are behaviours of :mod:`reshuffle.adversaries`.
     With ``group_size`` the PS is a :class:`GroupedServer` (``overrides`` apply to
     every group) and each participant a :class:`GroupedParticipant` around the
-    participant it would otherwise be; they share one :class:`CheckCache`.
+    participant it would otherwise be; they share one :class:`CheckCache`. Each
+    participant's floor on its group is ``group_size`` (the user's anonymity set).
+    With ``groups`` (indices into ``updates``) these stable groups run with no new
+    assignment: each participant holds its group as persisted state would, and its
+    floor is the smallest given group. ``grouped_cls`` lets the games plug in a
+    deliberately broken group wrapper.
     """
     ident = identities(len(updates), seed)
     participant_cls = participant_cls or Participant
     hostile, ps_behaviour = _split_adversaries(adversaries, len(updates))
+    stable = _stable(groups, len(updates)) if groups is not None else None
+    if stable is not None:
+        group_size = stable.group_size
     cache = CheckCache() if group_size is not None else None
     gh = global_model_hash(global_model)
     # A PS behaviour may hand some participants another global model (what they receive is its choice).
@@ -140,12 +152,74 @@ def build_round(
     for i, u in enumerate(updates):  # None: the participant trains while the offline steps run
         make = hostile[i].make if i in hostile else participant_cls
         args = (i, T, u, ident.keys[i], ident.roster[i], ca, gh_for(i, gh), ident.participant_rng[i])
-        participants[i] = make(*args) if group_size is None else GroupedParticipant(
-            *args, make=make, cache=cache)
+        participants[i] = make(*args) if group_size is None else grouped_cls(
+            *args, make=make, cache=cache, min_group=group_size,
+            membership=None if stable is None else Membership.of(stable, i))
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
     server = make_ps(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, params=p, overrides=overrides,
-                     group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server)
+                     group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server,
+                     stable=stable)
     return server, participants
+
+
+def _stable(groups: Sequence[Sequence[int]], N: int) -> Assignment:
+    """The stable partition ``groups`` of cohort indices 0..N−1, checked: every index in exactly one group."""
+    if isinstance(groups, (str, bytes)) or not all(isinstance(g, Sequence) and not isinstance(g, (str, bytes))
+                                                   for g in groups):
+        raise ConfigError(f"groups must be a sequence of sequences of cohort indices, got {groups!r}")
+    for g in groups:
+        for i in g:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < N:
+                raise ConfigError(f"groups: {i!r} is not a cohort index 0..{N - 1}")
+    a = Assignment.given(groups)
+    covered = sorted(i for g in a.groups for i in g)
+    if covered != list(range(N)):
+        missing = sorted(set(range(N)) - set(covered))
+        raise ConfigError(f"groups must cover the cohort 0..{N - 1} exactly once; missing {missing}")
+    return a
+
+
+def form_groups(ids: Sequence[int], group_size: int, seed: int | None = None) -> list[list[int]]:
+    """Run the real commit-reveal assignment once, in process, among ``ids``; the stable partition.
+
+    Every participant (one per id, with a fresh certified key) commits, acknowledges
+    the list, reveals under the certificate and recomputes the partition itself;
+    each group has ``group_size`` to 2·``group_size`` − 1 members. ``seed`` makes it
+    reproducible (a cryptographic PRG is seeded; None: OS randomness). Returns the
+    groups as sorted lists of ids, in the assignment's order.
+    """
+    ids = list(ids)
+    if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0 for i in ids):
+        raise ConfigError(f"ids must be non-negative ints, got {ids!r}")
+    ids = [int(i) for i in ids]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("ids must be distinct")
+    g = check_group_size(group_size)
+    if len(ids) < g:
+        raise ConfigError(f"{len(ids)} participants cannot form a group of {g}")
+    rng = SeededRandom(seed, b"form-groups") if seed is not None else OS_RANDOM
+    ca = CertificateAuthority.from_seed(rng.bytes(32))
+    ps_key = SigningKey.from_seed(rng.bytes(32))
+    ps_cert = ca.issue(SERVER_ID, ps_key.verify_key, ROLE_SERVER)
+    keys = {i: SigningKey.from_seed(rng.bytes(32)) for i in ids}
+    roster = {i: ca.issue(i, keys[i].verify_key) for i in sorted(ids)}
+    verifier = CertificateAuthority.verifier(ca.verify_key)
+    cache = CheckCache()
+    clients = {i: AssignmentClient(i, 0, keys[i], roster[i], verifier,
+                                   SeededRandom(rng.bytes(32), b"participant") if seed is not None else OS_RANDOM,
+                                   cache, g) for i in roster}
+    ps = AssignmentCollector(0, roster, ps_key, ps_cert, g)
+    out = ps.start()
+    while out:  # the last outbox (the reveals) goes out after the PS has fixed the partition
+        for pid, data in out:
+            for r in clients[pid].handle(cache.decode(data)):
+                ps.receive(pid, admit(pid, r.encode(keys[pid]), roster, set(), 0, msg.Context()))
+        out = ps.close() if ps.assignment is None else []
+    a = ps.assignment
+    for pid in (i for grp in a.groups for i in grp):
+        if clients[pid].assignment is None or clients[pid].assignment.digest != a.digest:
+            raise BelowThreshold(f"participant {pid} computed another partition than the PS")
+    return [list(grp) for grp in a.groups]
 
 
 @dataclass(frozen=True)
@@ -195,7 +269,8 @@ class ShuffleOptions:
     participants or PS (:mod:`reshuffle.adversaries`); with ``raise_on_failure``
     False a round that cannot complete returns a result with ``failure`` set
     instead of raising; ``group_size`` and ``group_collusion`` split the round into
-    anonymity groups; ``workers`` > 1 runs the participants in that many processes;
+    anonymity groups; ``groups`` (cohort indices) runs these stable groups instead, with no
+    new assignment; ``workers`` > 1 runs the participants in that many processes;
     ``params`` override RoundParams defaults (``n, k, t, c, R_max, decoys, b, f,
     clip, group, payload``).
     """
@@ -210,6 +285,7 @@ class ShuffleOptions:
     group_size: int | None = None
     group_collusion: float | None = None
     workers: int | None = None
+    groups: tuple[tuple[int, ...], ...] | None = None
     params: Mapping[str, object] = field(default_factory=dict)
 
     @classmethod
@@ -220,20 +296,29 @@ class ShuffleOptions:
         for k in ("interceptors", "adversaries"):
             if k in opts:
                 opts[k] = tuple(opts[k])
+        if opts.get("groups") is not None:
+            g = opts["groups"]
+            if isinstance(g, (str, bytes)) or not all(
+                    isinstance(x, Sequence) and not isinstance(x, (str, bytes)) for x in g):
+                raise ConfigError(f"groups must be a sequence of sequences of cohort indices, got {g!r}")
+            opts["groups"] = tuple(tuple(x) for x in g)
         return cls(**opts, params={k: v for k, v in kwargs.items() if k not in mine}).checked()
 
     def checked(self) -> "ShuffleOptions":
         unknown = set(self.params) - PARAM_NAMES
         if unknown:
             raise ConfigError(f"unknown round parameter(s): {sorted(unknown)}")
-        if self.group_size is not None:
-            check_group_size(self.group_size)
+        if self.groups is not None and self.group_size is not None:
+            raise ConfigError("groups (stable groups) and group_size (a new assignment) exclude each other")
+        if self.group_size is not None or self.groups is not None:
+            if self.group_size is not None:
+                check_group_size(self.group_size)
             fixed = set(self.params) & PER_GROUP
             if fixed:
                 raise ConfigError(f"{sorted(fixed)} follow each group's size and cannot be set with group_size"
                                   " (group_collusion sets each group's c)")
         elif self.group_collusion is not None:
-            raise ConfigError("group_collusion needs group_size")
+            raise ConfigError("group_collusion needs group_size or groups")
         return self
 
 
@@ -250,7 +335,7 @@ def shuffle(updates: Sequence[np.ndarray], **options) -> ShuffleResult:
     set instead (the red team reads the participants' views of a failed round).
     ``workers`` > 1 runs the participants in that many processes (same result).
 
-    ``group_size`` g splits the participants into about ⌈N/g⌉ anonymity groups by
+    ``group_size`` g splits the participants into ⌊N/g⌋ anonymity groups of g to 2g − 1 by
     a commit-reveal no single party controls; each group runs a complete round
     with its own n, k, t, c (so these cannot be overridden), and the delivered
     rows of all groups are pooled. A group that fails delivers nothing
@@ -258,7 +343,10 @@ def shuffle(updates: Sequence[np.ndarray], **options) -> ShuffleResult:
     it a failure of the round. ``group_collusion`` is the fraction of each group
     assumed to collude with the PS (c_j = ⌊f·N_j⌋, default 0.2 as for one round):
     raise it when colluders may be many (docs/protocol.md, "Anonymity groups").
-    ``group_stats`` then reports ``group_size``,
+    ``groups`` (a partition of the cohort indices 0..N−1, e.g. :func:`form_groups`'
+    mapped onto this round's cohort) runs exactly these stable groups with no new
+    assignment; each delivers all its members' models or none (a member that drops
+    before its upload fails its group). ``group_stats`` then reports ``group_size``,
     ``groups`` (count, sizes, per-group outcome) and the assignment's attempts;
     ``stats`` gains an ``assign`` entry shaped like a phase's.
     """
@@ -287,9 +375,10 @@ def _prepare(models, N: int, d: int, o: ShuffleOptions) -> "PreparedRound":
     p = RoundParams.default(N, d, **o.params)
     server, participants = build_round(models, p, seed=o.seed, T=o.T, global_model=o.global_model,
                                        adversaries=o.adversaries, group_size=o.group_size, overrides=dict(o.params),
-                                       group_collusion=o.group_collusion)
+                                       group_collusion=o.group_collusion, groups=o.groups)
     runner = make_runner(server, participants, o.dropouts, o.interceptors, o.workers)
-    pr = PreparedRound(p, N, server, participants, runner, o.group_size, o.raise_on_failure)
+    grouped = o.group_size if o.groups is None else server.group_size
+    pr = PreparedRound(p, N, server, participants, runner, grouped, o.raise_on_failure)
     pr._step(pause_online=True)
     return pr
 

@@ -120,7 +120,9 @@ def encode_view(pid: int, v: ParticipantView) -> bytes:
 
 
 def _protocol_error(name: str, message: str) -> ProtocolError:
-    cls = getattr(_errors, name, None)
+    from reshuffle.protocol import groups  # the group wrapper's refusals live beside the assignment
+
+    cls = getattr(_errors, name, None) or getattr(groups, name, None)
     if not (isinstance(cls, type) and issubclass(cls, ProtocolError)):
         raise DecodeError(f"view names {name!r}, not a protocol error type")
     return cls(message)

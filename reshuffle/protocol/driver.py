@@ -22,6 +22,7 @@ from reshuffle.crypto.rand import RandomSource
 from reshuffle.crypto.signatures import Certificate, CertificateAuthority, SigningKey
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.grouped import GroupedServer
+from reshuffle.protocol.groups import Assignment
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.schedule import Step
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
@@ -75,11 +76,15 @@ class PS(Protocol):
 def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
             ca: CertificateAuthority, global_hash: bytes, *, params: RoundParams | None = None, d: int | None = None,
             overrides: dict | None = None, group_size: int | None = None, collusion: float | None = None,
-            rng: RandomSource | int | None = None, make_server: Callable[..., Server] = Server) -> PS:
+            rng: RandomSource | int | None = None, make_server: Callable[..., Server] = Server,
+            stable: Assignment | None = None, sample=None) -> PS:
     """The PS of a round, for every driver (in process, parallel, Flower): one :class:`Server` with
     ``params`` (default: ``RoundParams.default(N, d, **overrides)``), or a :class:`GroupedServer` of groups
-    of about ``group_size`` (each group's parameters from its size and ``overrides``)."""
+    of at least ``group_size`` (each group's parameters from its size and ``overrides``), or of the
+    ``stable`` groups kept from an earlier round (those of ``sample``; no new assignment)."""
     overrides = dict(overrides or {})
+    if stable is not None:
+        group_size = stable.group_size
     if group_size is None:
         if params is None:
             if d is None:
@@ -90,4 +95,4 @@ def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cer
     if d is None:
         raise ConfigError("a round in groups needs the model length d")
     return GroupedServer(T, roster, signing_key, cert, ca, global_hash, d, group_size, overrides, rng, make_server,
-                         collusion)
+                         collusion, stable=stable, sample=sample)

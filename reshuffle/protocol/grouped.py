@@ -7,18 +7,27 @@ then one ``Server`` per group with the same PS identity and that group's own
 parameters, in lockstep: closing a phase closes it in every group still running.
 A group that falls below its threshold delivers nothing; the others go on.
 Its output pools the delivered rows (group by group) in a :class:`GroupedOutput`.
+Given a stable :class:`Assignment` (kept from an earlier round), it runs no new
+assignment: it starts the sampled groups at once, each only if all its members
+are in the roster (a group delivers all its members' models or none).
 
 :class:`GroupedParticipant` runs a participant's side of the assignment, then
 checks the group's ROUND_START (PS, roster, group index, group count and
 assignment digest against the partition it computed) before handing it, and
-everything after it, to an ordinary participant.
+everything after it, to an ordinary participant. Given its stored
+:class:`Membership` it skips the assignment and checks the ROUND_START against
+it. In either case it refuses to consent to, or unmask, an online set U_m that
+lacks a member of its group (:class:`IncompleteGroup`): a member missing before
+the upload would be named by its model's absence, so the group then delivers
+nothing. A member that drops after its upload is in U_M, and is recovered
+through the shares as in any round.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -29,15 +38,17 @@ from reshuffle.protocol import messages as msg
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
 from reshuffle.protocol.groups import (
     ASSIGNMENT_TYPES,
-    MIN_GROUP,
     Assignment,
     CheckCache,
+    Membership,
     WrongAssignment,
+    WrongGroup,
     check_collusion,
 )
 from reshuffle.protocol.messages import Context, MsgType
-from reshuffle.protocol.params import RoundParams, TrustFloors, colluders, smallest_round
+from reshuffle.protocol.params import RoundParams, TrustFloors, colluders
 from reshuffle.protocol.participant import Participant
+from reshuffle.protocol.phases import PPhase
 from reshuffle.protocol.schedule import ASSIGN_STEP, Step
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server, admit
 
@@ -97,25 +108,30 @@ def _pool(groups, servers: dict[int, Server], failed: dict[int, str], errors, as
 
 
 class GroupedServer:
-    """The PS of a round in groups of about ``group_size``.
+    """The PS of a round in groups of at least ``group_size``.
 
     Parameters
     ----------
     T, roster, signing_key, cert, ca, global_hash : as for :class:`Server`.
     d : model length in words.
-    group_size : g ≥ 2; the round has about ⌈N/g⌉ groups.
+    group_size : g ≥ 3; the round has ⌊N/g⌋ groups of g to 2g − 1 (one group of N if N < g).
     overrides : RoundParams overrides applied to every group (not ``n, k, t, c``: those follow each group's size).
     rng : the PS's randomness (each group's Server gets an independent child stream).
     make_server : builds each group's PS (a deviating PS behaviour's ``make``; default :class:`Server`).
     collusion : fraction of each group assumed to collude with the PS: c_j = max(1, ⌊collusion·N_j⌋) and
         t_j = ⌊(N_j + c_j)/2⌋ + 1 (default 0.2, the rule of one round). Larger values tolerate more
         colluders landing in one group and fewer dropouts; each member refuses a c_j below its own floor.
+    stable : the stable groups kept from an earlier round (no new assignment is run); ``group_size``
+        is then ignored.
+    sample : with ``stable``, the indices of the groups this round runs (default every group). A
+        sampled group with a member missing from ``roster`` is not started: it delivers nothing.
     """
 
     def __init__(self, T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
                  ca: CertificateAuthority, global_hash: bytes, d: int, group_size: int,
                  overrides: dict | None = None, rng: RandomSource | int | None = None,
-                 make_server: Callable[..., Server] = Server, collusion: float | None = None) -> None:
+                 make_server: Callable[..., Server] = Server, collusion: float | None = None,
+                 stable: Assignment | None = None, sample: Sequence[int] | None = None) -> None:
         self.collusion = check_collusion(collusion)
         for pid, c in roster.items():
             ca.verify(c, subject=pid)
@@ -129,7 +145,19 @@ class GroupedServer:
         self._hash, self._d = global_hash, d
         self._rng = as_source(rng)
         self._make = make_server
-        self._collector = AssignmentCollector(T, roster, signing_key, cert, group_size)
+        self._stable = stable
+        if stable is None:
+            if sample is not None:
+                raise ConfigError("sample needs stable groups")
+            self._collector: AssignmentCollector | None = AssignmentCollector(T, roster, signing_key, cert,
+                                                                             group_size)
+            self.sample: tuple[int, ...] = ()
+        else:
+            self._collector = None
+            group_size = stable.group_size
+            self.sample = tuple(range(len(stable.groups))) if sample is None else tuple(sorted(set(sample)))
+            if not self.sample or not all(isinstance(j, int) and 0 <= j < len(stable.groups) for j in self.sample):
+                raise ConfigError(f"sample {list(sample or [])} must name groups 0..{len(stable.groups) - 1}")
         self.group_size = group_size
         self.errors: list[ErrorRecord] = []
         self.excluded: set[int] = set()
@@ -141,12 +169,13 @@ class GroupedServer:
 
     @property
     def assignment(self) -> Assignment | None:
-        return self._collector.assignment
+        return self._stable if self._collector is None else self._collector.assignment
 
     @property
     def assignment_log(self) -> list[dict]:
-        """Per attempt: candidates, listed members and the members whose reveal was missing."""
-        return list(self._collector.attempts_log)
+        """Per attempt: candidates, listed members and the members whose reveal was missing (none when the
+        groups are stable)."""
+        return [] if self._collector is None else list(self._collector.attempts_log)
 
     @property
     def step(self) -> Step:
@@ -160,7 +189,7 @@ class GroupedServer:
 
     @property
     def assigning(self) -> bool:
-        return self._collector.state is not PSState.DONE
+        return self._collector is not None and self._collector.state is not PSState.DONE
 
     @property
     def done(self) -> bool:
@@ -181,6 +210,8 @@ class GroupedServer:
         return out
 
     def start(self) -> Outbox:
+        if self._collector is None:
+            return self._start_groups()
         t0 = time.perf_counter()
         out = self._collector.start()
         self.assign_s += time.perf_counter() - t0
@@ -233,8 +264,8 @@ class GroupedServer:
                 self.failed[j] = str(exc)
         if all(j in self.failed or s.done for j, s in self.servers.items()):
             self.output = _pool(self.assignment.groups, self.servers, self.failed, self.errors,
-                                self.assignment, self._collector.attempts_log)
-            if len(self.failed) == len(self.servers):
+                                self.assignment, self.assignment_log)
+            if all(j in self.failed for j in self.sample):
                 raise BelowThreshold("every group failed: " + "; ".join(
                     f"group {j}: {why}" for j, why in sorted(self.failed.items())))
         return out
@@ -256,8 +287,17 @@ class GroupedServer:
 
     def _start_groups(self) -> Outbox:
         a = self.assignment
+        if self._collector is not None:
+            self.sample = tuple(range(len(a.groups)))
         out: Outbox = []
-        for j, members in enumerate(a.groups):
+        for j in self.sample:
+            members = a.groups[j]
+            absent = [i for i in members if i not in self._roster]
+            if absent:
+                # All or none: the members present would be refused anyway (their ROUND_START must list
+                # the whole group), so the group is not started.
+                self.failed[j] = f"member(s) {absent} of stable group {j} are not in the roster: it delivers nothing"
+                continue
             c = None if self.collusion is None else colluders(len(members), self.collusion)
             p = RoundParams.default(len(members), self._d, c=c, **self.overrides, **a.binding(j))
             rng = SeededRandom(self._rng.bytes(32), b"group-server") if self._rng is not OS_RANDOM else None
@@ -270,30 +310,140 @@ class GroupedServer:
         return out
 
 
+class JointServer:
+    """Several grouped PSs of one round number over disjoint rosters, driven as one (the driver contract).
+
+    A federation whose groups were formed at different times (epochs: each a stable
+    :class:`Assignment` of its own) runs each epoch's sampled groups in one part, and
+    may form the groups of newcomers in another (a new assignment among participants
+    in no group). Closing a step closes it in every part still running; a part whose
+    every group failed delivers nothing and the others go on. The output pools every
+    part's groups in part order (group indices run on across parts).
+    """
+
+    def __init__(self, parts: Sequence[GroupedServer]) -> None:
+        if not parts:
+            raise ConfigError("a joint round needs at least one part")
+        self.parts = list(parts)
+        self._part_of = {pid: k for k, ps in enumerate(self.parts) for pid in ps._roster}
+        if len(self._part_of) != sum(len(ps._roster) for ps in self.parts):
+            raise ConfigError("the parts of a joint round must have disjoint rosters")
+        self.params = self.parts[0].params
+        self.failed_parts: dict[int, str] = {}
+        self.output: GroupedOutput | None = None
+        self._own_errors: list[ErrorRecord] = []
+
+    @property
+    def errors(self) -> list[ErrorRecord]:
+        return self._own_errors + [e for ps in self.parts for e in ps.errors]
+
+    def _live(self) -> list[GroupedServer]:
+        return [ps for k, ps in enumerate(self.parts) if k not in self.failed_parts and not ps.done]
+
+    @property
+    def done(self) -> bool:
+        return self.output is not None
+
+    @property
+    def step(self) -> Step:
+        steps = [ps.step for ps in self._live()]
+        return next((st for st in steps if not st.offline), steps[0] if steps else ASSIGN_STEP)
+
+    @property
+    def phase_name(self) -> str:
+        live = self._live()
+        return live[0].phase_name if live else "done"
+
+    @property
+    def culprits(self) -> dict:
+        return {pid: why for ps in self.parts for pid, why in ps.culprits.items()}
+
+    def start(self) -> Outbox:
+        return [item for ps in self.parts for item in ps.start()]
+
+    def receive(self, sender: int, data: bytes) -> None:
+        k = self._part_of.get(sender)
+        if k is None:
+            self._own_errors.append(ErrorRecord(ASSIGN_PHASE, sender, UnexpectedMessage(
+                f"participant {sender} is in no part of this round")))
+        elif k not in self.failed_parts:
+            self.parts[k].receive(sender, data)
+
+    def close_phase(self) -> Outbox:
+        out: Outbox = []
+        for k, ps in enumerate(self.parts):
+            if k in self.failed_parts or ps.done:
+                continue
+            try:
+                out += ps.close_phase()
+            except BelowThreshold as exc:
+                self.failed_parts[k] = str(exc)
+        if not self._live():
+            self.output = self._pool()
+            if len(self.failed_parts) == len(self.parts):
+                raise BelowThreshold("every part failed: " + "; ".join(
+                    f"part {k}: {why}" for k, why in sorted(self.failed_parts.items())))
+        return out
+
+    def _pool(self) -> GroupedOutput:
+        groups, servers, failed, log = [], {}, {}, []
+        for ps in self.parts:
+            base = len(groups)
+            a = ps.assignment
+            if a is not None:
+                groups += list(a.groups)
+            servers.update({base + j: s for j, s in ps.servers.items()})
+            failed.update({base + j: why for j, why in ps.failed.items()})
+            log += ps.assignment_log
+        return _pool(groups, servers, failed, self.errors, None, log)
+
+    def failed_output(self) -> GroupedOutput:
+        return self.output if self.output is not None else self._pool()
+
+    def needs_model(self, pid: int) -> bool:
+        k = self._part_of.get(pid)
+        return k is not None and k not in self.failed_parts and self.parts[k].needs_model(pid)
+
+
+def formed_groups(ps) -> list[Assignment]:
+    """The partitions a new assignment of this round fixed (none for one round, or for stable groups alone):
+    what a driver keeps as new epochs, whether or not the groups then delivered."""
+    parts = ps.parts if isinstance(ps, JointServer) else [ps]
+    return [p.assignment for p in parts
+            if isinstance(p, GroupedServer) and p._collector is not None and p.assignment is not None]
+
+
 class GroupedParticipant:
-    """P_i of a round in groups: the assignment, then an ordinary participant for its group.
+    """P_i of a round in groups: the assignment (or its stored group), then an ordinary participant for its group.
 
     Takes :class:`Participant`'s arguments; ``make`` builds the inner participant
     (a deviating behaviour's ``make``, or a game's participant class) and
     ``cache`` holds checks passed and broadcasts parsed (shared in one process);
     ``floors`` are its own bounds on its group's parameters (c_j, t_j, decoys, R_max, the
     honest members of its group), handed to the inner participant; ``min_group`` is its
-    floor on the group size (default: the least group its floors take part in).
+    floor on the group size (default ``floors.min_group``: 5 with the default floors).
+    ``membership`` is its stable group from an earlier round: no assignment runs, and the
+    round's ROUND_START must bind exactly that group.
     """
 
     def __init__(self, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
                  ca: CertificateAuthority, global_hash: bytes, rng: RandomSource | int | None = None, *,
                  make: Callable[..., Participant] = Participant, cache: CheckCache | None = None,
-                 min_group: int | None = None, floors: TrustFloors | None = None) -> None:
+                 min_group: int | None = None, floors: TrustFloors | None = None,
+                 membership: Membership | None = None) -> None:
         self._rng = as_source(rng)
-        self.pid, self.T, self._sk = pid, T, signing_key
+        self.pid, self.T, self._sk, self._ca = pid, T, signing_key, ca
         self.floors = floors if floors is not None else TrustFloors()
         if min_group is None:
-            min_group = max(MIN_GROUP, smallest_round(self.floors))
+            min_group = self.floors.min_group
+        if membership is not None and membership.pid != pid:
+            raise ConfigError(f"participant {pid} was handed participant {membership.pid}'s stable group")
         # Built now: it checks the model (NaN/Inf) before anything is sent, and draws nothing yet.
         self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng, floors=self.floors)
         self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache, min_group)
+        self.min_group = self.client.min_group
         self._cache = self.client._v
+        self._membership = membership
         self._started = False
         self._aborted = False
 
@@ -313,13 +463,22 @@ class GroupedParticipant:
     def assignment(self) -> Assignment | None:
         return self.client.assignment
 
+    @property
+    def membership(self) -> Membership | None:
+        """Its stable group: the one it was given, or the one the assignment of this round formed."""
+        if self._membership is None and self.client.assignment is not None:
+            return Membership.of(self.client.assignment, self.pid)
+        return self._membership
+
     def handle(self, data: bytes) -> list[bytes]:
         """Process one PS message; the replies to send."""
-        if self._started:
-            return self.inner.handle(data)
         if self._aborted:
             return []
         try:
+            if self._started:
+                if msg.peek_type(data) is MsgType.UNMASK_REQUEST:
+                    self._check_online(data)
+                return self.inner.handle(data)
             m = self._cache.decode(data) if msg.peek_type(data) in ASSIGNMENT_TYPES else msg.decode(data, Context())
             if m.TYPE is MsgType.ROUND_START:
                 self._check_round_start(m)
@@ -327,18 +486,40 @@ class GroupedParticipant:
                 return self.inner.handle(data)
             if m.TYPE not in ASSIGNMENT_TYPES:
                 raise UnexpectedMessage(f"participant {self.pid} got {m.TYPE.name} before its group's ROUND_START")
+            if self._membership is not None:
+                # Joining a new draw would let the PS intersect the old group with the new one.
+                raise WrongGroup(f"participant {self.pid} keeps stable group {self._membership.index}: it takes "
+                                 "part in no new assignment")
             return [r.encode(self._sk) for r in self.client.handle(m)]
         except ProtocolError as exc:
             self.inner.view.errors.append(exc)
             self._aborted = True
-            return [msg.Refusal(self.T, self.client.attempt, self.pid, type(exc).__name__, str(exc))
-                    .encode(self._sk)]
+            if self._started:
+                # The inner participant stops too: nothing of this round is answered any more.
+                self.inner.state = replace(self.inner.state, phase=PPhase.ABORTED)
+            m_ = self.inner.state.inv.m if self._started else self.client.attempt
+            return [msg.Refusal(self.T, m_, self.pid, type(exc).__name__, str(exc)).encode(self._sk)]
+
+    def _check_online(self, data: bytes) -> None:
+        """All or none: refuse U_m that lacks a member of the group (checked before the inner participant
+        consents, so no share of this round is revealed for it)."""
+        m = msg.decode(data, self.inner.ctx)
+        msg.verify(m, self.inner.state.session.server_vk)
+        self.membership.check_online(m.m, m.online)
 
     def _check_round_start(self, m: msg.RoundStart) -> None:
+        if self._membership is not None:
+            self._ca.verify(m.server_cert, subject=SERVER_ID, role=ROLE_SERVER)
+            msg.verify(m, m.server_cert.key)
+            if len(self._membership.members) < self.min_group:
+                raise WrongAssignment(f"stable group {self._membership.index} has {len(self._membership.members)} "
+                                      f"members, below this participant's floor {self.min_group}")
+            self._membership.check_round_start(m.params, tuple(pid for pid, _ in m.roster))
+            return
         a = self.client.assignment
-        if self.client.state is not CState.ASSIGNED or a is None:
+        if self.client.phase is not CState.ASSIGNED or a is None:
             raise UnexpectedMessage(f"ROUND_START before the group assignment finished "
-                                    f"(state '{self.client.state.value}')")
+                                    f"(state '{self.client.phase.value}')")
         if m.sender != SERVER_ID or m.server_cert != self.client.server_cert:
             raise WrongAssignment("the group's ROUND_START comes from another PS than the assignment")
         msg.verify(m, self.client.server_key)
@@ -353,5 +534,5 @@ class GroupedParticipant:
             raise WrongAssignment(f"ROUND_START roster {list(roster)} is not group {j} = {list(a.groups[j])}")
 
 
-__all__ = ["GroupedOutput", "GroupedParticipant", "GroupedServer"]
+__all__ = ["GroupedOutput", "GroupedParticipant", "GroupedServer", "JointServer", "formed_groups"]
 

@@ -1,6 +1,6 @@
 """Anonymity groups: who runs a round with whom (docs/protocol.md, "Anonymity groups").
 
-A round of N participants with group size g is split into G ≈ ⌈N/g⌉ groups that
+A round of N participants with group size g is split into G = ⌊N/g⌋ groups (g to 2g − 1 members) that
 each run a complete round; the assignment comes from randomness no single party
 controls, a signed commit-reveal among the participants:
 
@@ -18,6 +18,14 @@ with fresh nonces, at most :data:`MAX_ATTEMPTS` times in all. Each group's
 ROUND_START carries (group index, group count, assignment digest) in its
 parameters, so they enter h_m, and every member checks them and the roster
 against the partition it computed itself.
+
+The groups are stable: formed once and kept across rounds and restarts. The PS
+keeps the whole :class:`Assignment`, each participant its :class:`Membership`
+(its own group and the digest it verified), both as explicit bytes. A later
+round of a group runs without a new assignment: its ROUND_START binds the same
+(index, count, digest) and its roster must be exactly the stored group, and the
+group's models are recovered only when its upload set holds every member
+(:class:`IncompleteGroup`): a group delivers all its members' models or none.
 
 This module holds the primitives and the messages; the two state machines are
 in :mod:`reshuffle.protocol.assignment`, their use in a round in
@@ -39,12 +47,13 @@ from reshuffle.crypto.signatures import SIG_BYTES, Certificate, CertificateAutho
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.messages import HASH_BYTES, MsgType
-from reshuffle.protocol.params import MAX_PARTICIPANTS, colluders, smallest_round, threshold
+from reshuffle.protocol.params import GROUP_SIZE, MAX_PARTICIPANTS, colluders, smallest_round, threshold
 from reshuffle.wire import Parser, Writer
 
 NONCE_BYTES = 32
 MAX_ATTEMPTS = 3  # assignment draws a PS can cause by claiming reveals were lost (the bias bound)
 MIN_GROUP = smallest_round()  # the least round the default trust floors take part in (3: N = 2 leaves one honest)
+DEFAULT_GROUP_SIZE = GROUP_SIZE  # the default stable anonymity set (TrustFloors.group)
 ACK_CONTEXT = "group-ack"
 ASSIGNMENT_TYPES = frozenset(
     {MsgType.GROUP_OPEN, MsgType.GROUP_COMMIT, MsgType.GROUP_COMMITS, MsgType.GROUP_ACK,
@@ -58,6 +67,14 @@ class InvalidReveal(ProtocolError):
 
 class WrongAssignment(Refused):
     """A PS message disagrees with the assignment this participant computed or was shown."""
+
+
+class WrongGroup(WrongAssignment):
+    """A later round's ROUND_START is not exactly this participant's stable group (index, digest, roster)."""
+
+
+class IncompleteGroup(Refused):
+    """An online set U_m lacks a member of the stable group: the group's models are delivered all or none."""
 
 
 # --------------------------------------------------------------------------- #
@@ -79,15 +96,16 @@ def check_collusion(f: object) -> float | None:
 
 
 def group_count(N: int, g: int) -> int:
-    """⌈N/g⌉, fewer if a group would have fewer than MIN_GROUP members."""
+    """⌊N/g⌋: g is the least group size, so every group has g to 2g − 1 members (one group of N if N < g,
+    which a participant whose floor is g refuses)."""
     check_group_size(g)
     if N < MIN_GROUP:
         raise ConfigError(f"{N} participants cannot form a group of at least {MIN_GROUP}")
-    return max(1, min(-(-N // g), N // MIN_GROUP))
+    return max(1, N // g)
 
 
 def group_sizes(N: int, g: int) -> list[int]:
-    """Sizes of the G groups, nearly equal (they differ by at most one), largest first."""
+    """Sizes of the G = ⌊N/g⌋ groups, nearly equal (they differ by at most one), largest first."""
     G = group_count(N, g)
     q, r = divmod(N, G)
     return [q + 1] * r + [q] * (G - r)
@@ -169,6 +187,130 @@ class Assignment:
     def binding(self, j: int) -> dict:
         """RoundParams overrides of group j: ``cohort``, ``cohorts``, ``assignment``."""
         return {"cohort": j, "cohorts": len(self.groups), "assignment": self.digest}
+
+    @classmethod
+    def given(cls, groups, group_size: int | None = None) -> "Assignment":
+        """A partition fixed by its holder (a persisted one, or a simulation's), not drawn here.
+
+        Its seed is a hash of the partition itself, so the digest, and every group's
+        binding, is a function of the groups alone. ConfigError if ``groups`` are not
+        disjoint groups of at least MIN_GROUP distinct ids.
+        """
+        gs = tuple(tuple(sorted(int(i) for i in g)) for g in groups)
+        _check_partition(gs)
+        g = min(len(x) for x in gs) if group_size is None else check_group_size(group_size)
+        w = Writer()
+        for grp in gs:
+            w.u32_list(grp)
+        seed = hashlib.sha256(label("groups/given", len(gs)) + w.bytes()).digest()
+        return cls(0, 0, g, seed, gs)
+
+    def encode(self) -> bytes:
+        """Explicit bytes for the PS's run state (``decode`` is the exact inverse)."""
+        w = Writer().u8(_STATE_VERSION).u64(self.T).u32(self.attempt).u32(self.group_size)
+        w.fixed(self.seed, HASH_BYTES).u32(len(self.groups))
+        for grp in self.groups:
+            w.u32_list(grp)
+        return w.bytes()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Assignment":
+        p = Parser(bytes(data), "stable groups")
+        if (v := p.u8("version")) != _STATE_VERSION:
+            raise DecodeError(f"stable groups version {v}, expected {_STATE_VERSION}")
+        T, attempt, g, seed = p.u64("T"), p.u32("attempt"), p.u32("group_size"), p.fixed(HASH_BYTES, "seed")
+        cnt = p.u32("groups.count")
+        if not 1 <= cnt <= MAX_PARTICIPANTS // MIN_GROUP:
+            raise DecodeError(f"stable groups: {cnt} groups")
+        groups = tuple(tuple(p.u32_list("group", MAX_PARTICIPANTS)) for _ in range(cnt))
+        p.finish()
+        try:
+            _check_partition(groups, sort=True)
+            check_group_size(g)
+        except ConfigError as exc:
+            raise DecodeError(f"stable groups: {exc}") from None
+        return cls(T, attempt, g, seed, groups)
+
+
+_STATE_VERSION = 1
+
+
+def _check_partition(groups: tuple[tuple[int, ...], ...], sort: bool = False) -> None:
+    """ConfigError unless ``groups`` are disjoint, each of at least MIN_GROUP distinct ids (sorted if ``sort``)."""
+    if not groups:
+        raise ConfigError("a partition needs at least one group")
+    seen: set[int] = set()
+    for j, grp in enumerate(groups):
+        if len(grp) < MIN_GROUP:
+            raise ConfigError(f"group {j} has {len(grp)} members; a group has at least {MIN_GROUP}")
+        if len(set(grp)) != len(grp) or (sort and list(grp) != sorted(grp)):
+            raise ConfigError(f"group {j} repeats a member or is not sorted: {list(grp)}")
+        if any(not 0 <= i < MAX_PARTICIPANTS for i in grp):
+            raise ConfigError(f"group {j} has an id outside [0, {MAX_PARTICIPANTS})")
+        if seen & set(grp):
+            raise ConfigError(f"participant(s) {sorted(seen & set(grp))} are in two groups")
+        seen |= set(grp)
+
+
+@dataclass(frozen=True)
+class Membership:
+    """What a participant keeps of the assignment across rounds: its stable group and what it verified.
+
+    ``index`` and ``count`` are its group's index and the number of groups,
+    ``digest`` the assignment digest it recomputed, ``members`` its group's ids
+    (sorted, itself among them). A later round's ROUND_START must bind exactly
+    these (:meth:`check_round_start`).
+    """
+
+    pid: int
+    index: int
+    count: int
+    digest: bytes
+    members: tuple[int, ...]
+
+    @classmethod
+    def of(cls, a: Assignment, pid: int) -> "Membership":
+        j = a.index_of(pid)
+        return cls(pid, j, len(a.groups), a.digest, a.groups[j])
+
+    def encode(self) -> bytes:
+        """Explicit bytes for the participant's own state (``decode`` is the exact inverse)."""
+        w = Writer().u8(_STATE_VERSION).u32(self.pid).u32(self.index).u32(self.count)
+        return w.fixed(self.digest, HASH_BYTES).u32_list(self.members).bytes()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "Membership":
+        p = Parser(bytes(data), "stable group membership")
+        if (v := p.u8("version")) != _STATE_VERSION:
+            raise DecodeError(f"stable group membership version {v}, expected {_STATE_VERSION}")
+        pid, j, cnt = p.u32("pid"), p.u32("index"), p.u32("count")
+        digest = p.fixed(HASH_BYTES, "digest")
+        members = tuple(p.u32_list("members", MAX_PARTICIPANTS))
+        p.finish()
+        if not 0 <= j < cnt or pid not in members or list(members) != sorted(set(members)) \
+                or len(members) < MIN_GROUP:
+            raise DecodeError(f"stable group membership: group {j} of {cnt}, members {list(members)}, pid {pid}")
+        return cls(pid, j, cnt, digest, members)
+
+    def check_round_start(self, p, roster: tuple[int, ...]) -> None:
+        """WrongGroup unless round parameters ``p`` bind this group (index, count, digest) and ``roster`` is
+        exactly its members: the PS can neither leave a member out nor add one."""
+        if (p.cohort, p.cohorts, p.assignment) != (self.index, self.count, self.digest):
+            raise WrongGroup(
+                f"ROUND_START binds group {p.cohort} of {p.cohorts} (assignment {p.assignment.hex()[:16]}); "
+                f"participant {self.pid}'s stable group is {self.index} of {self.count} ({self.digest.hex()[:16]})")
+        if tuple(roster) != self.members:
+            left, added = sorted(set(self.members) - set(roster)), sorted(set(roster) - set(self.members))
+            raise WrongGroup(f"ROUND_START roster {list(roster)} is not stable group {self.index} = "
+                             f"{list(self.members)} (left out {left}, added {added})")
+
+    def check_online(self, m: int, online) -> None:
+        """IncompleteGroup unless U_m (``online``) is the whole group: a missing member's absence would
+        name it, so the group's models are recovered all together or not at all."""
+        missing = sorted(set(self.members) - set(online))
+        if missing:
+            raise IncompleteGroup(f"U_{m} lacks member(s) {missing} of stable group {self.index}: "
+                                  "a group delivers all its members' models or none")
 
 
 class CheckCache:
@@ -399,7 +541,8 @@ def _draw(T: int, attempt: int, g: int, ids: tuple[int, ...], seed: bytes) -> As
 
 
 __all__ = [
-    "ACK_CONTEXT", "ASSIGNMENT_TYPES", "Assignment", "GroupAck", "GroupCert", "GroupCommit", "GroupCommits",
+    "ACK_CONTEXT", "ASSIGNMENT_TYPES", "Assignment", "DEFAULT_GROUP_SIZE", "IncompleteGroup", "Membership",
+    "WrongGroup", "GroupAck", "GroupCert", "GroupCommit", "GroupCommits",
     "GroupOpen", "GroupReveal", "GroupReveals", "InvalidReveal", "MAX_ATTEMPTS", "MIN_GROUP", "NONCE_BYTES",
     "CheckCache", "WrongAssignment", "ack_statement", "assignment_threshold", "check_collusion", "check_group_size",
     "commit_statement", "commitment", "digest", "draw_seed", "group_count", "group_sizes", "list_digest", "open_digest", "signed_statement",

@@ -24,6 +24,7 @@ MAX_SLOTS = 1 << 20
 MAX_MODEL = 1 << 28
 ASSIGNMENT_BYTES = 32  # digest of the anonymity-group assignment (docs/protocol.md, "Anonymity groups")
 MIN_ANONYMITY = 2  # default floor: honest members a participant is hidden among (roster minus c, U_m minus c)
+GROUP_SIZE = 5  # default stable anonymity set: the least group a participant joins (4 honest against c = 1)
 COLLUSION = 0.2  # default share of a round assumed to collude with the PS: c = max(1, ⌊N/5⌋)
 MAX_R_MAX = 16  # default ceiling on the reservation iterations a participant commits keys for
 ONE_ITERATION = 0.9  # default n: one reservation iteration suffices with at least this chance
@@ -277,12 +278,17 @@ class TrustFloors:
     before it consents to U_m, at least this. ``decoys``: the least d_y (None: the default rule,
     2 from N = 10, else 1), which decides how likely a tamperer is named. ``R_max``: a ceiling on
     the reservation iterations (each costs 2 secrets with t commitments; no guarantee needs more).
+    ``group``: the least stable anonymity group it joins (default 5). A group of g members runs its
+    rounds with N = g, so the honest set it hides among, in every round and across rounds, is
+    g − c_g with c_g = max(1, ⌊collusion·g⌋): 4 for the default g = 5 (c = 1), 8 for g = 10 (c = 2).
+    The floor it applies is :attr:`min_group`, never below the smallest round its other floors accept.
     """
 
     collusion: float = COLLUSION
     anonymity: int = MIN_ANONYMITY
     decoys: int | None = None
     R_max: int = MAX_R_MAX
+    group: int = GROUP_SIZE
 
     def __post_init__(self) -> None:
         f = self.collusion
@@ -296,6 +302,18 @@ class TrustFloors:
             raise ConfigError(f"decoys floor must be None or an int in [0, 64], got {d!r}")
         if not isinstance(self.R_max, int) or isinstance(self.R_max, bool) or not 1 <= self.R_max <= 64:
             raise ConfigError(f"R_max ceiling must be an int in [1, 64], got {self.R_max!r}")
+        if not isinstance(self.group, int) or isinstance(self.group, bool) or not 2 <= self.group <= MAX_PARTICIPANTS:
+            raise ConfigError(f"group floor must be an int in [2, {MAX_PARTICIPANTS}], got {self.group!r}")
+
+    @property
+    def min_group(self) -> int:
+        """The least stable group it joins: ``group``, raised to the smallest round whose N − c reaches
+        ``anonymity`` (a group is a round's roster, so the round floor applies to it too)."""
+        return max(self.group, smallest_round(self))
+
+    def group_honest(self, g: int) -> int:
+        """The honest members a group of ``g`` hides each member among, against this participant's c."""
+        return g - self.c(g)
 
     def c(self, N: int) -> int:
         """The colluders this participant assumes in a round of N."""

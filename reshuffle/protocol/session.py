@@ -132,14 +132,16 @@ class SessionState:
         return cls(pid, T, *fields, seed, inbox, words=bool(kind))
 
     def participant(self, first: bytes | None = None, min_group: int | None = None,
-                    floors: TrustFloors | None = None) -> Participant:
+                    floors: TrustFloors | None = None, membership=None) -> Participant:
         """A participant in the state right after the inbox (replayed), with its own ``floors`` on the
         round parameters (default :class:`TrustFloors`()).
 
         A round whose first PS message (the inbox's, else ``first``, the message about
         to be handled) is GROUP_OPEN runs in anonymity groups: the participant is then
         a :class:`~reshuffle.protocol.grouped.GroupedParticipant`, refusing groups smaller
-        than ``min_group`` (default: the least group its floors take part in).
+        than ``min_group`` (default: the least group its floors take part in). With
+        ``membership`` (its stable group, from an earlier round) it is always a grouped
+        participant of that group: it refuses a new assignment and any other roster.
         """
         from reshuffle.protocol.grouped import GroupedParticipant
         from reshuffle.protocol.groups import MAX_ATTEMPTS
@@ -147,7 +149,8 @@ class SessionState:
 
         ca = CertificateAuthority.verifier(VerifyKey.from_bytes(self.ca_key))
         opening = self.inbox[0] if self.inbox else first
-        grouped = opening is not None and peek_type(opening) is MsgType.GROUP_OPEN
+        grouped = membership is not None or (opening is not None and peek_type(opening) is MsgType.GROUP_OPEN) \
+            or (opening is not None and _binds_group(opening))
         model = np.frombuffer(self.model, dtype=_DTYPES[int(self.words)]).astype(
             np.uint32 if self.words else np.float32) if self.has_model else None
         args = (
@@ -156,7 +159,7 @@ class SessionState:
             SeededRandom(self.seed, _SEED_LABEL),
         )
         if grouped:
-            p = GroupedParticipant(*args, min_group=min_group, floors=floors)
+            p = GroupedParticipant(*args, min_group=min_group, floors=floors, membership=membership)
         else:
             p = Participant(*args, floors=floors)
         for m in self.inbox:
@@ -168,6 +171,20 @@ class SessionState:
                 f"has at most {max_inbox(p.params.R_max)}"
             )
         return p
+
+
+def _binds_group(data: bytes) -> bool:
+    """A ROUND_START that binds a stable group's assignment: a node that holds no group refuses it (as a
+    grouped participant with no assignment does), since it cannot check the roster against its group."""
+    from reshuffle.errors import ProtocolError
+    from reshuffle.protocol import messages as msg
+
+    if msg.peek_type(data) is not msg.MsgType.ROUND_START:
+        return False
+    try:
+        return bool(msg.decode(data, msg.Context()).params.assignment)
+    except ProtocolError:
+        return False  # the participant refuses it itself
 
 
 def handle(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes]]:

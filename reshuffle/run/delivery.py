@@ -160,7 +160,9 @@ def loss_causes(r: ShuffleResult, clients: int, dropouts: Mapping[str, Iterable[
     for i in range(clients):
         if i in r.positions:
             continue
-        if group_of.get(i) in r.failed_groups:
+        if i in dropped_at and dropped_at[i] != UNMASK:
+            out[i] = f"dropout at {dropped_at[i]}"  # its own cause first, its group's failure follows from it
+        elif group_of.get(i) in r.failed_groups:
             out[i] = f"group {group_of[i]} failed: {r.failed_groups[group_of[i]]}"
         elif i in dropped_at:
             out[i] = f"dropout at {dropped_at[i]}"
@@ -178,17 +180,42 @@ class RealShuffle:
     """The protocol, in process (:func:`reshuffle.shuffle`) among the cohort, numbered 0..m−1 in client order.
 
     The protocol's secrets come from OS randomness: a simulation never seeds them.
+    ``groups`` are stable groups of client ids (:func:`reshuffle.harness.api.form_groups`),
+    or, where the uploads carry them, the cohort's stable sets (``Uploads.groups``):
+    the cohort must then be whole groups, and each group runs without a new assignment,
+    delivering all its members' models or none. ``group_size`` instead draws new groups
+    in every round.
     """
 
     group: str = "ristretto255"
     group_size: int | None = None
+    groups: Sequence[Sequence[int]] | None = None
+
+    def _local_groups(self, cohort: list[int], stable: Sequence[Sequence[int]] | None) -> list[list[int]] | None:
+        """The stable groups that make up ``cohort``, in cohort indices; ConfigError unless it is whole groups."""
+        if not stable:
+            return None
+        local = {i: j for j, i in enumerate(cohort)}
+        out, covered = [], set()
+        for g in stable:
+            inside = [i for i in g if i in local]
+            if inside and len(inside) != len(g):
+                raise ConfigError(f"the cohort must be whole groups: it has {inside} of stable group {sorted(g)}")
+            if inside:
+                out.append([local[i] for i in g])
+                covered |= set(inside)
+        if covered != set(cohort):
+            raise ConfigError(f"clients {sorted(set(cohort) - covered)} are in no stable group: the cohort must "
+                              "be whole groups")
+        return out
 
     def deliver(self, up: Uploads) -> Delivery:
         cohort = up.cohort
         local = {i: j for j, i in enumerate(cohort)}
         drops = {ph: [local[i] for i in ids] for ph, ids in up.drops().items()}
         r = shuffle([up.models[i] for i in cohort], dropouts=drops, T=up.T, global_model=up.W_g.tobytes(),
-                    group=self.group, adversaries=up.adversaries, raise_on_failure=False, group_size=self.group_size)
+                    group=self.group, adversaries=up.adversaries, raise_on_failure=False, group_size=self.group_size,
+                    groups=self._local_groups(cohort, up.groups or self.groups))
         stats = r.stats.values()
         per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in stats)
         ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in stats)

@@ -10,20 +10,19 @@ rounds, resume and restart (it is part of the checkpoint), samples whole sets,
 and a set delivers all its members' models or none.
 
 :func:`form_sets` draws the partition with the protocol's fair assignment
-(``reshuffle.harness.api.form_groups`` where the harness offers it; otherwise
-the same seeded draw, :meth:`reshuffle.protocol.groups.Assignment.draw`, keyed
-by the run's seed under its own label).
+(:func:`reshuffle.harness.api.form_groups`, the real commit-reveal among the
+clients, its PRG seeded from the run's seed), in every shuffle mode, so a run's
+real, ideal and plaintext forms share one partition.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from reshuffle.crypto.domain import label
 from reshuffle.errors import ConfigError
-from reshuffle.protocol.groups import MIN_GROUP, Assignment
+from reshuffle.harness.api import form_groups
+from reshuffle.protocol.groups import MIN_GROUP
 from reshuffle.protocol.params import MAX_PARTICIPANTS
 from reshuffle.run.sampling import STABLE_SETS, seed_of
 
@@ -42,39 +41,20 @@ def check_set_size(k: object) -> int:
     return k
 
 
-def draw_size(n: int, k: int) -> int:
-    """The group size to ask the assignment for so that every one of its ⌈n/g⌉ groups has at least ``k`` members.
-
-    The assignment cuts n ids into ⌈n/g⌉ nearly equal groups; with g = ⌈n/⌊n/k⌋⌉
-    there are at most ⌊n/k⌋ of them, so each holds at least ⌊n/⌊n/k⌋⌋ ≥ k.
-    """
-    return -(-n // max(1, n // k))
-
-
 def form_sets(ids: Iterable[int], k: int, seed: int) -> tuple[tuple[int, ...], ...]:
     """Partition ``ids`` into sets of at least ``k`` (nearly equal sizes) with the protocol's fair assignment.
 
-    ``seed`` is the run's seed; the draw's own seed is ``seed_of(seed, STABLE_SETS)``
-    (a stream of its own). Uses ``reshuffle.harness.api.form_groups`` where it
-    exists, else ``Assignment.draw`` keyed by SHA-256 of that seed under the label
-    ``sim/stable-sets``. Each set is sorted; the sets are ordered by their least
-    member, so a set's index depends on the partition alone.
+    ``seed`` is the run's seed; the assignment's own is ``seed_of(seed, STABLE_SETS)``
+    (a stream of its own). The assignment's group count ⌊n/k⌋ gives every set k to
+    2k − 1 members. Each set is sorted; the sets are ordered by their least member,
+    so a set's index depends on the partition alone.
     """
     ids = sorted(set(int(i) for i in ids))
     check_set_size(k)
     if len(ids) < k:
         raise ConfigError(f"{len(ids)} clients cannot form one stable anonymity set of set_size={k}: "
                           f"lower set_size (at least {MIN_SET}) or add clients")
-    g = draw_size(len(ids), k)
-    try:
-        from reshuffle.harness.api import form_groups
-    except ImportError:
-        form_groups = None
-    s = seed_of(seed, STABLE_SETS)
-    if form_groups is not None:
-        groups = form_groups(ids, g, seed=s)
-    else:
-        groups = Assignment.draw(0, 0, g, ids, hashlib.sha256(label("sim/stable-sets", s)).digest()).groups
+    groups = form_groups(ids, k, seed=seed_of(seed, STABLE_SETS))
     return tuple(sorted((tuple(sorted(int(i) for i in s)) for s in groups), key=lambda s: s[0]))
 
 
