@@ -75,7 +75,9 @@ def test_real_ideal_and_none_give_identical_accuracy():
 
 
 def test_real_round_with_dropouts_continues():
-    sim = Simulation(SimConfig(rounds=2, clients=8, dropout=0.25, shuffle="real", model="logreg", seed=3))
+    # Per client: with stable sets (the default) one set of 8 is lost whole (tests/test_stable_sets.py).
+    sim = Simulation(SimConfig(rounds=2, clients=8, dropout=0.25, shuffle="real", model="logreg", seed=3,
+                               stable_sets=False))
     for rec in sim.run():
         assert len(rec.dropped) == 2
         assert 6 <= rec.models_received <= 8
