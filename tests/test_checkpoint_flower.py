@@ -18,7 +18,7 @@ from reshuffle.flower.reserved import RECORD
 from reshuffle.run import checkpoint
 
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 4, "local-epochs": 1, "batch-size": 16,
-              "lr": 0.1, "rule": "multi-krum", "phase-timeout": 10.0}
+              "lr": 0.1, "rule": "multi-krum", "phase-timeout": 10.0, "stable-sets": False}  # per node
 NODES = 5
 
 

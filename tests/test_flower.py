@@ -13,7 +13,9 @@ from flower_helpers import LoopbackGrid
 from reshuffle.errors import ConfigError
 from reshuffle.flower.common import settings
 
-RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 1, "local-epochs": 1, "batch-size": 16, "lr": 0.1}
+# Per node: these tests run fewer nodes than a stable group (tests/test_flower_groups.py has the default).
+RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 1, "local-epochs": 1, "batch-size": 16, "lr": 0.1,
+              "stable-sets": False}
 
 
 def test_run_config_is_validated():

@@ -20,7 +20,7 @@ from reshuffle.flower.mod import reshuffle_mod
 from reshuffle.run import checkpoint
 
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 3, "local-epochs": 1, "batch-size": 16,
-              "lr": 0.1, "rule": "fedavg", "phase-timeout": 10.0}
+              "lr": 0.1, "rule": "fedavg", "phase-timeout": 10.0, "stable-sets": False}  # per node
 DIVERGING_ROUND = 2
 
 

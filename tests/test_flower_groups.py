@@ -81,10 +81,14 @@ def test_group_size_settings_are_validated():
 def test_the_project_app_reads_group_size_from_the_run_config():
     from reshuffle.flower.common import settings
 
-    assert settings({"group-size": 20}).sim.group_size == 20
-    assert settings({"group-size": ""}).sim.group_size is None  # the pyproject default: one group
+    assert settings({}).sim.stable_sets and settings({}).sim.set_size == 5  # stable groups of 5 by default
+    assert settings({"set-size": 20}).sim.set_size == 20
+    assert settings({"stable-sets": False, "group-size": 20}).sim.group_size == 20
+    assert settings({"stable-sets": False, "group-size": ""}).sim.group_size is None  # one group
     with pytest.raises(ConfigError, match="group_size"):
-        settings({"group-size": 1})
+        settings({"stable-sets": False, "group-size": 1})
+    with pytest.raises(ConfigError, match="set-size"):
+        settings({"group-size": 20})  # both would size the groups
 
 
 def test_nodes_with_a_floor_above_g_refuse_and_the_round_fails():
@@ -212,7 +216,7 @@ def test_the_project_server_app_keeps_its_groups_through_a_kill(tmp_path):
         return False
 
     cfg = {"dataset": "digits", "model": "logreg", "rounds": 3, "local-epochs": 1, "batch-size": 512, "lr": 0.1,
-           "rule": "fedavg", "phase-timeout": 10.0, "group-size": 3, "out-dir": str(tmp_path)}
+           "rule": "fedavg", "phase-timeout": 10.0, "set-size": 3, "out-dir": str(tmp_path)}
     lg = LoopbackGrid(client_app.app, 6, drop=drop, node_config=floor(3, 6))
     for c in lg.contexts.values():
         c.run_config = dict(cfg)

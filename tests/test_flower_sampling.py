@@ -16,7 +16,7 @@ from reshuffle.flower.grid import ReshuffleGrid
 from reshuffle.flower.reserved import RECORD
 
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 2, "local-epochs": 1, "batch-size": 16, "lr": 0.1,
-              "rule": "fedavg", "phase-timeout": 10.0}
+              "rule": "fedavg", "phase-timeout": 10.0, "stable-sets": False}  # per node
 
 
 def _stage_nodes(lg: LoopbackGrid, T: int, stage: str) -> set[int]:

@@ -62,6 +62,9 @@ def settings(run_config: dict[str, Any]) -> FlowerSettings:
     sim = from_mapping(sim_values, source="run config")
     if sim.shuffle != "real":
         raise ConfigError("the Flower apps always run the real protocol; set shuffle = \"real\"")
+    if sim.stable_sets and sim.group_size is not None:
+        raise ConfigError("group-size and stable sets both size the anonymity groups: set set-size "
+                          "(stable groups, the default) or stable-sets = false with group-size")
     r_max = run_config.get("r-max", "")
     if r_max != "":
         if isinstance(r_max, bool) or not isinstance(r_max, int) or not 1 <= r_max <= 64:

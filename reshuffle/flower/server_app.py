@@ -74,7 +74,8 @@ def _model_of(reply: Message, size: int) -> tuple[np.ndarray, bool | None] | Non
 def make_grid(grid: Grid, s: FlowerSettings, groups: dict | None = None) -> ReshuffleGrid:
     """The run's ReshuffleGrid; ``groups``: the stable groups a resumed run kept (:meth:`ReshuffleGrid.group_state`)."""
     extra = {"R_max": s.r_max} if s.r_max is not None else {}
-    size = None if groups is not None else s.sim.group_size
+    # Stable sets (the default) are the grid's stable groups; without them, one group per round (or group_size's).
+    size = None if groups is not None else s.sim.set_size if s.sim.stable_sets else s.sim.group_size
     return ReshuffleGrid(grid, key_dir=s.key_dir or None, phase_timeout=s.phase_timeout,
                          train_timeout=s.train_timeout, group=s.sim.group, group_size=size, groups=groups, **extra)
 
