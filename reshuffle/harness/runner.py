@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import ConfigError
-from reshuffle.protocol.messages import peek_type
+from reshuffle.protocol.messages import peek_header
 from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.schedule import PHASES, RoundTrips, phase_of
 from reshuffle.protocol.driver import PS
@@ -109,9 +109,10 @@ class InProcessRunner:
         return envs
 
     def _phase(self, data: bytes) -> str:
-        t = peek_type(data)
-        m = int.from_bytes(data[10:14], "big") if len(data) >= 14 else 0
-        return phase_of(t, m, self.server.params.upload_m) if t is not None else "other"
+        h = peek_header(data)
+        if h is None or h.type is None:
+            return "other"
+        return phase_of(h.type, h.m, self.server.params.upload_m)
 
     def _to_server(self, env: Envelope) -> None:
         ph = self.server.phase_name
