@@ -324,6 +324,16 @@ class Server:
     ca : the CA verifier.
     global_hash : ``H(W_g^T)``.
     rng : randomness for tokens, beta and share-subset retries.
+
+    Hooks (:data:`reshuffle.adversaries.base.SERVER_HOOKS`): a deviating PS overrides only
+    these. A message handler ``_on_<message type>`` (:data:`~reshuffle.protocol.schedule.SERVER_TABLE`)
+    gets the step's state and a message that :meth:`receive` has admitted (a known sender not
+    excluded, its signature, round T, the step's type and invocation); it files what it accepts
+    in the step's state, and a :class:`ProtocolError` it raises excludes the sender (a duplicate
+    is only dropped). A step's closer (named by the schedule) takes the step's state once its
+    deadline passed and returns the next state with the signed messages to send; a
+    :class:`BelowThreshold` it raises ends the round. The named hooks say what each may change
+    where they are defined.
     """
 
     def __init__(
@@ -424,7 +434,9 @@ class Server:
 
     # ------------------------------------------------------------------ #
     def start(self) -> Outbox:
-        """§5 step 0: broadcast parameters, H(W_g^T), certificates."""
+        """§5 step 0: broadcast parameters, H(W_g^T), certificates.
+
+        Hook: a deviation may send each participant another ROUND_START."""
         if self.phase is not SPhase.START:
             raise ConfigError("start() called twice")
         rs = msg.RoundStart(
@@ -436,7 +448,9 @@ class Server:
         return self._broadcast(sorted(self._roster), rs)
 
     def receive(self, sender: int, data: bytes) -> None:
-        """Validate and absorb one message; errors are recorded, never raised."""
+        """Validate and absorb one message; errors are recorded, never raised.
+
+        Hook: a deviation may look at every byte it is sent before ``super().receive`` checks it."""
         st = self.state
         try:
             m = admit(sender, data, self._roster, self.excluded, self.T, self._ctx)
@@ -532,7 +546,9 @@ class Server:
         return OTStep(first), out
 
     def _new_slot_phase(self, start: int) -> SlotPhase:
-        """A fresh OT key β with its table, and decoys from a seed committed to before anyone picks (§8.2)."""
+        """Hook: a fresh OT key β with its table, and decoys from a seed committed to before anyone picks
+        (§8.2), for the slot phase that begins at invocation ``start``. The table and the seed's commitment
+        are sent as returned: participants check the OT answers against B and the opened seed against it."""
         p = self.params
         ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
         seed = self._rng.bytes(32)
@@ -625,13 +641,17 @@ class Server:
     # §6: one MaskedSum invocation
     def _open_invocation(self, m: int, mask_set, counts: tuple[int, ...], excluded: tuple[int, ...] = ()
                          ) -> tuple[MaskedSum, Outbox]:
+        """Hook: invocation m's state (:meth:`_invocation`) and its MASK_REQUEST with ``counts`` to the live
+        members of ``mask_set``. A deviation may send any member another request; each member binds the
+        counts it was shown into h_m, so vectors made under other counts do not cancel in the sum."""
         st, live = self._invocation(m, mask_set, counts, excluded)
         return st, self._broadcast(live, msg.MaskRequest(self.T, m, SERVER_ID, counts, excluded))
 
     def _invocation(self, m: int, mask_set, counts: tuple[int, ...], excluded: tuple[int, ...] = ()
                     ) -> tuple[MaskedSum, list[int]]:
-        """Invocation m's state: its accumulator, its decoy picks or kept decoy rows, h_m after its counts;
-        and the live members of its mask set to ask."""
+        """Hook: invocation m's state: its accumulator, its decoy picks or kept decoy rows, h_m after its
+        counts; and the live members of its mask set to ask. Sends nothing: a deviation may observe or
+        change what the PS expects, and what it sends is :meth:`_open_invocation`'s."""
         p, slots = self.params, self.slots
         # Participants mask against the whole list U_{m-1}; members excluded since
         # are simply not asked, and count as dropped when unmasking.
@@ -696,7 +716,8 @@ class Server:
         st.objections[sender] = msg.relay_bytes(o)
 
     def _check_view(self, st: MaskedSum, sender: int, mi: msg.MaskedInput) -> None:
-        """A vector masked under another h_m would only randomise the sum: refuse it."""
+        """Hook: refuse a vector masked under another h_m (it would only randomise the sum). Called before the
+        vector is added; a deviation that accepts it adds a vector that does not cancel."""
         if mi.h != st.h:
             raise Refused(f"masked input of {sender} was made under another transcript h_{st.inv}")
 
@@ -796,7 +817,9 @@ class Server:
         return self._deliver_rows(st, seeds)
 
     def _publish(self, st: UnmaskStep, counts_v: np.ndarray) -> tuple[Collect, Outbox]:
-        """§5 step 3, §8.2: check iteration m's counts, then ask for the next iteration or the upload."""
+        """Hook: §5 step 3, §8.2: check iteration m's unmasked counts, then ask for the next iteration or the
+        upload (or open the iteration when its counts fail). A deviation may open or ask otherwise; each
+        member checks the counts and the request against what it signed."""
         p, m, slots = self.params, st.m, self.slots
         Um = st.online
         bound = opening.count_bound(len(Um), p.decoys, len(settled_slots(slots.counts)), slots.members - len(Um))
@@ -832,7 +855,9 @@ class Server:
         return BlameStep(blame, valid, failed, lw), self._broadcast(self._live(st.online), req)
 
     def _check_rows(self, st: UnmaskStep) -> tuple[np.ndarray, list[int], dict[int, str]]:
-        """The model list by rows, the positions whose token, credential and tag pass, and why the others fail."""
+        """Hook: the model list by rows, the positions whose token, credential and tag pass, and why the others
+        fail. A failed nonzero row starts the blame step, in which each member checks the decoy positions
+        it is asked to open against the opened decoy seed."""
         p, slots = self.params, self.slots
         S = settled_slots(slots.counts)
         lw = st.sum.acc.reshape(len(S), p.row_words)
