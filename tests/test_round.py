@@ -31,6 +31,23 @@ def test_positions_map_each_participant_to_its_own_model():
         assert np.array_equal(r.models[pos], codec.roundtrip(ups[i]))
 
 
+def test_each_participants_state_knows_its_own_row():
+    # The position the blame step protects (never open one's own row) is read from the state, not the diary.
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
+    from reshuffle.protocol.participant import ParticipantView
+
+    ups = make_updates(6, d=4, seed=7)
+    server, parts = build_round(ups, RoundParams.default(6, 4), seed=8)
+    assert all(pp.state.position is None for pp in parts.values())
+    out = InProcessRunner(server, parts).run()
+    got = {i: pp.state.position for i, pp in parts.items()}
+    assert got == {i: pp.view.position for i, pp in parts.items()}
+    assert sorted(got.values()) == sorted(out.valid_positions)
+    parts[0].view = ParticipantView()  # a wiped diary changes nothing the protocol reads
+    assert parts[0].state.position == got[0]
+
+
 def test_clipping_reported_by_codec_not_wrapped():
     ups = make_updates(4, d=8, seed=1, scale=100.0)  # beyond the ±64 range
     r = reshuffle.shuffle(ups, seed=1)

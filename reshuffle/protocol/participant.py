@@ -190,6 +190,14 @@ class ParticipantState:
     opened: Opened | None = None
     opening: msg.Opening | None = None  # its signed opening of the decoy rows (§9), kept for disputes
 
+    @property
+    def position(self) -> int | None:
+        """Its own row in the model list: its settled slot's rank among the settled slots (None without one)."""
+        res = self.slots.reservation if self.slots is not None else None
+        if res is None or res.slot is None:
+            return None
+        return settled_slots(self.slots.counts).index(res.slot)
+
 
 @dataclass
 class ParticipantView:
@@ -647,7 +655,7 @@ class Participant:
         slot = slots.reservation.slot
         self.view.slot = slot
         if slot is not None:
-            pos = S.index(slot)
+            pos = s.position
             self.view.position = pos
             enc = p.codec.encode(self._model)
             self.view.clipped = enc.clipped
@@ -778,7 +786,7 @@ class Participant:
                 dict(m.seeds[idx]), dict(m.dropped[idx]), s.peers.adverts, keys, slots.counts[idx], picks[idx],
             )
         positions = decoy_positions(slots.counts, decoy_slots)
-        if list(m.positions) != positions or self.view.position in positions:
+        if list(m.positions) != positions or s.position in positions:
             raise Refused(f"asked to open positions {list(m.positions)}, the decoys hold {positions}")
         up = p.upload_m
         x = ses.keys.mask[up - 1].secret
