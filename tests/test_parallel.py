@@ -37,7 +37,7 @@ def _summary(r):
         "blamed": r.blamed,
         "counts": r.output.counts,
         "round_online": r.output.online,
-        "errors": [(e.phase, e.sender, type(e.error).__name__, str(e.error)) for e in r.errors],
+        "errors": [(e.stage, e.sender, type(e.error).__name__, str(e.error)) for e in r.errors],
         "participant_errors": {i: [repr(e) for e in es] for i, es in r.participant_errors.items()},
         "revealed": {i: v.revealed for i, v in r.views.items()},
         "stats_shape": {ph: sorted(v) if isinstance(v, dict) else v for ph, v in r.stats.items()},

@@ -6,7 +6,7 @@ import pytest
 import reshuffle
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
 from reshuffle.protocol.params import RoundParams
-from reshuffle.protocol.schedule import PHASES
+from reshuffle.protocol.schedule import STAGES
 from tests.protocol_helpers import expected_models, make_updates, multiset
 
 
@@ -68,7 +68,7 @@ def test_ideal_shuffle_permutes():
     assert len(orders) > 5
 
 
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", STAGES)
 def test_dropouts_up_to_tolerance(phase):
     N = 7  # c = 1, t = 5: up to 2 may drop
     ups = make_updates(N, d=12, seed=4)
@@ -83,7 +83,7 @@ def test_dropouts_up_to_tolerance(phase):
         assert multiset(r.models) == expected_models(ups, want)
 
 
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", STAGES)
 def test_below_threshold_fails_clearly(phase):
     N = 7
     ups = make_updates(N, d=6, seed=4)
@@ -101,7 +101,7 @@ def test_dropouts_spread_over_phases():
 
 def test_bad_arguments():
     ups = make_updates(3, d=4)
-    with pytest.raises(ConfigError, match="unknown dropout phase"):
+    with pytest.raises(ConfigError, match="unknown dropout stage"):
         reshuffle.shuffle(ups, dropouts={"lunch": [0]})
     with pytest.raises(ConfigError, match="unknown round parameter"):
         reshuffle.shuffle(ups, colour=3)
@@ -124,7 +124,7 @@ def test_other_parameters_and_group():
 
 def test_stats_per_phase():
     r = reshuffle.shuffle(make_updates(5, d=100), seed=1)
-    for ph in PHASES:
+    for ph in STAGES:
         assert r.stats[ph]["ps_s"] >= 0
     up = r.stats["upload"]
     # Each participant uploads the whole list: 5 positions × (100 + 4) words × 4 bytes, plus header.

@@ -35,7 +35,7 @@ def test_the_catalogue_and_the_participant_table_agree():
     # Every message a step sends is accepted in some participant state, every message a participant
     # accepts is sent by some step; every collected message has its handler on the PS.
     from reshuffle.protocol.phases import PARTICIPANT_TABLE
-    from reshuffle.protocol.schedule import ASSIGN_STEP, ONLINE_PHASES, PHASES, phase_of
+    from reshuffle.protocol.schedule import ASSIGN_STEP, ONLINE_STAGES, STAGES, stage_of
 
     from reshuffle.protocol.participant import Participant
     from reshuffle.protocol.schedule import PS_SENDS
@@ -48,11 +48,11 @@ def test_the_catalogue_and_the_participant_table_agree():
     for table in SERVER_TABLE.values():
         assert all(callable(getattr(Server, name)) for name in table.values())
     # The phases: every step's, in round order; the online ones are the upload's and what follows.
-    assert PHASES == ("setup", "ot", "reserve", "upload", "unmask") and ONLINE_PHASES == ("upload", "unmask")
+    assert STAGES == ("setup", "ot", "reserve", "upload", "unmask") and ONLINE_STAGES == ("upload", "unmask")
     for s in SCHEDULE:
         for t in s.sends + s.collects:
             m = 5 if s.invocation == UPLOAD else 1
-            assert phase_of(t, m, 5) == s.stage or s.invocation is None, (s.name, t)
+            assert stage_of(t, m, 5) == s.stage or s.invocation is None, (s.name, t)
     assert ASSIGN_STEP not in SCHEDULE
 
 

@@ -11,13 +11,13 @@ trips from it; none sequences phases itself. Derived from it, and nowhere else:
 - :data:`PS_SENDS`, the messages a participant accepts (checked at import against
   the participant's table, :data:`~reshuffle.protocol.phases.PARTICIPANT_TABLE`), and
   :func:`max_inbox`, the most of them one participant receives in a round;
-- :func:`phase_of` and :data:`PHASES`, the user-facing phases (``setup, ot, reserve,
+- :func:`stage_of` and :data:`STAGES`, the user-facing stages (``setup, ot, reserve,
   upload, unmask``) of every message, which dropout injection, the statistics and
-  the tests share, and :data:`ONLINE_PHASES`, those of the steps that need a model.
+  the tests share, and :data:`ONLINE_STAGES`, those of the steps that need a model.
 
 Properties of a step:
 
-- ``stage``: its user-facing phase.
+- ``stage``: its user-facing stage ("phase" names a party's states: :mod:`~reshuffle.protocol.phases`).
 - ``offline``: it does not depend on any participant's model, so it may run
   while participants train. Setup, share checks, OT, the credential and every
   reservation iteration are offline; the upload's MaskedSum and the blame step
@@ -145,10 +145,10 @@ def max_inbox(R_max: int) -> int:
     return sum(inbox_bound(R_max).values())
 
 
-#: The user-facing phases, in round order.
-PHASES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE))
-#: The phases of the steps that need the participants' models.
-ONLINE_PHASES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE if not s.offline))
+#: The user-facing stages, in round order.
+STAGES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE))
+#: The stages of the steps that need the participants' models.
+ONLINE_STAGES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE if not s.offline))
 
 
 def _stages() -> tuple[dict[MsgType, str], dict[tuple[MsgType, str], str]]:
@@ -167,8 +167,8 @@ def _stages() -> tuple[dict[MsgType, str], dict[tuple[MsgType, str], str]]:
 _PLAIN, _BY_KIND = _stages()
 
 
-def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
-    """The user-facing phase of a message of invocation ``m``; ``other`` for one no step carries."""
+def stage_of(mtype: MsgType, m: int, upload_m: int) -> str:
+    """The user-facing stage of a message of invocation ``m``; ``other`` for one no step carries."""
     kind = UPLOAD if m >= upload_m else RESERVE
     return _BY_KIND.get((mtype, kind)) or _PLAIN.get(mtype, "other")
 

@@ -57,7 +57,7 @@ from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import ot_proof_context
 from reshuffle.protocol.phases import SPhase, expected_names
 from reshuffle.protocol.reservation import settled_slots
-from reshuffle.protocol.schedule import SERVER_TABLE, Step, closer_of, phase_of, step_of
+from reshuffle.protocol.schedule import SERVER_TABLE, Step, closer_of, stage_of, step_of
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, Transcript
 
 Outbox = list[tuple[int, bytes]]
@@ -84,14 +84,14 @@ def admit(sender: int, data: bytes, roster: dict[int, Certificate], excluded: se
 
 @dataclass(frozen=True)
 class ErrorRecord:
-    """A rejected message: the phase, the transport sender and the typed error."""
+    """A rejected message: the stage, the transport sender and the typed error."""
 
-    phase: str
+    stage: str
     sender: int
     error: ProtocolError
 
     def __str__(self) -> str:
-        return f"[{self.phase}] from {self.sender}: {type(self.error).__name__}: {self.error}"
+        return f"[{self.stage}] from {self.sender}: {type(self.error).__name__}: {self.error}"
 
 
 @dataclass
@@ -128,9 +128,10 @@ class RoundOutput:
 
 # --------------------------------------------------------------------------------------- round-long records
 @dataclass
-class SlotPhase:
+class PSSlotPhase:
     """The PS side of one slot phase (§5.2–5.3, §8.2): its OT key and table, its decoys (from a seed
-    committed before anyone picks), the counts it published and its first invocation's mask set size."""
+    committed before anyone picks), the counts it published and its first invocation's mask set size.
+    A participant's side is :class:`~reshuffle.protocol.participant.SlotPhase`."""
 
     start: int
     ot: OTSender
@@ -369,7 +370,7 @@ class Server:
         self.adverts: dict[int, msg.Advertise] = {}  # the accepted advertisements, relayed
         self.bundles: dict[int, msg.ShareBundle] = {}  # the dealers of U_0: their signed bundles
         self.dealers: dict[int, cpl.Dealer] = {}  # and their (digest, Ĉ)
-        self.slots: SlotPhase | None = None  # the current slot phase
+        self.slots: PSSlotPhase | None = None  # the current slot phase
         # Per reservation iteration, what the blame audit shows (§9): m -> sender -> signed vector, the self
         # seeds of U_m and the DH secrets of its dropped members.
         self.vectors: dict[int, dict[int, bytes]] = {}
@@ -399,14 +400,14 @@ class Server:
 
     @property
     def phase_name(self) -> str:
-        """User-facing phase of what is being collected (setup, ot, reserve, upload, unmask)."""
+        """User-facing stage of what is being collected (setup, ot, reserve, upload, unmask)."""
         if self.phase is SPhase.START:
             return "setup"
         handlers = SERVER_TABLE[self.phase]
         if not handlers:
             return "done"
-        # The phase of the message being collected: one mapping, in phases.py.
-        return phase_of(next(iter(handlers)), self.m, self.params.upload_m)
+        # The stage of the message being collected: one mapping, in schedule.py.
+        return stage_of(next(iter(handlers)), self.m, self.params.upload_m)
 
     @property
     def step(self) -> Step:
@@ -545,14 +546,14 @@ class Server:
         first, _ = self._invocation(1, U0, ())
         return OTStep(first), out
 
-    def _new_slot_phase(self, start: int) -> SlotPhase:
+    def _new_slot_phase(self, start: int) -> PSSlotPhase:
         """Hook: a fresh OT key β with its table, and decoys from a seed committed to before anyone picks
         (§8.2), for the slot phase that begins at invocation ``start``. The table and the seed's commitment
         are sent as returned: participants check the OT answers against B and the opened seed against it."""
         p = self.params
         ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
         seed = self._rng.bytes(32)
-        return SlotPhase(start, ot, seed, Decoys(seed, self.T, p.n, p.k, p.decoys))
+        return PSSlotPhase(start, ot, seed, Decoys(seed, self.T, p.n, p.k, p.decoys))
 
     # §5 step 2, §7.1–7.2: slot tokens with a proof, and one credential per participant.
     def _on_ot_request(self, st: OTStep, sender: int, m: msg.OTRequestMsg) -> None:
@@ -596,7 +597,7 @@ class Server:
             raise BelowThreshold("complaints abandon the first reservation iteration and R_max=1 leaves no other")
         self.vectors.pop(1, None)
         s = self.slots
-        self.slots = SlotPhase(2, s.ot, s.decoy_seed, Decoys(s.decoy_seed, self.T, self.params.n, self.params.k,
+        self.slots = PSSlotPhase(2, s.ot, s.decoy_seed, Decoys(s.decoy_seed, self.T, self.params.n, self.params.k,
                                                                  self.params.decoys))
         out = [(d, msg.Complaints(self.T, 0, SERVER_ID, tuple(sorted(c))).encode(self._sk))
                for d, c in sorted(accused.items()) if d not in self.excluded]

@@ -52,7 +52,7 @@ from reshuffle.clients import Dataset, load_dataset
 from reshuffle.errors import ConfigError
 from reshuffle.privacy.dp import ClientDP, epsilon
 from reshuffle.protocol.params import RoundParams, smallest_round
-from reshuffle.protocol.schedule import PHASES
+from reshuffle.protocol.schedule import STAGES
 from reshuffle.run.config import SimConfig
 from reshuffle.run.delivery import Uploads, make_channel
 from reshuffle.run.plugins import load_plugins
@@ -168,7 +168,7 @@ class Simulation:
         who = rng.choice(len(cohort), size=self.cfg.n_dropout, replace=False)
         out: dict[str, list[int]] = {}
         for j in sorted(who.tolist()):
-            out.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(cohort[j])
+            out.setdefault(STAGES[int(rng.integers(len(STAGES)))], []).append(cohort[j])
         return out
 
     def uploads(self, T: int, cohort: list[int]) -> tuple[Uploads, dict[str, float], bool]:
