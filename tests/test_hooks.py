@@ -92,6 +92,13 @@ def test_every_override_in_the_tests_is_a_listed_hook():
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("__"):
                     if node.name not in hooks:
                         unlisted.append(f"{path.name}: {c.name}.{node.name}")
+        # A handler or closer patched onto one object (``server._close_open = spy``) is a hook too.
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and re.match(r"_(on|close)_", target.attr) \
+                            and target.attr not in hooks:
+                        unlisted.append(f"{path.name}: line {node.lineno} patches {target.attr}")
     assert unlisted == []
     assert seen >= 15
 
