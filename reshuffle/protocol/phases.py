@@ -3,7 +3,10 @@
 The PS's states and what each collects are derived from the round's schedule
 (:mod:`~reshuffle.protocol.schedule`, the one catalogue of steps); a participant's
 states are finer (one per point of its own progress) and listed here with the
-message each accepts (:data:`PARTICIPANT_TABLE`).
+message each accepts (:data:`PARTICIPANT_TABLE`); the schedule checks at import that
+they accept exactly the messages its steps send. Both parties name a message's
+handler by one rule (:func:`handler_name`). "Phase" names these states; the
+user-facing word for a part of the round is "stage" (:data:`~reshuffle.protocol.schedule.STAGES`).
 """
 
 from __future__ import annotations
