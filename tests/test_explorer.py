@@ -40,6 +40,17 @@ def test_it_finds_the_opening_after_the_upload_on_the_participant_before_the_fix
     assert any(s.startswith("OPEN_REQUEST") for s in reveal.schedule[up:])
 
 
+def test_stopping_at_the_first_full_link_finds_the_same_best_in_fewer_states():
+    # The anonymity game's adversary wants the best schedule: once every honest model is linked, no
+    # schedule does better, and the search may stop there; on the fixed participant it never stops early.
+    full = explore(ExploreConfig(announce=False, forge=False), ReopensAfterUpload)
+    early = explore(ExploreConfig(announce=False, forge=False, until_all_linked=True), ReopensAfterUpload)
+    assert early.best == full.best == (3, 3)
+    assert early.states < full.states and not early.complete
+    honest = explore(ExploreConfig(announce=False, forge=False, until_all_linked=True, budget=400))
+    assert honest.best[0] == 0 and honest.states == 400
+
+
 def test_it_finds_the_complaint_extraction_on_the_dealer_before_the_fix():
     r = explore(ExploreConfig(budget=400, announce=False, forge=False), AnswersEveryComplaint)
     link = [v for v in r.violations if v.check == "no link"]

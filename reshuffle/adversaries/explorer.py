@@ -91,7 +91,9 @@ class ExploreConfig:
     at most the participants' own floor c (the guarantees assume no more). ``announce``: the
     PS announces every c and t the messages allow (else only ``c`` with its default t).
     ``forge``: at every leaf, forged evidence against every honest participant. ``depth``
-    bounds the moves on one path, ``budget`` the distinct states visited.
+    bounds the moves on one path, ``budget`` the distinct states visited. ``until_all_linked``:
+    stop at the first leaf that links every honest model (no schedule can do better; the
+    anonymity game's adversary wants the best schedule, not the whole map).
     """
 
     N: int = 4
@@ -108,6 +110,7 @@ class ExploreConfig:
     replays: bool = True
     announce: bool = True
     forge: bool = True
+    until_all_linked: bool = False
     seed: int = 1
 
     def params(self) -> RoundParams:
@@ -701,6 +704,10 @@ class Explorer:
                     children.append(child)
             if not children:
                 self._leaf(w)
+                linked, honest = self.report.best
+                if self.cfg.until_all_linked and 0 < honest == linked:
+                    self.report.complete = not stack
+                    break
             if len(seen) >= self.cfg.budget:
                 self.report.complete = not stack and not children
                 stack.clear()

@@ -228,7 +228,9 @@ def schedule_trial(N: int, n: int, budget: int, participant_cls=None) -> tuple[b
     from reshuffle.protocol.participant import Participant
 
     seed = int.from_bytes(secrets.token_bytes(4), "big")
-    r = explore(ExploreConfig(N=N, n=n, R_max=2, budget=budget, seed=seed), participant_cls or Participant)
+    # Forged evidence names nobody and links nothing: the anonymity adversary leaves it out.
+    r = explore(ExploreConfig(N=N, n=n, R_max=2, budget=budget, seed=seed, forge=False, until_all_linked=True),
+                participant_cls or Participant)
     linked, h = r.best
     challenge = sample_distinct(h, 1, OS_RANDOM)[0]
     return challenge < linked or sample_distinct(h, 1, OS_RANDOM)[0] == 0, h
