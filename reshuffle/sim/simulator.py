@@ -163,7 +163,7 @@ class Simulation:
         return [make_adversary(self.cfg.adversary, pids=tuple(local[i] for i in pids), **opts)]
 
     def _dropouts(self, T: int, cohort: list[int]) -> dict[str, list[int]]:
-        """phase → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random phases)."""
+        """stage → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random stages)."""
         rng = np.random.default_rng(seed_of(self.cfg.seed, T, DROPOUT))
         who = rng.choice(len(cohort), size=self.cfg.n_dropout, replace=False)
         out: dict[str, list[int]] = {}
