@@ -8,7 +8,8 @@ seeds, and every message the participants sent it. This module plays that PS ove
 small real round (real participants, real crypto, N = 4 to 6, short vectors, few
 slots, so that collisions, early ends and openings happen) and searches every order.
 
-**Moves.** A move is one PS message kind built from the PS's knowledge, delivered
+**Moves.** A move is one PS message kind built from the PS's knowledge (one builder per
+message the schedule sends; :data:`NOT_BUILT` names the one left out and why), delivered
 to every participant whose table and checks accept it (with ``split``, also to each
 one alone, which lets the PS show participants different things):
 
