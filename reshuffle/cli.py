@@ -188,7 +188,7 @@ _SIM_OPTIONS = [
                                        "(default: no clipping)"),
     ("--model-noise", _non_negative(float), "CRFL: add Gaussian noise of this standard deviation to every "
                                            "coordinate of the global model after every round (default: none)"),
-    ("--dropout", _fraction, "fraction of a round's clients that drop out (at a random phase)"),
+    ("--dropout", _fraction, "fraction of a round's clients that drop out (at a random stage of the protocol)"),
     ("--shuffle", str, "real (the protocol), ideal (its ideal functionality), none (plaintext)"),
     ("--training", str, "auto, batched (all clients in one stacked computation) or sequential"),
     ("--group", str, "ristretto255 or secp256k1 (real shuffle)"),

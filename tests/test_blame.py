@@ -12,7 +12,7 @@ from reshuffle.adversaries.participants import TamperOneRow
 from reshuffle.errors import InvalidSignature, ProtocolError, Refused
 from reshuffle.harness.api import build_round
 from reshuffle.protocol.blame import KIND_FALSE_OPENING, KIND_NONZERO, verify_evidence
-from reshuffle.protocol.schedule import PHASES
+from reshuffle.protocol.schedule import STAGES
 from tests.protocol_helpers import expected_models, make_updates, multiset
 
 N = 8
@@ -114,7 +114,7 @@ def test_honest_round_with_dropouts_starts_no_blame():
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(1, 10_000),
-    drops=st.lists(st.tuples(st.integers(0, N - 1), st.sampled_from(PHASES)), max_size=2),
+    drops=st.lists(st.tuples(st.integers(0, N - 1), st.sampled_from(STAGES)), max_size=2),
     jammer=st.booleans(),
 )
 def test_blame_never_names_an_honest_participant(seed, drops, jammer):

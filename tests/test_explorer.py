@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reshuffle.adversaries.explorer import ExploreConfig, explore
+from reshuffle.adversaries.explorer import _BUILDERS, NOT_BUILT, ExploreConfig, explore
 from reshuffle.adversaries.weak import (
     AnswersEveryComplaint,
     OpensWithoutView,
@@ -20,11 +20,11 @@ from reshuffle.adversaries.weak import (
 )
 from reshuffle.cli import main
 from reshuffle.errors import ConfigError
+from reshuffle.protocol.schedule import PS_SENDS
 
-# Every kind of PS message the explorer can build; an exploration that never delivered one of them
-# would not have tried the orders it takes part in.
-KINDS = {"ROUND_START", "ADVERTISE_LIST", "SHARE_DELIVERY", "COMPLAINTS", "OT_RESPONSE", "UNMASK_REQUEST",
-         "CERTIFICATE", "MASK_REQUEST", "OPEN_REQUEST", "RESTART", "SLOT_RESPONSE", "BLAME_REQUEST"}
+# Every kind of PS message the schedule sends and the explorer builds; an exploration that never delivered
+# one of them would not have tried the orders it takes part in.
+KINDS = {t.name for t in PS_SENDS if t not in NOT_BUILT}
 
 
 def test_it_finds_the_opening_after_the_upload_on_the_participant_before_the_fix():
@@ -144,3 +144,9 @@ def test_a_forked_participant_is_independent_of_its_original(cut, seed):
     rest_p = [p.handle(d) for d in inbox[cut:]]
     assert [q.handle(d) for d in inbox[cut:]] == rest_p
     assert p.phase is q.phase and p.view.uploaded == q.view.uploaded
+
+
+def test_every_message_the_schedule_sends_has_a_builder_or_a_reason():
+    assert set(_BUILDERS) | set(NOT_BUILT) == PS_SENDS
+    assert not set(_BUILDERS) & set(NOT_BUILT)
+    assert all(reason for reason in NOT_BUILT.values())

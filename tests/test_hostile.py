@@ -17,7 +17,7 @@ from reshuffle.errors import (
     UnexpectedMessage,
 )
 from reshuffle.protocol import messages as msg
-from reshuffle.protocol.messages import MsgType, peek_type
+from reshuffle.protocol.messages import MsgType, peek_header, peek_type
 from reshuffle.protocol.participant import Participant
 from reshuffle.harness.runner import Envelope
 from tests.protocol_helpers import expected_models, make_updates, multiset, rewrite_header
@@ -26,11 +26,8 @@ N = 6  # t = 4
 
 
 def is_(env, sender, mtype, m=None):
-    return (
-        env.sender == sender
-        and peek_type(env.data) == mtype
-        and (m is None or int.from_bytes(env.data[10:14], "big") == m)
-    )
+    h = peek_header(env.data)
+    return env.sender == sender and h is not None and h.type == mtype and (m is None or h.m == m)
 
 
 def tamper(sender, mtype, fn, m=None, once=True):

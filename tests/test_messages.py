@@ -63,6 +63,16 @@ def test_every_message_type_has_a_sample():
 
 
 @pytest.mark.parametrize("m", samples(), ids=lambda m: m.TYPE.name)
+def test_peek_header_reads_what_decode_reads(m):
+    enc = m.encode(SK)
+    got = msg.decode(enc, CTX)
+    assert msg.peek_header(enc) == (msg.VERSION, m.TYPE, got.T, got.m, got.sender)
+    # Shorter than a header: nothing to read; an unknown type byte reads as None.
+    assert msg.peek_header(enc[: msg.HEADER_BYTES - 1]) is None
+    assert msg.peek_header(enc[:1] + bytes([250]) + enc[2:]).type is None
+
+
+@pytest.mark.parametrize("m", samples(), ids=lambda m: m.TYPE.name)
 def test_signature_covers_every_byte(m):
     # Prepare: a message signed by its sender.
     enc = m.encode(SK)

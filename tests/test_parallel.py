@@ -11,7 +11,7 @@ from reshuffle.adversaries import make_adversary
 from reshuffle.errors import ConfigError, DecodeError, InvalidShare, Refused
 from reshuffle.harness import parallel
 from reshuffle.harness.api import build_round
-from reshuffle.protocol.messages import MsgType, ShareKind, peek_type
+from reshuffle.protocol.messages import MsgType, ShareKind, peek_header, peek_type
 from reshuffle.harness.parallel import ParallelRunner, WorkerFailed, decode_view, encode_view
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, ParticipantView
@@ -37,7 +37,7 @@ def _summary(r):
         "blamed": r.blamed,
         "counts": r.output.counts,
         "round_online": r.output.online,
-        "errors": [(e.phase, e.sender, type(e.error).__name__, str(e.error)) for e in r.errors],
+        "errors": [(e.stage, e.sender, type(e.error).__name__, str(e.error)) for e in r.errors],
         "participant_errors": {i: [repr(e) for e in es] for i, es in r.participant_errors.items()},
         "revealed": {i: v.revealed for i, v in r.views.items()},
         "stats_shape": {ph: sorted(v) if isinstance(v, dict) else v for ph, v in r.stats.items()},
@@ -87,7 +87,8 @@ class _Crashes(Participant):
     exc: type = RuntimeError
 
     def handle(self, data):
-        if peek_type(data) is MsgType.MASK_REQUEST and int.from_bytes(data[10:14], "big") == self.params.upload_m:
+        h = peek_header(data)
+        if h.type is MsgType.MASK_REQUEST and h.m == self.params.upload_m:
             raise self.exc("boom at the upload")
         return super().handle(data)
 
@@ -209,7 +210,8 @@ def test_failure_mid_phase_drains_the_workers_and_keeps_their_views():
     p = RoundParams.default(6, D)
 
     def tap(env):
-        if peek_type(env.data) is MsgType.MASKED_INPUT and int.from_bytes(env.data[10:14], "big") == p.upload_m:
+        h = peek_header(env.data)
+        if h.type is MsgType.MASKED_INPUT and h.m == p.upload_m:
             raise _Stop("tap failed")
         return [env]
 

@@ -6,7 +6,7 @@ import pytest
 import reshuffle
 from reshuffle.errors import BelowThreshold, ConfigError, EncodingError
 from reshuffle.protocol.params import RoundParams
-from reshuffle.protocol.schedule import PHASES
+from reshuffle.protocol.schedule import STAGES
 from tests.protocol_helpers import expected_models, make_updates, multiset
 
 
@@ -31,6 +31,23 @@ def test_positions_map_each_participant_to_its_own_model():
         assert np.array_equal(r.models[pos], codec.roundtrip(ups[i]))
 
 
+def test_each_participants_state_knows_its_own_row():
+    # The position the blame step protects (never open one's own row) is read from the state, not the diary.
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
+    from reshuffle.protocol.participant import ParticipantView
+
+    ups = make_updates(6, d=4, seed=7)
+    server, parts = build_round(ups, RoundParams.default(6, 4), seed=8)
+    assert all(pp.state.position is None for pp in parts.values())
+    out = InProcessRunner(server, parts).run()
+    got = {i: pp.state.position for i, pp in parts.items()}
+    assert got == {i: pp.view.position for i, pp in parts.items()}
+    assert sorted(got.values()) == sorted(out.valid_positions)
+    parts[0].view = ParticipantView()  # a wiped diary changes nothing the protocol reads
+    assert parts[0].state.position == got[0]
+
+
 def test_clipping_reported_by_codec_not_wrapped():
     ups = make_updates(4, d=8, seed=1, scale=100.0)  # beyond the ±64 range
     r = reshuffle.shuffle(ups, seed=1)
@@ -51,7 +68,7 @@ def test_ideal_shuffle_permutes():
     assert len(orders) > 5
 
 
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", STAGES)
 def test_dropouts_up_to_tolerance(phase):
     N = 7  # c = 1, t = 5: up to 2 may drop
     ups = make_updates(N, d=12, seed=4)
@@ -66,7 +83,7 @@ def test_dropouts_up_to_tolerance(phase):
         assert multiset(r.models) == expected_models(ups, want)
 
 
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", STAGES)
 def test_below_threshold_fails_clearly(phase):
     N = 7
     ups = make_updates(N, d=6, seed=4)
@@ -84,7 +101,7 @@ def test_dropouts_spread_over_phases():
 
 def test_bad_arguments():
     ups = make_updates(3, d=4)
-    with pytest.raises(ConfigError, match="unknown dropout phase"):
+    with pytest.raises(ConfigError, match="unknown dropout stage"):
         reshuffle.shuffle(ups, dropouts={"lunch": [0]})
     with pytest.raises(ConfigError, match="unknown round parameter"):
         reshuffle.shuffle(ups, colour=3)
@@ -107,7 +124,7 @@ def test_other_parameters_and_group():
 
 def test_stats_per_phase():
     r = reshuffle.shuffle(make_updates(5, d=100), seed=1)
-    for ph in PHASES:
+    for ph in STAGES:
         assert r.stats[ph]["ps_s"] >= 0
     up = r.stats["upload"]
     # Each participant uploads the whole list: 5 positions × (100 + 4) words × 4 bytes, plus header.

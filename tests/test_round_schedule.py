@@ -35,20 +35,39 @@ def test_the_catalogue_and_the_participant_table_agree():
     # Every message a step sends is accepted in some participant state, every message a participant
     # accepts is sent by some step; every collected message has its handler on the PS.
     from reshuffle.protocol.phases import PARTICIPANT_TABLE
-    from reshuffle.protocol.schedule import ASSIGN_STEP, ONLINE_PHASES, PHASES, phase_of
+    from reshuffle.protocol.schedule import ASSIGN_STEP, ONLINE_STAGES, STAGES, stage_of
+
+    from reshuffle.protocol.participant import Participant
+    from reshuffle.protocol.schedule import PS_SENDS
 
     sent = {t for s in SCHEDULE for t in s.sends}
     accepted = {t for table in PARTICIPANT_TABLE.values() for t in table}
-    assert sent == accepted, (sent ^ accepted)
+    assert sent == accepted == PS_SENDS, (sent ^ accepted)
+    for table in PARTICIPANT_TABLE.values():
+        assert all(callable(getattr(Participant, name)) for name in table.values())
     for table in SERVER_TABLE.values():
         assert all(callable(getattr(Server, name)) for name in table.values())
     # The phases: every step's, in round order; the online ones are the upload's and what follows.
-    assert PHASES == ("setup", "ot", "reserve", "upload", "unmask") and ONLINE_PHASES == ("upload", "unmask")
+    assert STAGES == ("setup", "ot", "reserve", "upload", "unmask") and ONLINE_STAGES == ("upload", "unmask")
     for s in SCHEDULE:
         for t in s.sends + s.collects:
             m = 5 if s.invocation == UPLOAD else 1
-            assert phase_of(t, m, 5) == s.stage or s.invocation is None, (s.name, t)
+            assert stage_of(t, m, 5) == s.stage or s.invocation is None, (s.name, t)
     assert ASSIGN_STEP not in SCHEDULE
+
+
+@pytest.mark.parametrize("R_max", [1, 2, 5])
+def test_the_inbox_bound_counts_each_message_of_a_round(R_max):
+    # A member receives each invocation's request, U_m and certificate (R_max + 1 invocations), one open
+    # request, restart and slot answer per opened iteration (at most R_max), everything else at most once.
+    from reshuffle.protocol.messages import MsgType as T
+    from reshuffle.protocol.schedule import PS_SENDS, inbox_bound, max_inbox
+
+    per_invocation = {T.MASK_REQUEST, T.UNMASK_REQUEST, T.CERTIFICATE}
+    per_opening = {T.OPEN_REQUEST, T.RESTART, T.SLOT_RESPONSE}
+    want = {t: R_max + 1 if t in per_invocation else R_max if t in per_opening else 1 for t in PS_SENDS}
+    assert inbox_bound(R_max) == want
+    assert max_inbox(R_max) == sum(want.values())
 
 
 def test_maskedsum_steps_split_by_invocation():

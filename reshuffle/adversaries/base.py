@@ -11,14 +11,24 @@ Each behaviour states what must hold when it plays (:meth:`Behaviour.holds`):
 which honest models are delivered, who is blamed, which check stops it. Nothing
 there reads the participants' secrets: only the round's public output and each
 honest participant's own view.
+
+A deviating state machine overrides only the protected hooks listed here
+(:data:`PARTICIPANT_HOOKS`, :data:`SERVER_HOOKS`), each documented where the
+honest class defines it: its message handlers (named by the state tables and
+the schedule) and a few named steps. :func:`unlisted_overrides` names any other
+method a subclass defines, so that a renamed hook fails a test instead of
+silently turning a deviation back into honest behaviour.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import FunctionType
 from typing import TYPE_CHECKING, ClassVar
 
 from reshuffle.errors import ConfigError
+from reshuffle.protocol.phases import PARTICIPANT_TABLE
+from reshuffle.protocol.schedule import SCHEDULE, SERVER_TABLE
 from reshuffle.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,6 +97,50 @@ class PSBehaviour(Behaviour):
         s = self.server_class(*args, **kwargs)
         s.behaviour = self
         return s
+
+
+# --------------------------------------------------------------------------------------- extension points
+def _handlers(*tables) -> tuple[str, ...]:
+    return tuple(sorted({name for table in tables for handlers in table.values() for name in handlers.values()}))
+
+
+#: What a deviating :class:`~reshuffle.protocol.participant.Participant` may override: the entry point,
+#: the state table, the named hooks, and every message handler the table names (``_on_<message type>``,
+#: ``_on_first_abandoned``).
+PARTICIPANT_HOOKS: tuple[str, ...] = (
+    "handle", "TABLE", "_seal", "_check_floors", "_colluders", "_check_fresh", "_reservation_vector",
+    "_model_list", "_reveal",
+) + _handlers(PARTICIPANT_TABLE)
+
+#: What a deviating :class:`~reshuffle.protocol.server.Server` may override: the driver's entry points,
+#: the named hooks, every message handler (``_on_<message type>``) and every step's closer.
+SERVER_HOOKS: tuple[str, ...] = (
+    "start", "receive", "_new_slot_phase", "_invocation", "_open_invocation", "_check_view", "_publish",
+    "_check_rows",
+) + _handlers(SERVER_TABLE) + tuple(sorted({s.closer for s in SCHEDULE}))
+
+
+def unlisted_overrides(cls: type) -> list[str]:
+    """Methods (and upper-case class attributes) that ``cls``, a subclass of the honest participant or
+    PS, defines beyond the hooks of :data:`PARTICIPANT_HOOKS` or :data:`SERVER_HOOKS`: an override of a
+    renamed or removed hook, which the honest code would never call."""
+    from reshuffle.protocol.participant import Participant
+    from reshuffle.protocol.server import Server
+
+    if issubclass(cls, Participant):
+        hooks, base = PARTICIPANT_HOOKS, Participant
+    elif issubclass(cls, Server):
+        hooks, base = SERVER_HOOKS, Server
+    else:
+        raise ConfigError(f"{cls.__name__} derives from neither Participant nor Server")
+    out = []
+    for k in cls.__mro__[: cls.__mro__.index(base)]:
+        for name, value in vars(k).items():
+            if name.startswith("__") or name in hooks:
+                continue
+            if isinstance(value, (FunctionType, staticmethod, classmethod, property)) or name.isupper():
+                out.append(f"{k.__qualname__}.{name}")
+    return out
 
 
 ADVERSARIES: Registry = Registry("adversary")

@@ -8,7 +8,8 @@ seeds, and every message the participants sent it. This module plays that PS ove
 small real round (real participants, real crypto, N = 4 to 6, short vectors, few
 slots, so that collisions, early ends and openings happen) and searches every order.
 
-**Moves.** A move is one PS message kind built from the PS's knowledge, delivered
+**Moves.** A move is one PS message kind built from the PS's knowledge (one builder per
+message the schedule sends; :data:`NOT_BUILT` names the one left out and why), delivered
 to every participant whose table and checks accept it (with ``split``, also to each
 one alone, which lets the PS show participants different things):
 
@@ -76,6 +77,7 @@ from reshuffle.protocol.messages import MsgType, ShareKind
 from reshuffle.protocol.params import RoundParams, TrustFloors
 from reshuffle.protocol.participant import Participant, global_model_hash, ot_proof_context
 from reshuffle.protocol.phases import PPhase
+from reshuffle.protocol.schedule import PS_SENDS
 
 T = 1
 REASON = "the PS asks"
@@ -717,20 +719,21 @@ class Explorer:
         return self.report
 
 
-_BUILDERS = {
-    MsgType.ROUND_START: Explorer._round_start,
-    MsgType.ADVERTISE_LIST: Explorer._advertise_list,
-    MsgType.SHARE_DELIVERY: Explorer._share_delivery,
-    MsgType.COMPLAINTS: Explorer._complaints,
-    MsgType.OT_RESPONSE: Explorer._ot_response,
-    MsgType.UNMASK_REQUEST: Explorer._unmask_request,
-    MsgType.CERTIFICATE: Explorer._certificate,
-    MsgType.MASK_REQUEST: Explorer._mask_request,
-    MsgType.OPEN_REQUEST: Explorer._open_request,
-    MsgType.RESTART: Explorer._restart,
-    MsgType.SLOT_RESPONSE: Explorer._slot_response,
-    MsgType.BLAME_REQUEST: Explorer._blame_request,
+#: PS messages the explorer builds no move for, and why.
+NOT_BUILT: dict[MsgType, str] = {
+    MsgType.DISPUTE: "a dispute with a colluder reveals a pair key the colluder's secrets give the PS anyway; one with "
+                     "an honest partner needs its signed opening that conflicts, which an honest member never signs",
 }
+
+
+def builder_name(t: MsgType) -> str:
+    """The explorer's builder of a PS message: ``_<message type>``."""
+    return "_" + t.name.lower()
+
+
+# One builder per message some step of the schedule sends, unless listed in NOT_BUILT: a message added to the
+# schedule without a builder or a reason fails here, at import.
+_BUILDERS = {t: getattr(Explorer, builder_name(t)) for t in sorted(PS_SENDS) if t not in NOT_BUILT}
 
 
 def explore(cfg: ExploreConfig = ExploreConfig(), participant_cls: type[Participant] = Participant) -> ExploreReport:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.messages import MsgType
 from reshuffle.protocol.participant import Opened, Participant
-from reshuffle.protocol.phases import PARTICIPANT_TABLE, PPhase
+from reshuffle.protocol.phases import PARTICIPANT_TABLE, PPhase, handler_name
 from reshuffle.protocol.transcript import Transcript
 
 
@@ -24,7 +24,8 @@ class ReopensAfterUpload(Participant):
     the same keys."""
 
     TABLE = {**PARTICIPANT_TABLE,
-             PPhase.UPLOADED: {**PARTICIPANT_TABLE[PPhase.UPLOADED], MsgType.OPEN_REQUEST: "_on_open_request"}}
+             PPhase.UPLOADED: {**PARTICIPANT_TABLE[PPhase.UPLOADED],
+                               MsgType.OPEN_REQUEST: handler_name(MsgType.OPEN_REQUEST)}}
 
     def _check_fresh(self, s, m: int) -> None:
         """It masks a second plaintext under keys it used (the fix refuses)."""
@@ -43,7 +44,7 @@ class AnswersEveryComplaint(Participant):
     """Before the fix: a dealer answers any complaints the PS relays, as often as it is asked."""
 
     TABLE = {**PARTICIPANT_TABLE, PPhase.ANSWERED: {**PARTICIPANT_TABLE[PPhase.ANSWERED],
-                                                    MsgType.COMPLAINTS: "_on_complaints"}}
+                                                    MsgType.COMPLAINTS: handler_name(MsgType.COMPLAINTS)}}
 
     def _on_complaints(self, s, m: msg.Complaints):
         dealt = s.dealing.dealt

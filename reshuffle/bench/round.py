@@ -74,7 +74,7 @@ from reshuffle.crypto.signatures import SigningKey
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.masking import mask_in_place
-from reshuffle.protocol.schedule import ONLINE_PHASES
+from reshuffle.protocol.schedule import ONLINE_STAGES
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, check_certificate
 
 LENET5_D = 61_706
@@ -472,7 +472,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     sent = sum(v["participant_bytes_sent"] for v in phase_stats.values())
     recv = sum(v["participant_bytes_received"] for v in phase_stats.values())
     critical = sum(v["ps_s"] + v["participant_max_s"] for v in phase_stats.values())
-    online = [phase_stats[ph] for ph in ONLINE_PHASES]
+    online = [phase_stats[ph] for ph in ONLINE_STAGES]
     out = {
         "d": d,
         "group_size": group_size,

@@ -53,7 +53,7 @@ class ShuffleResult:
     groups: list[tuple[int, ...]] | None = None
     failed_groups: dict[int, str] = field(default_factory=dict)
     # group_size, groups (count, sizes, per-group outcome), assignment (attempts, excluded); {} without groups.
-    # ``stats`` then also has an "assign" entry shaped like a phase's.
+    # ``stats`` then also has an "assign" entry shaped like a stage's.
     group_stats: dict = field(default_factory=dict)
     # Round trips the driver executed (protocol/schedule.py): round_trips, round_trips_after_training
     # (from the first step that needs a model), and the steps in order.
@@ -261,7 +261,7 @@ PER_GROUP = {"n", "k", "t", "c"}  # follow each group's size
 class ShuffleOptions:
     """How :func:`shuffle` and :func:`prepare` run a round (their keyword arguments, checked once).
 
-    ``dropouts`` maps a phase to the participants that stop answering from it on;
+    ``dropouts`` maps a stage to the participants that stop answering from it on;
     ``seed`` makes every random choice reproducible (a cryptographic PRG is seeded,
     never numpy's; None: OS randomness); ``T`` is the round number and
     ``global_model`` the bytes of W_g^T whose hash every message binds;
@@ -348,7 +348,7 @@ def shuffle(updates: Sequence[np.ndarray], **options) -> ShuffleResult:
     assignment; each delivers all its members' models or none (a member that drops
     before its upload fails its group). ``group_stats`` then reports ``group_size``,
     ``groups`` (count, sizes, per-group outcome) and the assignment's attempts;
-    ``stats`` gains an ``assign`` entry shaped like a phase's.
+    ``stats`` gains an ``assign`` entry shaped like a stage's.
     """
     opts = ShuffleOptions.of(**options)
     ups = _check_updates(updates, opts.params.get("payload", "fixed"), opts.params.get("b", 32))
@@ -466,9 +466,9 @@ class PreparedRound:
 
 
 def _group_stats(server: GroupedServer, runner: InProcessRunner, N: int) -> tuple[dict, dict]:
-    """The assignment as one more phase entry of ``stats``, and ``group_stats``.
+    """The assignment as one more stage entry of ``stats``, and ``group_stats``.
 
-    The runner books assignment messages outside the round's phases ("other") and
+    The runner books assignment messages outside the round's stages ("other") and
     the PS's assignment time under "setup"; both are moved to "assign" here.
     """
     a = server.assignment

@@ -60,7 +60,7 @@ from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, ReShuffleError
 from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant, ParticipantView
-from reshuffle.protocol.schedule import PHASES
+from reshuffle.protocol.schedule import STAGES
 from reshuffle.harness.runner import Envelope, InProcessRunner, Interceptor
 from reshuffle.protocol.driver import PS
 from reshuffle.wire import Parser, Writer
@@ -377,8 +377,8 @@ class ParallelRunner(InProcessRunner):
         for env in envs:
             if env.recipient not in self.participants:
                 continue
-            ph = self._phase(env.data)
-            if ph in PHASES and PHASES.index(ph) >= self.drop_at.get(env.recipient, len(PHASES)):
+            ph = self._stage(env.data)
+            if ph in STAGES and STAGES.index(ph) >= self.drop_at.get(env.recipient, len(STAGES)):
                 continue  # dropped out: the message goes unanswered
             self.stats.participant_recv[ph] += len(env.data)
             per_worker[self._owner[env.recipient]].append((len(items), env.recipient, env.data))

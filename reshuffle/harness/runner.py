@@ -4,8 +4,8 @@ It is a thin transport: it executes the round's schedule
 (:mod:`~reshuffle.protocol.schedule`) through the PS's ``start`` / ``receive`` /
 ``close_phase`` and never inspects a participant's state on behalf of the PS.
 It can pause before the first step that needs the models (:meth:`run_offline`),
-so that setup, OT and reservation run while participants train. It injects dropouts per phase, lets tests tamper with any message
-through *interceptors*, and records per-phase time and bytes.
+so that setup, OT and reservation run while participants train. It injects dropouts per stage, lets tests tamper with any message
+through *interceptors*, and records per-stage time and bytes.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import ConfigError
-from reshuffle.protocol.messages import peek_type
+from reshuffle.protocol.messages import peek_header
 from reshuffle.protocol.participant import Participant
-from reshuffle.protocol.schedule import PHASES, RoundTrips, phase_of
+from reshuffle.protocol.schedule import STAGES, RoundTrips, stage_of
 from reshuffle.protocol.driver import PS
 from reshuffle.protocol.server import RoundOutput
 
@@ -42,8 +42,8 @@ class Envelope:
 Interceptor = Callable[[Envelope], Iterable[Envelope]]
 
 
-class PhaseStats:
-    """Seconds and bytes per phase, for the PS and summed over participants.
+class StageStats:
+    """Seconds and bytes per stage, for the PS and summed over participants.
 
     ``participant_cpu_s`` is the CPU time of the participants' handlers (their
     thread's), which other load on the machine does not inflate.
@@ -59,7 +59,7 @@ class PhaseStats:
 
     def as_dict(self, n_participants: int) -> dict:
         out = {}
-        for ph in PHASES:
+        for ph in STAGES:
             out[ph] = {
                 "ps_s": self.ps_s.get(ph, 0.0),
                 "participant_s": self.participant_s.get(ph, 0.0) / max(n_participants, 1),
@@ -76,8 +76,8 @@ class PhaseStats:
 class InProcessRunner:
     """Run one round among ``participants`` and ``server`` in this process.
 
-    ``dropouts`` maps a phase name to participant ids that stop answering from
-    that phase on (they receive nothing of it or later).
+    ``dropouts`` maps a stage name to participant ids that stop answering from
+    that stage on (they receive nothing of it or later).
     """
 
     def __init__(
@@ -90,15 +90,15 @@ class InProcessRunner:
         self.server = server
         self.participants = dict(participants)
         self.drop_at: dict[int, int] = {}
-        for phase, ids in (dropouts or {}).items():
-            if phase not in PHASES:
-                raise ConfigError(f"unknown dropout phase {phase!r}; choose from {PHASES}")
+        for stage, ids in (dropouts or {}).items():
+            if stage not in STAGES:
+                raise ConfigError(f"unknown dropout stage {stage!r}; choose from {STAGES}")
             for i in ids:
                 if i not in self.participants:
                     raise ConfigError(f"dropout names participant {i}, who is not in the round")
-                self.drop_at[i] = min(self.drop_at.get(i, len(PHASES)), PHASES.index(phase))
+                self.drop_at[i] = min(self.drop_at.get(i, len(STAGES)), STAGES.index(stage))
         self.interceptors = list(interceptors)
-        self.stats = PhaseStats()
+        self.stats = StageStats()
         self.trips = RoundTrips()
         self._outbox: list | None = None  # the PS's messages of the step to run next
 
@@ -108,10 +108,11 @@ class InProcessRunner:
             envs = [out for e in envs for out in f(e)]
         return envs
 
-    def _phase(self, data: bytes) -> str:
-        t = peek_type(data)
-        m = int.from_bytes(data[10:14], "big") if len(data) >= 14 else 0
-        return phase_of(t, m, self.server.params.upload_m) if t is not None else "other"
+    def _stage(self, data: bytes) -> str:
+        h = peek_header(data)
+        if h is None or h.type is None:
+            return "other"
+        return stage_of(h.type, h.m, self.server.params.upload_m)
 
     def _to_server(self, env: Envelope) -> None:
         ph = self.server.phase_name
@@ -123,8 +124,8 @@ class InProcessRunner:
         p = self.participants.get(env.recipient)
         if p is None:
             return
-        ph = self._phase(env.data)
-        if ph in PHASES and PHASES.index(ph) >= self.drop_at.get(env.recipient, len(PHASES)):
+        ph = self._stage(env.data)
+        if ph in STAGES and STAGES.index(ph) >= self.drop_at.get(env.recipient, len(STAGES)):
             return  # dropped out: the message goes unanswered
         self.stats.participant_recv[ph] += len(env.data)
         t0, c0 = time.perf_counter(), time.thread_time()

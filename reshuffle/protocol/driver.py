@@ -55,7 +55,7 @@ class PS(Protocol):
 
     @property
     def phase_name(self) -> str:
-        """The user-facing phase of what is being collected (setup, ot, reserve, upload, unmask)."""
+        """The user-facing stage of what is being collected (setup, ot, reserve, upload, unmask)."""
 
     def start(self) -> Outbox:
         """The round's first messages: (recipient, bytes) pairs."""

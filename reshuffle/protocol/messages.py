@@ -21,7 +21,7 @@ import hashlib
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from reshuffle.crypto.group import Element, Group
 from reshuffle.crypto.shamir import Share
@@ -291,6 +291,30 @@ def peek_type(data: bytes) -> MsgType | None:
         return MsgType(data[1])
     except ValueError:
         return None
+
+
+class Header(NamedTuple):
+    """The fixed fields at the start of every message: version, type (None if unknown), T, m, sender."""
+
+    version: int
+    type: MsgType | None
+    T: int
+    m: int
+    sender: int
+
+
+_HEADER = struct.Struct(">BBQII")  # what Message.header() writes: u8 version, u8 type, u64 T, u32 m, u32 sender
+if _HEADER.size != HEADER_BYTES:
+    raise AssertionError("the header layout and HEADER_BYTES disagree")
+
+
+def peek_header(data: bytes) -> Header | None:
+    """The header of a message without parsing its body or checking anything, or None if ``data`` is
+    shorter than a header. For routing and statistics: a driver's view of bytes, never a check."""
+    if len(data) < HEADER_BYTES:
+        return None
+    version, t, T, m, sender = _HEADER.unpack_from(data)
+    return Header(version, peek_type(data), T, m, sender)
 
 
 # --------------------------------------------------------------------------- #

@@ -190,6 +190,14 @@ class ParticipantState:
     opened: Opened | None = None
     opening: msg.Opening | None = None  # its signed opening of the decoy rows (§9), kept for disputes
 
+    @property
+    def position(self) -> int | None:
+        """Its own row in the model list: its settled slot's rank among the settled slots (None without one)."""
+        res = self.slots.reservation if self.slots is not None else None
+        if res is None or res.slot is None:
+            return None
+        return settled_slots(self.slots.counts).index(res.slot)
+
 
 @dataclass
 class ParticipantView:
@@ -228,9 +236,18 @@ class Participant:
     Raises
     ------
     EncodingError : a float model holds NaN or Inf (checked before anything is masked).
+
+    Hooks (:data:`reshuffle.adversaries.base.PARTICIPANT_HOOKS`): a deviating participant
+    overrides only these. The message handlers named by :attr:`TABLE` take the state and a
+    message that :meth:`handle` has decoded, matched to the state and checked to come from
+    the PS, for round T, under the PS's signature (ROUND_START's handler checks its own);
+    each returns the next state and its replies, which go out through :meth:`_seal`. When a
+    handler raises a :class:`ProtocolError`, nothing of its work is kept: the participant
+    aborts in the state it had and refuses (a signed Refusal until its round is over). The
+    named hooks say what each may change where they are defined.
     """
 
-    #: which message each state accepts, and the handler (a subclass may deviate here too)
+    #: Hook: which message each state accepts, and its handler (a weakened participant accepts more).
     TABLE = PARTICIPANT_TABLE
 
     def __init__(
@@ -304,7 +321,10 @@ class Participant:
 
     # ------------------------------------------------------------------ #
     def handle(self, data: bytes) -> list[bytes]:
-        """Process one message from the PS; return the replies to send back."""
+        """Process one message from the PS; return the replies to send back.
+
+        Hook: a deviation may drop, repeat or rewrite whole messages around ``super().handle``,
+        which runs every check before the state moves."""
         s = self.state
         try:
             m = msg.decode(data, self.ctx)
@@ -331,7 +351,8 @@ class Participant:
             return [msg.Refusal(self.T, m_, self.pid, type(exc).__name__, str(exc)).encode(self._sk)]
 
     def _seal(self, m: msg.Message) -> list[bytes]:
-        """The signed bytes to send for ``m`` (the hook adversaries override)."""
+        """Hook: the signed bytes sent for reply ``m``, once its handler has moved the state on. A deviation
+        may send other bytes, more or none; the state keeps what the honest reply said."""
         return [m.encode(self._sk)]
 
     # ------------------------------------------------------------------ #
@@ -367,11 +388,13 @@ class Participant:
         return replace(s, phase=PPhase.AWAIT_ADVERTS, h=h, session=session, dealing=Dealing(polys, adv)), [adv]
 
     def _check_floors(self, p: RoundParams) -> None:
-        """Refuse parameters beyond the floors (the hook a weakened participant undoes)."""
+        """Hook: refuse ROUND_START parameters beyond this participant's floors (BelowFloor). Called before
+        any key is drawn; a deviation that checks less takes whatever c, t, decoys and R_max the PS announces."""
         self.floors.check(p)
 
     def _colluders(self, p: RoundParams) -> int:
-        """The c every cap uses: the stricter of the announced c and this participant's own."""
+        """Hook: the c every cap uses, the stricter of the announced c and this participant's own (the
+        complaints it answers are capped at t − 1 − c)."""
         return self.floors.c_bound(p)
 
     # §5 step 1: verify every signed advertisement, share b_{i,m} and x_{i,m}.
@@ -603,12 +626,15 @@ class Participant:
         return s, msg.MaskedInput(self.T, m, self.pid, h, rows, memoryview(v).cast("B"))
 
     def _check_fresh(self, s: ParticipantState, m: int) -> None:
-        """One key, one plaintext: never a second vector under the keys of one invocation."""
+        """Hook: one key, one plaintext; refuse a second vector under the keys of invocation m. Called before
+        anything is masked; a deviation that lets it pass masks a second plaintext under the same keys."""
         if m in s.inv.sent:
             raise Refused(f"invocation {m}'s vector was sent already: its keys mask one plaintext")
 
     def _reservation_vector(self, s: ParticipantState) -> tuple[ParticipantState, np.ndarray, int]:
-        """One-hot at this iteration's pick, or all zeros (settled, or no free candidate left)."""
+        """Hook: (state, vector, rows) of a reservation iteration: one-hot at this iteration's pick, or all
+        zeros (settled, or no free candidate left). The vector is masked and sent as returned, and the
+        state returned is kept: a deviation may mark any words, the count checks and the opening judge them."""
         v = np.zeros(s.session.params.n, dtype=np.uint32)
         res = s.slots.reservation.choose(self._rng)
         if res.pick is not None:
@@ -616,7 +642,9 @@ class Participant:
         return replace(s, slots=replace(s.slots, reservation=res)), v, 1
 
     def _model_list(self, s: ParticipantState) -> tuple[np.ndarray, int]:
-        """LW: one row per settled slot; ours holds the credentialed, tagged row (§5 step 4, §7.2)."""
+        """Hook: (LW, rows) of the upload: one row per settled slot; its own holds the credentialed, tagged
+        row (§5 step 4, §7.2). LW is masked and sent as returned: a deviation may write any words, the row
+        checks and the blame step judge them."""
         p, slots = s.session.params, s.slots
         S = settled_slots(slots.counts)
         lw = np.zeros((len(S), p.row_words), dtype=p.codec.dtype)
@@ -627,7 +655,7 @@ class Participant:
         slot = slots.reservation.slot
         self.view.slot = slot
         if slot is not None:
-            pos = S.index(slot)
+            pos = s.position
             self.view.position = pos
             enc = p.codec.encode(self._model)
             self.view.clipped = enc.clipped
@@ -726,8 +754,9 @@ class Participant:
         return replace(s, phase=phase, h=h, inv=inv), [response]
 
     def _reveal(self, s: ParticipantState, m: int, online) -> tuple[dict[int, ShareKind], msg.UnmaskResponse]:
-        """The shares for U_m = ``online``: self seeds of its members, DH secrets of the rest of the mask
-        set; one kind per owner (the plan is a dict)."""
+        """Hook: the shares for U_m = ``online``: self seeds of its members, DH secrets of the rest of the mask
+        set; one kind per owner (the plan is a dict). Called once per invocation, after the certificate of
+        U_m is checked; the plan returned is what the view records as revealed."""
         Um, prev = set(online), set(s.inv.mask_set)
         plan = {j: ShareKind.SELF_SEED for j in Um}
         plan.update({j: ShareKind.DH_SECRET for j in prev - Um})
@@ -757,7 +786,7 @@ class Participant:
                 dict(m.seeds[idx]), dict(m.dropped[idx]), s.peers.adverts, keys, slots.counts[idx], picks[idx],
             )
         positions = decoy_positions(slots.counts, decoy_slots)
-        if list(m.positions) != positions or self.view.position in positions:
+        if list(m.positions) != positions or s.position in positions:
             raise Refused(f"asked to open positions {list(m.positions)}, the decoys hold {positions}")
         up = p.upload_m
         x = ses.keys.mask[up - 1].secret

@@ -3,7 +3,10 @@
 The PS's states and what each collects are derived from the round's schedule
 (:mod:`~reshuffle.protocol.schedule`, the one catalogue of steps); a participant's
 states are finer (one per point of its own progress) and listed here with the
-message each accepts (:data:`PARTICIPANT_TABLE`).
+message each accepts (:data:`PARTICIPANT_TABLE`); the schedule checks at import that
+they accept exactly the messages its steps send. Both parties name a message's
+handler by one rule (:func:`handler_name`). "Phase" names these states; the
+user-facing word for a part of the round is "stage" (:data:`~reshuffle.protocol.schedule.STAGES`).
 """
 
 from __future__ import annotations
@@ -37,26 +40,38 @@ class PPhase(enum.Enum):
     ABORTED = "aborted"
 
 
-# Which message each participant state accepts, and the state after it.
+def handler_name(t: MsgType) -> str:
+    """The handler of a message on the party that receives it: ``_on_<message type>``."""
+    return "_on_" + t.name.lower()
+
+
+# Which messages each participant state accepts (each a message some step of the schedule sends).
+_ACCEPTS: dict[PPhase, tuple[MsgType, ...]] = {
+    PPhase.AWAIT_START: (MsgType.ROUND_START,),
+    PPhase.AWAIT_ADVERTS: (MsgType.ADVERTISE_LIST,),
+    PPhase.AWAIT_SHARES: (MsgType.SHARE_DELIVERY,),
+    PPhase.AWAIT_OT: (MsgType.OT_RESPONSE, MsgType.COMPLAINTS),
+    PPhase.ANSWERED: (MsgType.OT_RESPONSE,),
+    PPhase.AWAIT_FIRST: (MsgType.UNMASK_REQUEST, MsgType.MASK_REQUEST),
+    PPhase.AWAIT_MASK: (MsgType.MASK_REQUEST, MsgType.OPEN_REQUEST),
+    PPhase.AWAIT_LIST: (MsgType.UNMASK_REQUEST, MsgType.OPEN_REQUEST),
+    PPhase.UPLOADED: (MsgType.UNMASK_REQUEST,),
+    PPhase.OBJECTED: (MsgType.OPEN_REQUEST,),
+    PPhase.AWAIT_RESTART: (MsgType.RESTART,),
+    PPhase.ENDED: (),
+    PPhase.AWAIT_SLOTS: (MsgType.SLOT_RESPONSE,),
+    PPhase.AWAIT_CERT: (MsgType.CERTIFICATE,),
+    PPhase.DONE: (MsgType.BLAME_REQUEST,),
+    PPhase.OPENED: (MsgType.DISPUTE,),
+    PPhase.DONE_BLAME: (),
+    PPhase.ABORTED: (),
+}
+# The one state that handles a message otherwise: MASK_REQUEST 2 while U_1 is awaited abandons iteration 1 (§5a).
+_OWN_HANDLER = {(PPhase.AWAIT_FIRST, MsgType.MASK_REQUEST): "_on_first_abandoned"}
+
+#: Which message each participant state accepts, and its handler (:func:`handler_name` unless noted above).
 PARTICIPANT_TABLE: dict[PPhase, dict[MsgType, str]] = {
-    PPhase.AWAIT_START: {MsgType.ROUND_START: "_on_round_start"},
-    PPhase.AWAIT_ADVERTS: {MsgType.ADVERTISE_LIST: "_on_advertise_list"},
-    PPhase.AWAIT_SHARES: {MsgType.SHARE_DELIVERY: "_on_share_delivery"},
-    PPhase.AWAIT_OT: {MsgType.OT_RESPONSE: "_on_ot_response", MsgType.COMPLAINTS: "_on_complaints"},
-    PPhase.ANSWERED: {MsgType.OT_RESPONSE: "_on_ot_response"},
-    PPhase.AWAIT_FIRST: {MsgType.UNMASK_REQUEST: "_on_unmask_request", MsgType.MASK_REQUEST: "_on_first_abandoned"},
-    PPhase.AWAIT_MASK: {MsgType.MASK_REQUEST: "_on_mask_request", MsgType.OPEN_REQUEST: "_on_open_request"},
-    PPhase.AWAIT_LIST: {MsgType.UNMASK_REQUEST: "_on_unmask_request", MsgType.OPEN_REQUEST: "_on_open_request"},
-    PPhase.UPLOADED: {MsgType.UNMASK_REQUEST: "_on_unmask_request"},
-    PPhase.OBJECTED: {MsgType.OPEN_REQUEST: "_on_open_request"},
-    PPhase.AWAIT_RESTART: {MsgType.RESTART: "_on_restart"},
-    PPhase.ENDED: {},
-    PPhase.AWAIT_SLOTS: {MsgType.SLOT_RESPONSE: "_on_slot_response"},
-    PPhase.AWAIT_CERT: {MsgType.CERTIFICATE: "_on_certificate"},
-    PPhase.DONE: {MsgType.BLAME_REQUEST: "_on_blame_request"},
-    PPhase.OPENED: {MsgType.DISPUTE: "_on_dispute"},
-    PPhase.DONE_BLAME: {},
-    PPhase.ABORTED: {},
+    ph: {t: _OWN_HANDLER.get((ph, t), handler_name(t)) for t in accepts} for ph, accepts in _ACCEPTS.items()
 }
 
 

@@ -8,13 +8,16 @@ trips from it; none sequences phases itself. Derived from it, and nowhere else:
 
 - :data:`SERVER_TABLE`, what the PS accepts in each state and the handler of each
   message (``_on_<message type>``);
-- :func:`phase_of` and :data:`PHASES`, the user-facing phases (``setup, ot, reserve,
+- :data:`PS_SENDS`, the messages a participant accepts (checked at import against
+  the participant's table, :data:`~reshuffle.protocol.phases.PARTICIPANT_TABLE`), and
+  :func:`max_inbox`, the most of them one participant receives in a round;
+- :func:`stage_of` and :data:`STAGES`, the user-facing stages (``setup, ot, reserve,
   upload, unmask``) of every message, which dropout injection, the statistics and
-  the tests share, and :data:`ONLINE_PHASES`, those of the steps that need a model.
+  the tests share, and :data:`ONLINE_STAGES`, those of the steps that need a model.
 
 Properties of a step:
 
-- ``stage``: its user-facing phase.
+- ``stage``: its user-facing stage ("phase" names a party's states: :mod:`~reshuffle.protocol.phases`).
 - ``offline``: it does not depend on any participant's model, so it may run
   while participants train. Setup, share checks, OT, the credential and every
   reservation iteration are offline; the upload's MaskedSum and the blame step
@@ -23,6 +26,10 @@ Properties of a step:
   vectors ride on the ``ot`` step (its replies carry the OT request and the first
   vector), so a round that runs r iterations runs the ``reserve`` step r − 1 times,
   or r times after complaints, which abandon the first iteration unrevealed.
+- ``per_opening``: it runs once per opened iteration (at most R_max times: every
+  opening ends a reservation iteration).
+- ``once``: of its messages, those a participant receives once per round however often
+  the step runs (the OT answers ride on the first iteration only).
 - ``when``: ``always`` on the happy path, else the event that adds it.
 
 Invocations share one PS state per kind of step (MASKED, CONSENT, UNMASK): the
@@ -34,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reshuffle.protocol.messages import MsgType
-from reshuffle.protocol.phases import SPhase
+from reshuffle.protocol.phases import PARTICIPANT_TABLE, SPhase, handler_name
 
 RESERVE, UPLOAD = "reserve", "upload"
 
@@ -53,6 +60,8 @@ class Step:
     per_iteration: bool = False
     when: str = "always"
     invocation: str | None = None  # RESERVE or UPLOAD for a MaskedSum step
+    per_opening: bool = False
+    once: tuple[MsgType, ...] = ()
 
     @property
     def awaits(self) -> tuple[MsgType, ...]:
@@ -73,13 +82,13 @@ SCHEDULE: tuple[Step, ...] = (
          True, invocation=RESERVE),
     # Of iteration 1 the OT answers go with it (after complaints, with the MASK_REQUEST of iteration 2).
     Step("reserve-consent", SPhase.CONSENT, "reserve", (T.OT_RESPONSE, T.UNMASK_REQUEST), (T.CONSENT,),
-         "_close_consent", True, True, invocation=RESERVE),
+         "_close_consent", True, True, invocation=RESERVE, once=(T.OT_RESPONSE,)),
     Step("reserve-reveal", SPhase.UNMASK, "reserve", (T.CERTIFICATE,), (T.UNMASK_RESPONSE,), "_close_unmask", True,
          True, invocation=RESERVE),
     Step("open", SPhase.OPEN, "reserve", (T.OPEN_REQUEST,), (T.OPEN_REVEAL,), "_close_open", True,
-         when="an iteration fails a count check or draws an objection"),
+         when="an iteration fails a count check or draws an objection", per_opening=True),
     Step("restart", SPhase.SLOTS, "reserve", (T.RESTART,), (T.SLOT_REQUEST,), "_close_slots", True,
-         when="an opened iteration leaves iterations to restart the slot phase"),
+         when="an opened iteration leaves iterations to restart the slot phase", per_opening=True),
     Step("upload", SPhase.MASKED, "upload", (T.MASK_REQUEST,), _VECTOR, "_close_masked", False, invocation=UPLOAD),
     Step("upload-consent", SPhase.CONSENT, "unmask", (T.UNMASK_REQUEST,), (T.CONSENT,), "_close_consent", False,
          invocation=UPLOAD),
@@ -96,11 +105,6 @@ ASSIGN_STEP = Step("assign", SPhase.START, "assign", (T.GROUP_OPEN,), (), "close
                    when="the round runs in anonymity groups")
 
 
-def handler_name(t: MsgType) -> str:
-    """The PS's handler of a collected message: ``_on_<message type>``."""
-    return "_on_" + t.name.lower()
-
-
 def _server_table() -> dict[SPhase, dict[MsgType, str]]:
     table: dict[SPhase, dict[MsgType, str]] = {ph: {} for ph in SPhase}
     for s in SCHEDULE:
@@ -111,10 +115,40 @@ def _server_table() -> dict[SPhase, dict[MsgType, str]]:
 #: What the PS accepts in each state, and the handler of each message.
 SERVER_TABLE: dict[SPhase, dict[MsgType, str]] = _server_table()
 
-#: The user-facing phases, in round order.
-PHASES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE))
-#: The phases of the steps that need the participants' models.
-ONLINE_PHASES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE if not s.offline))
+#: Every message the PS sends to participants in a round (the group assignment's aside).
+PS_SENDS: frozenset[MsgType] = frozenset(t for s in SCHEDULE for t in s.sends)
+
+_accepted = {t for table in PARTICIPANT_TABLE.values() for t in table}
+if _accepted != PS_SENDS:
+    raise AssertionError(f"participants accept {sorted(t.name for t in _accepted - PS_SENDS)}, which no step sends, "
+                         f"and no state accepts {sorted(t.name for t in PS_SENDS - _accepted)}")
+
+
+def runs(step: Step, R_max: int) -> int:
+    """The most times ``step`` runs in a round of ``R_max`` reservation iterations."""
+    return R_max if step.per_iteration or step.per_opening else 1
+
+
+def inbox_bound(R_max: int) -> dict[MsgType, int]:
+    """The most copies of each PS message one participant receives in a round of ``R_max`` iterations:
+    each step sends a member each of its messages at most once per run (``once`` ones once per round)."""
+    out = {t: 0 for t in sorted(PS_SENDS)}
+    for s in SCHEDULE:
+        for t in s.sends:
+            out[t] += 1 if t in s.once else runs(s, R_max)
+    return out
+
+
+def max_inbox(R_max: int) -> int:
+    """The most PS messages one participant receives in a round of ``R_max`` iterations (group
+    assignment aside): a longer inbox is a corrupt or hostile state."""
+    return sum(inbox_bound(R_max).values())
+
+
+#: The user-facing stages, in round order.
+STAGES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE))
+#: The stages of the steps that need the participants' models.
+ONLINE_STAGES: tuple[str, ...] = tuple(dict.fromkeys(s.stage for s in SCHEDULE if not s.offline))
 
 
 def _stages() -> tuple[dict[MsgType, str], dict[tuple[MsgType, str], str]]:
@@ -133,8 +167,8 @@ def _stages() -> tuple[dict[MsgType, str], dict[tuple[MsgType, str], str]]:
 _PLAIN, _BY_KIND = _stages()
 
 
-def phase_of(mtype: MsgType, m: int, upload_m: int) -> str:
-    """The user-facing phase of a message of invocation ``m``; ``other`` for one no step carries."""
+def stage_of(mtype: MsgType, m: int, upload_m: int) -> str:
+    """The user-facing stage of a message of invocation ``m``; ``other`` for one no step carries."""
     kind = UPLOAD if m >= upload_m else RESERVE
     return _BY_KIND.get((mtype, kind)) or _PLAIN.get(mtype, "other")
 

@@ -57,7 +57,7 @@ from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import ot_proof_context
 from reshuffle.protocol.phases import SPhase, expected_names
 from reshuffle.protocol.reservation import settled_slots
-from reshuffle.protocol.schedule import SERVER_TABLE, Step, closer_of, phase_of, step_of
+from reshuffle.protocol.schedule import SERVER_TABLE, Step, closer_of, stage_of, step_of
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, Transcript
 
 Outbox = list[tuple[int, bytes]]
@@ -84,14 +84,14 @@ def admit(sender: int, data: bytes, roster: dict[int, Certificate], excluded: se
 
 @dataclass(frozen=True)
 class ErrorRecord:
-    """A rejected message: the phase, the transport sender and the typed error."""
+    """A rejected message: the stage, the transport sender and the typed error."""
 
-    phase: str
+    stage: str
     sender: int
     error: ProtocolError
 
     def __str__(self) -> str:
-        return f"[{self.phase}] from {self.sender}: {type(self.error).__name__}: {self.error}"
+        return f"[{self.stage}] from {self.sender}: {type(self.error).__name__}: {self.error}"
 
 
 @dataclass
@@ -128,9 +128,10 @@ class RoundOutput:
 
 # --------------------------------------------------------------------------------------- round-long records
 @dataclass
-class SlotPhase:
+class PSSlotPhase:
     """The PS side of one slot phase (§5.2–5.3, §8.2): its OT key and table, its decoys (from a seed
-    committed before anyone picks), the counts it published and its first invocation's mask set size."""
+    committed before anyone picks), the counts it published and its first invocation's mask set size.
+    A participant's side is :class:`~reshuffle.protocol.participant.SlotPhase`."""
 
     start: int
     ot: OTSender
@@ -324,6 +325,16 @@ class Server:
     ca : the CA verifier.
     global_hash : ``H(W_g^T)``.
     rng : randomness for tokens, beta and share-subset retries.
+
+    Hooks (:data:`reshuffle.adversaries.base.SERVER_HOOKS`): a deviating PS overrides only
+    these. A message handler ``_on_<message type>`` (:data:`~reshuffle.protocol.schedule.SERVER_TABLE`)
+    gets the step's state and a message that :meth:`receive` has admitted (a known sender not
+    excluded, its signature, round T, the step's type and invocation); it files what it accepts
+    in the step's state, and a :class:`ProtocolError` it raises excludes the sender (a duplicate
+    is only dropped). A step's closer (named by the schedule) takes the step's state once its
+    deadline passed and returns the next state with the signed messages to send; a
+    :class:`BelowThreshold` it raises ends the round. The named hooks say what each may change
+    where they are defined.
     """
 
     def __init__(
@@ -359,7 +370,7 @@ class Server:
         self.adverts: dict[int, msg.Advertise] = {}  # the accepted advertisements, relayed
         self.bundles: dict[int, msg.ShareBundle] = {}  # the dealers of U_0: their signed bundles
         self.dealers: dict[int, cpl.Dealer] = {}  # and their (digest, Ĉ)
-        self.slots: SlotPhase | None = None  # the current slot phase
+        self.slots: PSSlotPhase | None = None  # the current slot phase
         # Per reservation iteration, what the blame audit shows (§9): m -> sender -> signed vector, the self
         # seeds of U_m and the DH secrets of its dropped members.
         self.vectors: dict[int, dict[int, bytes]] = {}
@@ -389,14 +400,14 @@ class Server:
 
     @property
     def phase_name(self) -> str:
-        """User-facing phase of what is being collected (setup, ot, reserve, upload, unmask)."""
+        """User-facing stage of what is being collected (setup, ot, reserve, upload, unmask)."""
         if self.phase is SPhase.START:
             return "setup"
         handlers = SERVER_TABLE[self.phase]
         if not handlers:
             return "done"
-        # The phase of the message being collected: one mapping, in phases.py.
-        return phase_of(next(iter(handlers)), self.m, self.params.upload_m)
+        # The stage of the message being collected: one mapping, in schedule.py.
+        return stage_of(next(iter(handlers)), self.m, self.params.upload_m)
 
     @property
     def step(self) -> Step:
@@ -424,7 +435,9 @@ class Server:
 
     # ------------------------------------------------------------------ #
     def start(self) -> Outbox:
-        """§5 step 0: broadcast parameters, H(W_g^T), certificates."""
+        """§5 step 0: broadcast parameters, H(W_g^T), certificates.
+
+        Hook: a deviation may send each participant another ROUND_START."""
         if self.phase is not SPhase.START:
             raise ConfigError("start() called twice")
         rs = msg.RoundStart(
@@ -436,7 +449,9 @@ class Server:
         return self._broadcast(sorted(self._roster), rs)
 
     def receive(self, sender: int, data: bytes) -> None:
-        """Validate and absorb one message; errors are recorded, never raised."""
+        """Validate and absorb one message; errors are recorded, never raised.
+
+        Hook: a deviation may look at every byte it is sent before ``super().receive`` checks it."""
         st = self.state
         try:
             m = admit(sender, data, self._roster, self.excluded, self.T, self._ctx)
@@ -531,12 +546,14 @@ class Server:
         first, _ = self._invocation(1, U0, ())
         return OTStep(first), out
 
-    def _new_slot_phase(self, start: int) -> SlotPhase:
-        """A fresh OT key β with its table, and decoys from a seed committed to before anyone picks (§8.2)."""
+    def _new_slot_phase(self, start: int) -> PSSlotPhase:
+        """Hook: a fresh OT key β with its table, and decoys from a seed committed to before anyone picks
+        (§8.2), for the slot phase that begins at invocation ``start``. The table and the seed's commitment
+        are sent as returned: participants check the OT answers against B and the opened seed against it."""
         p = self.params
         ot = OTSender(self.group, self.T, p.n, p.k, self._rng)
         seed = self._rng.bytes(32)
-        return SlotPhase(start, ot, seed, Decoys(seed, self.T, p.n, p.k, p.decoys))
+        return PSSlotPhase(start, ot, seed, Decoys(seed, self.T, p.n, p.k, p.decoys))
 
     # §5 step 2, §7.1–7.2: slot tokens with a proof, and one credential per participant.
     def _on_ot_request(self, st: OTStep, sender: int, m: msg.OTRequestMsg) -> None:
@@ -580,7 +597,7 @@ class Server:
             raise BelowThreshold("complaints abandon the first reservation iteration and R_max=1 leaves no other")
         self.vectors.pop(1, None)
         s = self.slots
-        self.slots = SlotPhase(2, s.ot, s.decoy_seed, Decoys(s.decoy_seed, self.T, self.params.n, self.params.k,
+        self.slots = PSSlotPhase(2, s.ot, s.decoy_seed, Decoys(s.decoy_seed, self.T, self.params.n, self.params.k,
                                                                  self.params.decoys))
         out = [(d, msg.Complaints(self.T, 0, SERVER_ID, tuple(sorted(c))).encode(self._sk))
                for d, c in sorted(accused.items()) if d not in self.excluded]
@@ -625,13 +642,17 @@ class Server:
     # §6: one MaskedSum invocation
     def _open_invocation(self, m: int, mask_set, counts: tuple[int, ...], excluded: tuple[int, ...] = ()
                          ) -> tuple[MaskedSum, Outbox]:
+        """Hook: invocation m's state (:meth:`_invocation`) and its MASK_REQUEST with ``counts`` to the live
+        members of ``mask_set``. A deviation may send any member another request; each member binds the
+        counts it was shown into h_m, so vectors made under other counts do not cancel in the sum."""
         st, live = self._invocation(m, mask_set, counts, excluded)
         return st, self._broadcast(live, msg.MaskRequest(self.T, m, SERVER_ID, counts, excluded))
 
     def _invocation(self, m: int, mask_set, counts: tuple[int, ...], excluded: tuple[int, ...] = ()
                     ) -> tuple[MaskedSum, list[int]]:
-        """Invocation m's state: its accumulator, its decoy picks or kept decoy rows, h_m after its counts;
-        and the live members of its mask set to ask."""
+        """Hook: invocation m's state: its accumulator, its decoy picks or kept decoy rows, h_m after its
+        counts; and the live members of its mask set to ask. Sends nothing: a deviation may observe or
+        change what the PS expects, and what it sends is :meth:`_open_invocation`'s."""
         p, slots = self.params, self.slots
         # Participants mask against the whole list U_{m-1}; members excluded since
         # are simply not asked, and count as dropped when unmasking.
@@ -696,7 +717,8 @@ class Server:
         st.objections[sender] = msg.relay_bytes(o)
 
     def _check_view(self, st: MaskedSum, sender: int, mi: msg.MaskedInput) -> None:
-        """A vector masked under another h_m would only randomise the sum: refuse it."""
+        """Hook: refuse a vector masked under another h_m (it would only randomise the sum). Called before the
+        vector is added; a deviation that accepts it adds a vector that does not cancel."""
         if mi.h != st.h:
             raise Refused(f"masked input of {sender} was made under another transcript h_{st.inv}")
 
@@ -796,7 +818,9 @@ class Server:
         return self._deliver_rows(st, seeds)
 
     def _publish(self, st: UnmaskStep, counts_v: np.ndarray) -> tuple[Collect, Outbox]:
-        """§5 step 3, §8.2: check iteration m's counts, then ask for the next iteration or the upload."""
+        """Hook: §5 step 3, §8.2: check iteration m's unmasked counts, then ask for the next iteration or the
+        upload (or open the iteration when its counts fail). A deviation may open or ask otherwise; each
+        member checks the counts and the request against what it signed."""
         p, m, slots = self.params, st.m, self.slots
         Um = st.online
         bound = opening.count_bound(len(Um), p.decoys, len(settled_slots(slots.counts)), slots.members - len(Um))
@@ -832,7 +856,9 @@ class Server:
         return BlameStep(blame, valid, failed, lw), self._broadcast(self._live(st.online), req)
 
     def _check_rows(self, st: UnmaskStep) -> tuple[np.ndarray, list[int], dict[int, str]]:
-        """The model list by rows, the positions whose token, credential and tag pass, and why the others fail."""
+        """Hook: the model list by rows, the positions whose token, credential and tag pass, and why the others
+        fail. A failed nonzero row starts the blame step, in which each member checks the decoy positions
+        it is asked to open against the opened decoy seed."""
         p, slots = self.params, self.slots
         S = settled_slots(slots.counts)
         lw = st.sum.acc.reshape(len(S), p.row_words)

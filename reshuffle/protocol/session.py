@@ -28,18 +28,12 @@ from reshuffle.crypto.signatures import Certificate, CertificateAuthority, Signi
 from reshuffle.errors import ConfigError, DecodeError
 from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import Participant
+from reshuffle.protocol.schedule import max_inbox
 from reshuffle.wire import Parser, Writer
 
 _VERSION = 2
 _DTYPES = {0: "<f4", 1: "<u4"}  # model kind: float32 model, or ring words (payload "words")
 _MAX_R = 64  # RoundParams bounds R_max
-
-
-def max_inbox(R_max: int) -> int:
-    """PS messages of one round: RoundStart, adverts, delivery, complaints to answer, OT answer,
-    3 per invocation, at most a blame request and a dispute, and 3 per slot-phase restart (open
-    request, restart, slot answers; at most R_max restarts, §8.2)."""
-    return 5 + 3 * (R_max + 1) + 2 + 3 * R_max
 
 
 _MAX_INBOX = max_inbox(_MAX_R)  # before RoundStart is known; more is a corrupt state

@@ -57,7 +57,7 @@ from reshuffle.clients import Dataset, load_dataset
 from reshuffle.errors import ConfigError
 from reshuffle.privacy.dp import ClientDP, epsilon
 from reshuffle.protocol.params import RoundParams, smallest_round
-from reshuffle.protocol.schedule import PHASES
+from reshuffle.protocol.schedule import STAGES
 from reshuffle.run.config import SimConfig
 from reshuffle.run.delivery import Uploads, make_channel
 from reshuffle.run.plugins import load_plugins
@@ -178,13 +178,13 @@ class Simulation:
         return [make_adversary(self.cfg.adversary, pids=tuple(local[i] for i in pids), **opts)]
 
     def _dropouts(self, T: int, cohort: list[int]) -> dict[str, list[int]]:
-        """phase → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random phases)."""
+        """stage → clients of ``cohort`` that drop out at it (``dropout`` of the cohort, at random stages)."""
         rng = np.random.default_rng(seed_of(self.cfg.seed, T, DROPOUT))
         # Of the cohort drawn (whole stable sets vary in size); without sets it is always cfg.cohort_size.
         who = rng.choice(len(cohort), size=int(self.cfg.dropout * len(cohort)), replace=False)
         out: dict[str, list[int]] = {}
         for j in sorted(who.tolist()):
-            out.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(cohort[j])
+            out.setdefault(STAGES[int(rng.integers(len(STAGES)))], []).append(cohort[j])
         return out
 
     def uploads(self, T: int, cohort: list[int]) -> tuple[Uploads, dict[str, float], bool]:
