@@ -1,6 +1,7 @@
 """The red team's small form: every registered protocol adversary, every row must hold."""
 
 import json
+import re
 
 import pytest
 
@@ -16,6 +17,12 @@ def test_every_registered_behaviour_holds():
     bad = [r for r in rows if not r.holds]
     assert not bad, bad
     assert all(r.wrong == 0 for r in rows)  # no honest participant is ever named
+    # The passive linker: stable sets (the default) leave it nobody to name; the same federation sampled
+    # client by client names most senders.
+    linker = next(r for r in rows if r.behaviour == LINKER)
+    m = re.search(r"names (\d+) of (\d+) senders.*one by one instead: names (\d+) of (\d+)", linker.detail)
+    after, n_after, before, n_before = map(int, m.groups())
+    assert after <= 0.1 * n_after and before >= 0.8 * n_before, linker.detail
 
 
 def test_registry_rejects_unknown_and_bad_options():
