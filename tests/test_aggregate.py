@@ -72,9 +72,13 @@ def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_
 
     class Grid:
         rounds: list = []
+        group_size = None  # one group per round, as the simulator's 5 clients (no stable sets below 5)
 
         def get_node_ids(self):
             return range(5)
+
+        def group_state(self):
+            return None
 
     def grid_delivery(rgrid, s, T, W_g, cohort):
         return Delivery(_rows(W_g, T), [False] * 5), RoundReport(T, 5, roster=5, replies=5), 0

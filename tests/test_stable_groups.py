@@ -157,7 +157,7 @@ def test_real_shuffle_passes_stable_groups_of_client_ids():
                                                    dropouts={"upload": [13]}))
     assert sorted(d.senders) == list(stable[0])  # the group of 13 delivers nothing
     assert d.lost[13] == "dropout at upload"  # its own cause; the others lose theirs to it
-    assert all("group 1 failed" in d.lost[i] for i in stable[1] if i != 13)
+    assert all(d.lost[i] == "stable set incomplete: client 13 dropout at upload" for i in stable[1] if i != 13)
     assert d.groups == {i: j for j, g in enumerate(stable) for i in g}
     with pytest.raises(ConfigError, match="whole groups"):
         RealShuffle(groups=stable).deliver(Uploads(T=1, W_g=np.zeros(4, np.float32),

@@ -19,6 +19,11 @@ stayed up through the round were not delivered ("lost"). It passes when no
 honest node was blamed or lost and every round was recorded; the final accuracy
 is set against the same run without faults, over the in-process Grid.
 
+The soak measures the round's own fault tolerance, so it runs one group per round
+(``stable-sets=false``): in stable groups, which deliver all their members' models or
+none, every kill of a node before its upload takes its whole group's round down by
+design (the in-process tests of ``ReshuffleGrid``'s stable groups cover that rule).
+
 Every process it starts leads its own process group (session) and is recorded
 before an interrupt can take effect; everything they start in turn carries the
 soak's tag in its environment. All of them are stopped when it ends, whether it
@@ -390,7 +395,7 @@ class Soak:
     def _run_config(self, resume: bool) -> str:
         rc = (f'out-dir="{self.out}" key-dir="{self.keys}" rounds={self.cfg.rounds} dataset="digits" '
               f'model="logreg" rule="fedavg" seed={self.cfg.seed} phase-timeout={self.cfg.phase_timeout} '
-              f'train-timeout={self.cfg.train_timeout} round-timeout=600.0 r-max=3')
+              f'train-timeout={self.cfg.train_timeout} round-timeout=600.0 r-max=3 stable-sets=false')
         return rc + (f' resume="{self.out}"' if resume else "")
 
     def _start_run(self, resume: bool) -> Path:
@@ -577,7 +582,7 @@ def fault_free_accuracy(cfg: SoakConfig) -> float:
     from reshuffle.flower.loopback import LoopbackGrid
 
     rc = {"dataset": "digits", "model": "logreg", "rule": "fedavg", "rounds": cfg.rounds, "seed": cfg.seed,
-          "phase-timeout": cfg.phase_timeout, "r-max": 3}
+          "phase-timeout": cfg.phase_timeout, "r-max": 3, "stable-sets": False}
     with tempfile.TemporaryDirectory(prefix="reshuffle-soak-ref-") as d:
         lg = LoopbackGrid(client_app.app, cfg.nodes)  # node i trains on partition i, as in the deployment
         for c in lg.contexts.values():

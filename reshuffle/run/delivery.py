@@ -213,13 +213,20 @@ class RealShuffle:
         cohort = up.cohort
         local = {i: j for j, i in enumerate(cohort)}
         drops = {ph: [local[i] for i in ids] for ph, ids in up.drops().items()}
+        stable = up.groups or self.groups
         r = shuffle([up.models[i] for i in cohort], dropouts=drops, T=up.T, global_model=up.W_g.tobytes(),
                     group=self.group, adversaries=up.adversaries, raise_on_failure=False, group_size=self.group_size,
-                    groups=self._local_groups(cohort, up.groups or self.groups))
+                    groups=self._local_groups(cohort, stable))
         stats = r.stats.values()
         per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in stats)
         ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in stats)
         lost = {cohort[j]: why for j, why in loss_causes(r, len(cohort), drops).items()}
+        if stable:
+            # The members a stable set's missing member took down say so, as in the ideal channel.
+            missing = {i: f"dropout at {ph}" for ph, ids in up.drops().items() if ph != UNMASK for i in ids}
+            for i, why in all_or_none(stable, {**missing, **up.withheld}).items():
+                if i in lost:
+                    lost[i] = why
         groups = {cohort[i]: g for g, members in enumerate(r.groups or ()) for i in members} or None
         return up.delivery(r.models, {cohort[j]: row for j, row in r.positions.items()}, lost, groups=groups,
                            blamed={cohort[j]: why for j, why in r.blamed.items()}, failure=r.failure,
