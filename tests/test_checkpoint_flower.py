@@ -137,7 +137,7 @@ def test_dropin_recipe_saves_with_flowers_evaluate_fn_and_resumes_with_initial_a
                            "metrics": MetricRecord({"num-examples": 10})})
 
     def run(rounds: int, start: ArrayRecord, done: int = 0, kill_after: int | None = None) -> ArrayRecord:
-        grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), phase_timeout=5)
+        grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), phase_timeout=5, group_size=None)
 
         def save(server_round: int, arrays: ArrayRecord):
             if server_round > 0:
@@ -181,7 +181,7 @@ def test_grid_round_numbers_only_go_up():
     from reshuffle.errors import ConfigError
     from reshuffle.flower.grid import ReshuffleGrid
 
-    grid = ReshuffleGrid(LoopbackGrid(lambda m, c: None, 2))
+    grid = ReshuffleGrid(LoopbackGrid(lambda m, c: None, 2), group_size=None)
     grid.skip_to(5)
     assert grid.next_round == 5
     with pytest.raises(ConfigError, match="round numbers only go up; the next round is 5"):

@@ -58,7 +58,7 @@ def test_server_sent_attack_and_score_keys_are_refused():
     from reshuffle.flower.grid import ReshuffleGrid
 
     lg = _project_grid(3)
-    grid = ReshuffleGrid(lg)
+    grid = ReshuffleGrid(lg, group_size=None)
     content = RecordDict({"arrays": ArrayRecord([_w_g()]),
                           "config": ConfigRecord({"server-round": 1, "attack": "sign-flip", "score": True})})
     msgs = [Message(content, dst_node_id=n, message_type="train", group_id="1") for n in lg.node_ids]

@@ -101,7 +101,7 @@ def test_plain_flower_strategy_keeps_its_model_through_a_round_of_failing_nodes(
         arrs = [a + p + 1 for a in msg.content["arrays"].to_numpy_ndarrays()]
         return RecordDict({"arrays": ArrayRecord(arrs), "metrics": MetricRecord({"num-examples": 10})})
 
-    grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), phase_timeout=5)
+    grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), phase_timeout=5, group_size=None)
     # Execute
     result = FedAvg(fraction_evaluate=0.0).start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3, np.float32)]),
                                                  num_rounds=3)

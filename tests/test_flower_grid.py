@@ -82,7 +82,7 @@ def test_every_reply_arrives_bit_exact_and_unlinked():
     # Prepare: 5 nodes answering noisy models, recorded as they leave the nodes
     produced: list = []
     lg = LoopbackGrid(toy_client_app(noisy_reply(produced)), 5)
-    grid = ReshuffleGrid(lg, phase_timeout=10)
+    grid = ReshuffleGrid(lg, phase_timeout=10, group_size=None)
     identity_rounds = 0
     for T in range(1, 4):
         produced.clear()
@@ -115,7 +115,7 @@ def test_strategy_sees_raw_models_and_the_plain_result():
     plain = FedAvg().start(grid=LoopbackGrid(toy_client_app(make, mods=[]), 4), initial_arrays=initial(),
                            num_rounds=2)
     # Execute
-    ours = FedAvg().start(grid=ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4)), initial_arrays=initial(),
+    ours = FedAvg().start(grid=ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), group_size=None), initial_arrays=initial(),
                           num_rounds=2)
     # Assert: FedAvg weights by num-examples: (0·10 + 1·11 + 2·12 + 3·13) / 46 per round
     want = 2 * 74 / 46
@@ -142,7 +142,7 @@ def test_offline_steps_run_before_training_and_three_pushes_follow_it():
             seen[m.metadata.dst_node_id] = seen.get(m.metadata.dst_node_id, 0) + 1
         return counting(msgs)
     lg.push_messages = push
-    grid = ReshuffleGrid(lg, phase_timeout=10)
+    grid = ReshuffleGrid(lg, phase_timeout=10, group_size=None)
     # Execute
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     # Assert: every node trained in the upload's push, after the claim and every offline step
@@ -176,7 +176,7 @@ def test_train_content_other_than_the_announced_global_model_is_refused():
                 m.content["arrays"] = ArrayRecord([np.ones(s, np.float32) for s in SHAPES])
         return honest(msgs)
     lg.push_messages = push
-    grid = ReshuffleGrid(lg, phase_timeout=10)
+    grid = ReshuffleGrid(lg, phase_timeout=10, group_size=None)
     # Execute
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     # Assert: node 1001 never ran the app's handler and dropped out; the others arrive
@@ -187,7 +187,7 @@ def test_train_content_other_than_the_announced_global_model_is_refused():
 
 def test_evaluate_and_query_pass_through_unchanged():
     lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3)
-    grid = ReshuffleGrid(lg)
+    grid = ReshuffleGrid(lg, group_size=None)
     msgs = [Message(RecordDict({"config": ConfigRecord({"x": 1})}), dst_node_id=n, message_type="evaluate",
                     group_id="1") for n in grid.get_node_ids()]
     replies = list(grid.send_and_receive(msgs, timeout=10))
@@ -204,7 +204,7 @@ def test_config_record_in_a_train_reply_is_refused_naming_the_key():
             c["fitres.status"] = ConfigRecord({"code": 0})
         return c
     lg = LoopbackGrid(toy_client_app(make), 4)
-    grid = ReshuffleGrid(lg)
+    grid = ReshuffleGrid(lg, group_size=None)
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     # Assert: that node (in the roster: it claimed before training) drops out at the train stage, with the
     # key named; the others arrive
@@ -225,7 +225,7 @@ def test_a_node_dropping_mid_protocol_is_a_dropout():
             return node == 1002 and seen[node] >= 3
         return False
     lg = LoopbackGrid(toy_client_app(noisy_reply([])), 5, drop=drop)
-    grid = ReshuffleGrid(lg, phase_timeout=0.3)
+    grid = ReshuffleGrid(lg, phase_timeout=0.3, group_size=None)
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     rep = grid.rounds[-1]
     assert len(replies) == 4 and rep.roster == 5 and sum(rep.dropouts.values()) >= 1
@@ -241,7 +241,7 @@ def test_train_message_without_the_reserved_record_is_refused():
 
 def test_reserved_key_and_per_node_content_are_refused_by_the_grid():
     lg = LoopbackGrid(toy_client_app(noisy_reply([])), 2)
-    grid = ReshuffleGrid(lg)
+    grid = ReshuffleGrid(lg, group_size=None)
     bad = RecordDict({"arrays": initial(), RECORD: ConfigRecord({"stage": "train"})})
     with pytest.raises(ConfigError, match="reserved"):
         grid.send_and_receive(train_messages(grid, content=bad), timeout=5)
@@ -251,7 +251,7 @@ def test_reserved_key_and_per_node_content_are_refused_by_the_grid():
     with pytest.raises(ConfigError, match="same content"):
         grid.send_and_receive(msgs, timeout=5)
     with pytest.raises(ConfigError, match="unknown round parameter"):
-        ReshuffleGrid(lg, d=5)
+        ReshuffleGrid(lg, d=5, group_size=None)
 
 
 # --------------------------------------------------------------------------- keys
@@ -294,7 +294,7 @@ def test_a_node_cannot_claim_another_participant(key_dir):
 
     cfg = lambda i: {"reshuffle-key-dir": str(key_dir), "reshuffle-participant-id": i}  # noqa: E731
     lg = LoopbackGrid(toy_client_app(noisy_reply([]), mods=[impostor]), 4, node_config=cfg)
-    grid = ReshuffleGrid(lg, key_dir=str(key_dir))
+    grid = ReshuffleGrid(lg, key_dir=str(key_dir), group_size=None)
     # Execute
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     # Assert: the impostor is out, the real participant 0 is in
@@ -306,7 +306,7 @@ def test_a_node_cannot_claim_another_participant(key_dir):
 def test_a_node_with_key_files_refuses_simulation_keys(key_dir):
     cfg = lambda i: {"reshuffle-key-dir": str(key_dir), "reshuffle-participant-id": i}  # noqa: E731
     lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3, node_config=cfg)
-    grid = ReshuffleGrid(lg)  # a server asking for simulation keys
+    grid = ReshuffleGrid(lg, group_size=None)  # a server asking for simulation keys
     assert list(grid.send_and_receive(train_messages(grid), timeout=30)) == []
     assert all("simulation keys" in reason for _, reason in lg.errors)
 
@@ -315,7 +315,7 @@ def test_a_fresh_process_per_message_replays_the_session():
     # A SuperNode starts a new ClientApp process per message: no live participant survives.
     produced: list = []
     lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful_mod]), 3)
-    replies = list(ReshuffleGrid(lg).send_and_receive(train_messages(lg), timeout=60))
+    replies = list(ReshuffleGrid(lg, group_size=None).send_and_receive(train_messages(lg), timeout=60))
     assert sorted(records.encode_content(r.content) for r in replies) == sorted(b for _, b in produced)
     assert not lg.errors
 
@@ -325,9 +325,9 @@ def test_grid_settings_are_validated():
     for bad in ({"phase_timeout": 0}, {"train_timeout": 0}, {"poll_interval": -1.0}, {"metrics_budget": 10},
                 {"R_max": 0}):
         with pytest.raises(ConfigError):
-            ReshuffleGrid(lg, **bad)
+            ReshuffleGrid(lg, **bad, group_size=None)
     with pytest.raises(ConfigError, match="wraps a flwr Grid"):
-        ReshuffleGrid(object())
+        ReshuffleGrid(object(), group_size=None)
 
 
 @settings(max_examples=20, deadline=None)

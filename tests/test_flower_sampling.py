@@ -57,7 +57,7 @@ def test_dropin_rounds_run_among_the_nodes_flowers_strategy_sampled(monkeypatch,
     grids: list[ReshuffleGrid] = []
 
     def kept(grid):
-        grids.append(ReshuffleGrid(grid))
+        grids.append(ReshuffleGrid(grid, group_size=None))
         return grids[-1]
     monkeypatch.setattr(server_app, "ReshuffleGrid", kept)
     monkeypatch.chdir(tmp_path)

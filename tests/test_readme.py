@@ -181,18 +181,18 @@ def test_the_flower_lines_run_a_round_and_match_the_example():
     def evaluate(msg, ctx):
         return Message(RecordDict({"metrics": MetricRecord({"num-examples": 1})}), reply_to=msg)
 
-    grid = LoopbackGrid(app, 4)
+    grid = LoopbackGrid(app, 5)  # one stable anonymity group of 5, the default
     ns = {"strategy": FedAvg(), "grid": grid, "arrays": ArrayRecord([np.zeros(5, np.float32), np.zeros((2, 3), np.float32)]),
           "num_rounds": 2}
     # Execute: the README's server line
     exec(compile(server, f"README.md:{block.line}", "exec"), ns)
     # Assert: protocol phases went out, nothing failed, and FedAvg got the raw replies:
-    # (0·10 + 1·11 + 2·12 + 3·13) / 46 added per round.
+    # (0·10 + 1·11 + 2·12 + 3·13 + 4·14) / 60 added per round.
     phases = [m for m in grid.sent if reserved.RECORD in m.content
               and m.content[reserved.RECORD]["stage"] == reserved.STAGE_PROTOCOL]
     assert phases and grid.errors == []
     for a in ns["result"].arrays.to_numpy_ndarrays():
-        np.testing.assert_allclose(a, 2 * 74 / 46, rtol=1e-6)
+        np.testing.assert_allclose(a, 2 * 130 / 60, rtol=1e-6)
     # The same lines are the change examples/flower-dropin makes to a plain Flower app.
     example = ROOT / "examples" / "flower-dropin" / "dropin"
     client_src = (example / "client_app.py").read_text()

@@ -111,7 +111,7 @@ def _message_round(N: int, d: int, reshuffle: bool) -> tuple[float, tuple[int, i
     from reshuffle.flower.grid import ReshuffleGrid
 
     grid = _counting_grid(_message_app(reshuffle), N)
-    g = ReshuffleGrid(grid) if reshuffle else grid
+    g = ReshuffleGrid(grid, group_size=None) if reshuffle else grid
     t0 = time.perf_counter()
     res = FedAvg(fraction_evaluate=0.0, min_available_nodes=N).start(
         grid=g, initial_arrays=ArrayRecord([np.zeros(d, np.float32)]), num_rounds=1)

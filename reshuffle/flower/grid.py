@@ -62,7 +62,7 @@ from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE
 from reshuffle.protocol.driver import PS, make_ps
 from reshuffle.protocol.grouped import JointServer, formed_groups
 from reshuffle.protocol.groups import Assignment, check_collusion, check_group_size
-from reshuffle.protocol.params import RoundParams, smallest_round
+from reshuffle.protocol.params import GROUP_SIZE, RoundParams, smallest_round
 from reshuffle.protocol.participant import global_model_hash
 
 ROUND_PARAMS = {"n", "k", "t", "c", "R_max", "group"}
@@ -362,9 +362,10 @@ class ReshuffleGrid(Grid):
     metrics_budget : bytes each reply may use beyond the sent arrays' size (MetricRecords, record names).
     poll_interval : longest pause between two pulls (pauses start at 10 ms and grow).
     round_timeout : the round's timeout for :meth:`push_messages` (``send_and_receive`` takes its own).
-    group_size : anonymity groups of at least this size (docs/protocol.md, "Anonymity groups"): the
-        roster is split by a commit-reveal among the nodes and each group runs its own round;
-        ``None`` (default) runs one round among all.
+    group_size : stable anonymity groups of at least this size (default 5; docs/protocol.md, "Anonymity
+        groups"): the first round's nodes are split once by a commit-reveal, the groups are kept, sampled
+        whole and deliver all their members' models or none. ``None`` runs one round among all the
+        sampled nodes, whose changing rosters name senders across rounds (docs/security/linking.md).
     group_collusion : fraction of each group assumed to collude with the PS (c_j = max(1, ⌊f·N_j⌋);
         default 0.2); with ``group_size`` only.
     groups : the stable groups of an earlier run (:meth:`group_state`'s dict, from a checkpoint): they are
@@ -387,7 +388,7 @@ class ReshuffleGrid(Grid):
         metrics_budget: int = records.DEFAULT_METRICS_BUDGET,
         poll_interval: float = 0.2,
         round_timeout: float = 3600.0,
-        group_size: int | None = None,
+        group_size: int | None = GROUP_SIZE,
         group_collusion: float | None = None,
         groups: dict | None = None,
         **round_params,
