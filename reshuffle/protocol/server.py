@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from reshuffle.protocol import complaints as cpl
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol import opening
+from reshuffle.protocol import pseudonym
 from reshuffle.protocol.blame import BlameCollector, Evidence
 from reshuffle.protocol.decoys import Decoys, commitment, decoy_positions
 from reshuffle.protocol.masking import unmask_in_place
@@ -104,7 +105,8 @@ class RoundOutput:
     counts: list[tuple[int, ...]]
     online: dict[int, tuple[int, ...]]  # m -> U_m (0: setup)
     errors: list[ErrorRecord] = field(default_factory=list)
-    # position -> why its row was not delivered: token, credential, tag, duplicate credential (§7.2)
+    # position -> why its row was not delivered: token, credential, tag, pseudonym, duplicate credential,
+    # duplicate pseudonym (§7.2–7.3)
     rejected_rows: dict[int, str] = field(default_factory=dict)
     # participant id -> reason with its evidence (protocol v2, §9); never an honest party.
     blamed: dict[int, str] = field(default_factory=dict)
@@ -120,6 +122,8 @@ class RoundOutput:
     offsets: dict[int, int] = field(default_factory=dict)
     group_params: dict[int, "RoundParams"] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
+    # each delivered model's epoch pseudonym ρ (§7.3), in the order of ``models``
+    pseudonyms: list[bytes] = field(default_factory=list)
 
     @property
     def discarded_positions(self) -> list[int]:
@@ -324,6 +328,9 @@ class Server:
     ca : the CA verifier.
     global_hash : ``H(W_g^T)``.
     rng : randomness for tokens, beta and share-subset retries.
+    pseudonyms : the epoch key and its issuance record (§7.3), kept by the caller across the epoch's rounds
+        (default: a fresh key whose epoch is this round).
+    identities : roster id → the identity issuance is recorded under (default: the roster id).
     """
 
     def __init__(
@@ -336,6 +343,9 @@ class Server:
         ca: CertificateAuthority,
         global_hash: bytes,
         rng: RandomSource | int | None = None,
+        *,
+        pseudonyms: pseudonym.EpochIssuer | None = None,
+        identities: Mapping[int, int] | None = None,
     ) -> None:
         self.params = params.validated()
         if len(roster) != params.N:
@@ -372,6 +382,13 @@ class Server:
         # §7.2: the credential key γ, independent of every OT key β.
         self._gamma = self.group.random_scalar(self._rng)
         self.cred_key = self.group.base_mul(self._gamma)
+        # §7.3: the epoch key π, shared by the epoch's rounds, and whom it was issued to.
+        self.nyms = pseudonyms if pseudonyms is not None else pseudonym.EpochIssuer(params.group, T, rng=self._rng)
+        if self.nyms.group_name != params.group:
+            raise ConfigError(f"the epoch key is of group {self.nyms.group_name}, the round uses {params.group}")
+        self._identity = dict(identities) if identities is not None else {i: i for i in roster}
+        if set(self._identity) != set(roster):
+            raise ConfigError("identities must name every participant of the roster")
 
     # ------------------------------------------------------------------ #
     @property
@@ -429,7 +446,7 @@ class Server:
             raise ConfigError("start() called twice")
         rs = msg.RoundStart(
             self.T, 0, SERVER_ID, self.params, self._hash, self._cert,
-            tuple(sorted(self._roster.items())), self.cred_key,
+            tuple(sorted(self._roster.items())), self.cred_key, self.nyms.epoch, self.nyms.key,
         )
         self._tx.absorb("round-start", rs.body())
         self.state = AdvertStep()
@@ -492,6 +509,8 @@ class Server:
             raise Refused(f"advertisement of {sender} signs another global model")
         if a.params_hash != self.params.digest():
             raise Refused(f"advertisement of {sender} signs other round parameters")
+        if a.epoch_key != pseudonym.key_digest(self.nyms.epoch, self.nyms.key):
+            raise pseudonym.EpochKeyMismatch(f"advertisement of {sender} signs another epoch key")
         st.adverts[sender] = a
 
     def _close_adverts(self, st: AdvertStep) -> tuple[Collect, Outbox]:
@@ -545,6 +564,11 @@ class Server:
         if not set(m.complaints) <= set(self.online[0]) - {sender}:
             raise Refused(f"complaints of {sender} name {list(m.complaints)}, not all other members of U_0")
         req = OTRequest.decode(self.group, m.request, self.params.k)
+        who = self._identity[sender]
+        if m.nym_request is not None and who in self.nyms.issued:
+            # §7.3: one pseudonym per identity per epoch; checked before anything is answered.
+            raise pseudonym.AlreadyIssued(f"participant {sender} asks for a second pseudonym of epoch "
+                                          f"{self.nyms.epoch}")
         answer = self.slots.ot.answer(sender, req)
         for dealer in m.complaints:
             st.complaints.setdefault(dealer, set()).add(sender)
@@ -553,8 +577,12 @@ class Server:
         (cred_eval,), cred_proof = voprf.blind_evaluate(
             credential.suite(g), self._gamma, [m.cred_request], self.cred_key, self._rng
         )
+        nym_eval, nym_proof = None, b""
+        if m.nym_request is not None:
+            nym_eval, nym_proof = self.nyms.issue(who, m.nym_request, self._rng)
         st.answers[sender] = msg.OTResponseMsg(
-            self.T, 0, SERVER_ID, answer.encode(), proof.encode(g), cred_eval, cred_proof.encode(g)
+            self.T, 0, SERVER_ID, answer.encode(), proof.encode(g), cred_eval, cred_proof.encode(g),
+            nym_eval=nym_eval, nym_proof=nym_proof,
         )
 
     def _close_ot(self, st: OTStep) -> tuple[Collect, Outbox]:
@@ -618,7 +646,7 @@ class Server:
             if i in self.excluded or i in silent:
                 continue
             resolved = tuple((d, resolved_by[d]) for d in sorted(resolved_by) if i in complaints[d])
-            a = msg.OTResponseMsg(a.T, a.m, a.sender, a.response, a.ot_proof, a.cred_eval, a.cred_proof, resolved)
+            a = a.with_resolved(resolved)
             out.append((i, a.encode(self._sk)))
         return out
 
@@ -837,8 +865,8 @@ class Server:
         S = settled_slots(slots.counts)
         lw = st.sum.acc.reshape(len(S), p.row_words)
         d_bytes = p.d * lw.dtype.itemsize
-        valid, failed_rows = credential.check_rows(
-            lw, d_bytes, [slots.ot.tokens[slot] for slot in S], self.T, self._gamma, self.group
+        valid, failed_rows, self._names = credential.check_rows(
+            lw, d_bytes, [slots.ot.tokens[slot] for slot in S], self.T, self._gamma, self.group, self.nyms
         )
         # An all-zero row is what a settled owner that dropped (or a decoy) leaves: empty, not tampered.
         return lw, valid, {c.position: ("empty" if not lw[c.position].any() else c.reason) for c in failed_rows}
@@ -931,5 +959,6 @@ class Server:
             suspects=verdict.suspects if verdict else [],
             decoy_positions=list(blame.positions),
             timings=dict(self.timings),
+            pseudonyms=[self._names[pos] for pos in valid],
         )
         return Finished(m)
