@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -18,6 +19,7 @@ from reshuffle.protocol.grouped import GroupedParticipant, GroupedServer
 from reshuffle.protocol.groups import CheckCache, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
+from reshuffle.protocol.pseudonym import EpochIssuer, Pseudonym
 from reshuffle.harness.parallel import make_runner
 from reshuffle.harness.runner import InProcessRunner, Interceptor
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
@@ -56,6 +58,10 @@ class ShuffleResult:
     # Round trips the driver executed (protocol/schedule.py): round_trips, round_trips_after_training
     # (from the first step that needs a model), and the steps in order.
     round_trips: dict = field(default_factory=dict)
+    # Each delivered model's epoch pseudonym ρ, in the order of ``models`` (what the PS recovered).
+    pseudonyms: list[bytes] = field(default_factory=list)
+    # Each participant's pseudonym to keep for the epoch's next rounds (None: it has none); harness-only.
+    held: dict = field(default_factory=dict, repr=False)
 
 
 def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed", b: int = 32) -> list[np.ndarray]:
@@ -117,6 +123,9 @@ def build_round(
     group_size: int | None = None,
     overrides: Mapping | None = None,
     group_collusion: float | None = None,
+    epoch_key: EpochIssuer | None = None,
+    identities_of: Sequence[int] | None = None,
+    held: Mapping[int, Pseudonym] | None = None,
 ) -> tuple[PS, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
@@ -127,6 +136,9 @@ def build_round(
     With ``group_size`` the PS is a :class:`GroupedServer` (``overrides`` apply to
     every group) and each participant a :class:`GroupedParticipant` around the
     participant it would otherwise be; they share one :class:`CheckCache`.
+    ``epoch_key`` is the PS's epoch key kept across an epoch's rounds (default: one
+    per round), ``identities_of[i]`` the identity participant i is issued under, and
+    ``held[i]`` the pseudonym participant i holds from an earlier round of the epoch.
     """
     ident = identities(len(updates), seed)
     participant_cls = participant_cls or Participant
@@ -142,7 +154,12 @@ def build_round(
         args = (i, T, u, ident.keys[i], ident.roster[i], ca, gh_for(i, gh), ident.participant_rng[i])
         participants[i] = make(*args) if group_size is None else GroupedParticipant(
             *args, make=make, cache=cache)
+        if held and held.get(i) is not None:
+            getattr(participants[i], "inner", participants[i]).hold_pseudonym(held[i])
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
+    if epoch_key is not None or identities_of is not None:
+        names = None if identities_of is None else dict(enumerate(identities_of))
+        make_server = functools.partial(make_server, pseudonyms=epoch_key, identities=names)
     server = make_ps(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, params=p, overrides=overrides,
                      group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server)
     return server, participants
@@ -197,7 +214,9 @@ class ShuffleOptions:
     instead of raising; ``group_size`` and ``group_collusion`` split the round into
     anonymity groups; ``workers`` > 1 runs the participants in that many processes;
     ``params`` override RoundParams defaults (``n, k, t, c, R_max, decoys, b, f,
-    clip, group, payload``).
+    clip, group, payload``). ``epoch_key``, ``identities`` and ``pseudonyms`` carry
+    epoch pseudonyms across rounds (:func:`build_round`'s ``epoch_key``,
+    ``identities_of`` and ``held``).
     """
 
     dropouts: Mapping[str, Iterable[int]] | None = None
@@ -210,6 +229,9 @@ class ShuffleOptions:
     group_size: int | None = None
     group_collusion: float | None = None
     workers: int | None = None
+    epoch_key: EpochIssuer | None = None
+    identities: Sequence[int] | None = None
+    pseudonyms: Mapping[int, Pseudonym] | None = None
     params: Mapping[str, object] = field(default_factory=dict)
 
     @classmethod
@@ -287,7 +309,8 @@ def _prepare(models, N: int, d: int, o: ShuffleOptions) -> "PreparedRound":
     p = RoundParams.default(N, d, **o.params)
     server, participants = build_round(models, p, seed=o.seed, T=o.T, global_model=o.global_model,
                                        adversaries=o.adversaries, group_size=o.group_size, overrides=dict(o.params),
-                                       group_collusion=o.group_collusion)
+                                       group_collusion=o.group_collusion, epoch_key=o.epoch_key,
+                                       identities_of=o.identities, held=o.pseudonyms)
     runner = make_runner(server, participants, o.dropouts, o.interceptors, o.workers)
     pr = PreparedRound(p, N, server, participants, runner, o.group_size, o.raise_on_failure)
     pr._step(pause_online=True)
@@ -373,6 +396,8 @@ class PreparedRound:
             failed_groups=dict(out.failed),
             group_stats=group_stats,
             round_trips=runner.trips.as_dict(),
+            pseudonyms=list(out.pseudonyms),
+            held={i: getattr(pp, "inner", pp).pseudonym for i, pp in participants.items()},
         )
 
 

@@ -386,9 +386,9 @@ class Server:
         self.nyms = pseudonyms if pseudonyms is not None else pseudonym.EpochIssuer(params.group, T, rng=self._rng)
         if self.nyms.group_name != params.group:
             raise ConfigError(f"the epoch key is of group {self.nyms.group_name}, the round uses {params.group}")
-        self._identity = dict(identities) if identities is not None else {i: i for i in roster}
-        if set(self._identity) != set(roster):
+        if identities is not None and not set(roster) <= set(identities):
             raise ConfigError("identities must name every participant of the roster")
+        self._identity = {i: (identities[i] if identities is not None else i) for i in roster}
 
     # ------------------------------------------------------------------ #
     @property
