@@ -295,3 +295,56 @@ def test_pseudonym_decode_rejects_an_invalid_key():
 def test_row_grows_by_the_pseudonym():
     assert credential.NYM_BYTES == pseudonym.ROW_BYTES == 80
     assert credential.row_bytes(40) % credential.ROW_ALIGN == 0
+
+
+# ------------------------------------------------------------------ the simulator's real channel
+def _uploads(T, cohort, d=6):
+    from reshuffle.run.delivery import Uploads
+
+    return Uploads(T, np.zeros(d, np.float32), {i: np.full(d, i + 1, np.float32) for i in cohort})
+
+
+def test_real_channel_delivers_each_rows_pseudonym_like_the_ideal_column():
+    from reshuffle.run.delivery import PSEUDONYM, RealShuffle
+    from reshuffle.server.pseudonyms import SIZE, run_pseudonym
+
+    # Prepare: a real channel; rounds of two overlapping cohorts
+    ch = RealShuffle()
+    # Execute
+    d1 = ch.deliver(_uploads(1, [0, 1, 2, 3, 4, 5]))
+    d2 = ch.deliver(_uploads(2, [2, 3, 4, 5, 6, 7]))
+    # Assert: one pseudonym per row, of the ideal pseudonyms' type and size; a client keeps its pseudonym
+    names1 = dict(zip(d1.senders, d1.meta[PSEUDONYM]))
+    names2 = dict(zip(d2.senders, d2.meta[PSEUDONYM]))
+    assert len(names1) == len(names2) == 6
+    ideal = run_pseudonym(1, 0)
+    assert all(type(n) is type(ideal) and len(n) == SIZE for n in names1.values())
+    assert all(names1[i] == names2[i] for i in (2, 3, 4, 5))
+    assert len(set(names1.values()) | set(names2.values())) == 8
+    assert ch.epochs.issuer(3).issued == set(range(8))
+
+
+def test_epoch_book_checkpoint_resumes_the_same_pseudonyms():
+    from reshuffle.run.delivery import PSEUDONYM, RealShuffle
+    from reshuffle.server.pseudonyms import EpochBook
+
+    ch = RealShuffle()
+    d1 = ch.deliver(_uploads(1, range(6)))
+    saved = ch.epochs.state()
+    assert all(isinstance(v, str) for v in saved["held"].values())
+    # Resume in a fresh channel from the checkpoint's data
+    book = EpochBook()
+    book.restore(saved)
+    again = RealShuffle(epochs=book).deliver(_uploads(2, range(6)))
+    assert dict(zip(again.senders, again.meta[PSEUDONYM])) == dict(zip(d1.senders, d1.meta[PSEUDONYM]))
+    assert book.issuer(2).issued == set(range(6))
+    with pytest.raises(ConfigError, match="epochs of"):
+        EpochBook(rounds=5).restore(saved)
+
+
+def test_epoch_book_rotates_the_key_with_the_epoch():
+    from reshuffle.server.pseudonyms import EpochBook
+
+    book = EpochBook(rounds=2)
+    k1, k2, k3 = book.issuer(1), book.issuer(2), book.issuer(3)
+    assert k1 is k2 and k3 is not k2 and (k1.epoch, k3.epoch) == (0, 1) and k3.key != k1.key
