@@ -197,8 +197,8 @@ class _Round:
         rng = SeededRandom(cfg.seed, b"explore/ps")
         self.gamma = self.group.random_scalar(rng)
         self.cred_key = self.group.base_mul(self.gamma)
-        self.nyms = pseudonym.EpochIssuer(p.group, T, self.group.random_scalar(rng))
         self._rng_seed = rng.bytes(32)
+        self.nyms = pseudonym.EpochIssuer(p.group, T, self.group.random_scalar(rng))
         ca = CertificateAuthority.verifier(ident.ca.verify_key)
         # Model values only (numpy is never a source of secrets here).
         data = np.random.default_rng(cfg.seed)

@@ -37,7 +37,7 @@ from reshuffle.crypto.channel import Channel, DHKeyPair
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element
 from reshuffle.crypto.ot import OTReceiver, OTRequest, OTResponse, OTTable
-from reshuffle.crypto.rand import RandomSource, as_source
+from reshuffle.crypto.rand import RandomSource, as_source, substream
 from reshuffle.crypto.shamir import Shamir, Share
 from reshuffle.crypto.signatures import (
     ROLE_SERVER,
@@ -262,6 +262,8 @@ class Participant:
         self._sk, self._cert, self._ca = signing_key, cert, ca
         self._hash = global_hash
         self._rng = as_source(rng)
+        # Pseudonym issuance draws from its own stream, so that the round's other draws stay as they were.
+        self._nym_rng = substream(self._rng, b"participant/pseudonym")
         self.state = ParticipantState(PPhase.AWAIT_START, Transcript(T).h)
         self.view = ParticipantView()
         if model is not None:
@@ -304,6 +306,7 @@ class Participant:
             raise ConfigError("only a participant with a seeded randomness source can be forked")
         out = copy.copy(self)
         out._rng = self._rng.copy()
+        out._nym_rng = self._nym_rng.copy() if hasattr(self._nym_rng, "copy") else self._nym_rng
         v = self.view
         out.view = replace(v, uploaded=set(v.uploaded), errors=list(v.errors),
                            revealed={m: dict(plan) for m, plan in v.revealed.items()})
@@ -488,7 +491,7 @@ class Participant:
         r = self._rng.bytes(credential.R_BYTES)
         blind, blinded = voprf.blind(suite, credential.cred_input(self.T, r), self._rng)
         # §7.3: without a pseudonym of this epoch, ask for one (once: the PS issues one per epoch).
-        nym_req = None if s.nym is not None else pseudonym.request(ses.ctx.group, ses.epoch, self._rng)
+        nym_req = None if s.nym is not None else pseudonym.request(ses.ctx.group, ses.epoch, self._nym_rng)
         h = Transcript.at(s.h).absorb("setup", m.common())
         # §5a: the first reservation vector rides on the OT request. It needs the candidate slots,
         # not their tokens, and it is unmasked only after the OT answers' proofs have been checked

@@ -32,7 +32,7 @@ import numpy as np
 
 from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.ot import OTRequest, OTSender
-from reshuffle.crypto.rand import RandomSource, as_source
+from reshuffle.crypto.rand import RandomSource, as_source, substream
 from reshuffle.crypto.shamir import Shamir, Share
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
 from reshuffle.errors import (
@@ -383,7 +383,10 @@ class Server:
         self._gamma = self.group.random_scalar(self._rng)
         self.cred_key = self.group.base_mul(self._gamma)
         # §7.3: the epoch key π, shared by the epoch's rounds, and whom it was issued to.
-        self.nyms = pseudonyms if pseudonyms is not None else pseudonym.EpochIssuer(params.group, T, rng=self._rng)
+        # Its draws come from their own stream, so that the round's other draws stay as they were.
+        self._nym_rng = substream(self._rng, b"server/pseudonym")
+        self.nyms = pseudonyms if pseudonyms is not None else pseudonym.EpochIssuer(params.group, T,
+                                                                                     rng=self._nym_rng)
         if self.nyms.group_name != params.group:
             raise ConfigError(f"the epoch key is of group {self.nyms.group_name}, the round uses {params.group}")
         if identities is not None and not set(roster) <= set(identities):
@@ -564,12 +567,12 @@ class Server:
         if not set(m.complaints) <= set(self.online[0]) - {sender}:
             raise Refused(f"complaints of {sender} name {list(m.complaints)}, not all other members of U_0")
         req = OTRequest.decode(self.group, m.request, self.params.k)
+        answer = self.slots.ot.answer(sender, req)  # a second request: AlreadyAnswered, the first stands
         who = self._identity[sender]
         if m.nym_request is not None and who in self.nyms.issued:
-            # §7.3: one pseudonym per identity per epoch; checked before anything is answered.
+            # §7.3: one pseudonym per identity per epoch; the asker is excluded, nothing is sent to it.
             raise pseudonym.AlreadyIssued(f"participant {sender} asks for a second pseudonym of epoch "
                                           f"{self.nyms.epoch}")
-        answer = self.slots.ot.answer(sender, req)
         for dealer in m.complaints:
             st.complaints.setdefault(dealer, set()).add(sender)
         g = self.group
@@ -579,7 +582,7 @@ class Server:
         )
         nym_eval, nym_proof = None, b""
         if m.nym_request is not None:
-            nym_eval, nym_proof = self.nyms.issue(who, m.nym_request, self._rng)
+            nym_eval, nym_proof = self.nyms.issue(who, m.nym_request, self._nym_rng)
         st.answers[sender] = msg.OTResponseMsg(
             self.T, 0, SERVER_ID, answer.encode(), proof.encode(g), cred_eval, cred_proof.encode(g),
             nym_eval=nym_eval, nym_proof=nym_proof,
