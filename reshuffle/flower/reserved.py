@@ -21,6 +21,7 @@ from reshuffle.errors import DecodeError
 RECORD = "reshuffle"  # reserved record key in train messages and their phase replies
 STATE = "reshuffle-session"  # ConfigRecord in the node's Context.state
 LEDGER = "reshuffle-rounds"  # ConfigRecord in Context.state: the last round this node claimed
+PSEUDONYM = "reshuffle-pseudonym"  # ConfigRecord in Context.state: the node's epoch pseudonym (encoded)
 STAGE_CLAIM, STAGE_TRAIN, STAGE_PROTOCOL = "claim", "train", "protocol"
 MAX_WORDS = 1 << 28
 

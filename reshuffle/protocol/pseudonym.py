@@ -66,7 +66,8 @@ def key_digest(epoch: int, key: Element) -> bytes:
 
 @dataclass(frozen=True)
 class Pseudonym:
-    """A participant's pseudonym for one epoch: the epoch, the key P it was issued under, ρ and z.
+    """A participant's pseudonym for one epoch: the epoch, the key P it was issued under, ρ and z, and the
+    group of P.
 
     It is kept across the epoch's rounds; :meth:`encode` is its storage form.
     """
@@ -75,6 +76,7 @@ class Pseudonym:
     key: bytes  # P's encoding
     rho: bytes = field(repr=False)
     z: bytes = field(repr=False)
+    group: str = "ristretto255"
 
     def __post_init__(self) -> None:
         if isinstance(self.epoch, bool) or not isinstance(self.epoch, int) or not 0 <= self.epoch < 2**64:
@@ -93,22 +95,26 @@ class Pseudonym:
         return self.rho + self.z
 
     def encode(self) -> bytes:
-        """Version, epoch, P, ρ, z; :meth:`decode` is the inverse."""
-        return (Writer().u8(_VERSION).u64(self.epoch).var(self.key).fixed(self.rho, NONCE_BYTES)
-                .fixed(self.z, Z_BYTES).bytes())
+        """Version, group, epoch, P, ρ, z; :meth:`decode` is the inverse."""
+        return (Writer().u8(_VERSION).var(self.group.encode("ascii")).u64(self.epoch).var(self.key)
+                .fixed(self.rho, NONCE_BYTES).fixed(self.z, Z_BYTES).bytes())
 
     @classmethod
-    def decode(cls, data: bytes, group: str | Group = "ristretto255") -> "Pseudonym":
-        """Parse :meth:`encode`'s bytes; P must be a valid element of ``group``."""
-        g = get_group(group) if isinstance(group, str) else group
+    def decode(cls, data: bytes) -> "Pseudonym":
+        """Parse :meth:`encode`'s bytes; P must be a valid element of the named group."""
         p = Parser(bytes(data), "pseudonym")
         if p.u8("version") != _VERSION:
             raise DecodeError("pseudonym: unknown version")
+        try:
+            name = p.var("group", 64).decode("ascii")
+            g = get_group(name)
+        except (UnicodeDecodeError, ConfigError) as exc:
+            raise DecodeError(f"pseudonym: unknown group ({exc})") from None
         epoch = p.u64("epoch")
         key = g.element_from_bytes(p.var("key", 256), "pseudonym key").to_bytes()
         rho, z = p.fixed(NONCE_BYTES, "rho"), p.fixed(Z_BYTES, "z")
         p.finish()
-        return cls(epoch, key, rho, z)
+        return cls(epoch, key, rho, z, name)
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,7 @@ def finish(group: Group, req: Blinded, key: Element, evaluated: Element, proof: 
     s = suite(group)
     (z,) = voprf.finalize(s, [nym_input(req.epoch, req.rho)], [req.blind], [evaluated], [req.blinded], key,
                           voprf.Proof.decode(group, proof))
-    return Pseudonym(req.epoch, key.to_bytes(), req.rho, z)
+    return Pseudonym(req.epoch, key.to_bytes(), req.rho, z, group.name)
 
 
 class EpochIssuer:

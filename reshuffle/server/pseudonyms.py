@@ -101,4 +101,4 @@ class EpochBook:
                               f"{data.get('rounds')!r} rounds, this run uses {self.group!r} and {self.rounds}")
         raw = data.get("issuer")
         self._issuer = None if raw is None else EpochIssuer.decode(bytes.fromhex(raw))
-        self.held = {int(i): Pseudonym.decode(bytes.fromhex(h), self.group) for i, h in data.get("held", {}).items()}
+        self.held = {int(i): Pseudonym.decode(bytes.fromhex(h)) for i, h in data.get("held", {}).items()}
