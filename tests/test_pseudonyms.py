@@ -347,4 +347,6 @@ def test_epoch_book_rotates_the_key_with_the_epoch():
 
     book = EpochBook(rounds=2)
     k1, k2, k3 = book.issuer(1), book.issuer(2), book.issuer(3)
-    assert k1 is k2 and k3 is not k2 and (k1.epoch, k3.epoch) == (0, 1) and k3.key != k1.key
+    assert k1 is k2 and k3 is not k2 and (k1.epoch, k3.epoch) == (1, 3) and k3.key != k1.key
+    # A book started afresh at a later round opens a later epoch than any before
+    assert EpochBook().issuer(7).epoch == 7 and EpochBook().issuer(7).key != k3.key

@@ -47,6 +47,7 @@ from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
 from reshuffle.protocol.driver import PS, make_ps
+from reshuffle.server.pseudonyms import EpochBook
 from reshuffle.protocol.groups import check_collusion, check_group_size
 from reshuffle.protocol.params import RoundParams, smallest_round
 from reshuffle.protocol.participant import global_model_hash
@@ -258,7 +259,7 @@ class _Round:
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
         self.server = make_ps(self.T, roster, g._sk, g._cert, g._ca, self.hash, d=self.d,
                               overrides={"payload": "words", **g.round_params}, group_size=g.group_size,
-                              collusion=g.group_collusion)
+                              collusion=g.group_collusion, pseudonyms=g.epochs.issuer(self.T))
         return self.server.start()
 
     def _deliver(self) -> None:
@@ -357,6 +358,7 @@ class ReshuffleGrid(Grid):
         self._active: dict[str, _Round] = {}
         self._keys: tuple | None = None
         self._progress = 0  # phases closed so far: a pull that moved a round on is progress
+        self.epochs = EpochBook(self.round_params.get("group", "ristretto255"))  # one epoch key for its life
 
     # --- delegation -------------------------------------------------------------
     def set_run(self, run) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -157,11 +156,10 @@ def build_round(
         if held and held.get(i) is not None:
             getattr(participants[i], "inner", participants[i]).hold_pseudonym(held[i])
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
-    if epoch_key is not None or identities_of is not None:
-        names = None if identities_of is None else dict(enumerate(identities_of))
-        make_server = functools.partial(make_server, pseudonyms=epoch_key, identities=names)
+    names = None if identities_of is None else dict(enumerate(identities_of))
     server = make_ps(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, params=p, overrides=overrides,
-                     group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server)
+                     group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server,
+                     pseudonyms=epoch_key, identities=names)
     return server, participants
 
 

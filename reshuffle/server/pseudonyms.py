@@ -60,7 +60,7 @@ class EpochBook:
     Parameters
     ----------
     group : the protocol's group.
-    rounds : rounds per epoch (0: one epoch, the run).
+    rounds : rounds per epoch (0: one epoch, the run or the driver's life).
     """
 
     def __init__(self, group: str = "ristretto255", rounds: int = 0) -> None:
@@ -73,10 +73,18 @@ class EpochBook:
         return f"EpochBook(group={self.group!r}, rounds={self.rounds}, clients={len(self.held)})"
 
     def issuer(self, T: int) -> EpochIssuer:
-        """The PS's epoch key of round T: the current one, or a fresh one when T opens an epoch."""
-        epoch = epoch_of(T, self.rounds)
-        if self._issuer is None or self._issuer.epoch != epoch:
-            self._issuer = EpochIssuer(self.group, epoch)
+        """The PS's epoch key of round T: the current one, or a fresh one when T opens an epoch.
+
+        An epoch is numbered by the round that opens it: the first round this book serves, then every
+        ``rounds`` rounds. A book started afresh (a resumed Flower ServerApp) opens a new epoch whose
+        number exceeds every earlier one, since round numbers only go up; members then drop their old
+        pseudonyms and ask for new ones.
+        """
+        if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+            raise ConfigError(f"round numbers start at 1, got {T!r}")
+        cur = self._issuer
+        if cur is None or T < cur.epoch or (self.rounds and T >= cur.epoch + self.rounds):
+            self._issuer = EpochIssuer(self.group, T)
         return self._issuer
 
     def pseudonyms(self, clients) -> dict[int, Pseudonym | None]:
