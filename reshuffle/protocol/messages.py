@@ -379,13 +379,12 @@ class Advertise(Message):
     def _body(self, w: Writer) -> None:
         t = len(self.commitments[0])
         w.fixed(self.global_hash, HASH_BYTES).fixed(self.params_hash, HASH_BYTES)
-        w.raw(self.enc_key.to_bytes()).u8(len(self.commitments) // 2).u16(t)
+        w.raw(self.enc_key.to_bytes()).fixed(self.epoch_key, HASH_BYTES).u8(len(self.commitments) // 2).u16(t)
         for row in self.commitments:
             if len(row) != t:
                 raise ValueError("every commitment row has t elements")
             for e in row:
                 w.raw(e.to_bytes())
-        w.fixed(self.epoch_key, HASH_BYTES)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -393,6 +392,7 @@ class Advertise(Message):
         gh = p.fixed(HASH_BYTES, "global_hash")
         ph = p.fixed(HASH_BYTES, "params_hash")
         enc = _elem(p, g, "enc_key")
+        ek = p.fixed(HASH_BYTES, "epoch_key")
         M, t = p.u8("M"), p.u16("t")
         if ctx.params is not None and (M, t) != (ctx.params.M, ctx.params.t):
             raise DecodeError(f"advertisement commits to {M} invocations at degree {t}, "
@@ -402,7 +402,6 @@ class Advertise(Message):
         size = g.element_size
         blob = p.fixed(2 * M * t * size, "commitments")
         com = tuple(_split_elements(g, blob[s * t * size : (s + 1) * t * size], f"C[{s}]") for s in range(2 * M))
-        ek = p.fixed(HASH_BYTES, "epoch_key")
         a = cls(*hdr, gh, ph, enc, com, ek)
         # What encode_commitments() would write, kept for the Feldman weights (they hash it).
         object.__setattr__(a, "_commitments_encoding", Writer().u16(2 * M).u16(t).bytes() + blob)
