@@ -17,7 +17,7 @@ import hmac
 from typing import Mapping
 
 from reshuffle.crypto.domain import label
-from reshuffle.errors import ConfigError
+from reshuffle.errors import ConfigError, ProtocolError
 from reshuffle.protocol.pseudonym import EpochIssuer, Pseudonym
 
 #: Bytes of a pseudonym.
@@ -107,6 +107,10 @@ class EpochBook:
         if data.get("group") != self.group or data.get("rounds") != self.rounds:
             raise ConfigError(f"checkpoint pseudonyms are for group {data.get('group')!r} with epochs of "
                               f"{data.get('rounds')!r} rounds, this run uses {self.group!r} and {self.rounds}")
-        raw = data.get("issuer")
-        self._issuer = None if raw is None else EpochIssuer.decode(bytes.fromhex(raw))
-        self.held = {int(i): Pseudonym.decode(bytes.fromhex(h)) for i, h in data.get("held", {}).items()}
+        try:
+            raw = data.get("issuer")
+            issuer = None if raw is None else EpochIssuer.decode(bytes.fromhex(raw))
+            held = {int(i): Pseudonym.decode(bytes.fromhex(h)) for i, h in data.get("held", {}).items()}
+        except (ProtocolError, ValueError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"checkpoint pseudonyms do not decode: {exc}") from None
+        self._issuer, self.held = issuer, held
