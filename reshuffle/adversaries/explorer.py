@@ -70,8 +70,8 @@ from reshuffle.crypto.signatures import SERVER_ID, CertificateAuthority
 from reshuffle.errors import ConfigError, ProtocolError
 from reshuffle.harness.api import identities
 from reshuffle.protocol import credential
-from reshuffle.protocol import pseudonym
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol import pseudonym
 from reshuffle.protocol.decoys import Decoys, commitment, decoy_positions
 from reshuffle.protocol.messages import MsgType, ShareKind
 from reshuffle.protocol.params import RoundParams, TrustFloors

@@ -29,7 +29,7 @@ from reshuffle.crypto import voprf
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group, get_group
 from reshuffle.crypto.rand import RandomSource, as_source
-from reshuffle.errors import ConfigError, DecodeError, Refused, UnexpectedMessage
+from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, UnexpectedMessage
 from reshuffle.wire import Parser, Writer
 
 #: Bytes of the pseudonym ρ (as :data:`reshuffle.server.pseudonyms.SIZE`).
@@ -47,6 +47,10 @@ class EpochKeyMismatch(Refused):
 
 class AlreadyIssued(UnexpectedMessage):
     """A participant asked for a second pseudonym in one epoch."""
+
+
+class InvalidPseudonym(ProtocolError):
+    """A row's pseudonym is not F_π(epoch, ρ) under the epoch key."""
 
 
 def suite(group: Group) -> voprf.Suite:
@@ -182,9 +186,10 @@ class EpochIssuer:
         self.issued.add(identity)
         return ev, proof.encode(self.group)
 
-    def valid(self, rho: bytes, z: bytes) -> bool:
-        """Whether z = F_π(epoch, ρ), compared in constant time."""
-        return hmac.compare_digest(z, voprf.evaluate(suite(self.group), self._pi, nym_input(self.epoch, rho)))
+    def verify(self, rho: bytes, z: bytes) -> None:
+        """Check z = F_π(epoch, ρ) in constant time; :class:`InvalidPseudonym` if it differs."""
+        if not hmac.compare_digest(z, voprf.evaluate(suite(self.group), self._pi, nym_input(self.epoch, rho))):
+            raise InvalidPseudonym(f"not a pseudonym of epoch {self.epoch} under its key")
 
     def encode(self) -> bytes:
         """Group name, epoch, π and the issued identities (the PS's checkpoint; π is a secret)."""
