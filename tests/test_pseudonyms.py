@@ -152,6 +152,17 @@ def test_a_second_issuance_in_an_epoch_is_refused():
     assert iss.issued == set(IDS)
 
 
+def test_a_round_that_ends_before_the_answers_issues_nothing():
+    # Prepare: half the members drop before their OT request, so the round ends before any answer leaves
+    iss = EpochIssuer("ristretto255", 0)
+    # Execute
+    r1 = _round(1, iss, dropouts={"ot": [0, 1, 2]})
+    # Assert: nothing was issued, so nobody is locked out of the epoch; the next round issues everyone
+    assert r1.failure is not None and iss.issued == set()
+    r2 = _round(2, iss)
+    assert len(r2.models) == N and iss.issued == set(IDS)
+
+
 def test_issuer_refuses_a_second_evaluation_for_one_identity():
     iss = EpochIssuer("ristretto255", 5)
     req = pseudonym.request(iss.group, 5)

@@ -24,6 +24,7 @@ passed; it returns the next messages. ``output`` is set once ``done``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Mapping
@@ -32,6 +33,7 @@ import numpy as np
 
 from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.ot import OTRequest, OTSender
+from reshuffle.crypto.group import Element
 from reshuffle.crypto.rand import RandomSource, as_source, substream
 from reshuffle.crypto.shamir import Shamir, Share
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
@@ -392,6 +394,7 @@ class Server:
         if identities is not None and not set(roster) <= set(identities):
             raise ConfigError("identities must name every participant of the roster")
         self._identity = {i: (identities[i] if identities is not None else i) for i in roster}
+        self._nym_requests: dict[int, Element] = {}  # blinded pseudonym requests awaiting their answer
 
     # ------------------------------------------------------------------ #
     @property
@@ -569,7 +572,8 @@ class Server:
         req = OTRequest.decode(self.group, m.request, self.params.k)
         answer = self.slots.ot.answer(sender, req)  # a second request: AlreadyAnswered, the first stands
         who = self._identity[sender]
-        if m.nym_request is not None and who in self.nyms.issued:
+        asked = {self._identity[j] for j in self._nym_requests}
+        if m.nym_request is not None and (who in self.nyms.issued or who in asked):
             # §7.3: one pseudonym per identity per epoch; the asker is excluded, nothing is sent to it.
             raise pseudonym.AlreadyIssued(f"participant {sender} asks for a second pseudonym of epoch "
                                           f"{self.nyms.epoch}")
@@ -580,12 +584,12 @@ class Server:
         (cred_eval,), cred_proof = voprf.blind_evaluate(
             credential.suite(g), self._gamma, [m.cred_request], self.cred_key, self._rng
         )
-        nym_eval, nym_proof = None, b""
         if m.nym_request is not None:
-            nym_eval, nym_proof = self.nyms.issue(who, m.nym_request, self._nym_rng)
+            # Evaluated and recorded when its answer leaves (_ot_answers_out): a round that ends before
+            # that issues nothing, and its members may ask again.
+            self._nym_requests[sender] = m.nym_request
         st.answers[sender] = msg.OTResponseMsg(
-            self.T, 0, SERVER_ID, answer.encode(), proof.encode(g), cred_eval, cred_proof.encode(g),
-            nym_eval=nym_eval, nym_proof=nym_proof,
+            self.T, 0, SERVER_ID, answer.encode(), proof.encode(g), cred_eval, cred_proof.encode(g)
         )
 
     def _close_ot(self, st: OTStep) -> tuple[Collect, Outbox]:
@@ -650,6 +654,10 @@ class Server:
                 continue
             resolved = tuple((d, resolved_by[d]) for d in sorted(resolved_by) if i in complaints[d])
             a = a.with_resolved(resolved)
+            if i in self._nym_requests:
+                # §7.3: the pseudonym goes with the OT answer; issued (and recorded) only now.
+                ev, proof = self.nyms.issue(self._identity[i], self._nym_requests.pop(i), self._nym_rng)
+                a = dataclasses.replace(a, nym_eval=ev, nym_proof=proof)
             out.append((i, a.encode(self._sk)))
         return out
 
