@@ -289,6 +289,7 @@ def test_pseudonym_and_issuer_encodings_round_trip_and_hide_secrets():
         back.verify(nym.rho, bytes(64))
     assert nym.rho.hex() not in repr(nym) and nym.z.hex() not in repr(nym)
     assert str(iss._pi) not in repr(iss)
+    assert req.rho.hex() not in repr(req) and str(req.blind) not in repr(req)
     with pytest.raises(DecodeError):
         Pseudonym.decode(nym.encode() + b"\x00")
     with pytest.raises(DecodeError):
