@@ -40,7 +40,7 @@ def test_a_node_keeps_its_pseudonym_across_rounds(mods):
     assert kept[0] == kept[1]
     nyms = [Pseudonym.decode(b) for b in kept[0].values()]
     assert len({n.name for n in nyms}) == 4 and {n.epoch for n in nyms} == {1}
-    issuer = grid.epochs.issuer(2)
+    issuer = grid.pseudonym_keys.issuer(2)
     assert len(issuer.issued) == 4 and all(n.key == issuer.key.to_bytes() for n in nyms)
 
 

@@ -259,7 +259,7 @@ class _Round:
         log(INFO, "[reshuffle] round %d: roster of %d participants, protocol starts", self.T, len(roster))
         self.server = make_ps(self.T, roster, g._sk, g._cert, g._ca, self.hash, d=self.d,
                               overrides={"payload": "words", **g.round_params}, group_size=g.group_size,
-                              collusion=g.group_collusion, pseudonyms=g.epochs.issuer(self.T))
+                              collusion=g.group_collusion, pseudonyms=g.pseudonym_keys.issuer(self.T))
         return self.server.start()
 
     def _deliver(self) -> None:
@@ -358,7 +358,7 @@ class ReshuffleGrid(Grid):
         self._active: dict[str, _Round] = {}
         self._keys: tuple | None = None
         self._progress = 0  # phases closed so far: a pull that moved a round on is progress
-        self.epochs = EpochBook(self.round_params.get("group", "ristretto255"))  # one epoch key for its life
+        self.pseudonym_keys = EpochBook(self.round_params.get("group", "ristretto255"))  # one epoch key for its life
 
     # --- delegation -------------------------------------------------------------
     def set_run(self, run) -> None:
