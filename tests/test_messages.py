@@ -25,14 +25,16 @@ H = bytes(range(32))
 
 def samples():
     return [
-        msg.RoundStart(1, 0, 0xFFFFFFFF, P, H, CERT, tuple((i, CERT) for i in range(4)), E),
-        msg.Advertise(1, 0, 2, H, P.digest(), E, ((E,) * P.t,) * (2 * P.M)),
+        msg.RoundStart(1, 0, 0xFFFFFFFF, P, H, CERT, tuple((i, CERT) for i in range(4)), E, 7, E),
+        msg.Advertise(1, 0, 2, H, P.digest(), E, ((E,) * P.t,) * (2 * P.M), H),
         msg.AdvertiseList(1, 0, 0xFFFFFFFF, (b"a", b"bc")),
         msg.ShareBundle(1, 0, 2, ((0, b"x" * 40), (1, b"y" * 40)), (E,) * P.t),
         msg.ShareDelivery(1, 0, 0xFFFFFFFF, (0, 1, 3), b"table", H, ((0, H, (E,) * P.t), (3, H, (E,) * P.t)),
                           ((0, b"c" * 30),)),
         msg.OTRequestMsg(1, 0, 3, b"req", E, (0, 2)),
+        msg.OTRequestMsg(1, 0, 3, b"req", E, (0, 2), E),
         msg.OTResponseMsg(1, 0, 0xFFFFFFFF, b"resp", b"p" * 64, E, b"q" * 64, ((2, b"answer"),)),
+        msg.OTResponseMsg(1, 0, 0xFFFFFFFF, b"resp", b"p" * 64, E, b"q" * 64, (), E, b"r" * 64),
         msg.Complaints(1, 0, 0xFFFFFFFF, (0, 3)),
         msg.ComplaintAnswer(1, 0, 2, ((0, tuple(range(2 * P.M))), (3, tuple(range(5, 5 + 2 * P.M))))),
         msg.MaskRequest(1, 2, 0xFFFFFFFF, tuple(range(P.n))),
@@ -132,7 +134,7 @@ def test_bounds_against_params():
     with pytest.raises(DecodeError, match="counts"):
         msg.decode(msg.MaskRequest(1, 2, 0, tuple(range(P.n + 1))).encode(), CTX)
     with pytest.raises(DecodeError, match="commits to"):
-        msg.decode(msg.Advertise(1, 0, 2, H, P.digest(), E, ((E,) * P.t,) * 2).encode(), CTX)
+        msg.decode(msg.Advertise(1, 0, 2, H, P.digest(), E, ((E,) * P.t,) * 2, H).encode(), CTX)
     with pytest.raises(DecodeError, match="sorted"):
         msg.decode(msg.UnmaskRequest(1, 2, 0, (3, 1)).encode(), CTX)
     with pytest.raises(DecodeError, match="repeated"):
@@ -140,7 +142,7 @@ def test_bounds_against_params():
     with pytest.raises(DecodeError, match="repeats a signer"):
         msg.decode(msg.CertificateMsg(1, 2, 0, (1, 2), ((1, bytes(64)), (1, bytes(64)))).encode(), CTX)
     with pytest.raises(DecodeError, match="roster"):
-        rs = msg.RoundStart(1, 0, 0, P, H, CERT, tuple((i, CERT) for i in range(3)), E)
+        rs = msg.RoundStart(1, 0, 0, P, H, CERT, tuple((i, CERT) for i in range(3)), E, 0, E)
         msg.decode(rs.encode(), CTX)
 
 

@@ -73,7 +73,7 @@ def _advert(M=2, t=4, seed=1):
     coeffs = [[G.random_scalar(rng) for _ in range(t)] for _ in range(2 * M)]
     coms = tuple(tuple(G.base_mul(a) for a in row) for row in coeffs)
     sk = SigningKey.from_seed(bytes([seed]) * 32)
-    a = msg.Advertise(1, 0, 2, bytes(32), p.digest(), G.base_mul(7), coms)
+    a = msg.Advertise(1, 0, 2, bytes(32), p.digest(), G.base_mul(7), coms, bytes(32))
     return a, coeffs, a.encode(sk), sk, msg.Context(G, p)
 
 

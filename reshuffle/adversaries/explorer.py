@@ -72,6 +72,7 @@ from reshuffle.errors import ConfigError, ProtocolError
 from reshuffle.harness.api import identities
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol import pseudonym
 from reshuffle.protocol.decoys import Decoys, commitment, decoy_positions
 from reshuffle.protocol.messages import MsgType, ShareKind
 from reshuffle.protocol.params import RoundParams, TrustFloors
@@ -202,6 +203,7 @@ class _Round:
         self.gamma = self.group.random_scalar(rng)
         self.cred_key = self.group.base_mul(self.gamma)
         self._rng_seed = rng.bytes(32)
+        self.nyms = pseudonym.EpochIssuer(p.group, T, self.group.random_scalar(rng))
         ca = CertificateAuthority.verifier(ident.ca.verify_key)
         # Model values only (numpy is never a source of secrets here).
         data = np.random.default_rng(cfg.seed)
@@ -212,7 +214,8 @@ class _Round:
         self._signed: dict[bytes, bytes] = {}
         # One ROUND_START per announcement; n, k, decoys and R_max are the same in all of them.
         self.starts = {q: msg.RoundStart(T, 0, SERVER_ID, q, self.gh, self.cert, tuple(sorted(self.roster.items())),
-                                         self.cred_key).encode(self.sk) for q in cfg.announced()}
+                                         self.cred_key, self.nyms.epoch, self.nyms.key).encode(self.sk)
+                       for q in cfg.announced()}
         self.keys = {i: c.key for i, c in self.roster.items()}
 
     def rng(self, *parts) -> SeededRandom:
@@ -469,8 +472,13 @@ class Explorer:
             (ev,), cproof = voprf.blind_evaluate(credential.suite(g), self.r.gamma, [req.cred_request],
                                                  self.r.cred_key, rng)
             resolved = tuple((a.sender, msg.relay_bytes(a)) for a in w.view.answers if a.sender in req.complaints)
+            nym_ev, nym_proof = None, b""
+            if req.nym_request is not None:
+                # Every branch issues anew: the explorer's issuer keeps no record between branches.
+                self.r.nyms.issued.discard(i)
+                nym_ev, nym_proof = self.r.nyms.issue(i, req.nym_request, rng)
             out.append((i, self.r.sign(msg.OTResponseMsg(T, 0, SERVER_ID, ans.encode(), proof.encode(g), ev,
-                                                         cproof.encode(g), resolved))))
+                                                         cproof.encode(g), resolved, nym_ev, nym_proof))))
         if out:
             yield from self._targets("OT_RESPONSE", out)
 

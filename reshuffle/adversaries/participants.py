@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable
 
 import numpy as np
@@ -382,7 +384,7 @@ class FalseComplaint(ParticipantBehaviour):
         def _seal(self, m):
             if m.TYPE == MsgType.OT_REQUEST:
                 others = tuple(j for j in self.state.inv.mask_set if j != self.pid)
-                m = msg.OTRequestMsg(m.T, m.m, m.sender, m.request, m.cred_request, others)
+                m = dataclasses.replace(m, complaints=others)
             return super()._seal(m)
 
     def holds(self, result, honest) -> Verdict:

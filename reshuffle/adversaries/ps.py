@@ -12,6 +12,7 @@ honest participant to its model.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from reshuffle.adversaries.base import PSBehaviour, Verdict, register_adversary
@@ -227,9 +228,7 @@ class TaggedOT(_PSAttack):
                 beta2 = self.group.random_scalar(self._rng)
                 fake = OTResponse(self.T, tuple(a**beta2 for a in req.blinded))
                 good = st.answers[sender]
-                st.answers[sender] = msg.OTResponseMsg(
-                    good.T, good.m, good.sender, fake.encode(), good.ot_proof, good.cred_eval, good.cred_proof
-                )
+                st.answers[sender] = dataclasses.replace(good, response=fake.encode())
 
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
@@ -258,8 +257,7 @@ class PerParticipantKey(_PSAttack):
             g = self.group
             self._gamma2 = g.random_scalar(self._rng)
             rs = msg.decode(out[0][1], self._ctx)
-            other = msg.RoundStart(rs.T, rs.m, rs.sender, rs.params, rs.global_hash, rs.server_cert, rs.roster,
-                                   g.base_mul(self._gamma2))
+            other = dataclasses.replace(rs, cred_key=g.base_mul(self._gamma2))
             return [(i, other.encode(self._sk) if i == self.behaviour.target else d) for i, d in out]
 
         def _on_ot_request(self, st, sender, m):
@@ -276,6 +274,34 @@ class PerParticipantKey(_PSAttack):
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
         v.holds = v.holds and self.target not in result.positions
+        return v
+
+
+@register_adversary("per-participant-epoch-key")
+class PerParticipantEpochKey(_PSAttack):
+    """Gives the target its own epoch key P' (and so its own RoundStart), to recognise its pseudonym in
+    every row of the epoch, and relays every advertisement as it is."""
+
+    stopped_by = "§7.3 every advertisement signs (epoch, P); each member compares them before it asks for a pseudonym"
+
+    class server_class(CuriousServer):
+        def start(self):
+            out = super().start()
+            g = self.group
+            rs = msg.decode(out[0][1], self._ctx)
+            other = dataclasses.replace(rs, nym_key=g.base_mul(g.random_scalar(self._rng))).encode(self._sk)
+            return [(i, other if i == self.behaviour.target else d) for i, d in out]
+
+        def _on_advertise(self, st, sender, a):
+            if sender in st.adverts:
+                return super()._on_advertise(st, sender, a)
+            st.adverts[sender] = a  # the target's advertisement signs its own key: relayed anyway
+
+    def holds(self, result, honest) -> Verdict:
+        v = self.verdict(result, honest, self.stopped_by)
+        errs = [type(e).__name__ for e in result.views[self.target].errors]
+        v.holds = v.holds and self.target not in result.positions and "EpochKeyMismatch" in errs
+        v.detail += f"; target errors: {errs}; round: {result.failure or 'completed'}"
         return v
 
 
@@ -297,8 +323,8 @@ class DifferentGlobalModel(_PSAttack):
             out = super().start()
             rs = msg.decode(out[0][1], self._ctx)
             t = self.behaviour.target
-            other = msg.RoundStart(rs.T, rs.m, rs.sender, rs.params, self.behaviour.global_hash_for(t, rs.global_hash),
-                                   rs.server_cert, rs.roster, rs.cred_key).encode(self._sk)
+            other = dataclasses.replace(rs, global_hash=self.behaviour.global_hash_for(t, rs.global_hash)
+                                        ).encode(self._sk)
             return [(i, other if i == t else d) for i, d in out]
 
         def _on_advertise(self, st, sender, a):

@@ -73,6 +73,7 @@ from reshuffle.crypto.prg import accumulate_streams
 from reshuffle.crypto.signatures import SigningKey
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol import pseudonym
 from reshuffle.protocol.masking import mask_in_place
 from reshuffle.protocol.schedule import ONLINE_STAGES
 from reshuffle.protocol.transcript import CONSENT_CONTEXT, check_certificate
@@ -158,6 +159,7 @@ def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
     blind, blinded = voprf.blind(suite, b"bench", rng)
     (ev,), cproof = voprf.blind_evaluate(suite, gamma, [blinded], C, rng)
     lw = np.zeros((rows, p.row_words), dtype=np.uint32)
+    nyms = pseudonym.EpochIssuer(p.group, 0, rng=rng)
     tokens = [rng.bytes(16) for _ in range(rows)]
     members = list(range(N))
     keys = {i: SigningKey.from_seed(bytes([i + 1]) * 32) for i in members}
@@ -182,7 +184,7 @@ def _mechanisms(r, N: int, rows: int, repeat: int) -> dict:
         "credential_eval_s": best_of(lambda: voprf.blind_evaluate(suite, gamma, [blinded], C, rng), repeat),
         "credential_finalize_s": best_of(
             lambda: voprf.finalize(suite, [b"bench"], [blind], [ev], [blinded], C, cproof), repeat),
-        "row_checks_s": best_of(lambda: credential.check_rows(lw, p.d * 4, tokens, 1, gamma, g), repeat),
+        "row_checks_s": best_of(lambda: credential.check_rows(lw, p.d * 4, tokens, 1, gamma, g, nyms), repeat),
         "certificate_check_s": best_of(
             lambda: check_certificate(1, p.upload_m, members, bytes(32), sigs_all, vks, p.t), repeat),
         "certificate_check_every_s": best_of(

@@ -73,9 +73,20 @@ class SeededRandom:
         out._key, out._pos, out._buf, out._at = self._key, self._pos, self._buf, self._at
         return out
 
+    def derive(self, label: bytes) -> "SeededRandom":
+        """An independent stream keyed from this one's key and ``label``; this one does not advance."""
+        return SeededRandom(self._key, label)
+
     def child(self, label: bytes) -> "SeededRandom":
         """An independent stream derived from this one (e.g. one per participant)."""
         return SeededRandom(self.bytes(32), label)
+
+
+def substream(rng: RandomSource, label: bytes) -> RandomSource:
+    """A stream for one purpose that leaves ``rng``'s own draws unchanged: derived where ``rng`` is seeded
+    (:meth:`SeededRandom.derive`), ``rng`` itself otherwise (OS randomness)."""
+    derive = getattr(rng, "derive", None)
+    return derive(label) if derive is not None else rng
 
 
 def as_source(rng: RandomSource | int | None) -> RandomSource:

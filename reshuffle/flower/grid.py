@@ -64,6 +64,7 @@ from reshuffle.protocol.grouped import JointServer, formed_groups
 from reshuffle.protocol.groups import Assignment, check_collusion, check_group_size
 from reshuffle.protocol.params import GROUP_SIZE, RoundParams, smallest_round
 from reshuffle.protocol.participant import global_model_hash
+from reshuffle.server.pseudonyms import EpochBook
 
 ROUND_PARAMS = {"n", "k", "t", "c", "R_max", "group"}
 NEW = -1  # a plan's part that forms new groups among participants in none
@@ -290,7 +291,7 @@ class _Round:
         if self.plan is None:
             self.server = make_ps(self.T, roster, g._sk, g._cert, g._ca, self.hash, d=self.d,
                                   overrides={"payload": "words", **g.round_params}, group_size=g.group_size,
-                                  collusion=g.group_collusion)
+                                  collusion=g.group_collusion, pseudonyms=g.pseudonym_keys.issuer(self.T))
         else:
             self.server = self._parts(roster)
         return self.server.start()
@@ -300,7 +301,8 @@ class _Round:
         among the claimed participants in no group (if there are at least ``group_size``)."""
         g = self.g
         epoch_of = {pid: e for e, a in enumerate(g.epochs) for grp in a.groups for pid in grp}
-        kw = {"d": self.d, "overrides": {"payload": "words", **g.round_params}, "collusion": g.group_collusion}
+        kw = {"d": self.d, "overrides": {"payload": "words", **g.round_params}, "collusion": g.group_collusion,
+              "pseudonyms": g.pseudonym_keys.issuer(self.T)}  # one epoch key for every part of the round
         parts = []
         for e, sample in self.plan:
             if e == NEW:
@@ -433,6 +435,7 @@ class ReshuffleGrid(Grid):
         self._active: dict[str, _Round] = {}
         self._keys: tuple | None = None
         self._progress = 0  # phases closed so far: a pull that moved a round on is progress
+        self.pseudonym_keys = EpochBook(self.round_params.get("group", "ristretto255"))  # one epoch key for its life
 
     # --- delegation -------------------------------------------------------------
     def set_run(self, run) -> None:

@@ -7,8 +7,9 @@
   once: a claim for a round at or below the last one it claimed is refused, so the
   PS cannot run a round twice and difference the sums. The node starts a fresh
   :class:`~reshuffle.protocol.session.SessionState` without a model, kept in
-  ``context.state``, bound to the H(W_g^T) the record announces, and answers only
-  with its participant id, certificate and a signed claim.
+  ``context.state``, bound to the H(W_g^T) the record announces and holding the
+  node's epoch pseudonym from an earlier round, and answers only with its
+  participant id, certificate and a signed claim.
 - ``protocol``: each core message goes to the session; the node answers with the
   participant's replies. The offline steps (setup, shares, OT, reservation) run so.
 - Stable groups: once an assignment has formed this node's anonymity group, the node keeps
@@ -16,6 +17,8 @@
   round that formed it). Every later round is a round of exactly that group: the node refuses
   a new assignment, a ROUND_START whose roster or binding differs, and an online set that
   lacks a member of its group.
+  Once its participant holds a confirmed epoch pseudonym (docs/protocol.md §7.3),
+  the node keeps it in ``context.state`` for the epoch's next rounds.
 - ``train``: the strategy's content arrives with the first message that needs the
   model (the upload). The mod checks that the content hashes to the announced
   H(W_g^T), runs the app's handler once on it, turns the reply into ``d`` ring
@@ -46,11 +49,21 @@ from reshuffle.crypto.domain import label
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, ReShuffleError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_SIMULATION, claim, node_identity, node_mode
-from reshuffle.flower.reserved import GROUP, LEDGER, RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN, STATE
+from reshuffle.flower.reserved import (
+    GROUP,
+    LEDGER,
+    PSEUDONYM,
+    RECORD,
+    STAGE_CLAIM,
+    STAGE_PROTOCOL,
+    STAGE_TRAIN,
+    STATE,
+)
 from reshuffle.protocol.grouped import GroupedParticipant
 from reshuffle.protocol.groups import Membership
 from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import Participant, global_model_hash
+from reshuffle.protocol.pseudonym import Pseudonym
 from reshuffle.protocol.session import SessionState
 
 HASH_BYTES = 32
@@ -73,12 +86,29 @@ def _claim(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
         raise ConfigError("the server asks for simulation keys, but this node has Re-Shuffle key files")
     ident = node_identity(ctx.node_config, ctx.run_id)
     state = SessionState.new(ident.pid, T, None, ident.key, ident.cert, ident.ca.verify_key,
-                             global_hash, words=True)  # type: ignore[arg-type]
+                             global_hash, words=True, pseudonym=_held(ctx))  # type: ignore[arg-type]
     _store(ctx, state)
     ctx.state[LEDGER] = ConfigRecord({"last-round": T})
     proof = claim(ident, ctx.run_id, T, msg.metadata.dst_node_id)
     return Message(RecordDict({RECORD: ConfigRecord({"pid": ident.pid, "cert": ident.cert.encode(),
                                                      "claim": proof})}), reply_to=msg)
+
+
+def _held(ctx: Context) -> Pseudonym | None:
+    """The epoch pseudonym this node keeps in its Context (None: it holds none)."""
+    if PSEUDONYM not in ctx.state:
+        return None
+    raw = ctx.state[PSEUDONYM].get("pseudonym")  # type: ignore[union-attr]
+    if not isinstance(raw, bytes):
+        raise DecodeError("this node's pseudonym record is corrupt")
+    return Pseudonym.decode(raw)
+
+
+def _keep(ctx: Context, p) -> None:
+    """Store the participant's confirmed epoch pseudonym in the node's Context (a changed one replaces it)."""
+    nym = getattr(p, "inner", p).pseudonym if p is not None else None
+    if nym is not None:
+        ctx.state[PSEUDONYM] = ConfigRecord({"pseudonym": nym.encode()})
 
 
 def _last_round(ctx: Context) -> int | None:
@@ -222,6 +252,7 @@ def _handle_all(msg: Message, ctx: Context, state: SessionState, rec: ConfigReco
         try:
             state, out, p = _advance(state, data, trust, membership)
             _keep_group(ctx, state.T, p)
+            _keep(ctx, p)
         except ReShuffleError:
             out = []
         replies.extend(out)

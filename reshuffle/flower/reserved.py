@@ -22,6 +22,7 @@ RECORD = "reshuffle"  # reserved record key in train messages and their phase re
 STATE = "reshuffle-session"  # ConfigRecord in the node's Context.state
 LEDGER = "reshuffle-rounds"  # ConfigRecord in Context.state: the last round this node claimed
 GROUP = "reshuffle-group"  # ConfigRecord in Context.state: this node's stable group and the round that formed it
+PSEUDONYM = "reshuffle-pseudonym"  # ConfigRecord in Context.state: the node's epoch pseudonym (encoded)
 STAGE_CLAIM, STAGE_TRAIN, STAGE_PROTOCOL = "claim", "train", "protocol"
 MAX_WORDS = 1 << 28
 

@@ -156,9 +156,15 @@ def _blame_games(quick: bool) -> list[Result]:
 
 
 def _v2_games(toy, tiny, n_fast: int, n_mask: int) -> list[Result]:
-    """Channel confidentiality, row-credential unforgeability, DLEQ soundness."""
+    """Channel confidentiality, row-credential and epoch-pseudonym unforgeability, DLEQ soundness."""
     from reshuffle.games.channel import FixedNonces, channel_games, sanity_adversary
-    from reshuffle.games.credential import credential_games, credential_trial, sanity_forger
+    from reshuffle.games.credential import (
+        credential_games,
+        credential_trial,
+        pseudonym_forger,
+        pseudonym_games,
+        sanity_forger,
+    )
     from reshuffle.games.dleq import dleq_games
     from reshuffle.games.framework import estimate
 
@@ -183,6 +189,12 @@ def _v2_games(toy, tiny, n_fast: int, n_mask: int) -> list[Result]:
     out.append(_transfer("row credential: B^A vs one-more DH [weak: 17-bit]", omdh, a, b, 1))
     e = estimate(lambda: credential_trial(toy, sanity_forger, keyless=True), n_mask, 0.0)
     out.append(_detected("row credential: A [weak: keyless, γ = 1]", omdh, e, 1.0))
+    a, b = pseudonym_games(toy, pseudonym_forger, n_mask)
+    out.append(_secure("epoch pseudonym: A vs issuer, one per identity [toy 41-bit, c=3]", omdh, a))
+    out.append(_transfer("epoch pseudonym: B^A vs one-more DH [toy 41-bit]", omdh, a, b, 1))
+    a, b = pseudonym_games(tiny, pseudonym_forger, n_mask)
+    out.append(_detected("epoch pseudonym: A [weak: 17-bit group]", omdh, a, 1.0))
+    out.append(_transfer("epoch pseudonym: B^A vs one-more DH [weak: 17-bit]", omdh, a, b, 1))
 
     stat = "none (statistical, ROM)"
     forge, ext = dleq_games(toy, n_fast)

@@ -22,6 +22,12 @@ where N is the element A queried Hash on for that input and output.
 
 Weak instances: a 17-bit group (A computes gamma) and a keyless credential
 (gamma = 1: Y = H_2(T, r), anyone can mint rows).
+
+Epoch pseudonyms (§7.3) are the same VOPRF under the epoch key π, evaluated once
+per identity per epoch: c corrupt identities are c evaluations, so c + 1 valid
+pseudonyms solve one-more DH by the same reduction (:func:`pseudonym_games`).
+:func:`blinded_distribution` shows, exactly on a small group, that the PS's view
+of an issuance is uniform whatever the pseudonym.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from reshuffle.errors import ConfigError, InvalidElement
 from reshuffle.games.channel import bounded_dlog
 from reshuffle.games.framework import Estimate, estimate
 from reshuffle.games.ot_sender import CTCDH
+from reshuffle.protocol.pseudonym import nym_input
 
 Q = 3  # blind evaluations the adversary may ask for
 
@@ -177,6 +184,58 @@ class Reduction:
                         continue
                     break
         return pairs
+
+
+# ------------------------------------------------------------ epoch pseudonyms
+def pseudonym_input(i: int, epoch: int = 0) -> bytes:
+    """The i-th pseudonym input of ``epoch``: the protocol's own label (§7.3) and a 16-byte ρ."""
+    return nym_input(epoch, i.to_bytes(16, "big"))
+
+
+def pseudonym_forger(suite: voprf.Suite, P, issue: Callable, c: int) -> list[tuple[bytes, bytes]]:
+    """A coalition of c identities: one pseudonym each, honestly, then one more guessed (or minted with π
+    where P's discrete log is small)."""
+    pi = bounded_dlog(suite.group, P)
+    if pi is not None:
+        return [(pseudonym_input(i), voprf.evaluate(suite, pi, pseudonym_input(i))) for i in range(c + 1)]
+    out = []
+    for i in range(c):
+        b, B = voprf.blind(suite, pseudonym_input(i))
+        ev, proof = issue([B])
+        out += list(zip([pseudonym_input(i)], voprf.finalize(suite, [pseudonym_input(i)], [b], ev, [B], P, proof)))
+    return out + [(pseudonym_input(c), secrets.token_bytes(voprf.NH))]
+
+
+def pseudonym_trial(group, adversary, c: int = Q) -> bool:
+    """One epoch: the issuer answers each of the c corrupt identities once (q = c evaluations); A wins with
+    c + 1 distinct valid pseudonyms. The credential game with q = c, on the pseudonym's inputs."""
+    suite = voprf.Suite(group)
+    iss = Issuer(suite, c)
+    pairs = adversary(suite, iss.C, iss.issue, c)
+    return iss.wins(pairs) and all(x.startswith(nym_input(0, b"")) for x, _ in pairs)
+
+
+def blinded_distribution(group, data: bytes) -> dict[bytes, int]:
+    """How often each element is the PS's view of a request for ``data``, over every blind in [1, q):
+    exact, so for a small group only. Uniform over the non-identity elements for every input (perfect
+    hiding): the issuance view is independent of the pseudonym."""
+    P = voprf.Suite(group).hash_to_group(data)
+    out: dict[bytes, int] = {}
+    for b in range(1, group.order):
+        key = (P**b).to_bytes()
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def pseudonym_games(group, adversary, trials: int, c: int = Q) -> tuple[Estimate, Estimate]:
+    """(Adv of A against one pseudonym per identity per epoch, Adv of B^A against one-more DH)."""
+    direct = estimate(lambda: pseudonym_trial(group, adversary, c), trials, 0.0)
+
+    def reduced() -> bool:
+        ch = CTCDH(group, c)
+        return ch.wins(Reduction(adversary, c)(ch))
+
+    return direct, estimate(reduced, trials, 0.0)
 
 
 def credential_games(group, adversary, trials: int, q: int = Q) -> tuple[Estimate, Estimate]:

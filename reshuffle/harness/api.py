@@ -20,6 +20,7 @@ from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector
 from reshuffle.protocol.groups import Assignment, CheckCache, Membership, check_group_size
 from reshuffle.protocol.params import RoundParams
 from reshuffle.protocol.participant import Participant, global_model_hash
+from reshuffle.protocol.pseudonym import EpochIssuer, Pseudonym
 from reshuffle.harness.parallel import make_runner
 from reshuffle.harness.runner import InProcessRunner, Interceptor
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server, admit
@@ -58,6 +59,10 @@ class ShuffleResult:
     # Round trips the driver executed (protocol/schedule.py): round_trips, round_trips_after_training
     # (from the first step that needs a model), and the steps in order.
     round_trips: dict = field(default_factory=dict)
+    # Each delivered model's epoch pseudonym ρ, in the order of ``models`` (what the PS recovered).
+    pseudonyms: list[bytes] = field(default_factory=list)
+    # Each participant's pseudonym to keep for the epoch's next rounds (None: it has none); harness-only.
+    held: dict = field(default_factory=dict, repr=False)
 
 
 def _check_updates(updates: Sequence[np.ndarray], payload: str = "fixed", b: int = 32) -> list[np.ndarray]:
@@ -121,6 +126,9 @@ def build_round(
     group_collusion: float | None = None,
     groups: Sequence[Sequence[int]] | None = None,
     grouped_cls: type[GroupedParticipant] = GroupedParticipant,
+    epoch_key: EpochIssuer | None = None,
+    identities_of: Sequence[int] | None = None,
+    held: Mapping[int, Pseudonym] | None = None,
 ) -> tuple[PS, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
@@ -136,6 +144,9 @@ def build_round(
     assignment: each participant holds its group as persisted state would, and its
     floor is the smallest given group. ``grouped_cls`` lets the games plug in a
     deliberately broken group wrapper.
+    ``epoch_key`` is the PS's epoch key kept across an epoch's rounds (default: one
+    per round), ``identities_of[i]`` the identity participant i is issued under, and
+    ``held[i]`` the pseudonym participant i holds from an earlier round of the epoch.
     """
     ident = identities(len(updates), seed)
     participant_cls = participant_cls or Participant
@@ -155,10 +166,13 @@ def build_round(
         participants[i] = make(*args) if group_size is None else grouped_cls(
             *args, make=make, cache=cache, min_group=group_size,
             membership=None if stable is None else Membership.of(stable, i))
+        if held and held.get(i) is not None:
+            getattr(participants[i], "inner", participants[i]).hold_pseudonym(held[i])
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
+    names = None if identities_of is None else dict(enumerate(identities_of))
     server = make_ps(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, params=p, overrides=overrides,
                      group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server,
-                     stable=stable)
+                     stable=stable, pseudonyms=epoch_key, identities=names)
     return server, participants
 
 
@@ -272,7 +286,9 @@ class ShuffleOptions:
     anonymity groups; ``groups`` (cohort indices) runs these stable groups instead, with no
     new assignment; ``workers`` > 1 runs the participants in that many processes;
     ``params`` override RoundParams defaults (``n, k, t, c, R_max, decoys, b, f,
-    clip, group, payload``).
+    clip, group, payload``). ``epoch_key``, ``identities`` and ``pseudonyms`` carry
+    epoch pseudonyms across rounds (:func:`build_round`'s ``epoch_key``,
+    ``identities_of`` and ``held``).
     """
 
     dropouts: Mapping[str, Iterable[int]] | None = None
@@ -286,6 +302,9 @@ class ShuffleOptions:
     group_collusion: float | None = None
     workers: int | None = None
     groups: tuple[tuple[int, ...], ...] | None = None
+    epoch_key: EpochIssuer | None = None
+    identities: Sequence[int] | None = None
+    pseudonyms: Mapping[int, Pseudonym] | None = None
     params: Mapping[str, object] = field(default_factory=dict)
 
     @classmethod
@@ -375,7 +394,8 @@ def _prepare(models, N: int, d: int, o: ShuffleOptions) -> "PreparedRound":
     p = RoundParams.default(N, d, **o.params)
     server, participants = build_round(models, p, seed=o.seed, T=o.T, global_model=o.global_model,
                                        adversaries=o.adversaries, group_size=o.group_size, overrides=dict(o.params),
-                                       group_collusion=o.group_collusion, groups=o.groups)
+                                       group_collusion=o.group_collusion, groups=o.groups, epoch_key=o.epoch_key,
+                                       identities_of=o.identities, held=o.pseudonyms)
     runner = make_runner(server, participants, o.dropouts, o.interceptors, o.workers)
     grouped = o.group_size if o.groups is None else server.group_size
     pr = PreparedRound(p, N, server, participants, runner, grouped, o.raise_on_failure)
@@ -462,6 +482,8 @@ class PreparedRound:
             failed_groups=dict(out.failed),
             group_stats=group_stats,
             round_trips=runner.trips.as_dict(),
+            pseudonyms=list(out.pseudonyms),
+            held={i: getattr(pp, "inner", pp).pseudonym for i, pp in participants.items()},
         )
 
 

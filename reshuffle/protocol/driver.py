@@ -16,7 +16,8 @@ one group leaves the group fields empty), so no driver asks which it drives.
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+import functools
+from typing import Callable, Mapping, Protocol
 
 from reshuffle.crypto.rand import RandomSource
 from reshuffle.crypto.signatures import Certificate, CertificateAuthority, SigningKey
@@ -24,6 +25,7 @@ from reshuffle.errors import ConfigError
 from reshuffle.protocol.grouped import GroupedServer
 from reshuffle.protocol.groups import Assignment
 from reshuffle.protocol.params import RoundParams
+from reshuffle.protocol.pseudonym import EpochIssuer
 from reshuffle.protocol.schedule import Step
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, Server
 
@@ -77,12 +79,17 @@ def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cer
             ca: CertificateAuthority, global_hash: bytes, *, params: RoundParams | None = None, d: int | None = None,
             overrides: dict | None = None, group_size: int | None = None, collusion: float | None = None,
             rng: RandomSource | int | None = None, make_server: Callable[..., Server] = Server,
-            stable: Assignment | None = None, sample=None) -> PS:
+            stable: Assignment | None = None, sample=None, pseudonyms: EpochIssuer | None = None,
+            identities: Mapping[int, int] | None = None) -> PS:
     """The PS of a round, for every driver (in process, parallel, Flower): one :class:`Server` with
     ``params`` (default: ``RoundParams.default(N, d, **overrides)``), or a :class:`GroupedServer` of groups
     of at least ``group_size`` (each group's parameters from its size and ``overrides``), or of the
-    ``stable`` groups kept from an earlier round (those of ``sample``; no new assignment)."""
+    ``stable`` groups kept from an earlier round (those of ``sample``; no new assignment). ``pseudonyms``
+    is the epoch key the driver keeps across the epoch's rounds and ``identities`` the identity each roster
+    id is issued under (docs/protocol.md §7.3); every group's PS shares them."""
     overrides = dict(overrides or {})
+    if pseudonyms is not None or identities is not None:
+        make_server = functools.partial(make_server, pseudonyms=pseudonyms, identities=identities)
     if stable is not None:
         group_size = stable.group_size
     if group_size is None:

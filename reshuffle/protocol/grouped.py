@@ -74,7 +74,7 @@ class GroupedOutput(RoundOutput):
 
 
 def _pool(groups, servers: dict[int, Server], failed: dict[int, str], errors, assignment, log) -> GroupedOutput:
-    models, valid, rejected, decoys, suspects = [], [], {}, [], []
+    models, valid, rejected, decoys, suspects, names = [], [], {}, [], [], []
     online: dict[int, set[int]] = {}
     blamed, evidence, offsets, outs = {}, {}, {}, {}
     offset = 0
@@ -91,6 +91,7 @@ def _pool(groups, servers: dict[int, Server], failed: dict[int, str], errors, as
         o = s.output
         offsets[j] = offset
         models += o.models
+        names += o.pseudonyms
         valid += [offset + p for p in o.valid_positions]
         rejected.update({offset + p: why for p, why in o.rejected_rows.items()})
         decoys += [offset + p for p in o.decoy_positions]
@@ -103,7 +104,7 @@ def _pool(groups, servers: dict[int, Server], failed: dict[int, str], errors, as
         rejected_rows=rejected, blamed=blamed, evidence=evidence, suspects=sorted(suspects), decoy_positions=decoys,
         groups=tuple(groups), offsets=offsets, group_outputs=outs,
         group_params={j: s.params for j, s in servers.items()}, failed=dict(failed), assignment=assignment,
-        assignment_log=list(log),
+        assignment_log=list(log), pseudonyms=names,
     )
 
 

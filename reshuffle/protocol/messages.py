@@ -16,6 +16,7 @@ validated as they are parsed. Nothing here is pickled.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import struct
@@ -146,6 +147,20 @@ def _read_peers(p: Parser, ctx: Context, what: str) -> tuple[tuple[int, Element]
     if ids != sorted(set(ids)):
         raise DecodeError(f"{what} partners must be sorted and distinct")
     return peers
+
+
+def _write_optional(w: Writer, e: Element | None) -> None:
+    """A flag byte, then the element if present."""
+    w.u8(0 if e is None else 1)
+    if e is not None:
+        w.raw(e.to_bytes())
+
+
+def _read_optional(p: Parser, g: Group, field: str) -> Element | None:
+    flag = p.u8(f"{field}.present")
+    if flag not in (0, 1):
+        raise DecodeError(f"{field}: presence flag {flag}, expected 0 or 1")
+    return _elem(p, g, field) if flag else None
 
 
 def _ids(p: Parser, field: str, ctx: Context) -> tuple[int, ...]:
@@ -322,7 +337,8 @@ def peek_header(data: bytes) -> Header | None:
 @_register
 @dataclass(frozen=True)
 class RoundStart(Message):
-    """PS → all: parameters (with c), H(W_g^T), the PS certificate, the roster and the credential key C = g^γ."""
+    """PS → all: parameters (with c), H(W_g^T), the PS certificate, the roster, the credential key C = g^γ,
+    and the epoch with its pseudonym key P = g^π (§7.3)."""
 
     TYPE: ClassVar[MsgType] = MsgType.ROUND_START
     params: RoundParams
@@ -330,13 +346,15 @@ class RoundStart(Message):
     server_cert: Certificate
     roster: tuple[tuple[int, Certificate], ...]
     cred_key: Element
+    epoch: int
+    nym_key: Element
 
     def _body(self, w: Writer) -> None:
         w.var(self.params.encode()).fixed(self.global_hash, HASH_BYTES)
         w.var(self.server_cert.encode()).u32(len(self.roster))
         for pid, cert in self.roster:
             w.u32(pid).var(cert.encode())
-        w.raw(self.cred_key.to_bytes())
+        w.raw(self.cred_key.to_bytes()).u64(self.epoch).raw(self.nym_key.to_bytes())
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -351,7 +369,9 @@ class RoundStart(Message):
         if len(set(ids)) != len(ids) or SERVER_ID in ids:
             raise DecodeError("roster repeats an id or uses the server id")
         cred = _elem(p, params.group_obj(), "cred_key")
-        return cls(*hdr, params, gh, scert, roster, cred)
+        epoch = p.u64("epoch")
+        nym = _elem(p, params.group_obj(), "nym_key")
+        return cls(*hdr, params, gh, scert, roster, cred, epoch, nym)
 
 
 # --------------------------------------------------------------------------- #
@@ -370,6 +390,7 @@ class Advertise(Message):
     params_hash: bytes  # RoundParams.digest() of the parameters it takes part with (evidence binds them)
     enc_key: Element
     commitments: tuple[tuple[Element, ...], ...]
+    epoch_key: bytes  # pseudonym.key_digest(epoch, P) of the ROUND_START it received (§7.3)
 
     @property
     def seed_commits(self) -> tuple[Element, ...]:
@@ -382,7 +403,7 @@ class Advertise(Message):
     def _body(self, w: Writer) -> None:
         t = len(self.commitments[0])
         w.fixed(self.global_hash, HASH_BYTES).fixed(self.params_hash, HASH_BYTES)
-        w.raw(self.enc_key.to_bytes()).u8(len(self.commitments) // 2).u16(t)
+        w.raw(self.enc_key.to_bytes()).fixed(self.epoch_key, HASH_BYTES).u8(len(self.commitments) // 2).u16(t)
         for row in self.commitments:
             if len(row) != t:
                 raise ValueError("every commitment row has t elements")
@@ -395,6 +416,7 @@ class Advertise(Message):
         gh = p.fixed(HASH_BYTES, "global_hash")
         ph = p.fixed(HASH_BYTES, "params_hash")
         enc = _elem(p, g, "enc_key")
+        ek = p.fixed(HASH_BYTES, "epoch_key")
         M, t = p.u8("M"), p.u16("t")
         if ctx.params is not None and (M, t) != (ctx.params.M, ctx.params.t):
             raise DecodeError(f"advertisement commits to {M} invocations at degree {t}, "
@@ -404,7 +426,7 @@ class Advertise(Message):
         size = g.element_size
         blob = p.fixed(2 * M * t * size, "commitments")
         com = tuple(_split_elements(g, blob[s * t * size : (s + 1) * t * size], f"C[{s}]") for s in range(2 * M))
-        a = cls(*hdr, gh, ph, enc, com)
+        a = cls(*hdr, gh, ph, enc, com, ek)
         # What encode_commitments() would write, kept for the Feldman weights (they hash it).
         object.__setattr__(a, "_commitments_encoding", Writer().u16(2 * M).u16(t).bytes() + blob)
         return a
@@ -536,28 +558,33 @@ class ShareDelivery(Message):
 @_register
 @dataclass(frozen=True)
 class OTRequestMsg(Message):
-    """P_i → PS: blinded OT choices A_1..A_k, the blinded credential input, and the dealers whose
-    shares failed its batched Feldman check (complaints, §6.4)."""
+    """P_i → PS: blinded OT choices A_1..A_k, the blinded credential input, the dealers whose
+    shares failed its batched Feldman check (complaints, §6.4), and, from a participant without a
+    pseudonym of this epoch, its blinded pseudonym input (§7.3)."""
 
     TYPE: ClassVar[MsgType] = MsgType.OT_REQUEST
     request: bytes
     cred_request: Element
     complaints: tuple[int, ...] = ()
+    nym_request: Element | None = None
 
     def _body(self, w: Writer) -> None:
         w.var(self.request).raw(self.cred_request.to_bytes()).u32_list(self.complaints)
+        _write_optional(w, self.nym_request)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
         req = p.var("request", 1 << 16)
         cred = _elem(p, ctx.need_group(), "cred_request")
-        return cls(*hdr, req, cred, _ids(p, "complaints", ctx))
+        complaints = _ids(p, "complaints", ctx)
+        return cls(*hdr, req, cred, complaints, _read_optional(p, ctx.need_group(), "nym_request"))
 
 
 @_register
 @dataclass(frozen=True)
 class OTResponseMsg(Message):
-    """PS → P_i: D_j = A_j^β with a DLEQ proof against B, and the credential evaluation with its proof against C."""
+    """PS → P_i: D_j = A_j^β with a DLEQ proof against B, the credential evaluation with its proof against C,
+    and where P_i asked for one, its pseudonym evaluation with a proof against P (§7.3)."""
 
     TYPE: ClassVar[MsgType] = MsgType.OT_RESPONSE
     response: bytes
@@ -565,12 +592,16 @@ class OTResponseMsg(Message):
     cred_eval: Element
     cred_proof: bytes
     resolved: tuple[tuple[int, bytes], ...] = ()  # (dealer, its signed COMPLAINT_ANSWER) for our complaints
+    nym_eval: Element | None = None
+    nym_proof: bytes = b""
 
     def _body(self, w: Writer) -> None:
         w.var(self.response).var(self.ot_proof).raw(self.cred_eval.to_bytes()).var(self.cred_proof)
         w.u32(len(self.resolved))
         for dealer, answer in self.resolved:
             w.u32(dealer).var(answer)
+        _write_optional(w, self.nym_eval)
+        w.var(self.nym_proof)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -580,7 +611,15 @@ class OTResponseMsg(Message):
         if cnt > ctx.max_n:
             raise DecodeError(f"{cnt} resolved complaints for at most {ctx.max_n} participants")
         resolved = tuple((p.u32("dealer"), p.var("answer", 1 << 24)) for _ in range(cnt))
-        return cls(*hdr, resp, proof, cred, cproof, resolved)
+        nym = _read_optional(p, ctx.need_group(), "nym_eval")
+        nproof = p.var("nym_proof", 256)
+        if (nym is None) != (not nproof):
+            raise DecodeError("a pseudonym evaluation comes with its proof, and a proof with an evaluation")
+        return cls(*hdr, resp, proof, cred, cproof, resolved, nym, nproof)
+
+    def with_resolved(self, resolved: tuple[tuple[int, bytes], ...]) -> "OTResponseMsg":
+        """The same answer with the complaint answers it relays."""
+        return dataclasses.replace(self, resolved=resolved)
 
 
 @_register

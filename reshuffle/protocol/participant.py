@@ -37,7 +37,7 @@ from reshuffle.crypto.channel import Channel, DHKeyPair
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element
 from reshuffle.crypto.ot import OTReceiver, OTRequest, OTResponse, OTTable
-from reshuffle.crypto.rand import RandomSource, as_source
+from reshuffle.crypto.rand import RandomSource, as_source, substream
 from reshuffle.crypto.shamir import Shamir, Share
 from reshuffle.crypto.signatures import (
     ROLE_SERVER,
@@ -58,6 +58,7 @@ from reshuffle.errors import (
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol import opening
+from reshuffle.protocol import pseudonym
 from reshuffle.protocol.blame import audit_iteration, dispute_context
 from reshuffle.protocol.complaints import Dealer, check_shares, own_combined, secret_index
 from reshuffle.protocol.decoys import check_opening, decoy_positions, replay
@@ -102,6 +103,8 @@ class Session:
     server_vk: VerifyKey
     cred_key: Element
     keys: RoundKeys = field(repr=False)
+    epoch: int = 0
+    nym_key: Element | None = None  # P of the epoch (§7.3)
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,12 @@ class ParticipantState:
     inv: Invocations = field(default_factory=Invocations)
     opened: Opened | None = None
     opening: msg.Opening | None = None  # its signed opening of the decoy rows (§9), kept for disputes
+    # §7.3: its pseudonym of the epoch (held from an earlier round, or issued in this one), a pending
+    # request, and whether a certificate of this round has confirmed the key it was issued under
+    nym: pseudonym.Pseudonym | None = field(default=None, repr=False)
+    nym_req: pseudonym.Blinded | None = field(default=None, repr=False)
+    nym_held: bool = False
+    nym_certified: bool = False
 
     @property
     def position(self) -> int | None:
@@ -270,6 +279,8 @@ class Participant:
         self._sk, self._cert, self._ca = signing_key, cert, ca
         self._hash = global_hash
         self._rng = as_source(rng)
+        # Pseudonym issuance draws from its own stream, so that the round's other draws stay as they were.
+        self._nym_rng = substream(self._rng, b"participant/pseudonym")
         self.state = ParticipantState(PPhase.AWAIT_START, Transcript(T).h)
         self.view = ParticipantView()
         if model is not None:
@@ -288,6 +299,23 @@ class Participant:
     def ctx(self) -> Context:
         return self.state.session.ctx if self.state.session else Context()
 
+    def hold_pseudonym(self, nym: pseudonym.Pseudonym | None) -> None:
+        """Give it the pseudonym it was issued in an earlier round (§7.3), before ROUND_START. A pseudonym of
+        the round's epoch is used as it is (under the same P, else :class:`EpochKeyMismatch`); one of an
+        earlier epoch is dropped and a new one asked for."""
+        if self.phase is not PPhase.AWAIT_START:
+            raise ConfigError(f"participant {self.pid}: a pseudonym is handed over before the round starts")
+        if nym is not None and not isinstance(nym, pseudonym.Pseudonym):
+            raise ConfigError(f"a pseudonym must be a Pseudonym, got {type(nym).__name__}")
+        self.state = replace(self.state, nym=nym, nym_held=nym is not None)
+
+    @property
+    def pseudonym(self) -> pseudonym.Pseudonym | None:
+        """Its pseudonym of the round's epoch, to keep for the epoch's next rounds: one it held, or one issued
+        in this round once a certificate confirmed that every member saw the same key."""
+        s = self.state
+        return s.nym if s.nym is not None and (s.nym_held or s.nym_certified) else None
+
     def fork(self) -> "Participant":
         """An independent copy in the same state (the state is a value; the randomness and the diary
         are copied), for the explorer of PS schedules. Needs a copyable randomness source."""
@@ -295,6 +323,7 @@ class Participant:
             raise ConfigError("only a participant with a seeded randomness source can be forked")
         out = copy.copy(self)
         out._rng = self._rng.copy()
+        out._nym_rng = self._nym_rng.copy() if hasattr(self._nym_rng, "copy") else self._nym_rng
         v = self.view
         out.view = replace(v, uploaded=set(v.uploaded), errors=list(v.errors),
                            revealed={m: dict(plan) for m, plan in v.revealed.items()})
@@ -372,6 +401,8 @@ class Participant:
         self._check_floors(p)
         if self._model is not None:
             self._check_model(self._model, p, Refused)
+        # §7.3: a pseudonym held for this epoch must be under the announced P; one of an earlier epoch is dropped.
+        nym = pseudonym.held_for(s.nym, m.epoch, m.nym_key)
         g = p.group_obj()
         keys = RoundKeys(
             DHKeyPair.generate(g, self._rng),
@@ -382,10 +413,12 @@ class Participant:
         secrets = [v for m_ in range(p.M) for v in (keys.seeds[m_], keys.mask[m_].secret)]
         polys = tuple((sec, *(g.random_scalar(self._rng) for _ in range(p.t - 1))) for sec in secrets)
         commitments = tuple(tuple(g.base_mul(a) for a in poly) for poly in polys)
-        adv = msg.Advertise(self.T, 0, self.pid, self._hash, p.digest(), keys.enc.public, commitments)
-        session = Session(p, Context(g, p), roster, m.server_cert.key, m.cred_key, keys)
+        adv = msg.Advertise(self.T, 0, self.pid, self._hash, p.digest(), keys.enc.public, commitments,
+                            pseudonym.key_digest(m.epoch, m.nym_key))
+        session = Session(p, Context(g, p), roster, m.server_cert.key, m.cred_key, keys, m.epoch, m.nym_key)
         h = Transcript.at(s.h).absorb("round-start", m.body())
-        return replace(s, phase=PPhase.AWAIT_ADVERTS, h=h, session=session, dealing=Dealing(polys, adv)), [adv]
+        return replace(s, phase=PPhase.AWAIT_ADVERTS, h=h, session=session, dealing=Dealing(polys, adv), nym=nym,
+                       nym_held=nym is not None), [adv]
 
     def _check_floors(self, p: RoundParams) -> None:
         """Hook: refuse ROUND_START parameters beyond this participant's floors (BelowFloor). Called before
@@ -410,6 +443,10 @@ class Participant:
                 raise Refused(f"advertise list has an unknown or repeated sender {a.sender}")
             if a.T != self.T or a.global_hash != self._hash or a.params_hash != p.digest():
                 raise Refused(f"advertisement of {a.sender} is for another round, model or round parameters")
+            if a.epoch_key != deal.advert.epoch_key:
+                # §7.3: one P for every member, or the PS could recognise one member's pseudonym.
+                raise pseudonym.EpochKeyMismatch(f"advertisement of {a.sender} signs another epoch key than the "
+                                                 "one this participant was given")
             msg.verify(a, ses.roster[a.sender].key)
             adverts[a.sender] = a
         if adverts.get(self.pid) != deal.advert:
@@ -476,6 +513,8 @@ class Participant:
         suite = credential.suite(ses.ctx.group)
         r = self._rng.bytes(credential.R_BYTES)
         blind, blinded = voprf.blind(suite, credential.cred_input(self.T, r), self._rng)
+        # §7.3: without a pseudonym of this epoch, ask for one (once: the PS issues one per epoch).
+        nym_req = None if s.nym is not None else pseudonym.request(ses.ctx.group, ses.epoch, self._nym_rng)
         h = Transcript.at(s.h).absorb("setup", m.common())
         # §5a: the first reservation vector rides on the OT request. It needs the candidate slots,
         # not their tokens, and it is unmasked only after the OT answers' proofs have been checked
@@ -483,9 +522,10 @@ class Participant:
         slots = SlotPhase(1, table, m.decoy_commit, ot, request, reservation=Reservation.start(ot.choices))
         h1 = Transcript.at(h).absorb_counts(1, (), ())
         s = replace(s, h=h1, held=held, dealers=dealers, cred=CredentialRequest(r, blind, blinded), slots=slots,
-                    inv=replace(s.inv, mask_set=tuple(sorted(U0))))
+                    inv=replace(s.inv, mask_set=tuple(sorted(U0))), nym_req=nym_req)
         s, first = self._masked_input(s, 1, h1)
-        ot_req = msg.OTRequestMsg(self.T, 0, self.pid, request.encode(), blinded, tuple(complaints))
+        ot_req = msg.OTRequestMsg(self.T, 0, self.pid, request.encode(), blinded, tuple(complaints),
+                                  None if nym_req is None else nym_req.blinded)
         return replace(s, phase=PPhase.AWAIT_OT), [ot_req, first]
 
     # §6.4: a dealer answers complaints by publishing the disputed shares, signed: once, and for at most
@@ -512,6 +552,13 @@ class Participant:
             suite, [credential.cred_input(self.T, s.cred.r)], [s.cred.blind], [m.cred_eval],
             [s.cred.blinded], ses.cred_key, voprf.Proof.decode(g, m.cred_proof),
         )
+        nym = s.nym
+        if s.nym_req is not None:
+            if m.nym_eval is None:
+                raise Refused("the PS answered without the pseudonym this participant asked for")
+            nym = pseudonym.finish(g, s.nym_req, ses.nym_key, m.nym_eval, m.nym_proof)
+        elif m.nym_eval is not None:
+            raise UnexpectedMessage("a pseudonym evaluation that this participant did not ask for")
         slots = self._take_tokens(s, s.slots, m.response, m.ot_proof)
         held = dict(s.held)
         for dealer, raw in m.resolved:
@@ -532,7 +579,7 @@ class Participant:
         # are the peers' advertisements (channel keys, g^b and X, for masking, audit and disputes) and
         # the held share values.
         return replace(s, phase=PPhase.AWAIT_FIRST, held=held, cred=replace(s.cred, value=credential.Credential(
-            s.cred.r, y)), slots=slots, dealing=None, dealers=None), []
+            s.cred.r, y)), slots=slots, dealing=None, dealers=None, nym=nym, nym_req=None), []
 
     # §5a: after complaints the PS abandons the first iteration (masked before the complaint step
     # could exclude a dealer): nothing of invocation 1 is ever revealed, the slot phase starts at 2.
@@ -659,8 +706,10 @@ class Participant:
             self.view.position = pos
             enc = p.codec.encode(self._model)
             self.view.clipped = enc.clipped
+            if s.nym is None or not (s.nym_held or s.nym_certified):
+                raise Refused(f"participant {self.pid} holds no confirmed pseudonym of epoch {s.session.epoch}")
             row = credential.build_row(
-                enc.words, slots.tokens[slot], s.cred.value, self._rng.bytes(credential.K_BYTES), self.T, pos
+                enc.words, slots.tokens[slot], s.cred.value, s.nym, self._rng.bytes(credential.K_BYTES), self.T, pos
             )
             self.view.row_tags += (row[-credential.TAG_BYTES:],)
             lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
@@ -751,7 +800,8 @@ class Participant:
         inv = replace(inv, mask_set=tuple(sorted(m.online)), revealed={**inv.revealed, m.m: plan},
                       last_certified=m.m if m.m <= p.R_max else inv.last_certified)
         phase = PPhase.DONE if m.m == p.upload_m else PPhase.AWAIT_MASK
-        return replace(s, phase=phase, h=h, inv=inv), [response]
+        # t members signed this h, which holds P (§7.3): a pseudonym issued in this round is now the epoch's.
+        return replace(s, phase=phase, h=h, inv=inv, nym_certified=True), [response]
 
     def _reveal(self, s: ParticipantState, m: int, online) -> tuple[dict[int, ShareKind], msg.UnmaskResponse]:
         """Hook: the shares for U_m = ``online``: self seeds of its members, DH secrets of the rest of the mask

@@ -19,9 +19,11 @@ Properties of a step:
 
 - ``stage``: its user-facing stage ("phase" names a party's states: :mod:`~reshuffle.protocol.phases`).
 - ``offline``: it does not depend on any participant's model, so it may run
-  while participants train. Setup, share checks, OT, the credential and every
-  reservation iteration are offline; the upload's MaskedSum and the blame step
-  are not (docs/protocol.md, "Offline and online").
+  while participants train. Setup, share checks, OT, the credential, the epoch
+  pseudonym (asked for in the OT request and answered with the OT answers, in a
+  participant's first round of an epoch: no step of its own, docs/protocol.md
+  §7.3) and every reservation iteration are offline; the upload's MaskedSum and
+  the blame step are not (docs/protocol.md, "Offline and online").
 - ``per_iteration``: it repeats once per reservation iteration. The first iteration's
   vectors ride on the ``ot`` step (its replies carry the OT request and the first
   vector), so a round that runs r iterations runs the ``reserve`` step r − 1 times,
@@ -73,7 +75,7 @@ _VECTOR = (T.MASKED_INPUT, T.OBJECTION)
 SCHEDULE: tuple[Step, ...] = (
     Step("advertise", SPhase.ADVERTS, "setup", (T.ROUND_START,), (T.ADVERTISE,), "_close_adverts", True),
     Step("share", SPhase.BUNDLES, "setup", (T.ADVERTISE_LIST,), (T.SHARE_BUNDLE,), "_close_bundles", True),
-    # The first reservation vector rides on the OT request (§5a).
+    # The first reservation vector rides on the OT request (§5a); so do the credential and pseudonym requests.
     Step("ot", SPhase.OT, "ot", (T.SHARE_DELIVERY,), (T.OT_REQUEST, T.MASKED_INPUT), "_close_ot", True),
     Step("complaints", SPhase.COMPLAINTS, "ot", (T.COMPLAINTS,), (T.COMPLAINT_ANSWER,), "_close_complaints", True,
          when="a recipient complains about a dealer's shares"),

@@ -24,15 +24,17 @@ passed; it returns the next messages. ``output`` is set once ``done``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 import numpy as np
 
 from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.ot import OTRequest, OTSender
-from reshuffle.crypto.rand import RandomSource, as_source
+from reshuffle.crypto.group import Element
+from reshuffle.crypto.rand import RandomSource, as_source, substream
 from reshuffle.crypto.shamir import Shamir, Share
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
 from reshuffle.errors import (
@@ -49,6 +51,7 @@ from reshuffle.protocol import complaints as cpl
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol import opening
+from reshuffle.protocol import pseudonym
 from reshuffle.protocol.blame import BlameCollector, Evidence
 from reshuffle.protocol.decoys import Decoys, commitment, decoy_positions
 from reshuffle.protocol.masking import unmask_in_place
@@ -104,7 +107,8 @@ class RoundOutput:
     counts: list[tuple[int, ...]]
     online: dict[int, tuple[int, ...]]  # m -> U_m (0: setup)
     errors: list[ErrorRecord] = field(default_factory=list)
-    # position -> why its row was not delivered: token, credential, tag, duplicate credential (§7.2)
+    # position -> why its row was not delivered: token, credential, tag, pseudonym, duplicate credential,
+    # duplicate pseudonym (§7.2–7.3)
     rejected_rows: dict[int, str] = field(default_factory=dict)
     # participant id -> reason with its evidence (protocol v2, §9); never an honest party.
     blamed: dict[int, str] = field(default_factory=dict)
@@ -120,6 +124,8 @@ class RoundOutput:
     offsets: dict[int, int] = field(default_factory=dict)
     group_params: dict[int, "RoundParams"] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
+    # each delivered model's epoch pseudonym ρ (§7.3), in the order of ``models``
+    pseudonyms: list[bytes] = field(default_factory=list)
 
     @property
     def discarded_positions(self) -> list[int]:
@@ -325,6 +331,9 @@ class Server:
     ca : the CA verifier.
     global_hash : ``H(W_g^T)``.
     rng : randomness for tokens, beta and share-subset retries.
+    pseudonyms : the epoch key and its issuance record (§7.3), kept by the caller across the epoch's rounds
+        (default: a fresh key whose epoch is this round).
+    identities : roster id → the identity issuance is recorded under (default: the roster id).
 
     Hooks (:data:`reshuffle.adversaries.base.SERVER_HOOKS`): a deviating PS overrides only
     these. A message handler ``_on_<message type>`` (:data:`~reshuffle.protocol.schedule.SERVER_TABLE`)
@@ -347,6 +356,9 @@ class Server:
         ca: CertificateAuthority,
         global_hash: bytes,
         rng: RandomSource | int | None = None,
+        *,
+        pseudonyms: pseudonym.EpochIssuer | None = None,
+        identities: Mapping[int, int] | None = None,
     ) -> None:
         self.params = params.validated()
         if len(roster) != params.N:
@@ -383,6 +395,17 @@ class Server:
         # §7.2: the credential key γ, independent of every OT key β.
         self._gamma = self.group.random_scalar(self._rng)
         self.cred_key = self.group.base_mul(self._gamma)
+        # §7.3: the epoch key π, shared by the epoch's rounds, and whom it was issued to.
+        # Its draws come from their own stream, so that the round's other draws stay as they were.
+        self._nym_rng = substream(self._rng, b"server/pseudonym")
+        self.nyms = pseudonyms if pseudonyms is not None else pseudonym.EpochIssuer(params.group, T,
+                                                                                     rng=self._nym_rng)
+        if self.nyms.group_name != params.group:
+            raise ConfigError(f"the epoch key is of group {self.nyms.group_name}, the round uses {params.group}")
+        if identities is not None and not set(roster) <= set(identities):
+            raise ConfigError("identities must name every participant of the roster")
+        self._identity = {i: (identities[i] if identities is not None else i) for i in roster}
+        self._nym_requests: dict[int, Element] = {}  # blinded pseudonym requests awaiting their answer
 
     # ------------------------------------------------------------------ #
     @property
@@ -442,7 +465,7 @@ class Server:
             raise ConfigError("start() called twice")
         rs = msg.RoundStart(
             self.T, 0, SERVER_ID, self.params, self._hash, self._cert,
-            tuple(sorted(self._roster.items())), self.cred_key,
+            tuple(sorted(self._roster.items())), self.cred_key, self.nyms.epoch, self.nyms.key,
         )
         self._tx.absorb("round-start", rs.body())
         self.state = AdvertStep()
@@ -507,6 +530,8 @@ class Server:
             raise Refused(f"advertisement of {sender} signs another global model")
         if a.params_hash != self.params.digest():
             raise Refused(f"advertisement of {sender} signs other round parameters")
+        if a.epoch_key != pseudonym.key_digest(self.nyms.epoch, self.nyms.key):
+            raise pseudonym.EpochKeyMismatch(f"advertisement of {sender} signs another epoch key")
         st.adverts[sender] = a
 
     def _close_adverts(self, st: AdvertStep) -> tuple[Collect, Outbox]:
@@ -562,7 +587,13 @@ class Server:
         if not set(m.complaints) <= set(self.online[0]) - {sender}:
             raise Refused(f"complaints of {sender} name {list(m.complaints)}, not all other members of U_0")
         req = OTRequest.decode(self.group, m.request, self.params.k)
-        answer = self.slots.ot.answer(sender, req)
+        answer = self.slots.ot.answer(sender, req)  # a second request: AlreadyAnswered, the first stands
+        who = self._identity[sender]
+        asked = {self._identity[j] for j in self._nym_requests}
+        if m.nym_request is not None and (who in self.nyms.issued or who in asked):
+            # §7.3: one pseudonym per identity per epoch; the asker is excluded, nothing is sent to it.
+            raise pseudonym.AlreadyIssued(f"participant {sender} asks for a second pseudonym of epoch "
+                                          f"{self.nyms.epoch}")
         for dealer in m.complaints:
             st.complaints.setdefault(dealer, set()).add(sender)
         g = self.group
@@ -570,6 +601,10 @@ class Server:
         (cred_eval,), cred_proof = voprf.blind_evaluate(
             credential.suite(g), self._gamma, [m.cred_request], self.cred_key, self._rng
         )
+        if m.nym_request is not None:
+            # Evaluated and recorded when its answer leaves (_ot_answers_out): a round that ends before
+            # that issues nothing, and its members may ask again.
+            self._nym_requests[sender] = m.nym_request
         st.answers[sender] = msg.OTResponseMsg(
             self.T, 0, SERVER_ID, answer.encode(), proof.encode(g), cred_eval, cred_proof.encode(g)
         )
@@ -635,7 +670,11 @@ class Server:
             if i in self.excluded or i in silent:
                 continue
             resolved = tuple((d, resolved_by[d]) for d in sorted(resolved_by) if i in complaints[d])
-            a = msg.OTResponseMsg(a.T, a.m, a.sender, a.response, a.ot_proof, a.cred_eval, a.cred_proof, resolved)
+            a = a.with_resolved(resolved)
+            if i in self._nym_requests:
+                # §7.3: the pseudonym goes with the OT answer; issued (and recorded) only now.
+                ev, proof = self.nyms.issue(self._identity[i], self._nym_requests.pop(i), self._nym_rng)
+                a = dataclasses.replace(a, nym_eval=ev, nym_proof=proof)
             out.append((i, a.encode(self._sk)))
         return out
 
@@ -863,8 +902,8 @@ class Server:
         S = settled_slots(slots.counts)
         lw = st.sum.acc.reshape(len(S), p.row_words)
         d_bytes = p.d * lw.dtype.itemsize
-        valid, failed_rows = credential.check_rows(
-            lw, d_bytes, [slots.ot.tokens[slot] for slot in S], self.T, self._gamma, self.group
+        valid, failed_rows, self._names = credential.check_rows(
+            lw, d_bytes, [slots.ot.tokens[slot] for slot in S], self.T, self._gamma, self.group, self.nyms
         )
         # An all-zero row is what a settled owner that dropped (or a decoy) leaves: empty, not tampered.
         return lw, valid, {c.position: ("empty" if not lw[c.position].any() else c.reason) for c in failed_rows}
@@ -957,5 +996,6 @@ class Server:
             suspects=verdict.suspects if verdict else [],
             decoy_positions=list(blame.positions),
             timings=dict(self.timings),
+            pseudonyms=[self._names[pos] for pos in valid],
         )
         return Finished(m)

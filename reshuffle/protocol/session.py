@@ -13,7 +13,9 @@ for the 8 messages of a round that is cheap next to training.
 
 The seed determines every secret of the round (keys, shares, masks): it must
 stay on the node, like the signing key kept beside it, and is drawn from OS
-randomness for every round.
+randomness for every round. ``pseudonym`` is the encoded epoch pseudonym the
+node holds from an earlier round (docs/protocol.md §7.3), handed to the
+participant before ROUND_START; empty if it holds none.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from reshuffle.crypto.signatures import Certificate, CertificateAuthority, Signi
 from reshuffle.errors import ConfigError, DecodeError
 from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import Participant
+from reshuffle.protocol.pseudonym import Pseudonym
 from reshuffle.protocol.schedule import max_inbox
 from reshuffle.wire import Parser, Writer
 
-_VERSION = 2
+_VERSION = 3
 _DTYPES = {0: "<f4", 1: "<u4"}  # model kind: float32 model, or ring words (payload "words")
 _MAX_R = 64  # RoundParams bounds R_max
 
@@ -59,15 +62,18 @@ class SessionState:
     seed: bytes = field(repr=False)
     inbox: tuple[bytes, ...] = ()
     words: bool = False
+    pseudonym: bytes = field(default=b"", repr=False)  # Pseudonym.encode() of the one it holds, or empty
 
     @classmethod
     def new(
         cls, pid: int, T: int, model: np.ndarray | None, signing_key: SigningKey, cert: Certificate,
         ca_key: VerifyKey, global_hash: bytes, seed: bytes | None = None, *, words: bool | None = None,
+        pseudonym: Pseudonym | None = None,
     ) -> "SessionState":
         """A fresh round; ``seed`` defaults to 32 bytes of OS randomness; a uint32 model is ring words.
 
-        ``model=None`` starts the round before training (``words`` then says the model's kind).
+        ``model=None`` starts the round before training (``words`` then says the model's kind);
+        ``pseudonym`` is the one the node holds from an earlier round of the epoch.
         """
         seed = secrets.token_bytes(32) if seed is None else seed
         if len(seed) != 32:
@@ -80,7 +86,7 @@ class SessionState:
             words = np.asarray(model).dtype == np.uint32
             raw = _model_bytes(model, words)
         return cls(pid, T, raw, signing_key.to_pem(), cert.encode(), ca_key.to_bytes(), global_hash, seed,
-                   words=bool(words))
+                   words=bool(words), pseudonym=b"" if pseudonym is None else pseudonym.encode())
 
     @property
     def has_model(self) -> bool:
@@ -104,7 +110,7 @@ class SessionState:
         w.fixed(self.seed, 32).u32(len(self.inbox))
         for m in self.inbox:
             w.var(m)
-        return w.bytes()
+        return w.var(self.pseudonym).bytes()
 
     @classmethod
     def decode(cls, data: bytes) -> "SessionState":
@@ -120,10 +126,13 @@ class SessionState:
         if n > _MAX_INBOX:
             raise DecodeError(f"participant session holds {n} messages, at most {_MAX_INBOX}")
         inbox = tuple(p.var("inbox message") for _ in range(n))
+        nym = p.var("pseudonym", 1024)
         p.finish()
+        if nym:
+            Pseudonym.decode(nym)  # checked now: a corrupt one fails here, not in the middle of a round
         if len(fields[0]) % 4:
             raise DecodeError("session model is not a whole number of float32 values")
-        return cls(pid, T, *fields, seed, inbox, words=bool(kind))
+        return cls(pid, T, *fields, seed, inbox, words=bool(kind), pseudonym=nym)
 
     def participant(self, first: bytes | None = None, min_group: int | None = None,
                     floors: TrustFloors | None = None, membership=None) -> Participant:
@@ -156,6 +165,8 @@ class SessionState:
             p = GroupedParticipant(*args, min_group=min_group, floors=floors, membership=membership)
         else:
             p = Participant(*args, floors=floors)
+        if self.pseudonym:
+            getattr(p, "inner", p).hold_pseudonym(Pseudonym.decode(self.pseudonym))
         for m in self.inbox:
             p.handle(m)
         extra = 4 * MAX_ATTEMPTS if grouped else 0  # open, list, certificate, reveals per attempt

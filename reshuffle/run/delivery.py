@@ -29,11 +29,14 @@ from reshuffle.protocol import params
 from reshuffle.protocol.params import RoundParams
 from reshuffle.run.sampling import IDEAL, seed_of
 from reshuffle.run.sets import all_or_none
+from reshuffle.server.pseudonyms import EpochBook
 
 #: The phase before which nothing is sent: a client withheld from the round drops out here.
 SETUP = "setup"
 #: A model dropped at this phase survives (its shares are recovered); at any earlier phase it is lost.
 UNMASK = "unmask"
+#: The Delivery column of each row's epoch pseudonym (16 bytes; what a rule with a per-pseudonym history reads).
+PSEUDONYM = "pseudonym"
 
 
 @dataclass(frozen=True)
@@ -49,9 +52,10 @@ class Delivery:
     (``per_participant``, ``ps_total``) what the delivery cost.
 
     ``meta`` holds per-row columns beside the models, each as long as ``models``
-    and in their order: facts a delivery attaches to a row for the PS to use
-    (a stable set's pseudonym, say). The FL step sorts rows canonically; a
-    column travels with its row.
+    and in their order: facts a delivery attaches to a row for the PS to use.
+    :data:`PSEUDONYM` holds each row's 16-byte epoch pseudonym: the one the
+    protocol recovered from the row (real shuffle) or an ideal one. The FL step
+    sorts rows canonically; a column travels with its row.
 
     ``senders`` (ground truth, for scoring only, like ``labels``) is the client
     behind each row where the channel knows it; ``groups`` maps each client of the
@@ -185,11 +189,19 @@ class RealShuffle:
     the cohort must then be whole groups, and each group runs without a new assignment,
     delivering all its members' models or none. ``group_size`` instead draws new groups
     in every round.
+    ``epochs`` keeps the epoch pseudonyms across rounds (the PS's epoch key, each
+    client's pseudonym); each delivered row carries the pseudonym the PS recovered
+    from it, in the :data:`PSEUDONYM` column.
     """
 
     group: str = "ristretto255"
     group_size: int | None = None
     groups: Sequence[Sequence[int]] | None = None
+    epochs: EpochBook | None = None
+
+    def __post_init__(self) -> None:
+        if self.epochs is None:
+            object.__setattr__(self, "epochs", EpochBook(self.group))
 
     def _local_groups(self, cohort: list[int], stable: Sequence[Sequence[int]] | None) -> list[list[int]] | None:
         """The stable groups that make up ``cohort``, in cohort indices; ConfigError unless it is whole groups."""
@@ -214,9 +226,12 @@ class RealShuffle:
         local = {i: j for j, i in enumerate(cohort)}
         drops = {ph: [local[i] for i in ids] for ph, ids in up.drops().items()}
         stable = up.groups or self.groups
+        held = self.epochs.pseudonyms(cohort)
         r = shuffle([up.models[i] for i in cohort], dropouts=drops, T=up.T, global_model=up.W_g.tobytes(),
                     group=self.group, adversaries=up.adversaries, raise_on_failure=False, group_size=self.group_size,
-                    groups=self._local_groups(cohort, stable))
+                    groups=self._local_groups(cohort, stable), epoch_key=self.epochs.issuer(up.T), identities=cohort,
+                    pseudonyms={j: held[i] for j, i in enumerate(cohort)})
+        self.epochs.keep({cohort[j]: nym for j, nym in r.held.items()})
         stats = r.stats.values()
         per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in stats)
         ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in stats)
@@ -231,7 +246,7 @@ class RealShuffle:
         return up.delivery(r.models, {cohort[j]: row for j, row in r.positions.items()}, lost, groups=groups,
                            blamed={cohort[j]: why for j, why in r.blamed.items()}, failure=r.failure,
                            seconds={ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()},
-                           bytes={"per_participant": per_p, "ps_total": ps})
+                           bytes={"per_participant": per_p, "ps_total": ps}, meta={PSEUDONYM: list(r.pseudonyms)})
 
 
 class _Functionality:

@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from reshuffle.errors import ConfigError
-from reshuffle.run.delivery import Delivery
+from reshuffle.run.delivery import PSEUDONYM, Delivery
 from reshuffle.run.record import RoundRecord
 from reshuffle.run.sampling import Sampler
 from reshuffle.server.aggregate import FLStep, row_counts
@@ -106,8 +106,6 @@ def skip_reason(d: Delivery) -> str:
     return f"{head} ({why})"
 
 
-#: The Delivery column of each row's epoch pseudonym (what a rule with a per-pseudonym history reads).
-PSEUDONYM = "pseudonym"
 
 
 class FLRound:

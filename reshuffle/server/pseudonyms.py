@@ -1,10 +1,12 @@
-"""Ideal epoch pseudonyms: what a driver hands a pseudonymous rule where the protocol issues none yet.
+"""Epoch pseudonyms as a driver hands them to a pseudonymous rule: ideal ones, and the real ones' book.
 
-A pseudonym is an opaque label that one participant keeps for an epoch (the
-run, or a number of rounds) and that reveals nothing of who it is. The ideal
-one is a keyed hash of (epoch, client) under a key the PS never holds, so two
-epochs' labels of one client are unlinkable to the PS and every client has
-exactly one label per epoch.
+A pseudonym is an opaque 16-byte label that one participant keeps for an epoch
+(the run, or a number of rounds) and that reveals nothing of who it is. The
+ideal one is a keyed hash of (epoch, client) under a key the PS never holds, so
+two epochs' labels of one client are unlinkable to the PS and every client has
+exactly one label per epoch. The real one is issued by the protocol
+(:mod:`reshuffle.protocol.pseudonym`); :class:`EpochBook` keeps, across a
+simulated run's rounds, the PS's epoch key and each client's pseudonym.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from typing import Mapping
+
 from reshuffle.crypto.domain import label
-from reshuffle.errors import ConfigError
+from reshuffle.errors import ConfigError, ProtocolError
+from reshuffle.protocol.pseudonym import EpochIssuer, Pseudonym
 
 #: Bytes of a pseudonym.
 SIZE = 16
@@ -46,3 +51,66 @@ def ideal_pseudonym(key: bytes, epoch: int, client: int) -> bytes:
 def run_pseudonym(seed: int, client: int, epoch: int = 0) -> bytes:
     """The ideal pseudonym a simulated run of ``seed`` gives ``client`` in ``epoch`` (one epoch: the run)."""
     return ideal_pseudonym(run_key(seed), epoch, client)
+
+
+class EpochBook:
+    """What a simulated federation keeps between rounds for real pseudonyms: the PS's epoch key with its
+    issuance record, and each client's pseudonym (the simulator plays both sides; neither sees the other's).
+
+    Parameters
+    ----------
+    group : the protocol's group.
+    rounds : rounds per epoch (0: one epoch, the run or the driver's life).
+    """
+
+    def __init__(self, group: str = "ristretto255", rounds: int = 0) -> None:
+        epoch_of(1, rounds)  # checks rounds
+        self.group, self.rounds = group, rounds
+        self._issuer: EpochIssuer | None = None
+        self.held: dict[int, Pseudonym] = {}
+
+    def __repr__(self) -> str:
+        return f"EpochBook(group={self.group!r}, rounds={self.rounds}, clients={len(self.held)})"
+
+    def issuer(self, T: int) -> EpochIssuer:
+        """The PS's epoch key of round T: the current one, or a fresh one when T opens an epoch.
+
+        An epoch is numbered by the round that opens it: the first round this book serves, then every
+        ``rounds`` rounds. A book started afresh (a resumed Flower ServerApp) opens a new epoch whose
+        number exceeds every earlier one, since round numbers only go up; members then drop their old
+        pseudonyms and ask for new ones.
+        """
+        if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+            raise ConfigError(f"round numbers start at 1, got {T!r}")
+        cur = self._issuer
+        if cur is None or T < cur.epoch or (self.rounds and T >= cur.epoch + self.rounds):
+            self._issuer = EpochIssuer(self.group, T)
+        return self._issuer
+
+    def pseudonyms(self, clients) -> dict[int, Pseudonym | None]:
+        """Each client's pseudonym to hand its participant (None: it has none yet)."""
+        return {i: self.held.get(i) for i in clients}
+
+    def keep(self, held: Mapping[int, Pseudonym | None]) -> None:
+        """Store what each client's participant holds after a round (a participant that got none keeps
+        nothing new)."""
+        self.held.update({i: nym for i, nym in held.items() if nym is not None})
+
+    def state(self) -> dict:
+        """JSON data for a checkpoint (hex of the explicit encodings; no pickle)."""
+        return {"group": self.group, "rounds": self.rounds,
+                "issuer": None if self._issuer is None else self._issuer.encode().hex(),
+                "held": {str(i): nym.encode().hex() for i, nym in sorted(self.held.items())}}
+
+    def restore(self, data: Mapping) -> None:
+        """Continue from :meth:`state`'s data (ConfigError if it is for another group or epoch length)."""
+        if data.get("group") != self.group or data.get("rounds") != self.rounds:
+            raise ConfigError(f"checkpoint pseudonyms are for group {data.get('group')!r} with epochs of "
+                              f"{data.get('rounds')!r} rounds, this run uses {self.group!r} and {self.rounds}")
+        try:
+            raw = data.get("issuer")
+            issuer = None if raw is None else EpochIssuer.decode(bytes.fromhex(raw))
+            held = {int(i): Pseudonym.decode(bytes.fromhex(h)) for i, h in data.get("held", {}).items()}
+        except (ProtocolError, ValueError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"checkpoint pseudonyms do not decode: {exc}") from None
+        self._issuer, self.held = issuer, held

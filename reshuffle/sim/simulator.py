@@ -220,8 +220,9 @@ class Simulation:
         return dataclasses.replace(delivery, groups={i: self.sets.of(i) for i in cohort})
 
     def _with_pseudonyms(self, delivery):
-        """The delivery with each row's ideal epoch pseudonym (a keyed hash of the sender; one epoch per run)."""
-        if delivery.senders is None:
+        """The delivery with each row's epoch pseudonym: the one the real shuffle recovered from the row, else
+        the ideal one (a keyed hash of the sender; one epoch per run)."""
+        if PSEUDONYM in delivery.meta or delivery.senders is None:
             return delivery
         names = [run_pseudonym(self.cfg.seed, int(i)) for i in delivery.senders]
         return dataclasses.replace(delivery, meta={**delivery.meta, PSEUDONYM: names})
@@ -297,6 +298,9 @@ class Simulation:
             more, extra = self.linking.state()
             arrays.update(more)
             data.update(extra)
+        epochs = getattr(self.channel, "epochs", None)
+        if epochs is not None:
+            data["pseudonyms"] = epochs.state()
         return arrays, data
 
     def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
@@ -318,6 +322,9 @@ class Simulation:
             self.dp_uploads = {int(i): k for i, k in state.get("dp_uploads", {}).items()}
         if self.linking is not None:
             self.linking.restore(arrays, state)
+        epochs = getattr(self.channel, "epochs", None)
+        if epochs is not None and "pseudonyms" in state:
+            epochs.restore(state["pseudonyms"])
 
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""
