@@ -27,29 +27,30 @@ def _train(grid, T):
 
 @pytest.mark.parametrize("mods", [None, [forgetful_mod]], ids=["live", "fresh-process"])
 def test_a_node_keeps_its_pseudonym_across_rounds(mods):
-    # Prepare: 4 nodes, one grid (one epoch for its life)
-    lg = LoopbackGrid(toy_client_app(_reply, mods=mods), 4)
+    # Prepare: 5 nodes, one stable group (the default), one grid (one epoch for its life)
+    lg = LoopbackGrid(toy_client_app(_reply, mods=mods), 5)
     grid = ReshuffleGrid(lg, phase_timeout=10)
     kept = []
     for T in (1, 2):
         # Execute
         replies = list(grid.send_and_receive(_train(grid, T), timeout=60))
         # Assert: every reply arrives, and each node holds one pseudonym of the grid's epoch
-        assert len(replies) == 4 and not lg.errors
+        assert len(replies) == 5 and not lg.errors
         kept.append({n: lg.contexts[n].state[PSEUDONYM]["pseudonym"] for n in lg.node_ids})
     assert kept[0] == kept[1]
     nyms = [Pseudonym.decode(b) for b in kept[0].values()]
-    assert len({n.name for n in nyms}) == 4 and {n.epoch for n in nyms} == {1}
+    assert len({n.name for n in nyms}) == 5 and {n.epoch for n in nyms} == {1}
     issuer = grid.pseudonym_keys.issuer(2)
-    assert len(issuer.issued) == 4 and all(n.key == issuer.key.to_bytes() for n in nyms)
+    assert len(issuer.issued) == 5 and all(n.key == issuer.key.to_bytes() for n in nyms)
 
 
 def test_a_resumed_grid_opens_a_new_epoch_and_nodes_take_new_pseudonyms():
+    # One group per round: a fresh grid without the kept stable groups is refused by every member of one.
     lg = LoopbackGrid(toy_client_app(_reply), 4)
-    list(ReshuffleGrid(lg, phase_timeout=10).send_and_receive(_train(lg, 1), timeout=60))
+    list(ReshuffleGrid(lg, phase_timeout=10, group_size=None).send_and_receive(_train(lg, 1), timeout=60))
     before = {n: lg.contexts[n].state[PSEUDONYM]["pseudonym"] for n in lg.node_ids}
     # A ServerApp restarted later: a fresh grid whose rounds continue above the last one
-    grid = ReshuffleGrid(lg, phase_timeout=10)
+    grid = ReshuffleGrid(lg, phase_timeout=10, group_size=None)
     grid.skip_to(2)
     replies = list(grid.send_and_receive(_train(lg, 2), timeout=60))
     after = {n: lg.contexts[n].state[PSEUDONYM]["pseudonym"] for n in lg.node_ids}
