@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reshuffle.crypto.rand import SeededRandom
-from reshuffle.errors import DecodeError
+from reshuffle.errors import ConfigError, DecodeError
 from reshuffle.protocol import session
 from reshuffle.harness.api import build_round
 from reshuffle.protocol.params import RoundParams
@@ -100,3 +100,39 @@ def test_inbox_bound_scales_with_R_max():
     with pytest.raises(DecodeError, match="R_max=1"):
         replace(st_, inbox=st_.inbox + st_.inbox[-1:] * (session.max_inbox(1) - len(st_.inbox) + 1)).participant()
     assert session.max_inbox(4) > session.max_inbox(1)
+
+
+class Live(Resumed):
+    """The same bytes-only participant, its replay skipped by a memo of live participants."""
+
+    def __init__(self, p, seed, memo):
+        super().__init__(p, seed)
+        self.memo = memo
+
+    def handle(self, data):
+        st_, replies, _ = self.memo.advance(SessionState.decode(self.blob), data)
+        self.blob = st_.encode()
+        return replies
+
+
+@pytest.mark.parametrize("size", [0, 1, 256])
+def test_live_sessions_give_the_replay_s_round_within_their_bound(size):
+    # A memo of any size (0: every message replayed) gives the same round as the bytes alone.
+    ups = [np.full(5, i / 10, np.float32) for i in range(6)]
+    server, parts = build_round(ups, RoundParams.default(6, 5), seed=11)
+    memo = session.LiveSessions(size)
+    live = {i: Live(pp, bytes([i]) * 32, memo) for i, pp in parts.items()}
+    out = InProcessRunner(server, live, {"upload": [2]}).run()
+    assert sorted(float(m[0]) for m in out.models) == pytest.approx([0.0, 0.1, 0.3, 0.4, 0.5], abs=1e-6)
+    assert len(memo) == min(size, 6)  # one live participant per session at most, never more than the bound
+    # A held participant is exactly the one the next message finds; a state it does not hold is replayed.
+    state = SessionState.decode(live[0].blob)
+    if size == 0:
+        assert memo.take(state) is None
+    elif size >= 6:
+        assert memo.take(state) is not None and memo.take(state) is None
+
+
+def test_live_sessions_refuse_a_bad_bound():
+    with pytest.raises(ConfigError, match="non-negative int"):
+        session.LiveSessions(-1)

@@ -36,16 +36,12 @@ a round beyond them (docs/protocol.md §11, docs/flower.md).
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
 from copy import copy
-from dataclasses import replace
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.app.message.message import make_message
 from flwr.clientapp.typing import ClientAppCallable
 
-from reshuffle.crypto.domain import label
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, ReShuffleError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_SIMULATION, claim, node_identity, node_mode
@@ -62,9 +58,9 @@ from reshuffle.flower.reserved import (
 from reshuffle.protocol.grouped import GroupedParticipant
 from reshuffle.protocol.groups import Membership
 from reshuffle.protocol.params import TrustFloors
-from reshuffle.protocol.participant import Participant, global_model_hash
+from reshuffle.protocol.participant import global_model_hash
 from reshuffle.protocol.pseudonym import Pseudonym
-from reshuffle.protocol.session import SessionState
+from reshuffle.protocol.session import LiveSessions, SessionState
 
 HASH_BYTES = 32
 
@@ -148,30 +144,17 @@ def _train(msg: Message, ctx: Context, call_next: ClientAppCallable, rec: Config
         raise ConfigError(f"the app's train handler failed: {reply.error.reason}")
     words = records.to_words(reply.content, d)
     trust = node_trust(ctx.node_config)
-    p = _LIVE.pop(_state_key(state), None)
+    p = _LIVE.take(state)
     if p is None:
         p = state.participant(None, *trust, membership=_membership(ctx, state.T))
     p.provide_model(words)  # checks d against the round's parameters
     state = state.with_model(words)
-    _LIVE[_state_key(state)] = p
+    _LIVE.put(state, p)
     return _handle_all(msg, ctx, state, rec, trust)
 
 
-# Participants kept alive between messages when this process lives on (simulation,
-# in-process grids), keyed by a digest of the state they are in: the session's replay
-# is then skipped. A fresh process (a SuperNode's ClientApp) finds nothing and replays.
-_LIVE: OrderedDict[bytes, Participant] = OrderedDict()
-_LIVE_MAX = 256
-
-
-def _state_key(state: SessionState) -> bytes:
-    # The 32-byte seed is fresh for every session, so it stands for the keys (the model joins
-    # the live participant and the state together); the inbox pins the position. Hashing the
-    # whole encoded state would rehash the model.
-    h = hashlib.sha256(label("flower/live-session", state.pid, state.T) + state.seed)
-    for m in state.inbox:
-        h.update(hashlib.sha256(m).digest())
-    return h.digest()
+# This process's live participants (simulation, in-process grids): the session's replay is then skipped.
+_LIVE = LiveSessions(256)
 
 
 NODE_MIN_GROUP = "reshuffle-min-group"  # node_config: this node refuses anonymity groups smaller than this
@@ -222,23 +205,6 @@ def _keep_group(ctx: Context, T: int, p) -> None:
     ctx.state[GROUP] = ConfigRecord({"membership": p.membership.encode(), "formed": T})
 
 
-def _advance(state: SessionState, data: bytes, trust: tuple[int | None, TrustFloors | None] = (None, None),
-             membership: Membership | None = None):
-    """``session.handle(state, data)``, reusing a live participant in exactly ``state`` if there is one:
-    (the new state, the replies, the participant)."""
-    p = _LIVE.pop(_state_key(state), None)
-    if p is None:
-        # A grouped participant if the round opens with the group assignment, or the node has a stable group.
-        p = state.participant(data, *trust, membership=membership)
-    # session.handle's contract: the participant after the inbox handles the message, which joins the inbox.
-    replies = p.handle(data)
-    new = replace(state, inbox=state.inbox + (bytes(data),))
-    _LIVE[_state_key(new)] = p
-    while len(_LIVE) > _LIVE_MAX:
-        _LIVE.popitem(last=False)
-    return new, replies, p
-
-
 def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
     state = _load(ctx, reserved.uint(rec, "T"), "protocol")
     return _handle_all(msg, ctx, state, rec, node_trust(ctx.node_config))
@@ -250,7 +216,7 @@ def _handle_all(msg: Message, ctx: Context, state: SessionState, rec: ConfigReco
     membership = _membership(ctx, state.T)
     for data in reserved.data_list(rec):
         try:
-            state, out, p = _advance(state, data, trust, membership)
+            state, out, p = _LIVE.advance(state, data, *trust, membership=membership)
             _keep_group(ctx, state.T, p)
             _keep(ctx, p)
         except ReShuffleError:

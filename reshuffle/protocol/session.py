@@ -11,6 +11,12 @@ the same seeded PRG (the state machine is deterministic given its randomness),
 then handles the new message. Replaying costs the earlier phases' work again;
 for the 8 messages of a round that is cheap next to training.
 
+Where the driver's process lives on between messages (a simulation, an
+in-process grid), :class:`LiveSessions` keeps the participant that the replay
+would rebuild, keyed by a digest of the state it is in, so the replay is skipped;
+it is bounded, and a state it does not hold is replayed. The session's state is
+always the bytes: the memo only saves work.
+
 The seed determines every secret of the round (keys, shares, masks): it must
 stay on the node, like the signing key kept beside it, and is drawn from OS
 randomness for every round. ``pseudonym`` is the encoded epoch pseudonym the
@@ -20,11 +26,14 @@ participant before ROUND_START; empty if it holds none.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from reshuffle.crypto.domain import label
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.crypto.signatures import Certificate, CertificateAuthority, SigningKey, VerifyKey
 from reshuffle.errors import ConfigError, DecodeError
@@ -196,3 +205,56 @@ def handle(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes]]
     """Process one message from the PS: (the new state, the replies to send)."""
     replies = state.participant(data).handle(data)
     return replace(state, inbox=state.inbox + (bytes(data),)), replies
+
+
+class LiveSessions:
+    """Participants kept alive between messages, keyed by a digest of the session state they are in.
+
+    A memo of :func:`handle`'s replay for drivers whose process lives on: :meth:`advance`
+    gives the same new state and replies as ``handle`` (with the participant's floors and
+    stable group), reusing the participant that is exactly in ``state`` when one is held.
+    At most ``size`` are held, the least recently stored dropped first; a fresh process holds
+    none and replays. The key hashes the 32-byte seed (fresh for every session, so it stands
+    for the keys) and every inbox message; the model joins participant and state together.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ConfigError(f"live sessions are bounded by a non-negative int, got {size!r}")
+        self.size = size
+        self._held: OrderedDict[bytes, Participant] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    @staticmethod
+    def key(state: SessionState) -> bytes:
+        h = hashlib.sha256(label("session/live", state.pid, state.T) + state.seed)
+        for m in state.inbox:
+            h.update(hashlib.sha256(m).digest())
+        return h.digest()
+
+    def take(self, state: SessionState) -> Participant | None:
+        """The participant held in exactly ``state`` (no longer held), or None."""
+        return self._held.pop(self.key(state), None)
+
+    def put(self, state: SessionState, p) -> None:
+        """Hold ``p`` as the participant in ``state``."""
+        self._held[self.key(state)] = p
+        while len(self._held) > self.size:
+            self._held.popitem(last=False)
+
+    def clear(self) -> None:
+        self._held.clear()
+
+    def advance(self, state: SessionState, data: bytes, min_group: int | None = None,
+                floors: TrustFloors | None = None, membership=None):
+        """(the new state, the replies, the participant) after ``data``: :func:`handle`, replay skipped if held."""
+        p = self.take(state)
+        if p is None:
+            p = state.participant(data, min_group, floors, membership=membership)
+        # handle's contract: the participant after the inbox handles the message, which joins the inbox.
+        replies = p.handle(data)
+        new = replace(state, inbox=state.inbox + (bytes(data),))
+        self.put(new, p)
+        return new, replies, p
