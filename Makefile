@@ -32,13 +32,13 @@ bench: $(STAMP)
 
 # `flwr run` starts a local SuperLink (its own process group) and leaves it running;
 # stop it afterwards unless it was already running before this target. The federation's
-# size comes with the run (--federation-config); reshuffle.flower.local cleans Flower's output.
+# size comes with the run (--federation-config); reshuffle.flower.app.local cleans Flower's output.
 # The [k] keeps the pattern from matching this recipe's own shell.
 LINK := flower-superlin[k] .*$(CURDIR)/flower/local-superlink/
 flower: $(STAMP)
 	@before=$$(pgrep -f -- "$(LINK)" || true); \
 	FLWR_HOME=$(CURDIR)/flower PATH=$(CURDIR)/$(BIN):$$PATH FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 \
-		$(BIN)/python -m reshuffle.flower.local $(BIN)/flwr run . --stream \
+		$(BIN)/python -m reshuffle.flower.app.local $(BIN)/flwr run . --stream \
 		--federation-config "num-supernodes=10 client-resources-num-cpus=1"; status=$$?; \
 	if [ -n "$$before" ]; then \
 		echo "make flower: the local SuperLink (pid $$before) was already running; left running"; \

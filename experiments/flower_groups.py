@@ -3,7 +3,7 @@
     python experiments/flower_groups.py                   # 100 nodes, groups of 20, 2 rounds
     python experiments/flower_groups.py --nodes 30 --group-size 10 --rounds 1
 
-Runs the project's own apps (``reshuffle/flower/server_app.py``) in Flower's local
+Runs the project's own apps (``reshuffle/flower/app/server_app.py``) in Flower's local
 simulation (Ray backend) in a fresh FLWR_HOME, then prints, per round, the wall
 time of the round as the ServerApp measured it, its train and protocol phases, the
 groups' sizes and any group that failed, and writes them to
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reshuffle.flower.local import BIN, flwr_env, stop_processes_of
+from reshuffle.flower.app.local import BIN, flwr_env, stop_processes_of
 
 ROOT = Path(__file__).resolve().parents[1]
 

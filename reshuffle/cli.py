@@ -517,7 +517,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
-    from reshuffle.flower.soak import SoakConfig, run_soak
+    from reshuffle.flower.app.soak import SoakConfig, run_soak
 
     cfg = SoakConfig.make(args.quick, args.rounds, args.nodes, args.seed, args.dir)
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else \

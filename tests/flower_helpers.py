@@ -1,6 +1,6 @@
 """Shared helpers for the Flower tests: the in-process Grid, a toy ClientApp, process management.
 
-:class:`~reshuffle.flower.loopback.LoopbackGrid` replaces only the transport:
+:class:`~reshuffle.flower.app.loopback.LoopbackGrid` replaces only the transport:
 strategies, mods and the protocol are the real ones. The local simulations
 (Flower's own engine) run in the background with the session (:class:`LocalSimulationRuns`).
 """
@@ -14,9 +14,9 @@ from typing import Callable
 
 from flwr.app import Context, Message, RecordDict
 
-from reshuffle.flower import local
-from reshuffle.flower.local import BIN
-from reshuffle.flower.loopback import LoopbackGrid  # noqa: F401  (re-exported for the tests)
+from reshuffle.flower.app import local
+from reshuffle.flower.app.local import BIN
+from reshuffle.flower.app.loopback import LoopbackGrid  # noqa: F401  (re-exported for the tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 

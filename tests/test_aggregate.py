@@ -50,8 +50,8 @@ def _rows(W_g: np.ndarray, T: int) -> list[np.ndarray]:
 @pytest.mark.parametrize("crfl", [{}, {"model_clip": 1.5, "model_noise": 0.01}])
 def test_simulator_and_flower_steps_give_the_same_global_model(monkeypatch, tmp_path, crfl):
     import reshuffle.server
-    from reshuffle.flower import server_app
-    from reshuffle.flower.common import settings as flower_settings
+    from reshuffle.flower.app import server_app
+    from reshuffle.flower.app.common import settings as flower_settings
     from reshuffle.flower.grid import RoundReport
     from reshuffle.run.config import SimConfig
     from reshuffle.run.delivery import Delivery
@@ -176,7 +176,7 @@ def test_the_flower_apps_take_their_round_from_the_run_layer_not_the_simulator()
     from pathlib import Path
 
     import reshuffle.flower
-    import reshuffle.flower.server_app as server_app
+    import reshuffle.flower.app.server_app as server_app
 
     def imported(path: Path) -> set[str]:
         tree = ast.parse(path.read_text())

@@ -33,7 +33,7 @@ def _train_models(lg: LoopbackGrid) -> list[tuple[int, np.ndarray]]:
 
 
 def _server(out, kill_in_round: int | None = None, **run_config) -> LoopbackGrid:
-    from reshuffle.flower import client_app, server_app
+    from reshuffle.flower.app import client_app, server_app
 
     def drop(node, msg):
         if kill_in_round is not None and "config" in msg.content and \
@@ -106,7 +106,7 @@ def test_a_server_app_killed_again_before_the_next_round_loses_no_other_round(tm
 
 
 def test_resume_refuses_other_settings_and_a_damaged_checkpoint(tmp_path):
-    from reshuffle.flower.server_app import RunRefused
+    from reshuffle.flower.app.server_app import RunRefused
 
     with pytest.raises(Killed):
         _server(tmp_path, kill_in_round=2)

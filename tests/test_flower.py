@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
 from flower_helpers import LoopbackGrid
 from reshuffle.errors import ConfigError
-from reshuffle.flower.common import settings
+from reshuffle.flower.app.common import settings
 
 # Per node: these tests run fewer nodes than a stable group (tests/test_flower_groups.py has the default).
 RUN_CONFIG = {"dataset": "digits", "model": "logreg", "rounds": 1, "local-epochs": 1, "batch-size": 16, "lr": 0.1,
@@ -38,7 +38,7 @@ def test_run_config_is_validated():
 
 
 def _project_grid(n: int, node_config=None) -> LoopbackGrid:
-    from reshuffle.flower.client_app import app
+    from reshuffle.flower.app.client_app import app
 
     lg = LoopbackGrid(app, n, node_config=node_config)
     for c in lg.contexts.values():
@@ -70,8 +70,8 @@ def test_server_sent_attack_and_score_keys_are_refused():
 
 
 def test_only_a_nodes_own_config_makes_it_attack_and_label_its_model():
-    from reshuffle.flower.common import FlowerSettings
-    from reshuffle.flower.server_app import grid_delivery, make_grid
+    from reshuffle.flower.app.common import FlowerSettings
+    from reshuffle.flower.app.server_app import grid_delivery, make_grid
 
     # Prepare: node 0 chose, in its own node_config, to sign-flip and to label its model for scoring; node 1
     # to label its (honest) model
@@ -100,7 +100,7 @@ def test_client_app_module_imports_neither_torch_nor_scikit_learn():
     import subprocess
     import sys
 
-    code = "import sys, reshuffle.flower.client_app; print(sorted({'torch', 'sklearn'} & set(sys.modules)))"
+    code = "import sys, reshuffle.flower.app.client_app; print(sorted({'torch', 'sklearn'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

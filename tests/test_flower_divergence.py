@@ -50,7 +50,7 @@ def huge_lr(msg, ctx, call_next):
 
 
 def _run_project_app(tmp_path, mod, nodes: int = 4) -> dict:
-    from reshuffle.flower import client_app, server_app
+    from reshuffle.flower.app import client_app, server_app
 
     app = ClientApp(mods=[reshuffle_mod, mod])
     app.train()(client_app.train)

@@ -79,7 +79,7 @@ def test_group_size_settings_are_validated():
 
 
 def test_the_project_app_reads_group_size_from_the_run_config():
-    from reshuffle.flower.common import settings
+    from reshuffle.flower.app.common import settings
 
     assert settings({}).sim.stable_sets and settings({}).sim.set_size == 5  # stable groups of 5 by default
     assert settings({"set-size": 20}).sim.set_size == 20
@@ -202,7 +202,7 @@ def test_the_project_server_app_keeps_its_groups_through_a_kill(tmp_path):
     # groups on the same nodes (each kept its group in its Context) with no new assignment.
     from flwr.app import Context, RecordDict
 
-    from reshuffle.flower import client_app, server_app
+    from reshuffle.flower.app import client_app, server_app
     from reshuffle.protocol import messages as msg
     from reshuffle.protocol.groups import Assignment
     from reshuffle.protocol.messages import MsgType

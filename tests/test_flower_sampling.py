@@ -25,7 +25,7 @@ def _stage_nodes(lg: LoopbackGrid, T: int, stage: str) -> set[int]:
 
 
 def test_server_app_rounds_run_among_the_sampled_nodes_with_a_server_optimiser(tmp_path):
-    from reshuffle.flower import client_app, server_app
+    from reshuffle.flower.app import client_app, server_app
 
     nodes = 7
     lg = LoopbackGrid(client_app.app, nodes)

@@ -81,7 +81,7 @@ def test_make_flower_configures_flower_without_deprecated_options(monkeypatch, c
 
 
 def test_make_flower_output_has_no_colour_codes_off_a_terminal_and_no_contradicting_sizes():
-    from reshuffle.flower.local import clean
+    from reshuffle.flower.app.local import clean
 
     lines = ["\x1b[92mINFO \x1b[0m:      Starting Flower Simulation\n",
              "\x1b[93mWARNING \x1b[0m:   Since flwr 1.32, default simulated SuperNodes changed from 10 to 2.\n",
@@ -107,7 +107,7 @@ def test_the_server_app_refuses_an_impossible_run_in_one_line_before_any_message
     from flwr.app import Context, RecordDict
 
     from flower_helpers import LoopbackGrid
-    from reshuffle.flower import client_app, server_app
+    from reshuffle.flower.app import client_app, server_app
 
     monkeypatch.chdir(tmp_path)
     lg = LoopbackGrid(client_app.app, 2)
@@ -132,9 +132,9 @@ reshuffle: error: unknown rule 'nosuch'; choose one of fedavg, krum
 Traceback (most recent call last):
   File "flwr/simulation/app.py", line 337, in run_simulation_process
     simulation_result = _run_simulation(
-  File "reshuffle/flower/server_app.py", line 234, in main
+  File "reshuffle/flower/app/server_app.py", line 234, in main
     raise RunRefused(str(exc)) from None
-reshuffle.flower.server_app.RunRefused: unknown rule 'nosuch'; choose one of fedavg, krum
+reshuffle.flower.app.server_app.RunRefused: unknown rule 'nosuch'; choose one of fedavg, krum
 \x1b[91mERROR \x1b[0m:     Exit Code: 700
 
 An unhandled exception occurred when running the simulation.
@@ -144,7 +144,7 @@ For more information, visit: <https://flower.ai/docs/framework/1.41/en/ref-exit-
 
 
 def test_make_flower_shows_a_refused_run_as_its_one_line_and_fails():
-    from reshuffle.flower.local import RunOutput
+    from reshuffle.flower.app.local import RunOutput
 
     stream = RunOutput(colour=False)
     shown = [x for x in map(stream.feed, REFUSED_RUN.splitlines(keepends=True)) if x is not None]
@@ -164,7 +164,7 @@ def test_make_flower_shows_a_refused_run_as_its_one_line_and_fails():
 def test_make_flower_exits_non_zero_when_the_run_failed(tmp_path):
     import sys
 
-    from reshuffle.flower.local import run_filtered
+    from reshuffle.flower.app.local import run_filtered
 
     # `flwr run --stream` exits 0 whatever became of the run; a stand-in prints a refused run's stream
     fake = tmp_path / "flwr_run.py"

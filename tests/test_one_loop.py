@@ -59,7 +59,7 @@ def _simulation(shuffle: str) -> tuple[Simulation, list[list[int]], list[dict]]:
 def _quantised_client_app() -> ClientApp:
     """The project's ClientApp, its reply carrying Dec(Enc(W)): what every simulated channel carries (the
     grid carries a reply's words exactly)."""
-    from reshuffle.flower import client_app
+    from reshuffle.flower.app import client_app
 
     codec = RoundParams.default(smallest_round(), 1).codec
     app = ClientApp(mods=[reshuffle_mod])
@@ -75,7 +75,7 @@ def _quantised_client_app() -> ClientApp:
 
 
 def _flower(tmp_path, malicious: list[int]) -> tuple[np.ndarray, list[list[int]], list[dict]]:
-    from reshuffle.flower import server_app
+    from reshuffle.flower.app import server_app
 
     def node_config(i: int) -> dict:
         # Every node labels its own row for the evaluator; the simulator's attackers attack.

@@ -9,7 +9,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 
 from flower_helpers import forgetful_mod, toy_client_app
 from reshuffle.flower.grid import ReshuffleGrid
-from reshuffle.flower.loopback import LoopbackGrid
+from reshuffle.flower.app.loopback import LoopbackGrid
 from reshuffle.flower.reserved import PSEUDONYM
 from reshuffle.protocol.pseudonym import Pseudonym
 

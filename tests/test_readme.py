@@ -161,7 +161,7 @@ def test_the_flower_lines_run_a_round_and_match_the_example():
     from flwr.serverapp.strategy import FedAvg
 
     from reshuffle.flower import reserved
-    from reshuffle.flower.loopback import LoopbackGrid
+    from reshuffle.flower.app.loopback import LoopbackGrid
 
     (block,) = [b for b in BLOCKS if b.tag == "test: flower"]
     client, server = re.split(r"(?m)^# server_app\.py.*$", block.code)

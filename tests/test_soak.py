@@ -18,8 +18,8 @@ import pytest
 
 from flower_helpers import ROOT, LoopbackGrid
 from reshuffle.errors import ConfigError
-from reshuffle.flower import soak as soak_module
-from reshuffle.flower.soak import TAG_VAR, Processes, SoakConfig, leftovers, schedule
+from reshuffle.flower.app import soak as soak_module
+from reshuffle.flower.app.soak import TAG_VAR, Processes, SoakConfig, leftovers, schedule
 
 
 # --------------------------------------------------------------------------- plan and fault mod
@@ -47,9 +47,9 @@ def test_the_fault_plan_kills_the_server_once_and_never_the_malformed_node(seed)
 
 def test_a_node_answering_malformed_messages_is_dropped_and_the_round_goes_on():
     from reshuffle.clients import build_model, get_flat, load_dataset
-    from reshuffle.flower.client_app import app
-    from reshuffle.flower.common import settings
-    from reshuffle.flower.server_app import grid_delivery, make_grid
+    from reshuffle.flower.app.client_app import app
+    from reshuffle.flower.app.common import settings
+    from reshuffle.flower.app.server_app import grid_delivery, make_grid
 
     # Per node: in a stable group (the default) the faulty node's group would deliver nothing.
     rc = {"dataset": "digits", "model": "logreg", "rounds": 1, "lr": 0.1, "phase-timeout": 5.0, "stable-sets": False}
@@ -68,7 +68,7 @@ def test_a_node_answering_malformed_messages_is_dropped_and_the_round_goes_on():
 
 
 def test_an_unknown_fault_is_refused_naming_the_key():
-    from reshuffle.flower.client_app import app
+    from reshuffle.flower.app.client_app import app
 
     lg = LoopbackGrid(app, 2, node_config=lambda i: {"partition-id": i, "num-partitions": 2, "fault": "slow"})
     lg.contexts[lg.node_ids[0]].run_config = {}

@@ -9,7 +9,7 @@
 
 Every node's train step is the same: the global model plus fresh noise (no
 training, so that the ratios compare only what the three ways add). All three run
-over :class:`~reshuffle.flower.loopback.LoopbackGrid`, which calls each node's
+over :class:`~reshuffle.flower.app.loopback.LoopbackGrid`, which calls each node's
 ClientApp in this process: the times are the whole round's CPU work (server and
 all N clients), without network or process start-up. Ratios come from one run.
 ``pushes`` counts, per way, the grid pushes of one training round (each a round
@@ -80,7 +80,7 @@ def _legacy_app():
 
 def _counting_grid(app, N: int):
     """A LoopbackGrid that counts its pushes (each one a round trip through the SuperLink in a deployment)."""
-    from reshuffle.flower.loopback import LoopbackGrid
+    from reshuffle.flower.app.loopback import LoopbackGrid
 
     class CountingGrid(LoopbackGrid):
         pushes = 0
@@ -152,7 +152,7 @@ def _secagg_round(N: int, d: int) -> tuple[float, tuple[int, int]]:
 def local_simulation(nodes: int = 5, rounds: int = 2, timeout: float = 1800.0) -> dict:
     """Seconds per protocol phase of the project's app in Flower's local simulation, beside Flower's pull interval."""
     from reshuffle.errors import ConfigError
-    from reshuffle.flower.local import BIN, flwr_env, stop_processes_of, write_simulation_home
+    from reshuffle.flower.app.local import BIN, flwr_env, stop_processes_of, write_simulation_home
 
     root = Path(__file__).resolve().parents[2]
     project = root / "pyproject.toml"

@@ -2,7 +2,7 @@
 
 Shared by the Flower tests, ``reshuffle bench flower``, the soak,
 ``experiments/flower_groups.py`` and ``make flower`` (``python -m
-reshuffle.flower.local flwr run ...`` runs a ``flwr`` command with its output
+reshuffle.flower.app.local flwr run ...`` runs a ``flwr`` command with its output
 cleaned: no colour codes off a terminal, none of Flower's notes that contradict
 the federation size it reports, a refused run's one line without Flower's
 traceback of it; and it exits non-zero when the run failed, which ``flwr run``
@@ -89,7 +89,7 @@ def clean(line: str, colour: bool) -> str | None:
 
 #: Flower's line when the ServerApp of a run fails (a deployment's, or the local simulation's).
 APP_FAILED = ("ServerApp raised an exception", "Simulation raised an exception")
-#: How the project's ServerApp starts the one line of a run it refuses (reshuffle.flower.server_app.REFUSED;
+#: How the project's ServerApp starts the one line of a run it refuses (reshuffle.flower.app.server_app.REFUSED;
 #: not imported, so that this module stays free of Flower's server side).
 REFUSED = "reshuffle: error: "
 #: Flower's note on a failed run's exit code (left out after a refusal's line).
@@ -159,5 +159,5 @@ def run_filtered(cmd: list[str]) -> int:
     return status or int(stream.failed)
 
 
-if __name__ == "__main__":  # python -m reshuffle.flower.local flwr run . --stream ...
+if __name__ == "__main__":  # python -m reshuffle.flower.app.local flwr run . --stream ...
     sys.exit(run_filtered(sys.argv[1:]))

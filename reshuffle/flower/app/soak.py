@@ -53,9 +53,9 @@ from pathlib import Path
 from typing import Callable
 
 from reshuffle.errors import ConfigError, ReShuffleError
-from reshuffle.flower.local import BIN, flwr_env, free_port
+from reshuffle.flower.app.local import BIN, flwr_env, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HOST = "127.0.0.1"
 
 
@@ -578,8 +578,8 @@ def fault_free_accuracy(cfg: SoakConfig) -> float:
     """Final accuracy of the same run without faults, over the in-process Grid (same data and seeds)."""
     from flwr.app import Context, RecordDict
 
-    from reshuffle.flower import client_app, server_app
-    from reshuffle.flower.loopback import LoopbackGrid
+    from reshuffle.flower.app import client_app, server_app
+    from reshuffle.flower.app.loopback import LoopbackGrid
 
     rc = {"dataset": "digits", "model": "logreg", "rule": "fedavg", "rounds": cfg.rounds, "seed": cfg.seed,
           "phase-timeout": cfg.phase_timeout, "r-max": 3, "stable-sets": False}

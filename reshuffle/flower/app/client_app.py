@@ -21,7 +21,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 
 from reshuffle.errors import ConfigError, ReShuffleError
-from reshuffle.flower.common import ARRAYS, ATTACKER_METRIC, CONFIG, FORBIDDEN_CONFIG, METRICS, settings
+from reshuffle.flower.app.common import ARRAYS, ATTACKER_METRIC, CONFIG, FORBIDDEN_CONFIG, METRICS, settings
 from reshuffle.flower.keys import NODE_PARTICIPANT_ID, SIM_PARTITION_ID
 from reshuffle.flower.mod import reshuffle_mod
 from reshuffle.flower.reserved import RECORD

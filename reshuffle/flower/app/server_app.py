@@ -26,7 +26,7 @@ Settings that make the run impossible (an unknown rule, a negative round count, 
 bad fraction, a resume folder that is missing) stop it before any message goes
 out, with one line (``reshuffle: error: ...``) and :class:`RunRefused`, which
 Flower records as the run's failure; ``make flower`` then shows that line alone
-and exits non-zero (:mod:`reshuffle.flower.local`).
+and exits non-zero (:mod:`reshuffle.flower.app.local`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from reshuffle.clients import FlatLayout, build_model, load_dataset, predict
 from reshuffle.errors import ConfigError, ReShuffleError
-from reshuffle.flower.common import ARRAYS, ATTACKER_METRIC, CONFIG, METRICS, FlowerSettings, resume_identity, settings
+from reshuffle.flower.app.common import ARRAYS, ATTACKER_METRIC, CONFIG, METRICS, FlowerSettings, resume_identity, settings
 from reshuffle.flower.grid import ReshuffleGrid, RoundReport
 from reshuffle.run import checkpoint
 from reshuffle.run.config import SimConfig
