@@ -242,7 +242,7 @@ class _Round:
         for node, items in sorted(per_node.items()):
             m, trains = self._message(node, items)
             msgs[node], train = m, train or trains
-        self.phase = STAGE_TRAIN if train else self.server.phase_name
+        self.phase = STAGE_TRAIN if train else self.server.stage_name
         ids = list(self.g._grid.push_messages(list(msgs.values())))
         if msgs:
             self._trip(self.server.step.name, after_training=bool(self.trained))

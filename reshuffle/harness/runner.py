@@ -115,7 +115,7 @@ class InProcessRunner:
         return stage_of(h.type, h.m, self.server.params.upload_m)
 
     def _to_server(self, env: Envelope) -> None:
-        ph = self.server.phase_name
+        ph = self.server.stage_name
         t0 = time.perf_counter()
         self.server.receive(env.sender, env.data)
         self.stats.ps_s[ph] += time.perf_counter() - t0
@@ -171,7 +171,7 @@ class InProcessRunner:
                     self.trips.record(step)
                 envs = [e for rcpt, data in self._outbox for e in self._intercept(Envelope(SERVER_ID, rcpt, data))]
                 self._exchange(envs)
-                ph = self.server.phase_name
+                ph = self.server.stage_name
                 t0 = time.perf_counter()
                 self._outbox = self.server.close_phase()
                 self.stats.ps_s[ph] += time.perf_counter() - t0

@@ -56,7 +56,7 @@ class PS(Protocol):
         """The schedule step now being collected."""
 
     @property
-    def phase_name(self) -> str:
+    def stage_name(self) -> str:
         """The user-facing stage of what is being collected (setup, ot, reserve, upload, unmask)."""
 
     def start(self) -> Outbox:

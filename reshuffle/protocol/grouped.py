@@ -197,11 +197,11 @@ class GroupedServer:
         return self.output is not None
 
     @property
-    def phase_name(self) -> str:
+    def stage_name(self) -> str:
         if self.assigning:
             return ASSIGN_PHASE
         live = [s for j, s in sorted(self.servers.items()) if j not in self.failed and not s.done]
-        return live[0].phase_name if live else "done"
+        return live[0].stage_name if live else "done"
 
     @property
     def culprits(self) -> dict:
@@ -351,9 +351,9 @@ class JointServer:
         return next((st for st in steps if not st.offline), steps[0] if steps else ASSIGN_STEP)
 
     @property
-    def phase_name(self) -> str:
+    def stage_name(self) -> str:
         live = self._live()
-        return live[0].phase_name if live else "done"
+        return live[0].stage_name if live else "done"
 
     @property
     def culprits(self) -> dict:

@@ -422,7 +422,7 @@ class Server:
         return self.phase is SPhase.DONE
 
     @property
-    def phase_name(self) -> str:
+    def stage_name(self) -> str:
         """User-facing stage of what is being collected (setup, ot, reserve, upload, unmask)."""
         if self.phase is SPhase.START:
             return "setup"
@@ -489,7 +489,7 @@ class Server:
                 raise UnexpectedMessage(f"message for invocation {m.m}, current is {want}")
             getattr(self, handlers[m.TYPE])(st, sender, m)
         except ProtocolError as exc:
-            self.errors.append(ErrorRecord(self.phase_name, sender, exc))
+            self.errors.append(ErrorRecord(self.stage_name, sender, exc))
             # A duplicate is dropped, not punished: the first copy stands.
             if sender in self._roster and not isinstance(exc, AlreadyAnswered):
                 self.excluded.add(sender)
@@ -619,7 +619,7 @@ class Server:
             except InvalidShare as exc:
                 self._name(d, cpl.ShareEvidence(cpl.KIND_BAD_COMMITMENT, d, msg.relay_bytes(self.adverts[d]),
                                                 msg.relay_bytes(self.bundles[d])))
-                self.errors.append(ErrorRecord(self.phase_name, d, exc))
+                self.errors.append(ErrorRecord(self.stage_name, d, exc))
                 self.excluded.add(d)
         if not accused:
             # The OT answers come first: every member checks their proofs before it consents to U_1.
@@ -836,7 +836,7 @@ class Server:
                 feldman.verify_share(sh.x, sh.y, row)
                 good.append(sh)
             except InvalidShare as exc:
-                self.errors.append(ErrorRecord(self.phase_name, revealer, InvalidShare(f"{what}: {exc}")))
+                self.errors.append(ErrorRecord(self.stage_name, revealer, InvalidShare(f"{what}: {exc}")))
         if len(good) < p.t:
             raise BelowThreshold(f"{what}: {len(good)} valid shares, threshold t={p.t}")
         return shamir.reconstruct(good[: p.t], check=False)
