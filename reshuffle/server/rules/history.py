@@ -225,6 +225,13 @@ class HistoryRule(Rule):
         return f"{type(self).__name__}({params})"
 
 
+def _closest_kin(cos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cos with −∞ on the diagonal, each row's greatest similarity to another row)."""
+    cs = cos.copy()
+    np.fill_diagonal(cs, -np.inf)
+    return cs, cs.max(axis=1)
+
+
 def foolsgold_weights(cos: np.ndarray) -> np.ndarray:
     r"""FoolsGold's weights from the pairwise cosine similarities of the accumulated histories.
 
@@ -242,9 +249,7 @@ def foolsgold_weights(cos: np.ndarray) -> np.ndarray:
     n = cos.shape[0]
     if n == 1:
         return np.ones(1)
-    cs = cos.copy()
-    np.fill_diagonal(cs, -np.inf)
-    v = cs.max(axis=1)
+    cs, v = _closest_kin(cos)
     pardon = v[None, :] > v[:, None]  # [i, j]: j is more alike to some row than i is
     ratio = np.divide(v[:, None], v[None, :], out=np.ones_like(cs), where=pardon & (v[None, :] > 0))
     cs = np.where(pardon, cs * ratio, cs)
@@ -331,9 +336,7 @@ def kinship_weights(cos: np.ndarray, floor: float = 0.5, kappa: float = 3.0) -> 
     n = cos.shape[0]
     if n == 1:
         return np.ones(1)
-    cs = cos.copy()
-    np.fill_diagonal(cs, -np.inf)
-    v = cs.max(axis=1)
+    cs, v = _closest_kin(cos)
     med = float(np.median(v))
     tau = min(0.999, max(floor, med + kappa * 1.4826 * float(np.median(np.abs(v - med)))))
     return np.clip((1.0 - v) / (1.0 - tau), 0.0, 1.0)
