@@ -37,6 +37,9 @@ def test_a_node_keeps_its_pseudonym_across_rounds(mods):
         # Assert: every reply arrives, and each node holds one pseudonym of the grid's epoch
         assert len(replies) == 5 and not lg.errors
         kept.append({n: lg.contexts[n].state[PSEUDONYM]["pseudonym"] for n in lg.node_ids})
+        # Each reply carries its row's pseudonym: the nodes' own, as a set (the reply names no node).
+        held = {Pseudonym.decode(b).name for b in kept[-1].values()}
+        assert {grid.pseudonym_of(r) for r in replies} == held and None not in held
     assert kept[0] == kept[1]
     nyms = [Pseudonym.decode(b) for b in kept[0].values()]
     assert len({n.name for n in nyms}) == 5 and {n.epoch for n in nyms} == {1}
@@ -56,3 +59,23 @@ def test_a_resumed_grid_opens_a_new_epoch_and_nodes_take_new_pseudonyms():
     after = {n: lg.contexts[n].state[PSEUDONYM]["pseudonym"] for n in lg.node_ids}
     assert len(replies) == 4
     assert all(Pseudonym.decode(after[n]).epoch == 2 and after[n] != before[n] for n in lg.node_ids)
+
+
+def test_the_server_app_hands_a_history_rule_each_row_s_pseudonym(tmp_path):
+    # FoolsGold keeps a history per pseudonym and refuses rows without one: the run completes only if the
+    # grid's recovered pseudonyms reach the rule, round after round, in one stable group of 5.
+    import json
+
+    from flwr.app import Context
+
+    from reshuffle.flower.app import client_app, server_app
+
+    cfg = {"dataset": "digits", "model": "logreg", "rounds": 2, "local-epochs": 1, "batch-size": 64, "lr": 0.1,
+           "rule": "foolsgold", "phase-timeout": 10.0, "out-dir": str(tmp_path)}
+    lg = LoopbackGrid(client_app.app, 5)
+    for c in lg.contexts.values():
+        c.run_config = dict(cfg)
+    server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
+    rounds = json.loads((tmp_path / "metrics.json").read_text())["rounds"]
+    assert [r["models_received"] for r in rounds] == [5, 5]
+    assert all(r["models_accepted"] > 0 for r in rounds)

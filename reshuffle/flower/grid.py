@@ -333,10 +333,12 @@ class _Round:
         self._report_groups(out)
         self.report.blamed = dict(out.blamed)
         self.report.errors += [str(e) for e in out.errors]
-        contents = []
-        for words in out.models:
+        contents, names = [], []
+        nyms = list(out.pseudonyms) if len(out.pseudonyms) == len(out.models) else [None] * len(out.models)
+        for words, nym in zip(out.models, nyms):
             try:
                 contents.append(records.from_words(words))
+                names.append(nym)
             except ProtocolError as exc:  # an anonymous row that does not decode is dropped
                 self.report.errors.append(f"[deliver] a recovered reply does not decode: {exc}")
         final = out.online[max(out.online)] if out.online else ()
@@ -347,7 +349,10 @@ class _Round:
             contents = contents[: len(survivors)]
         # A uniformly random injection of the replies into the survivors' messages.
         perm = sample_distinct(len(survivors), len(survivors), OS_RANDOM) if survivors else []
-        self._finish([Message(c, reply_to=survivors[j]) for c, j in zip(contents, perm)])
+        replies = [Message(c, reply_to=survivors[j]) for c, j in zip(contents, perm)]
+        # Each reply's epoch pseudonym, the row's own (§7.3): it names no node, only a row's history.
+        self.g._pseudonyms = [(m, n) for m, n in zip(replies, names) if n is not None]
+        self._finish(replies)
 
 
 class ReshuffleGrid(Grid):
@@ -435,7 +440,16 @@ class ReshuffleGrid(Grid):
         self._active: dict[str, _Round] = {}
         self._keys: tuple | None = None
         self._progress = 0  # phases closed so far: a pull that moved a round on is progress
+        self._pseudonyms: list[tuple[Message, bytes]] = []  # the last round's replies and their pseudonyms
         self.pseudonym_keys = EpochBook(self.round_params.get("group", "ristretto255"))  # one epoch key for its life
+
+    def pseudonym_of(self, reply: Message) -> bytes | None:
+        """The epoch pseudonym of one of the last train round's replies (the PS checked it in its row), or None.
+
+        A pseudonymous rule keeps its history per pseudonym (docs/fl.md, "Rules that remember"); the
+        pseudonym is the row's, issued blind, so it says which history a reply continues, not who sent it.
+        """
+        return next((n for m, n in self._pseudonyms if m is reply), None)
 
     # --- delegation -------------------------------------------------------------
     def set_run(self, run) -> None:

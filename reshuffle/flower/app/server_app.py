@@ -46,7 +46,7 @@ from reshuffle.flower.app.common import ARRAYS, ATTACKER_METRIC, CONFIG, METRICS
 from reshuffle.flower.grid import ReshuffleGrid, RoundReport
 from reshuffle.run import checkpoint
 from reshuffle.run.config import SimConfig
-from reshuffle.run.delivery import Delivery
+from reshuffle.run.delivery import PSEUDONYM, Delivery
 from reshuffle.run.record import RoundRecord
 from reshuffle.run.report import claim_out_dir, metrics, write_outputs
 from reshuffle.run.round import Evaluation, FLRound, make_step
@@ -91,7 +91,7 @@ def grid_delivery(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarr
     content = RecordDict({ARRAYS: ArrayRecord([W_g]), CONFIG: ConfigRecord({"server-round": T})})
     msgs = [Message(content, dst_node_id=n, message_type="train", group_id=str(T)) for n in cohort]
     before = len(rgrid.rounds)
-    models, flags, rejected = [], [], 0
+    models, flags, nyms, rejected = [], [], [], 0
     for r in rgrid.send_and_receive(msgs, timeout=s.round_timeout):
         got = None if r.has_error() else _model_of(r, W_g.size)
         if got is None:
@@ -99,6 +99,7 @@ def grid_delivery(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarr
             continue
         models.append(got[0])
         flags.append(got[1])
+        nyms.append(rgrid.pseudonym_of(r))
     # No node connected: no train message went out, so the grid ran no round.
     rep = rgrid.rounds[-1] if len(rgrid.rounds) > before else RoundReport(T, 0, failed="no node connected")
     failure = rep.failed or None
@@ -108,8 +109,11 @@ def grid_delivery(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarr
     # Only nodes whose own config enables scoring label their model. Without any label no row is scored;
     # with some, a row without one counts as honest (attacking nodes that score say so).
     labels = [bool(f) for f in flags] if any(f is not None for f in flags) else None
+    # Every delivered row's epoch pseudonym, for the rules that keep a history (none: the rule runs without).
+    meta = {PSEUDONYM: nyms} if nyms and all(n is not None for n in nyms) else {}
     d = Delivery(models, labels, failure=failure, seconds=dict(rep.phase_seconds),
-                 bytes={"ps_total": rep.protocol_bytes, "per_participant": rep.protocol_bytes / max(rep.roster, 1)})
+                 bytes={"ps_total": rep.protocol_bytes, "per_participant": rep.protocol_bytes / max(rep.roster, 1)},
+                 meta=meta)
     return d, rep, rejected
 
 
