@@ -36,12 +36,16 @@ a round beyond them (docs/protocol.md §11, docs/flower.md).
 
 from __future__ import annotations
 
+import hashlib
+import os
 from copy import copy
+from pathlib import Path
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.app.message.message import make_message
 from flwr.clientapp.typing import ClientAppCallable
 
+from reshuffle.crypto.domain import label
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, ReShuffleError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_SIMULATION, claim, node_identity, node_mode
@@ -186,10 +190,30 @@ def node_trust(node_config) -> tuple[int | None, TrustFloors]:
         raise ConfigError(f"node_config {', '.join(k for k in NODE_SETTINGS if k in node_config)}: {exc}") from None
 
 
+NODE_STATE_DIR = "reshuffle-state-dir"  # node_config: a folder where the node keeps its group across runs
+
+
+def _group_file(ctx: Context) -> Path | None:
+    """Where this node keeps its stable group across runs (``reshuffle-state-dir``), one file per federation:
+    the CA key its identity is certified under. None without the setting."""
+    folder = ctx.node_config.get(NODE_STATE_DIR)
+    if folder is None:
+        return None
+    if not isinstance(folder, str) or not folder:
+        raise ConfigError(f"node_config {NODE_STATE_DIR} must be a folder path, got {folder!r}")
+    ca = node_identity(ctx.node_config, ctx.run_id).ca.verify_key.to_bytes()
+    return Path(folder) / f"group-{hashlib.sha256(label('flower/group-file') + ca).hexdigest()[:32]}.bin"
+
+
 def _membership(ctx: Context, T: int) -> Membership | None:
     """This node's stable group for a session of round T: None before one was formed, and in the round
-    that formed it (that round's session replays the assignment itself)."""
+    that formed it (that round's session replays the assignment itself). A group kept on disk by an
+    earlier run of the same federation (``reshuffle-state-dir``) is this node's group in every run: a
+    new run's assignment is refused, so no PS can intersect two runs' groups."""
     if GROUP not in ctx.state:
+        path = _group_file(ctx)
+        if path is not None and path.exists():
+            return Membership.decode(path.read_bytes())
         return None
     rec = ctx.state[GROUP]
     formed = rec.get("formed")  # type: ignore[union-attr]
@@ -202,7 +226,14 @@ def _keep_group(ctx: Context, T: int, p) -> None:
     """Store the group the assignment of round T formed for this node, once (it is kept for every later round)."""
     if GROUP in ctx.state or not isinstance(p, GroupedParticipant) or p.membership is None:
         return
-    ctx.state[GROUP] = ConfigRecord({"membership": p.membership.encode(), "formed": T})
+    data = p.membership.encode()
+    ctx.state[GROUP] = ConfigRecord({"membership": data, "formed": T})
+    path = _group_file(ctx)
+    if path is not None and not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)  # whole or absent: a crash leaves no half-written group
 
 
 def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
