@@ -283,8 +283,9 @@ def test_a_flower_strategys_fraction_is_widened_or_narrowed_to_whole_groups():
         assert rep.sent == rep.replies == 5 * len(rep.groups["sampled"]) and rep.groups["sampled"]
 
 
-@pytest.mark.parametrize("state_dir", [False, True])
-def test_a_node_with_a_state_dir_keeps_its_group_across_runs(tmp_path, state_dir):
+@pytest.mark.parametrize("state_dir, mods", [(False, None), (True, None), (True, [forgetful_mod])],
+                         ids=["no-state-dir", "state-dir", "state-dir-fresh-process"])
+def test_a_node_with_a_state_dir_keeps_its_group_across_runs(tmp_path, state_dir, mods):
     # Run 1 forms groups of 5 among 10 nodes. Run 2 is a new run (fresh Contexts) whose PS opens a new draw:
     # intersecting two runs' groups would narrow each sender. With reshuffle-state-dir every node refuses
     # the new draw and answers only its kept group; without it, the nodes join the new draw.
@@ -292,13 +293,13 @@ def test_a_node_with_a_state_dir_keeps_its_group_across_runs(tmp_path, state_dir
         return {"partition-id": i, "num-partitions": 10,
                 **({"reshuffle-state-dir": str(tmp_path / f"node{i}")} if state_dir else {})}
 
-    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 10, node_config=cfg)
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round, mods=mods), 10, node_config=cfg)
     first = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
     assert len(list(first.send_and_receive(train_messages(first, 1), timeout=60))) == 10
     if state_dir:
         assert all(len(list((tmp_path / f"node{i}").glob("group-*.bin"))) == 1 for i in range(10))
     # Run 2: fresh Contexts, a PS without the old groups
-    lg2 = LoopbackGrid(toy_client_app(same_reply_every_round), 10, node_config=cfg)
+    lg2 = LoopbackGrid(toy_client_app(same_reply_every_round, mods=mods), 10, node_config=cfg)
     fresh = ReshuffleGrid(lg2, phase_timeout=0.5, group_size=5)
     got = list(fresh.send_and_receive(train_messages(fresh, 1), timeout=60))
     assert len(got) == (0 if state_dir else 10)
@@ -306,7 +307,7 @@ def test_a_node_with_a_state_dir_keeps_its_group_across_runs(tmp_path, state_dir
         rep = fresh.rounds[-1]
         assert "0 commitments" in rep.failed, rep.failed  # nobody joined the new draw
         # A PS that keeps the groups (a resumed run) gets every group back, whole.
-        lg3 = LoopbackGrid(toy_client_app(same_reply_every_round), 10, node_config=cfg)
+        lg3 = LoopbackGrid(toy_client_app(same_reply_every_round, mods=mods), 10, node_config=cfg)
         kept = ReshuffleGrid(lg3, phase_timeout=5, groups=first.group_state())
         kept.skip_to(1)
         assert len(list(kept.send_and_receive(train_messages(kept, 2), timeout=60))) == 10

@@ -212,9 +212,14 @@ def _membership(ctx: Context, T: int) -> Membership | None:
     new run's assignment is refused, so no PS can intersect two runs' groups."""
     if GROUP not in ctx.state:
         path = _group_file(ctx)
-        if path is not None and path.exists():
-            return Membership.decode(path.read_bytes())
-        return None
+        if path is None or not path.exists():
+            return None
+        data = path.read_bytes()
+        membership = Membership.decode(data)
+        # Kept for this run too, as formed before its first round: every later message (a fresh process
+        # replays the session) finds the group in the Context.
+        ctx.state[GROUP] = ConfigRecord({"membership": data, "formed": 0})
+        return membership
     rec = ctx.state[GROUP]
     formed = rec.get("formed")  # type: ignore[union-attr]
     if not isinstance(formed, int) or isinstance(formed, bool) or formed < 0:
