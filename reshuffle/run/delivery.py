@@ -120,6 +120,14 @@ class Uploads:
             out[SETUP] = sorted(set(out.get(SETUP, ())) | set(self.withheld))
         return {ph: ids for ph, ids in out.items() if ids}
 
+    def lost_before_unmask(self) -> dict[int, str]:
+        """client → cause, for every client whose model is lost to a dropout (a drop at ``unmask`` is recovered)."""
+        return {i: f"dropout at {ph}" for ph, ids in self.drops().items() if ph != UNMASK for i in ids}
+
+    def set_losses(self, stable: Sequence[Sequence[int]]) -> dict[int, str]:
+        """client → cause, for the members a stable set's missing member takes down with it."""
+        return all_or_none(stable, {**self.lost_before_unmask(), **self.withheld})
+
     def labels(self, rows: dict[int, int], n: int) -> list[bool | None]:
         """Per delivered row (``rows``: client → row of ``n``), whether an attacker sent it; None: no client's."""
         out: list[bool | None] = [None] * n
@@ -238,8 +246,7 @@ class RealShuffle:
         lost = {cohort[j]: why for j, why in loss_causes(r, len(cohort), drops).items()}
         if stable:
             # The members a stable set's missing member took down say so, as in the ideal channel.
-            missing = {i: f"dropout at {ph}" for ph, ids in up.drops().items() if ph != UNMASK for i in ids}
-            for i, why in all_or_none(stable, {**missing, **up.withheld}).items():
+            for i, why in up.set_losses(stable).items():
                 if i in lost:
                     lost[i] = why
         groups = {cohort[i]: g for g, members in enumerate(r.groups or ()) for i in members} or None
@@ -267,9 +274,9 @@ class _Functionality:
 
     def deliver(self, up: Uploads) -> Delivery:
         cohort = up.cohort
-        lost = {i: f"dropout at {ph}" for ph, ids in up.drops().items() if ph != UNMASK for i in ids}
+        lost = up.lost_before_unmask()
         if up.groups:
-            lost.update(all_or_none(up.groups, {**lost, **up.withheld}))
+            lost.update(up.set_losses(up.groups))
         alive = [i for i in cohort if i not in lost]
         t0 = time.perf_counter()
         d = up.W_g.size
