@@ -250,14 +250,16 @@ def _handle_all(msg: Message, ctx: Context, state: SessionState, rec: ConfigReco
                 trust: tuple[int | None, TrustFloors]) -> Message:
     replies: list[bytes] = []
     membership = _membership(ctx, state.T)
+    p = None
     for data in reserved.data_list(rec):
         try:
             state, out, p = _LIVE.advance(state, data, *trust, membership=membership)
-            _keep_group(ctx, state.T, p)
-            _keep(ctx, p)
         except ReShuffleError:
             out = []
         replies.extend(out)
+    if p is not None:  # what the push's last handled message left: the group formed, the pseudonym confirmed
+        _keep_group(ctx, state.T, p)
+        _keep(ctx, p)
     _store(ctx, state)
     return Message(RecordDict({RECORD: ConfigRecord({"data": replies})}), reply_to=msg)
 
