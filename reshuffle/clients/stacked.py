@@ -212,7 +212,7 @@ class StackedNet:
             saved.append(s)
         # d(mean CE)/d logits = (softmax − one-hot) · w / n, n the client's real batch size
         g = torch.softmax(h, dim=-1)
-        g.scatter_add_(-1, y.unsqueeze(-1), torch.full((C, B, 1), -1.0))
+        g.scatter_add_(-1, y.unsqueeze(-1), torch.full((C, B, 1), -1.0, dtype=g.dtype, device=g.device))
         g *= (w / w.sum(1, keepdim=True).clamp_min(1.0)).unsqueeze(-1)
         grads: Grads = {}
         for i in range(len(self.layers) - 1, -1, -1):
