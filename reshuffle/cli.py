@@ -257,7 +257,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    return _finish(_run_with_progress(cfg, out, quiet=args.quiet), cfg, out)
+    given = {k.replace("-", "_") for k in values} | set(explicit)
+    return _finish(_run_with_progress(cfg, out, quiet=args.quiet, given=given), cfg, out)
 
 
 # Options that may come with --resume: they leave a run's results unchanged, name what the checkpoint may
@@ -283,12 +284,21 @@ def _resume_simulation(args: argparse.Namespace) -> int:
 
 
 def _finish(data: dict, cfg, out: str) -> int:
-    """Print the run's outcome; rounds that kept W_g are named on stderr (metrics.json has every reason)."""
+    """Print the run's outcome and its headline figures (cohort, attackers' weight, linker, DP's ε); rounds that
+    kept W_g and the headline's warnings go to stderr, one line each (metrics.json has every reason)."""
+    from reshuffle.sim.headline import lines
+
     skipped = data["skipped_rounds"]
     if skipped:
         first = min(skipped, key=int)
         print(f"reshuffle: warning: {len(skipped)} of {data['rounds_run']} rounds left the global model unchanged; "
               f"round {first}: {skipped[first]}", file=sys.stderr)
+    head = data.get("headline")
+    if head:
+        for line in head["warnings"]:
+            print(f"reshuffle: warning: {line}", file=sys.stderr)
+        for line in lines(head, data["config"]):
+            print(line)
     diverged = f"; the global model diverged in round {data['diverged_at']}" if data["diverged_at"] else ""
     print(f"final accuracy {data['final_accuracy']:.4f} after {cfg.rounds} rounds{diverged}; outputs in {out}")
     return 0
@@ -306,14 +316,18 @@ def resume_command(out: str, cfg) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def _run_with_progress(cfg, out: str, quiet: bool, resume=None) -> dict:
+def _run_with_progress(cfg, out: str, quiet: bool, resume=None, given=()) -> dict:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from reshuffle.run import checkpoint
     from reshuffle.run.report import write_metrics, write_outputs
+    from reshuffle.sim.notices import option_notices
     from reshuffle.sim.simulator import Simulation
 
     sim = Simulation(cfg)  # loads data and validates before any output
+    sim.notices[:0] = option_notices(sim.cfg, given)
+    for line in sim.notices:
+        print(f"reshuffle: note: {line}", file=sys.stderr)
     records: list = [] if resume is None else checkpoint.restore_simulation(sim, resume)
     done = len(records)  # sim.run extends records before each callback
 

@@ -35,9 +35,12 @@ INCOMPLETE = "stable set incomplete"
 
 def check_set_size(k: object) -> int:
     """``k`` as an int in [MIN_SET, MAX_PARTICIPANTS]; a one-line ConfigError otherwise."""
-    if not isinstance(k, int) or isinstance(k, bool) or not MIN_SET <= k <= MAX_PARTICIPANTS:
+    if not isinstance(k, int) or isinstance(k, bool) or k < MIN_SET:
         raise ConfigError(f"set_size must be an int of at least {MIN_SET} (the smallest anonymity set a participant "
                           f"accepts), got {k!r}")
+    if k > MAX_PARTICIPANTS:
+        raise ConfigError(f"set_size must be at most {MAX_PARTICIPANTS} (the most participants a round of the "
+                          f"protocol holds), got {k}")
     return k
 
 

@@ -72,7 +72,9 @@ from reshuffle.server.pseudonyms import run_pseudonym
 from reshuffle.sim.attackers import Attackers, observed_updates, unencodable
 from reshuffle.sim.evaluation import Evaluator
 from reshuffle.sim.feasible import check_feasible
+from reshuffle.sim.headline import headline
 from reshuffle.sim.linking import LinkingMetric
+from reshuffle.sim.notices import run_notices
 from reshuffle.sim.training import Training
 
 __all__ = ["RoundRecord", "Simulation", "canonical_order", "observed_updates"]
@@ -130,6 +132,8 @@ class Simulation:
         self.linking = LinkingMetric(cfg.seed) if cfg.linker else None
         self.dp = None if cfg.dp_clip is None else ClientDP(cfg.dp_clip, cfg.dp_noise)  # noise from OS randomness
         self.dp_uploads: dict[int, int] = {}  # client → models it privatised so far (its DP compositions)
+        #: Settings this run ignores, rounds or changes, one line each (the command line adds its own).
+        self.notices: list[str] = run_notices(self)
 
     # --- the parts' state, by the names a reader looks for --------------------------------
     @property
@@ -332,4 +336,7 @@ class Simulation:
                  "device": str(self.training.device), "provenance": provenance(self.plugins)}
         if self.sets is not None:
             extra["stable_sets"] = set_losses(self.sets, records)
-        return metrics(self.cfg.as_dict(), records, extra)
+        extra["notices"] = list(self.notices)
+        data = metrics(self.cfg.as_dict(), records, extra)
+        data["headline"] = headline(data, self.data.num_classes, int(self.W_g.size))
+        return data
