@@ -122,13 +122,14 @@ def check_simulation(cfg) -> None:
     """Refuse the settings of a simulation (a :class:`~reshuffle.run.config.SimConfig`) its stable sets cannot hold."""
     if not cfg.stable_sets:
         return
-    check_set_size(cfg.set_size)
     if cfg.group_size is not None:
         raise ConfigError("group_size draws new groups every round, and the stable sets are the groups: "
                           "use set_size, or stable_sets=false")
-    if cfg.clients < cfg.set_size:
+    # The clients first: with fewer clients than set_size that is the reason, whatever else set_size exceeds.
+    if isinstance(cfg.set_size, int) and cfg.clients < cfg.set_size:
         raise ConfigError(f"{cfg.clients} clients cannot form one stable anonymity set of set_size={cfg.set_size}: "
                           f"lower set_size (at least {MIN_SET}) or add clients")
+    check_set_size(cfg.set_size)
 
 
 def all_or_none(sets: Sequence[Sequence[int]], lost: Mapping[int, str]) -> dict[int, str]:
