@@ -85,7 +85,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from reshuffle.bench import round as round_bench
 
         results = round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick,
-                                  group_size=args.group_size, workers=args.workers, baseline=args.baseline)
+                                  group_size=args.group_size, workers=args.workers, baseline=args.baseline,
+                                  set_size=args.set_size)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -594,7 +595,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench.add_argument("--models", nargs="+", metavar="NAME",
                        help=f"models: only these of its models ({' '.join(c[0] for c in CASES)})")
-    bench.add_argument("--group-size", type=_positive(int), help="round: anonymity group size g")
+    bench.add_argument("--group-size", type=_positive(int), help="round: anonymity groups of at least g, drawn "
+                                                                   "for the round")
+    bench.add_argument("--set-size", type=_positive(int),
+                       help="round: the simulator's stable anonymity sets of at least this size, formed once as "
+                            "`simulate --set-size` forms them; each set runs its own round")
     bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
     bench.add_argument("--baseline", metavar="PATH",
                        help="round: a checkout of another version whose participant CPU is measured alongside")

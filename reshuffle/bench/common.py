@@ -46,9 +46,15 @@ def print_table(title: str, results: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    rows = [(k, f"{v:.4g}" if isinstance(v, float) else str(v)) for k, v in flatten(results).items()]
+    # The metric names whole (never cut with an ellipsis): the table is at least as wide as the longest
+    # name and a short value; long values wrap in their own column.
+    key_w = max((len(k) for k, _ in rows), default=6)
+    console = Console()
+    console = Console(width=max(console.width, key_w + 24))
     table = Table(title=title)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for k, v in flatten(results).items():
-        table.add_row(k, f"{v:.4g}" if isinstance(v, float) else str(v))
-    Console().print(table)
+    table.add_column("metric", no_wrap=True, min_width=key_w)
+    table.add_column("value", justify="right", overflow="fold")
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)

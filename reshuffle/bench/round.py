@@ -378,7 +378,17 @@ def _ps_floor(groups, repeat: int, clock=time.perf_counter) -> float:
 SECAGGPLUS_ROUND_TRIPS = 4  # Flower's SecAgg+ fit: setup, share keys, collect masked vectors, unmask
 
 
-def _trips(r, N: int, group_size: int | None, workers: int | None) -> dict:
+def _group_options(N: int, group_size: int | None, set_size: int | None) -> dict:
+    """``shuffle``'s keywords for per-round groups of ``group_size``, or the simulator's stable sets of
+    ``set_size`` (formed once, as :func:`reshuffle.run.sets.form_sets` forms them from seed N), or one round."""
+    if set_size is not None:
+        from reshuffle.run.sets import form_sets
+
+        return {"groups": form_sets(range(N), set_size, seed=N)}
+    return {"group_size": group_size} if group_size is not None else {}
+
+
+def _trips(r, N: int, group_size: int | None, workers: int | None, set_size: int | None = None) -> dict:
     """Round trips executed (happy path: this round), next to a round with dropouts and SecAgg+'s.
 
     The dropout round runs at the same N with short models (round trips do not depend on d):
@@ -392,9 +402,9 @@ def _trips(r, N: int, group_size: int | None, workers: int | None) -> dict:
            "secaggplus_round_trips": SECAGGPLUS_ROUND_TRIPS}
     gen = np.random.default_rng(N + 1)  # test data only
     ups = [(gen.normal(size=16) * 0.05).astype(np.float32) for _ in range(N)]
-    kw = {"group_size": group_size} if group_size is not None else {}
+    kw = _group_options(N, group_size, set_size)
     dropped = reshuffle.shuffle(ups, seed=N + 1, workers=workers, dropouts={"reserve": [0], "upload": [1]},
-                                raise_on_failure=group_size is None, **kw)
+                                raise_on_failure=not kw, **kw)
     out["round_trips_dropouts"] = dropped.round_trips["round_trips"]
     out["round_trips_after_training_dropouts"] = dropped.round_trips["round_trips_after_training"]
     return out
@@ -443,11 +453,11 @@ def reservation_monte_carlo(N: int, trials: int, R_max: int = 4, seed: int = 0, 
 
 
 def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers: int | None = None,
-            blame: bool = True) -> dict:
+            blame: bool = True, set_size: int | None = None) -> dict:
     # Test data only; the protocol draws its own secrets from a cryptographic PRG.
     gen = np.random.default_rng(N)
     ups = [(gen.normal(size=d) * 0.05).astype(np.float32) for _ in range(N)]
-    kw = {"group_size": group_size} if group_size is not None else {}
+    kw = _group_options(N, group_size, set_size)
     cpu0 = _cpu_s()
     with PeakMemory() as mem:
         t0 = time.perf_counter()
@@ -478,6 +488,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
     out = {
         "d": d,
         "group_size": group_size,
+        "set_size": set_size,
         "groups": len(groups),
         "workers": workers or 1,
         "wall_s": wall,
@@ -487,7 +498,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
         # After local training ends: the upload's MaskedSum and anything after it (blame).
         "participant_after_training_s": sum(v["participant_s"] for v in online),
         "participant_after_training_critical_s": sum(v["participant_max_s"] for v in online),
-        **_trips(r, N, group_size, workers),
+        **_trips(r, N, group_size, workers, set_size),
         "reservation_monte_carlo": reservation_monte_carlo(N, 200 if repeat < 3 else 1000 if N <= 50 else 300, d=d),
         "ps_s": sum(v["ps_s"] for v in phase_stats.values()),
         "peak_rss_mb": mem.mb,
@@ -524,17 +535,21 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
 
 
 def run(Ns=(10, 50, 100), d: int = LENET5_D, quick: bool = False, group_size: int | None = None,
-        workers: int | None = None, blame: bool | None = None, baseline: str | None = None) -> dict:
+        workers: int | None = None, blame: bool | None = None, baseline: str | None = None,
+        set_size: int | None = None) -> dict:
     """One :func:`bench_N` per N. The blame round (a jammer, for ``blame_extra_s``) runs by
     default only without groups and for N <= 100, where it costs one more round. ``baseline``:
     a checkout of another version (e.g. ``git worktree add /tmp/v1 61dd95d``) whose participants'
-    CPU is measured beside this one's, alternating, per N (:func:`compare_participant_cpu`)."""
+    CPU is measured beside this one's, alternating, per N (:func:`compare_participant_cpu`). ``set_size``: the
+    round of a simulation with stable anonymity sets of at least that size (each set runs its own round);
+    ``group_size``: new groups drawn for the round."""
     if quick:
         Ns, d = [n for n in Ns if n <= 10] or [10], min(d, 4096)
     out = {}
     for N in Ns:
         out[str(N)] = bench_N(N, d, 2 if quick else 3, group_size, workers,
-                              blame if blame is not None else (group_size is None and N <= 100))
+                              blame if blame is not None else (group_size is None and set_size is None and N <= 100),
+                              set_size=set_size)
         if baseline is not None:
             out[str(N)]["participant_cpu_vs_baseline"] = compare_participant_cpu(N, d, baseline, 2 if quick else 3)
     return out

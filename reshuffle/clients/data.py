@@ -15,6 +15,8 @@ which ``reshuffle data fetch <name>`` fills where the dataset has a download.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import gzip
 import json
 from dataclasses import dataclass, field, replace
@@ -103,6 +105,7 @@ class Dataset:
 
         ``num_classes`` defaults to the largest label + 1.
         """
+        name = name or _LOADING.get()  # a plug-in's loader need not repeat its dataset's name
         xs = [np.ascontiguousarray(x, dtype=np.float32) for x in (x_train, x_test)]
         ys = [np.asarray(y) for y in (y_train, y_test)]
         for split, x, y in (("train", xs[0], ys[0]), ("test", xs[1], ys[1])):
@@ -129,6 +132,9 @@ class Dataset:
 
 
 Needs = Callable[[Path], list[str]]
+
+#: The dataset whose loader runs (:meth:`DatasetSpec.load`), named by ``Dataset.from_arrays``'s errors.
+_LOADING: contextvars.ContextVar[str] = contextvars.ContextVar("reshuffle_dataset_loading", default="")
 
 
 def _no_files(folder: Path) -> list[str]:
@@ -190,7 +196,11 @@ class DatasetSpec:
         if absent:
             where = f"data folder {folder} does not exist" if not folder.exists() else f"{folder} lacks {', '.join(absent)}"
             raise DataError(f"{self.name}: {where}; {self.how_to_get(folder)}")
-        ds = self.loader(folder)
+        token = _LOADING.set(self.name)
+        try:
+            ds = self.loader(folder)
+        finally:
+            _LOADING.reset(token)
         if not isinstance(ds, Dataset):
             raise ConfigError(f"dataset {self.name!r}: its loader returned {type(ds).__name__}, not a Dataset")
         if self.input_shape is not None and ds.input_shape != tuple(self.input_shape):
@@ -498,18 +508,72 @@ def _hf_arrays(split, columns: list[str], repo: str) -> list[np.ndarray]:
     return [np.ascontiguousarray(x), *(np.asarray(rows[c]) for c in columns[1:])]
 
 
+#: The host an ``hf:`` dataset downloads from.
+HF_HOST = "huggingface.co"
+
+
+def _hub_reachable() -> bool:
+    """True when the Hugging Face Hub's name resolves (a machine without a network fails at once)."""
+    import socket
+
+    try:
+        socket.getaddrinfo(HF_HOST, 443)
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _quiet_hub(offline: bool):
+    """The Hub client's retry warnings silenced (the failure is said in one line); its offline mode on where
+    the Hub cannot be reached, so a cached dataset loads and a missing one fails without five retries."""
+    import logging
+    import os
+
+    log = logging.getLogger("huggingface_hub")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    saved = os.environ.get("HF_HUB_OFFLINE")
+    patched = []
+    if offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"  # read when the Hub's modules are first imported
+        import sys
+
+        for mod in ("huggingface_hub.constants", "datasets.config"):
+            m = sys.modules.get(mod)
+            if m is not None and hasattr(m, "HF_HUB_OFFLINE"):
+                patched.append((m, m.HF_HUB_OFFLINE))
+                m.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+        for m, v in patched:
+            m.HF_HUB_OFFLINE = v
+        if offline:
+            if saved is None:
+                os.environ.pop("HF_HUB_OFFLINE", None)
+            else:
+                os.environ["HF_HUB_OFFLINE"] = saved
+
+
 def _load_hf(repo: str, folder: Path) -> Dataset:
-    try:
-        from flwr_datasets import FederatedDataset
-    except ImportError as exc:  # a dependency: only a broken install lacks it
-        raise ConfigError(f"hf:{repo} needs Flower Datasets (pip install flwr-datasets): {exc}") from None
-    fds = FederatedDataset(dataset=repo, partitioners={"train": 1}, shuffle=False, cache_dir=str(folder))
-    try:
-        train = fds.load_split("train")
-        test = fds.load_split("test") if "test" in fds._dataset else None  # noqa: SLF001 - the splits it loaded
-    except (FileNotFoundError, ConnectionError, ValueError, OSError) as exc:
-        raise DataError(f"hf:{repo}: cannot load it ({type(exc).__name__}: {exc}); it downloads on first use "
-                        f"on a machine with internet access, into {folder}") from None
+    offline = not _hub_reachable()
+    with _quiet_hub(offline):
+        try:
+            from flwr_datasets import FederatedDataset
+        except ImportError as exc:  # a dependency: only a broken install lacks it
+            raise ConfigError(f"hf:{repo} needs Flower Datasets (pip install flwr-datasets): {exc}") from None
+        fds = FederatedDataset(dataset=repo, partitioners={"train": 1}, shuffle=False, cache_dir=str(folder))
+        try:
+            train = fds.load_split("train")
+            test = fds.load_split("test") if "test" in fds._dataset else None  # noqa: SLF001 - the splits it loaded
+        except (FileNotFoundError, ConnectionError, ValueError, OSError) as exc:
+            if offline:
+                raise DataError(f"hf:{repo}: not cached in {folder}, and {HF_HOST} cannot be reached from this "
+                                f"machine; it downloads on first use on a machine with internet access") from None
+            raise DataError(f"hf:{repo}: cannot load it ({type(exc).__name__}: {exc}); it downloads on first use "
+                            f"on a machine with internet access, into {folder}") from None
     image, label, natural = _hf_columns(train, repo)
     x_tr, y_tr, *rest = _hf_arrays(train, [image, label, *([natural] if natural else [])], repo)
     ids = np.unique(rest[0], return_inverse=True)[1] if natural else None

@@ -160,6 +160,29 @@ def fetch(name: str, root: str | Path | None = None, base_url: str | None = None
     src = source(name)
     base = check_base_url(base_url if base_url is not None else src.base_url)
     folder = _root(root) / src.dataset
+    created = _missing_folders(folder)
+    try:
+        return _fetch(src, base, folder, on_bytes)
+    except BaseException:
+        # A failed fetch (offline, say) leaves no empty folder behind that it created.
+        for d in created:
+            try:
+                d.rmdir()
+            except OSError:
+                break  # not empty, or not ours to remove
+        raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, innermost first."""
+    out = []
+    while not folder.exists() and folder != folder.parent:
+        out.append(folder)
+        folder = folder.parent
+    return out
+
+
+def _fetch(src, base: str, folder: Path, on_bytes: OnBytes | None) -> list[tuple[RemoteFile, str]]:
     before = [check_file(folder / f.name, f) for f in src.files]
     if any(c.status != "ok" for c in before):
         # Only now: a complete copy in a read-only folder is fine as it is.

@@ -150,6 +150,8 @@ class SimConfig:
         if not isinstance(self.local_bn, bool):
             raise ConfigError(f"local_bn must be true or false, got {self.local_bn!r}")
         resolve_device(self.device)  # refuses a device this machine lacks, before any data is loaded
+        if isinstance(self.rule, str) and "+" in self.rule and not all(self.rule.split("+")):
+            raise ConfigError(f"rule {self.rule!r} has an empty part: join rule names with + (e.g. signguard+flame)")
         check_rule_name(self.rule)
         check_pre_names(self.pre)
         _choice("shuffle", self.shuffle, SHUFFLES)
@@ -317,6 +319,8 @@ def _coerce(name: str, v: Any, source: str) -> Any:
 def read_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
     """The parsed TOML file at ``path``; a missing or invalid file is a ConfigError naming it."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{what} {p} is a folder; give the path of a TOML file")
     if not p.is_file():
         raise ConfigError(f"{what} {p} not found")
     try:
