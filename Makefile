@@ -1,5 +1,6 @@
 # On a fresh machine:
-#   make run   set up .venv and run the main job on its embedded default
+#   make run   set up .venv and run the main job on its embedded default, into a new folder
+#              outputs/simulate/<time> each time (OUT=DIR: into DIR; ARGS="...": more simulate options)
 #   make test  set up .venv and run the test suite, the soak aside (a few minutes)
 #   make soak  set up .venv and run the soak's tests on a real Flower deployment (4 to 8 minutes)
 VENV := .venv
@@ -14,8 +15,10 @@ $(STAMP): pyproject.toml scripts/setup.sh
 
 setup: $(STAMP)
 
+OUT ?=
+ARGS ?=
 run: $(STAMP)
-	$(BIN)/reshuffle simulate --attack sign-flip --malicious 0.2 --rule default --out outputs/simulate/main
+	$(BIN)/reshuffle simulate --attack sign-flip --malicious 0.2 --rule default $(if $(OUT),--out $(OUT)) $(ARGS)
 
 # Two or more workers (pytest-xdist), each module in one worker so that module fixtures
 # (the security games, for one) are computed once; the local simulations start in the

@@ -30,6 +30,44 @@ def _parse_ids(spec: str) -> list[int]:
     return out
 
 
+class _Steps:
+    """A progress line on stderr in the simulator's style (what, done/total, bar, status, time elapsed), so that
+    a long command shows it is working and stdout keeps its table or JSON. ``total`` None: a count and no end."""
+
+    def __init__(self, what: str, total: int | None = None, enabled: bool = True) -> None:
+        self.what, self.total, self.enabled = what, total, enabled
+        self.done = 0
+
+    def __enter__(self) -> "_Steps":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn(self.what), MofNCompleteColumn(), BarColumn(),
+                                TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=False)
+            self.bar.__enter__()
+            self.task = self.bar.add_task(self.what, total=self.total, status="starting")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+    def step(self, status: str, advance: int = 1) -> None:
+        """``advance`` more done; ``status`` says what was done or what runs now."""
+        self.done += advance
+        if self.enabled:
+            self.bar.update(self.task, advance=advance, status=status)
+
+    def starting(self, name: str) -> None:
+        """The part before ``name`` is done and ``name`` runs now (a bench's parts)."""
+        self.step(f"running {name}", advance=1 if self._started else 0)
+        self._started = True
+
+    _started = False
+
+
 def cmd_ca(args: argparse.Namespace) -> int:
     from reshuffle.crypto.signatures import ROLE_SERVER, CertificateAuthority, load_identity
 
@@ -57,41 +95,66 @@ def cmd_ca(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_parts(args: argparse.Namespace) -> int:
+    """The parts a bench runs one after another (its progress line's total)."""
+    if args.what == "crypto":
+        return 7
+    if args.what == "simulate":
+        return 2
+    if args.what == "models":
+        from reshuffle.bench.models import CASES
+
+        return len(args.models) if args.models else len(CASES)
+    if args.what == "flower":
+        from reshuffle.bench import flower
+
+        Ns = args.N or flower.DEFAULT_NS
+        return (len([n for n in Ns if n <= 10]) or 1) if args.quick else len(Ns) + 1
+    Ns = args.N or [10, 50, 100]
+    return (len([n for n in Ns if n <= 10]) or 1) if args.quick else len(Ns)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from reshuffle.bench.common import print_table
 
-    if args.what == "crypto":
-        from reshuffle.bench import crypto
-
-        results = crypto.run(quick=args.quick)
-    elif args.what == "flower":
-        from reshuffle.bench import flower
-
-        results = flower.run(Ns=args.N or flower.DEFAULT_NS, d=args.d, quick=args.quick)
-    elif args.what == "simulate":
-        from reshuffle.bench import simulate as sim_bench
-
-        results = sim_bench.run(args.dataset, args.model, args.clients or 20, args.data_dir,
-                                samples=256 if args.quick else None, threads=args.threads)
-    elif args.what == "models":
+    with _Steps(f"bench {args.what}", _bench_parts(args), enabled=not args.quiet) as steps:
+        results = _run_bench(args, steps.starting)
+        steps.step("done")
+    if args.what == "models" and not args.json:
         from reshuffle.bench import models as models_bench
 
-        results = models_bench.run(clients=args.clients or 8, threads=args.threads, quick=args.quick,
-                                   models=tuple(args.models) if args.models else None)
-        if not args.json:
-            models_bench.print_models_table(results)
-            return 0
-    else:
-        from reshuffle.bench import round as round_bench
-
-        results = round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick,
-                                  group_size=args.group_size, workers=args.workers, baseline=args.baseline,
-                                  set_size=args.set_size)
+        models_bench.print_models_table(results)
+        return 0
     if args.json:
         print(json.dumps(results, indent=2))
     else:
         print_table(f"reshuffle bench {args.what}", results)
     return 0
+
+
+def _run_bench(args: argparse.Namespace, on_step) -> dict:
+    if args.what == "crypto":
+        from reshuffle.bench import crypto
+
+        return crypto.run(quick=args.quick, on_step=on_step)
+    if args.what == "flower":
+        from reshuffle.bench import flower
+
+        return flower.run(Ns=args.N or flower.DEFAULT_NS, d=args.d, quick=args.quick, on_step=on_step)
+    if args.what == "simulate":
+        from reshuffle.bench import simulate as sim_bench
+
+        return sim_bench.run(args.dataset, args.model, args.clients or 20, args.data_dir,
+                             samples=256 if args.quick else None, threads=args.threads, on_step=on_step)
+    if args.what == "models":
+        from reshuffle.bench import models as models_bench
+
+        return models_bench.run(clients=args.clients or 8, threads=args.threads, quick=args.quick,
+                                models=tuple(args.models) if args.models else None, on_step=on_step)
+    from reshuffle.bench import round as round_bench
+
+    return round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick, group_size=args.group_size,
+                           workers=args.workers, baseline=args.baseline, set_size=args.set_size, on_step=on_step)
 
 
 def _fraction(text: str) -> float:
@@ -392,9 +455,10 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_games(args: argparse.Namespace) -> int:
-    from reshuffle.games import run_games
+    from reshuffle.games import GAME_ROWS, run_games
 
-    results = run_games(quick=args.quick)
+    with _Steps("games", GAME_ROWS, enabled=not args.quiet) as steps:
+        results = run_games(quick=args.quick, on_result=lambda r: steps.step(r.game[:48]))
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     else:
@@ -426,7 +490,9 @@ def cmd_explore(args: argparse.Namespace) -> int:
     cls = Participant if args.weak == "none" else getattr(weak, WEAK_PARTICIPANTS[args.weak])
     cfg = ExploreConfig(N=args.N or 4, R_max=args.r_max, depth=args.depth, budget=args.budget, split=args.split,
                         announce=not args.fixed_params, forge=not args.no_forge, seed=args.seed)
-    r = explore(cfg, cls)
+    with _Steps("states", cfg.budget, enabled=not args.quiet) as steps:
+        r = explore(cfg, cls, on_states=lambda n: steps.step(f"{n} distinct states", advance=n - steps.done))
+        steps.step(f"{r.states} states, {r.schedules} schedules", advance=r.states - steps.done)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
     else:
@@ -453,7 +519,12 @@ def cmd_redteam(args: argparse.Namespace) -> int:
 
     if args.explore:
         return cmd_explore(args)
-    rows = run_redteam(rounds=args.rounds, N=args.N or 8, names=args.only or None)
+    from reshuffle.adversaries import adversary_names
+
+    names = args.only or [*adversary_names(), LINKER]
+    with _Steps("behaviours", len(names), enabled=not args.quiet) as steps:
+        rows = run_redteam(rounds=args.rounds, N=args.N or 8, names=names,
+                           on_row=lambda r: steps.step(f"{r.behaviour}: {'holds' if r.holds else 'FAILS'}"))
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
     else:
@@ -584,6 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("what", choices=["crypto", "round", "flower", "simulate", "models"])
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    bench.add_argument("--quiet", action="store_true", help="no progress line (on stderr)")
     bench.add_argument("--N", type=int, nargs="+", help="round, flower: participants (10 50 100; 10 20)")
     bench.add_argument("--d", type=int, default=61_706, help="round: model size δ")
     bench.add_argument("--dataset", default="mnist", help=f"simulate: {_dataset_help()}")
@@ -612,6 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="participants per round (>= 4; default 8, or 4 with --explore)")
     red.add_argument("--only", nargs="+", metavar="NAME", help="only these behaviours")
     red.add_argument("--json", action="store_true", help="print JSON")
+    red.add_argument("--quiet", action="store_true", help="no progress line (on stderr)")
     ex = red.add_argument_group("explorer of PS schedules (--explore)")
     ex.add_argument("--explore", action="store_true",
                     help="play a PS that sends any message a participant accepts, in every order, over a small real "
@@ -632,6 +705,7 @@ def build_parser() -> argparse.ArgumentParser:
     games = sub.add_parser("games", help="run the security games (docs/security/)")
     games.add_argument("--quick", action="store_true", help="fewer trials (about 10 s)")
     games.add_argument("--json", action="store_true", help="print a JSON list of results")
+    games.add_argument("--quiet", action="store_true", help="no progress line (on stderr)")
     games.set_defaults(func=cmd_games)
 
     from reshuffle.clients.data import dataset_names, dataset_spec

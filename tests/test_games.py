@@ -70,11 +70,32 @@ def test_cli_json(results, monkeypatch, capsys):
     import reshuffle.games
     from reshuffle.cli import main
 
-    monkeypatch.setattr(reshuffle.games, "run_games", lambda quick: results)
+    monkeypatch.setattr(reshuffle.games, "run_games", lambda quick, on_result=None: results)
     assert main(["games", "--quick", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == len(results)
     assert all(set(x) == {"game", "assumption", "advantage", "bound", "expected", "passed"} for x in rows)
     failing = [dataclasses.replace(results[0], passed=False)] + list(results[1:])
-    monkeypatch.setattr(reshuffle.games, "run_games", lambda quick: failing)
+    monkeypatch.setattr(reshuffle.games, "run_games", lambda quick, on_result=None: failing)
     assert main(["games", "--quick"]) == 1
+
+
+def test_the_progress_line_counts_every_row_the_games_return(results, monkeypatch, capsys):
+    # GAME_ROWS is the progress line's total: it must be the number of rows run_games returns.
+    import reshuffle.games
+    from reshuffle.cli import main
+    from reshuffle.games import GAME_ROWS
+
+    assert len(results) == GAME_ROWS
+
+    def replay(quick, on_result=None):
+        for r in results:
+            on_result(r)
+        return results
+    monkeypatch.setattr(reshuffle.games, "run_games", replay)
+    assert main(["games", "--quick", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)) == GAME_ROWS  # stdout stays JSON; the progress is on stderr
+    assert f"games {GAME_ROWS}/{GAME_ROWS}" in err
+    assert main(["games", "--quick", "--json", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

@@ -57,6 +57,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import numpy as np
 
@@ -685,6 +686,9 @@ class Explorer:
             for f in self._forged[fkey]:
                 self._violate("nobody honest named", f.pid, f"a checker accepts forged evidence: {f}", w)
 
+    #: Called with the number of distinct states seen so far, every 100 states (a progress display).
+    on_states: Callable[[int], None] | None = None
+
     def run(self) -> ExploreReport:
         t0 = time.perf_counter()
         N = self.cfg.N
@@ -722,6 +726,8 @@ class Explorer:
                 stack.clear()
                 break
             stack.extend(reversed(children))
+            if self.on_states is not None and len(seen) // 100 != (len(seen) - len(children)) // 100:
+                self.on_states(len(seen))
         self.report.states = len(seen)
         self.report.seconds = time.perf_counter() - t0
         return self.report
@@ -744,6 +750,10 @@ def builder_name(t: MsgType) -> str:
 _BUILDERS = {t: getattr(Explorer, builder_name(t)) for t in sorted(PS_SENDS) if t not in NOT_BUILT}
 
 
-def explore(cfg: ExploreConfig = ExploreConfig(), participant_cls: type[Participant] = Participant) -> ExploreReport:
-    """Search the PS's schedules over one small round; see the module docstring."""
-    return Explorer(cfg, participant_cls).run()
+def explore(cfg: ExploreConfig = ExploreConfig(), participant_cls: type[Participant] = Participant,
+            on_states: Callable[[int], None] | None = None) -> ExploreReport:
+    """Search the PS's schedules over one small round; see the module docstring. ``on_states`` is called
+    with the distinct states seen so far, every 100 states."""
+    ex = Explorer(cfg, participant_cls)
+    ex.on_states = on_states
+    return ex.run()

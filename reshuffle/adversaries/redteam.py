@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -50,8 +51,10 @@ def _updates(N: int, d: int, seed: int) -> list[np.ndarray]:
     return [rng.normal(size=d).astype(np.float32) for _ in range(N)]
 
 
-def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | None = None) -> list[RedTeamRow]:
-    """Play each behaviour ``rounds`` times (seeds 1..rounds) among N participants."""
+def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | None = None,
+                on_row: Callable[[RedTeamRow], None] | None = None) -> list[RedTeamRow]:
+    """Play each behaviour ``rounds`` times (seeds 1..rounds) among N participants; ``on_row`` hears of each
+    behaviour's row as it is done."""
     if rounds < 1 or N < 4:
         raise ConfigError(f"the red team needs rounds >= 1 and N >= 4, got rounds={rounds}, N={N}")
     names = names or [*adversary_names(), LINKER]
@@ -59,6 +62,8 @@ def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | Non
     for name in names:
         if name == LINKER:
             rows.append(linker_row())
+            if on_row is not None:
+                on_row(rows[-1])
             continue
         b0 = make_adversary(name)
         controlled = set(getattr(b0, "pids", ())) | set(getattr(b0, "colluders", ()))
@@ -83,6 +88,8 @@ def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | Non
                 details.append(v.detail)
         rows.append(RedTeamRow(name, b0.role, rounds, got, want, right, wrong, b0.stopped_by,
                                extra / rounds, ok, "; ".join(dict.fromkeys(details))))
+        if on_row is not None:
+            on_row(rows[-1])
     return rows
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
@@ -230,17 +232,21 @@ def bench_signatures(repeat: int) -> dict:
     return out
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, on_step: Callable[[str], None] | None = None) -> dict:
     n_words = 1 << (18 if quick else 22)
     rep = 3 if quick else 7
-    return {
-        "prg": bench_prg(n_words, rep),
-        "group": {name: bench_group(name, 50 if quick else 300) for name in available_groups()},
-        "ot": bench_ot(400, 8, rep),
-        "shamir": {
-            str(N): bench_shamir(N, N // 2 + 1, 2 if quick else 3) for N in (100, 1000)
-        },
-        "voprf": bench_voprf(8, 3 if quick else 7),
-        "feldman": bench_feldman(10, 13, 3 if quick else 7),
-        "signatures": bench_signatures(3 if quick else 7),
+    parts = {
+        "prg": lambda: bench_prg(n_words, rep),
+        "group": lambda: {name: bench_group(name, 50 if quick else 300) for name in available_groups()},
+        "ot": lambda: bench_ot(400, 8, rep),
+        "shamir": lambda: {str(N): bench_shamir(N, N // 2 + 1, 2 if quick else 3) for N in (100, 1000)},
+        "voprf": lambda: bench_voprf(8, 3 if quick else 7),
+        "feldman": lambda: bench_feldman(10, 13, 3 if quick else 7),
+        "signatures": lambda: bench_signatures(3 if quick else 7),
     }
+    out = {}
+    for name, measure in parts.items():
+        if on_step is not None:
+            on_step(name)
+        out[name] = measure()
+    return out

@@ -33,6 +33,7 @@ import tempfile
 import time
 from logging import WARNING
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -183,7 +184,7 @@ def local_simulation(nodes: int = 5, rounds: int = 2, timeout: float = 1800.0) -
             "mean/pull_interval": mean / FLOWER_PULL_INTERVAL}
 
 
-def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
+def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False, on_step: Callable[[str], None] | None = None) -> dict:
     """Seconds per round and ratios, per N; without ``quick``, the local simulation's seconds per phase."""
     from flwr.supercore.logger import FLOWER_LOGGER
 
@@ -192,6 +193,8 @@ def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
         Ns, d = tuple(n for n in Ns if n <= 10) or (min(Ns),), min(d, 5_000)
     out: dict = {"d": d}
     for N in Ns:
+        if on_step is not None:
+            on_step(f"N={N}")
         plain, plain_pushes, _ = _message_round(N, d, reshuffle=False)
         ours, ours_pushes, report = _message_round(N, d, reshuffle=True)
         secagg, secagg_pushes = _secagg_round(N, d)
@@ -207,5 +210,7 @@ def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False) -> dict:
             "models_to_strategy": {"plain": N, "reshuffle": N, "secaggplus": "1 sum"},
         }
     if not quick:
+        if on_step is not None:
+            on_step("local simulation")
         out["local_simulation"] = local_simulation()
     return out

@@ -19,6 +19,7 @@ columns are None otherwise (never estimated).
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -90,7 +91,7 @@ def _measure(name, shape, classes, n, batch, clients, device, repeat) -> dict:
 
 
 def run(clients: int = 8, threads: int = 1, quick: bool = False, repeat: int = 2,
-        models: tuple[str, ...] | None = None) -> dict:
+        models: tuple[str, ...] | None = None, on_step: Callable[[str], None] | None = None) -> dict:
     """Throughput of each built-in model (or ``models``) on the CPU, and on CUDA where available.
 
     ``quick`` quarters the samples per client and times one repetition.
@@ -113,6 +114,8 @@ def run(clients: int = 8, threads: int = 1, quick: bool = False, repeat: int = 2
             continue
         n = max(batch, n // 4) if quick else n
         reps = 1 if quick else repeat
+        if on_step is not None:
+            on_step(name)
         out["cpu"][name] = {"samples_per_client": n, "batch_size": batch,
                             **_measure(name, shape, classes, n, batch, clients, torch.device("cpu"), reps)}
         out["gpu"][name] = (_measure(name, shape, classes, n, batch, clients, gpu, reps) if gpu is not None

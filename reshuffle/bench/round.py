@@ -58,6 +58,7 @@ import os
 import resource
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -536,7 +537,7 @@ def bench_N(N: int, d: int, repeat: int, group_size: int | None = None, workers:
 
 def run(Ns=(10, 50, 100), d: int = LENET5_D, quick: bool = False, group_size: int | None = None,
         workers: int | None = None, blame: bool | None = None, baseline: str | None = None,
-        set_size: int | None = None) -> dict:
+        set_size: int | None = None, on_step: Callable[[str], None] | None = None) -> dict:
     """One :func:`bench_N` per N. The blame round (a jammer, for ``blame_extra_s``) runs by
     default only without groups and for N <= 100, where it costs one more round. ``baseline``:
     a checkout of another version (e.g. ``git worktree add /tmp/v1 61dd95d``) whose participants'
@@ -547,6 +548,8 @@ def run(Ns=(10, 50, 100), d: int = LENET5_D, quick: bool = False, group_size: in
         Ns, d = [n for n in Ns if n <= 10] or [10], min(d, 4096)
     out = {}
     for N in Ns:
+        if on_step is not None:
+            on_step(f"N={N}")
         out[str(N)] = bench_N(N, d, 2 if quick else 3, group_size, workers,
                               blame if blame is not None else (group_size is None and set_size is None and N <= 100),
                               set_size=set_size)

@@ -9,6 +9,7 @@ largest coordinate difference between the two results is reported with it.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -25,6 +26,7 @@ def run(
     lr: float = 0.1,
     seed: int = 0,
     threads: int = 1,
+    on_step: Callable[[str], None] | None = None,
 ) -> dict:
     """Time one local epoch of ``clients`` IID clients both ways; ``samples`` caps each client's data.
 
@@ -47,10 +49,14 @@ def run(
     cfg = TrainConfig(batch_size=batch_size, lr=lr)
     seeds = [seed * 1000 + i for i in range(clients)]
 
+    if on_step is not None:
+        on_step("sequential")
     t0 = time.perf_counter()
     seq = [local_train(net, W_g, data.x_train[p], data.y_train[p], cfg, s) for p, s in zip(parts, seeds)]
     sequential = time.perf_counter() - t0
 
+    if on_step is not None:
+        on_step("batched")
     trainer = BatchedTrainer(net, data.x_train, data.y_train, cfg)
     t0 = time.perf_counter()
     bat = trainer.train(W_g, parts, seeds)

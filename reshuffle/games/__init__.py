@@ -9,6 +9,7 @@ must detect an advantage, and the reduction must transfer it as predicted).
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Callable
 
 from reshuffle.crypto.group import get_group
 from reshuffle.games.framework import Estimate, Result
@@ -50,7 +51,32 @@ def _always(game, assumption, e: Estimate, text: str) -> Result:
     return Result(game, assumption, e.advantage, 0.0, text, e.wins == e.trials)
 
 
-def run_games(quick: bool = False) -> list[Result]:
+#: Rows ``run_games`` returns (a progress display's total; tests/test_games.py checks it).
+GAME_ROWS = 46
+
+
+class _Rows(list):
+    """The results so far; ``on_result`` hears of each as it is added."""
+
+    def __init__(self, on_result: Callable[[Result], None] | None) -> None:
+        super().__init__()
+        self.on_result = on_result
+
+    def append(self, r: Result) -> None:
+        super().append(r)
+        if self.on_result is not None:
+            self.on_result(r)
+
+    def extend(self, rs) -> None:
+        for r in rs:
+            self.append(r)
+
+    def __iadd__(self, rs):
+        self.extend(rs)
+        return self
+
+
+def run_games(quick: bool = False, on_result: Callable[[Result], None] | None = None) -> list[Result]:
     from reshuffle.adversaries.weak import ReopensAfterUpload
     from reshuffle.games.anonymity import anonymity_game, anonymity_game_groups, schedule_game
     from reshuffle.games.basic import ddh_game, ot_request_distance, shamir_view_distance
@@ -60,7 +86,7 @@ def run_games(quick: bool = False) -> list[Result]:
     n_fast, n_mask, n_round = (400, 200, 40) if quick else (4000, 2000, 300)
     toy, weak_zp, tiny = ToyGroup.schnorr(41), ToyGroup.schnorr(41, full=True), ToyGroup.schnorr(17)
     ristretto = get_group("ristretto255")
-    out: list[Result] = []
+    out: list[Result] = _Rows(on_result)
 
     out.append(_secure("ddh [toy 41-bit QR subgroup]", "DDH", ddh_game(toy, n_fast)))
     out.append(_detected("ddh [weak: all of Z_p*]", "none (Legendre symbol)", ddh_game(weak_zp, n_fast), 0.25))
@@ -135,7 +161,7 @@ def run_games(quick: bool = False) -> list[Result]:
     out.append(_detected("source anonymity, many rounds [weak: a group delivers without a member]",
                          "all of the above", e, 3 / 4))  # every chain isolated: 1 − 1/h
     out += _blame_games(quick)
-    return out
+    return list(out)
 
 
 def _blame_games(quick: bool) -> list[Result]:
