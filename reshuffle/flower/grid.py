@@ -49,7 +49,7 @@ from logging import INFO, WARNING
 from typing import Iterable
 
 from flwr.app import ConfigRecord, Message, RecordDict
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid
 
 from reshuffle.crypto.ot import sample_distinct
