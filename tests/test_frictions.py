@@ -9,6 +9,7 @@ import pytest
 
 from flower_helpers import ROOT
 from reshuffle.cli import main
+from reshuffle.errors import ConfigError
 
 
 def test_simulate_help_shows_the_defaults(capsys):
@@ -233,7 +234,7 @@ def test_the_dropin_refuses_a_strategy_it_does_not_run(monkeypatch, tmp_path):
     cfg = {"num-server-rounds": 1, "fraction-train": 1.0, "local-epochs": 1, "lr": 0.1, "strategy": "nosuch",
            "num-malicious-nodes": 1}
     lg = LoopbackGrid(client_app.app, 4)
-    with pytest.raises(ValueError, match="strategy 'nosuch': this app runs 'multikrum' or 'bulyan'"):
+    with pytest.raises(ConfigError, match="strategy 'nosuch': this app runs 'multikrum' or 'bulyan'"):
         server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
     assert lg.sent == []  # refused before any round (it used to run MultiKrum)
 

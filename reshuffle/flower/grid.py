@@ -70,6 +70,11 @@ ROUND_PARAMS = {"n", "k", "t", "c", "R_max", "group"}
 NEW = -1  # a plan's part that forms new groups among participants in none
 
 
+#: The longest wait, before the first train round, for enough nodes to connect (a deployment's nodes may still be
+#: connecting; a simulation's are all there): at most the phase timeout.
+NODE_WAIT = 15.0
+
+
 class FederationTooSmall(ConfigError):
     """Fewer nodes are connected than a group (or a round) needs: refused before any message goes out."""
 
@@ -586,6 +591,17 @@ class ReshuffleGrid(Grid):
             plan.append((NEW, ()))
         return out, plan
 
+    def _enough_nodes(self) -> None:
+        """Before the first train round: wait (at most the phase timeout and :data:`NODE_WAIT`) until enough
+        nodes are connected for one group (or one round); FederationTooSmall, before any message, if not.
+        Later rounds with too few nodes fail and the run goes on (nodes come back)."""
+        deadline = time.monotonic() + min(self.phase_timeout, NODE_WAIT)
+        while (why := too_small(len(list(self._grid.get_node_ids())), self.group_size)) is not None:
+            if time.monotonic() >= deadline:
+                log(ERROR, "[reshuffle] %s", why)
+                raise FederationTooSmall(why)
+            time.sleep(0.5)
+
     # --- keys and reports -----------------------------------------------------------
     @property
     def train_timeout(self) -> float:
@@ -617,11 +633,8 @@ class ReshuffleGrid(Grid):
             self._T += 1
             self._round_budget = timeout
             plan = None
-            if not self.epochs:
-                why = too_small(len(list(self._grid.get_node_ids())), self.group_size)
-                if why is not None:
-                    log(ERROR, "[reshuffle] %s", why)
-                    raise FederationTooSmall(why)
+            if not self.epochs and not self.rounds:
+                self._enough_nodes()
             if self.group_size is not None and not self.epochs:
                 train = self._everyone(train)
             elif self.epochs:

@@ -47,6 +47,7 @@ from flwr.serverapp import Grid, ServerApp
 from reshuffle.clients import FlatLayout, build_model, load_dataset, predict
 from reshuffle.errors import ConfigError, ReShuffleError
 from reshuffle.flower.app.common import ARRAYS, ATTACKER_METRIC, CONFIG, METRICS, FlowerSettings, resume_identity, settings
+from reshuffle.flower import grid as grid_module
 from reshuffle.flower.grid import ReshuffleGrid, RoundReport
 from reshuffle.protocol.params import smallest_round
 from reshuffle.run import checkpoint
@@ -256,11 +257,6 @@ class RunFailed(ReShuffleError):
     """The run delivered no model in any round, or its stable groups cannot form; Flower marks it failed."""
 
 
-#: The longest wait for the nodes of the first round (a deployment's nodes may still be connecting; a
-#: simulation's are all there): at most the phase timeout.
-NODE_WAIT = 15.0
-
-
 def federation_too_small(s: FlowerSettings, nodes: int) -> str | None:
     """Why ``nodes`` connected nodes cannot run this run's first round, as the simulator says it; or None."""
     from reshuffle.run.sets import MIN_SET
@@ -282,9 +278,9 @@ def federation_too_small(s: FlowerSettings, nodes: int) -> str | None:
 
 
 def _first_nodes(rgrid: ReshuffleGrid, s: FlowerSettings) -> None:
-    """Wait (at most the phase timeout, and :data:`NODE_WAIT`) until the first round has the nodes it needs;
+    """Wait (at most the phase timeout, and :data:`reshuffle.flower.grid.NODE_WAIT`) until the first round has the nodes it needs;
     ConfigError naming how many are missing otherwise."""
-    deadline = time.monotonic() + min(s.phase_timeout, NODE_WAIT)
+    deadline = time.monotonic() + min(s.phase_timeout, grid_module.NODE_WAIT)
     while (why := federation_too_small(s, len(list(rgrid.get_node_ids())))) is not None:
         if time.monotonic() >= deadline:
             raise ConfigError(why)
