@@ -53,7 +53,8 @@ def _one_line(capsys) -> str:
             "or run at least 5 nodes (Flower's simulation: --federation-config \"num-supernodes=5\")"),
     # It used to run one group of 10
     (10, {"set-size": 20}, "10 node(s) connected cannot form one stable anonymity set of set-size = 20"),
-    (4, {"stable-sets": False, "group-size": 5}, "4 node(s) connected cannot form one anonymity group of group-size = 5"),
+    (4, {"stable-sets": False, "group-size": 5},
+     "4 node(s) connected cannot form one anonymity group of group-size = 5"),
     (2, {"stable-sets": False}, "2 node(s) connected; a round of the real protocol needs at least 3"),
 ])
 def test_a_federation_too_small_for_its_sets_is_refused_before_the_first_round(n, run_config, message, tmp_path,

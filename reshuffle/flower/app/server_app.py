@@ -18,9 +18,10 @@ clients per round, counts groups), which run with no new assignment.
 A round that yields fewer usable models than the rule needs (every node's training
 diverged, too few nodes answered, the shuffle failed) is recorded with its reason
 and keeps W_g; the run goes on. A run in which no round delivered a model ends
-failed, with one line naming the last round's cause (its outputs are written first). After every round the app saves a checkpoint in its
-output folder (:mod:`reshuffle.run.checkpoint`); the run-config key ``resume``
-(that folder) continues a killed run after its last finished round. A round the
+failed, with one line naming the last round's cause (its outputs are written
+first). After every round the app saves a checkpoint in its output folder
+(:mod:`reshuffle.run.checkpoint`); the run-config key ``resume`` (that folder)
+continues a killed run after its last finished round. A round the
 kill interrupted is lost, never run again: nodes take part in each round number once.
 
 Settings that make the run impossible (an unknown rule, a negative round count, a
@@ -278,8 +279,8 @@ def federation_too_small(s: FlowerSettings, nodes: int) -> str | None:
 
 
 def _first_nodes(rgrid: ReshuffleGrid, s: FlowerSettings) -> None:
-    """Wait (at most the phase timeout, and :data:`reshuffle.flower.grid.NODE_WAIT`) until the first round has the nodes it needs;
-    ConfigError naming how many are missing otherwise."""
+    """Wait (at most the phase timeout and :data:`reshuffle.flower.grid.NODE_WAIT`) until the first round has the
+    nodes it needs; ConfigError naming how many are missing otherwise."""
     deadline = time.monotonic() + min(s.phase_timeout, grid_module.NODE_WAIT)
     while (why := federation_too_small(s, len(list(rgrid.get_node_ids())))) is not None:
         if time.monotonic() >= deadline:
