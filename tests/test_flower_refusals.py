@@ -102,6 +102,19 @@ def test_a_run_that_delivers_nothing_in_any_round_fails_naming_the_last_cause(tm
     assert len(m["rounds"]) == 2 and all(r["skipped"] for r in m["rounds"])
 
 
+def test_a_run_whose_nodes_refuse_its_set_size_names_their_reason(tmp_path, capsys):
+    from reshuffle.flower.app.server_app import RunFailed
+
+    # set-size 3, below the nodes' default floor of 5: each node refuses the assignment; the line says so
+    # (the round's own failure only counts commitments)
+    _, exc = _project_run(tmp_path, 4, {"set-size": 3, "rounds": 1})
+    assert isinstance(exc, RunFailed)
+    line = _one_line(capsys)
+    assert "no round delivered a model (1 round(s)); round 1: " in line
+    assert line.rstrip().endswith("4 node(s): Refused: participant refused: WrongAssignment: group size 3 is below "
+                                  "this participant's floor 5")
+
+
 # --------------------------------------------------------------------------- the grid (any Flower app)
 @pytest.fixture
 def no_node_wait(monkeypatch):

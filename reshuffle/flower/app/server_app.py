@@ -36,8 +36,10 @@ delivered nothing.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -288,6 +290,19 @@ def _first_nodes(rgrid: ReshuffleGrid, s: FlowerSettings) -> None:
         time.sleep(0.5)
 
 
+_NODE_ERROR = re.compile(r"^\[[^\]]+\] (?:from|node) \d+(?: failed)?: (.+)$")
+
+
+def _nodes_said(errors: list[str]) -> str:
+    """The reason most nodes gave in a round's errors (a refusal names the real cause: a group below the
+    nodes' floor, say), as ``"; N node(s): reason"``; "" when none gave one."""
+    reasons = Counter(m.group(1) for e in errors if (m := _NODE_ERROR.match(e)))
+    if not reasons:
+        return ""
+    reason, count = reasons.most_common(1)[0]
+    return f"; {count} node(s): {reason}"
+
+
 def _fail(run: _Run, why: str, exc: type[ReShuffleError]) -> None:
     """End the run with one line: its outputs first (nothing is lost), then the line, then ``exc`` for Flower."""
     write_outputs(run.out_dir, run.outputs())
@@ -335,7 +350,7 @@ def main(grid: Grid, context: Context) -> None:
         write_outputs(run.out_dir, run.outputs(), plots=False)  # what is finished so far, readable at once
     if run.records and all(r.skipped for r in run.records):
         last = run.records[-1]
-        _fail(run, f"no round delivered a model ({len(run.records)} round(s)); round {last.round}: {last.skipped}",
-              RunFailed)
+        _fail(run, f"no round delivered a model ({len(run.records)} round(s)); round {last.round}: {last.skipped}"
+              + _nodes_said(run.reports[-1].get("errors", [])), RunFailed)
     write_outputs(run.out_dir, run.outputs())
     print(f"[reshuffle] final accuracy {run.records[-1].accuracy:.4f}; outputs in {run.out_dir}", flush=True)
