@@ -2,7 +2,8 @@
 #   make run   set up .venv and run the main job on its embedded default, into a new folder
 #              outputs/simulate/<time> each time (OUT=DIR: into DIR; ARGS="...": more simulate options)
 #   make test  set up .venv and run the test suite, the soak aside (a few minutes)
-#   make soak  set up .venv and run the soak's tests on a real Flower deployment (4 to 8 minutes)
+#   make soak  set up .venv and run the soak's tests on a real Flower deployment (4 to 8 minutes) and the
+#              drop-in example's README commands in Flower's local simulation (4 to 7 minutes on a busy 2-core machine)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.reshuffle-installed
@@ -26,7 +27,8 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadscope -m "not soak"
 
-# The quick soak and the interrupted soaks, spread over two workers (the quick soak is the longest).
+# The quick soak, the interrupted soaks and the drop-in README's commands (tests/test_flower_refusals.py),
+# spread over two workers.
 soak: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist load -m soak
 

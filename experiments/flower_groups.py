@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         f"options.num-supernodes = {args.nodes}\n"
         f"options.backend.client-resources.num-cpus = {args.cpus_per_node}\n"
     )
-    run_config = (f'out-dir="{out}" rounds={args.rounds} group-size={args.group_size} model="{args.model}" '
+    # Groups formed per round (stable-sets = false): group-size alone is refused beside the default stable sets.
+    run_config = (f'out-dir="{out}" rounds={args.rounds} stable-sets=false group-size={args.group_size} '
+                  f'model="{args.model}" '
                   f'dataset="digits" rule="{args.rule}" phase-timeout={args.phase_timeout} '
                   f'train-timeout=1200.0 round-timeout={1200.0 + 40 * args.phase_timeout}')
     t0 = time.perf_counter()

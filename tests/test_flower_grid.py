@@ -240,12 +240,12 @@ def test_train_message_without_the_reserved_record_is_refused():
 
 
 def test_reserved_key_and_per_node_content_are_refused_by_the_grid():
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 2)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3)  # the least a round needs
     grid = ReshuffleGrid(lg, group_size=None)
     bad = RecordDict({"arrays": initial(), RECORD: ConfigRecord({"stage": "train"})})
     with pytest.raises(ConfigError, match="reserved"):
         grid.send_and_receive(train_messages(grid, content=bad), timeout=5)
-    n0, n1 = grid.get_node_ids()
+    n0, n1, _ = grid.get_node_ids()
     msgs = [Message(RecordDict({"arrays": ArrayRecord([np.full(2, v, np.float32)])}), dst_node_id=n,
                     message_type="train", group_id="1") for v, n in ((0, n0), (1, n1))]
     with pytest.raises(ConfigError, match="same content"):

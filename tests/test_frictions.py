@@ -9,6 +9,7 @@ import pytest
 
 from flower_helpers import ROOT
 from reshuffle.cli import main
+from reshuffle.errors import ConfigError
 
 
 def test_simulate_help_shows_the_defaults(capsys):
@@ -69,13 +70,12 @@ def _make_flower_federation_config() -> str:
 
 def test_make_flower_configures_flower_without_deprecated_options(monkeypatch, capsys):
     # flwr 1.41 warns about `options.` in a SuperLink connection; the size now comes with the run.
-    from flwr.cli.flower_config import read_superlink_connection
-    from flwr.cli.run.run import _parse_federation_config_overrides
+    from reshuffle.flower.flwr_private import parse_federation_config_overrides, read_superlink_connection
 
     monkeypatch.setenv("FLWR_HOME", str(ROOT / "flower"))
     conn = read_superlink_connection()
     assert conn.address == ":local:" and conn.options is None
-    sim = _parse_federation_config_overrides([_make_flower_federation_config()], conn)
+    sim = parse_federation_config_overrides([_make_flower_federation_config()], conn)
     assert sim.num_supernodes == 10 and sim.client_resources_num_cpus == 1
     assert "deprecated" not in capsys.readouterr().out
 
@@ -157,8 +157,55 @@ def test_make_flower_shows_a_refused_run_as_its_one_line_and_fails():
     assert [ok.feed(line) for line in REFUSED_RUN.splitlines(keepends=True)[:3]] and not ok.failed
     crash = RunOutput(colour=False)
     lines = [crash.feed(line) for line in ["\x1b[91mERROR \x1b[0m:     ServerApp raised an exception\n",
-                                           "Traceback (most recent call last):\n", "ZeroDivisionError: x\n"]]
-    assert crash.failed and lines[1:] == ["Traceback (most recent call last):\n", "ZeroDivisionError: x\n"]
+                                           "Traceback (most recent call last):\n", "ZeroDivisionError: x\n",
+                                           "\x1b[91mERROR \x1b[0m:     Exit Code: 700\n"]]
+    assert crash.failed and lines[:3] == [None, None, None]
+    assert lines[3] == ("ERROR :     ServerApp raised an exception\nTraceback (most recent call last):\n"
+                        "ZeroDivisionError: x\nERROR :     Exit Code: 700\n")
+
+
+# What `flwr run --stream` shows when the drop-in's ServerApp raises one of the project's errors (flwr 1.41).
+PROJECT_ERROR_RUN = """\
+\x1b[92mINFO \x1b[0m:      Starting Flower Simulation
+\x1b[91mERROR \x1b[0m:     Simulation raised an exception
+Traceback (most recent call last):
+  File "flwr/simulation/app.py", line 337, in run_simulation_process
+    simulation_result = _run_simulation(
+  File "dropin/server_app.py", line 37, in main
+    raise ConfigError(f"strategy {name!r}: this app runs 'multikrum' or 'bulyan'")
+reshuffle.errors.ConfigError: strategy 'nosuch': this app runs 'multikrum' or 'bulyan'
+\x1b[91mERROR \x1b[0m:     Exit Code: 700
+
+An unhandled exception occurred when running the simulation.
+
+For more information, visit: <https://flower.ai/docs/framework/1.41/en/ref-exit-codes/700.html>
+"""
+
+
+@pytest.mark.parametrize("ends_with_note", [True, False])
+def test_a_project_error_in_any_server_app_is_its_one_line(ends_with_note):
+    from reshuffle.flower.app.local import RunOutput
+
+    text = PROJECT_ERROR_RUN if ends_with_note else PROJECT_ERROR_RUN.split("\x1b[91mERROR \x1b[0m:     Exit")[0]
+    stream = RunOutput(colour=False)
+    shown = [x for x in map(stream.feed, text.splitlines(keepends=True)) if x is not None] + [stream.close()]
+    assert "".join(shown) == ("INFO :      Starting Flower Simulation\n"
+                              "reshuffle: error: strategy 'nosuch': this app runs 'multikrum' or 'bulyan'\n")
+    assert stream.failed
+
+
+def test_an_unknown_run_config_key_is_named_before_flwr_runs(tmp_path, capsys):
+    from reshuffle.flower.app.local import run_filtered, unknown_run_config
+
+    example = ROOT / "examples" / "flower-dropin"
+    # Flower's SuperLink refuses it as "[code: 15] Invalid run configuration.", naming no key
+    assert run_filtered(["flwr", "run", str(example), "--stream", "--run-config", "strategy='bulyan' rounds=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("reshuffle: error: --run-config: unknown key 'rounds'; ")
+    assert "num-server-rounds" in err
+    assert unknown_run_config(["flwr", "run", str(example), "-c", "strategy='bulyan' num-server-rounds=1"]) is None
+    assert unknown_run_config(["flwr", "run", str(ROOT), "--run-config=nosuch=1"]) is not None  # the project's app
+    assert unknown_run_config(["flwr", "ls"]) is None
 
 
 def test_make_flower_exits_non_zero_when_the_run_failed(tmp_path):
@@ -187,7 +234,7 @@ def test_the_dropin_refuses_a_strategy_it_does_not_run(monkeypatch, tmp_path):
     cfg = {"num-server-rounds": 1, "fraction-train": 1.0, "local-epochs": 1, "lr": 0.1, "strategy": "nosuch",
            "num-malicious-nodes": 1}
     lg = LoopbackGrid(client_app.app, 4)
-    with pytest.raises(ValueError, match="strategy 'nosuch': this app runs 'multikrum' or 'bulyan'"):
+    with pytest.raises(ConfigError, match="strategy 'nosuch': this app runs 'multikrum' or 'bulyan'"):
         server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
     assert lg.sent == []  # refused before any round (it used to run MultiKrum)
 

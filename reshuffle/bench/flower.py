@@ -186,7 +186,7 @@ def local_simulation(nodes: int = 5, rounds: int = 2, timeout: float = 1800.0) -
 
 def run(Ns=DEFAULT_NS, d: int = DEFAULT_D, quick: bool = False, on_step: Callable[[str], None] | None = None) -> dict:
     """Seconds per round and ratios, per N; without ``quick``, the local simulation's seconds per phase."""
-    from flwr.supercore.logger import FLOWER_LOGGER
+    from reshuffle.flower.flwr_private import FLOWER_LOGGER
 
     FLOWER_LOGGER.setLevel(WARNING)  # Flower logs every message at INFO
     if quick:

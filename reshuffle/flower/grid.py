@@ -45,11 +45,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from typing import Iterable
 
 from flwr.app import ConfigRecord, Message, RecordDict
-from flwr.common.logger import log
+from flwr.common import log
 from flwr.serverapp import Grid
 
 from reshuffle.crypto.ot import sample_distinct
@@ -61,13 +61,39 @@ from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, 
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
 from reshuffle.protocol.driver import PS, make_ps
 from reshuffle.protocol.grouped import JointServer, formed_groups
-from reshuffle.protocol.groups import Assignment, check_collusion, check_group_size
+from reshuffle.protocol.groups import MIN_GROUP, Assignment, check_collusion, check_group_size
 from reshuffle.protocol.params import GROUP_SIZE, RoundParams, smallest_round
 from reshuffle.protocol.participant import global_model_hash
 from reshuffle.server.pseudonyms import EpochBook
 
 ROUND_PARAMS = {"n", "k", "t", "c", "R_max", "group"}
 NEW = -1  # a plan's part that forms new groups among participants in none
+
+
+#: The longest wait, before the first train round, for enough nodes to connect (a deployment's nodes may still be
+#: connecting; a simulation's are all there): at most the phase timeout.
+NODE_WAIT = 15.0
+
+
+class FederationTooSmall(ConfigError):
+    """Fewer nodes are connected than a group (or a round) needs: refused before any message goes out."""
+
+
+class GroupsCannotForm(ConfigError):
+    """The nodes' own answers leave too few of them to form one stable group; no later round would differ."""
+
+
+def too_small(connected: int, group_size: int | None) -> str | None:
+    """Why ``connected`` nodes can run no round with ``group_size`` (None: one group per round), or None."""
+    least = smallest_round() if group_size is None else group_size
+    if connected >= least:
+        return None
+    what = (f"a round needs at least {least}" if group_size is None else
+            f"stable anonymity groups of at least {group_size} need {group_size} (one group of fewer would "
+            f"break that floor)")
+    return (f"{connected} node(s) connected; {what}: run at least {least} nodes (Flower's simulation: "
+            f"--federation-config \"num-supernodes={least}\" or more)"
+            + ("" if group_size is None else f", or a smaller group size (at least {MIN_GROUP})"))
 
 
 @dataclass
@@ -179,6 +205,9 @@ class _Round:
             self.phase_t0 = time.monotonic()  # the next phase starts with its push
             try:
                 self._close()
+            except GroupsCannotForm as exc:
+                self._fail(str(exc))
+                raise  # the run cannot go on: its ServerApp fails with this one line
             except (BelowThreshold, ConfigError) as exc:
                 self._fail(str(exc))
             if self.replies is None:
@@ -284,6 +313,8 @@ class _Round:
         self.pid_of = {node: pid for pid, node in self.node_of.items()}
         self.claim_by_node = {m.metadata.dst_node_id: m for m in self.claim_out}
         self.report.roster = len(roster)
+        if self.plan is None and g.group_size is not None and len(roster) < g.group_size:
+            self._too_few_to_group(len(roster))
         if len(roster) < smallest_round():
             raise BelowThreshold(f"{len(roster)} node(s) answered the claim message with a valid claim; a round "
                                  f"needs at least {smallest_round()}")
@@ -295,6 +326,20 @@ class _Round:
         else:
             self.server = self._parts(roster)
         return self.server.start()
+
+    def _too_few_to_group(self, claimed: int) -> None:
+        """The round that forms the stable groups has fewer valid claims than a group's size: it fails, naming
+        why. When every node answered (those left out refused, or sent an invalid claim), the same nodes
+        would answer the same next round: GroupsCannotForm ends the run."""
+        g = self.g.group_size
+        refusals = [e.split("] ", 1)[1] for e in self.report.errors if e.startswith(f"[{STAGE_CLAIM}] node ")]
+        silent = self.report.dropouts.get(STAGE_CLAIM, 0) - sum(" failed: " in r for r in refusals)
+        why = (f"stable groups cannot form: {claimed} of {self.report.sent} nodes claimed a place with a valid "
+               f"claim; groups of at least {g} need {g}")
+        if silent > 0:
+            raise BelowThreshold(f"{why} ({silent} did not answer in time"
+                                 + (f"; {'; '.join(refusals)})" if refusals else ")"))
+        raise GroupsCannotForm(f"{why}: {'; '.join(refusals)}" if refusals else why)
 
     def _parts(self, roster: dict[int, Certificate]) -> PS:
         """One grouped PS per epoch with sampled groups whose members all claimed, and one new assignment
@@ -546,6 +591,17 @@ class ReshuffleGrid(Grid):
             plan.append((NEW, ()))
         return out, plan
 
+    def _enough_nodes(self) -> None:
+        """Before the first train round: wait (at most the phase timeout and :data:`NODE_WAIT`) until enough
+        nodes are connected for one group (or one round); FederationTooSmall, before any message, if not.
+        Later rounds with too few nodes fail and the run goes on (nodes come back)."""
+        deadline = time.monotonic() + min(self.phase_timeout, NODE_WAIT)
+        while (why := too_small(len(list(self._grid.get_node_ids())), self.group_size)) is not None:
+            if time.monotonic() >= deadline:
+                log(ERROR, "[reshuffle] %s", why)
+                raise FederationTooSmall(why)
+            time.sleep(0.5)
+
     # --- keys and reports -----------------------------------------------------------
     @property
     def train_timeout(self) -> float:
@@ -577,6 +633,8 @@ class ReshuffleGrid(Grid):
             self._T += 1
             self._round_budget = timeout
             plan = None
+            if not self.epochs and not self.rounds:
+                self._enough_nodes()
             if self.group_size is not None and not self.epochs:
                 train = self._everyone(train)
             elif self.epochs:

@@ -6,6 +6,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Bulyan, MultiKrum
+from reshuffle.errors import ConfigError
 from reshuffle.flower import ReshuffleGrid
 
 from dropin.task import Net, load_data, test
@@ -34,7 +35,8 @@ def main(grid: Grid, context: Context) -> None:
 
     name = context.run_config["strategy"]
     if name not in ("multikrum", "bulyan"):
-        raise ValueError(f"strategy {name!r}: this app runs 'multikrum' or 'bulyan'")
+        # The project's ConfigError: `python -m reshuffle.flower.app.local flwr run` shows it as one line.
+        raise ConfigError(f"strategy {name!r}: this app runs 'multikrum' or 'bulyan'")
     if name == "bulyan":
         strategy = Bulyan(fraction_train=context.run_config["fraction-train"], num_malicious_nodes=f)
     else:

@@ -1,12 +1,15 @@
 """Running ``flwr`` from this venv on one machine: free ports, the environment, leftover SuperLinks.
 
 Shared by the Flower tests, ``reshuffle bench flower``, the soak,
-``experiments/flower_groups.py`` and ``make flower`` (``python -m
-reshuffle.flower.app.local flwr run ...`` runs a ``flwr`` command with its output
-cleaned: no colour codes off a terminal, none of Flower's notes that contradict
-the federation size it reports, a refused run's one line without Flower's
-traceback of it; and it exits non-zero when the run failed, which ``flwr run``
-does not say); users go through ``make flower`` or their own ``flwr run``.
+``experiments/flower_groups.py``, ``make flower`` and the drop-in example's README:
+``python -m reshuffle.flower.app.local flwr run ...`` runs a ``flwr`` command with
+its output cleaned (no colour codes off a terminal, none of Flower's notes that
+contradict the federation size it reports) and says what ``flwr run`` does not:
+a run-config key the app does not have is named before the run starts (the
+SuperLink refuses it without a name); a run the project refused or whose groups
+could not form shows its one line, without Flower's traceback of it; and the
+command exits non-zero when the run failed (``flwr run`` exits 0 whatever became
+of the run).
 """
 
 from __future__ import annotations
@@ -94,14 +97,20 @@ APP_FAILED = ("ServerApp raised an exception", "Simulation raised an exception")
 REFUSED = "reshuffle: error: "
 #: Flower's note on a failed run's exit code (left out after a refusal's line).
 EXIT_NOTE = ("Exit Code:", "An unhandled exception occurred", "For more information, visit")
+#: The last line of a traceback whose exception is one of the project's (reshuffle.errors: bad settings, a
+#: refusal, groups that cannot form): its message is the one line shown.
+PROJECT_ERROR = re.compile(r"^(reshuffle(?:\.\w+)+): (.+)$")
+#: Where a Flower log line starts (after the colour codes are stripped): it ends a traceback.
+FLOWER_LOG = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) *:")
 
 
 class RunOutput:
     """``flwr run --stream``'s output as ``make flower`` shows it, and whether the run failed.
 
-    A refused run shows its one ``reshuffle: error: ...`` line; Flower's traceback
-    of the refusal that follows it is left out. Any other failure keeps Flower's
-    traceback.
+    A refused run shows its one ``reshuffle: error: ...`` line. A ServerApp that
+    failed with one of the project's errors shows that error's message as one
+    such line; Flower's traceback of either is left out. Any other failure keeps
+    Flower's traceback. Call :meth:`close` at the end of the stream.
     """
 
     def __init__(self, colour: bool) -> None:
@@ -110,13 +119,19 @@ class RunOutput:
         self.failed = False
         self._skipping = False
         self._note = False
+        self._held: list[str] | None = None  # a failed app's traceback, until its exception line says whose
 
     def feed(self, line: str) -> str | None:
-        """The line to show for ``line`` (None: none)."""
+        """The text to show for ``line`` (None: none)."""
         out = clean(line, self.colour)
         if out is None:
             return None
         plain = _ANSI.sub("", line)
+        if self._held is not None:
+            if not (FLOWER_LOG.match(plain) or any(n in plain for n in EXIT_NOTE)):
+                self._held.append(out)
+                return None
+            return self._release() + (self.feed(line) or "")
         if self._skipping:
             # Flower's traceback of the refusal ends with the exception's own line, which repeats the message
             if (self.refused and self.refused in plain) or "RunRefused: " in plain:
@@ -134,13 +149,85 @@ class RunOutput:
         if any(m in plain for m in APP_FAILED):
             self.failed = True
             self._skipping = self.refused is not None
-            return None if self._skipping else out
+            if not self._skipping:
+                self._held = [out]
+            return None
         return out
+
+    def _release(self) -> str:
+        """What a held traceback shows: the project error's one line, or all of it."""
+        held, self._held = self._held or [], None
+        last = next((_ANSI.sub("", x).strip() for x in reversed(held) if x.strip()), "")
+        m = PROJECT_ERROR.match(last)
+        if m is None:
+            return "".join(held)
+        self.refused = m.group(2)
+        self._note = True
+        return REFUSED + self.refused + "\n"
+
+    def close(self) -> str:
+        """What is still held when the stream ends."""
+        return self._release() if self._held is not None else ""
+
+
+def app_and_overrides(args: list[str]) -> tuple[Path, list[str]] | None:
+    """(the app folder, the --run-config values) of a ``flwr run`` command line; None for any other command."""
+    names = [Path(a).name for a in args[:2]]
+    if "flwr" not in names or "run" not in args:
+        return None
+    rest = args[args.index("run") + 1:]
+    valued = {"--run-config", "-c", "--federation-config", "--federation", "--format"}
+    app, overrides, i = None, [], 0
+    while i < len(rest):
+        a = rest[i]
+        key = a.split("=", 1)[0]
+        if key in valued:
+            value = a.split("=", 1)[1] if "=" in a else (rest[i + 1] if i + 1 < len(rest) else "")
+            i += 1 if "=" in a else 2
+            if key in ("--run-config", "-c"):
+                overrides.append(value)
+            continue
+        if app is None and not a.startswith("-"):
+            app = a
+        i += 1
+    return Path(app or "."), overrides
+
+
+def unknown_run_config(args: list[str]) -> str | None:
+    """Why ``flwr run``'s --run-config does not fit its app (a key the app's pyproject.toml does not have), or None.
+
+    The overrides are parsed and fused with the app's config as the SuperLink does; its refusal
+    ("Invalid run configuration.") names no key.
+    """
+    parsed = app_and_overrides(args)
+    if parsed is None or not parsed[1] or not (parsed[0] / "pyproject.toml").is_file():
+        return None
+    from reshuffle.flower.flwr_private import get_fused_config_from_dir, parse_config_args
+
+    app, overrides = parsed
+    try:
+        get_fused_config_from_dir(app, parse_config_args(overrides))
+    except Exception as exc:  # noqa: BLE001 (anything but an unknown key is flwr's to report)
+        key = re.search(r"Key '([^']+)' is not present", str(exc))
+        if key is None:
+            return None
+        import tomllib
+
+        with (app / "pyproject.toml").open("rb") as fh:
+            known = sorted(tomllib.load(fh).get("tool", {}).get("flwr", {}).get("app", {}).get("config", {}))
+        return (f"--run-config: unknown key {key.group(1)!r}; the app ({app / 'pyproject.toml'}, "
+                f"[tool.flwr.app.config]) has: {', '.join(known)}")
+    return None
 
 
 def run_filtered(cmd: list[str]) -> int:
     """Run ``cmd`` (a ``flwr`` command) with its output passed through :class:`RunOutput`; its exit status,
-    or 1 when the run it started failed (``flwr run`` itself exits 0 whatever became of the run)."""
+    or 1 when the run it started failed (``flwr run`` itself exits 0 whatever became of the run), or 2
+    when its --run-config names a key its app does not have (then nothing is started)."""
+    why = unknown_run_config(cmd)
+    if why is not None:
+        print(f"{REFUSED}{why}", file=sys.stderr, flush=True)
+        return 2
     env = dict(os.environ, PYTHONUNBUFFERED="1",
                # Ray warns about a default it will change; it does not apply here (no GPUs).
                RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="0")
@@ -155,6 +242,8 @@ def run_filtered(cmd: list[str]) -> int:
                 sys.stdout.flush()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
+    sys.stdout.write(stream.close())
+    sys.stdout.flush()
     status = proc.wait()
     return status or int(stream.failed)
 

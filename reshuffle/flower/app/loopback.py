@@ -12,10 +12,9 @@ import uuid
 from typing import Callable, Iterable
 
 from flwr.app import Context, Error, Message, RecordDict
-from flwr.app.message.message import make_message
 from flwr.serverapp import Grid
-from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
+
+from reshuffle.flower.flwr_private import Run, TaskIdentity, make_message, set_message_id
 
 SUPERLINK_NODE = 1
 
@@ -65,7 +64,7 @@ class LoopbackGrid(Grid):
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
         for m in messages:
-            m.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            set_message_id(m, uuid.uuid4().hex)
             self.sent.append(m)
             ids.append(m.metadata.message_id)
             node = m.metadata.dst_node_id

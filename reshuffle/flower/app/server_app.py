@@ -17,22 +17,29 @@ clients per round, counts groups), which run with no new assignment.
 
 A round that yields fewer usable models than the rule needs (every node's training
 diverged, too few nodes answered, the shuffle failed) is recorded with its reason
-and keeps W_g; the run goes on. After every round the app saves a checkpoint in its
-output folder (:mod:`reshuffle.run.checkpoint`); the run-config key ``resume``
-(that folder) continues a killed run after its last finished round. A round the
+and keeps W_g; the run goes on. A run in which no round delivered a model ends
+failed, with one line naming the last round's cause (its outputs are written
+first). After every round the app saves a checkpoint in its output folder
+(:mod:`reshuffle.run.checkpoint`); the run-config key ``resume`` (that folder)
+continues a killed run after its last finished round. A round the
 kill interrupted is lost, never run again: nodes take part in each round number once.
 
 Settings that make the run impossible (an unknown rule, a negative round count, a
-bad fraction, a resume folder that is missing) stop it before any message goes
-out, with one line (``reshuffle: error: ...``) and :class:`RunRefused`, which
-Flower records as the run's failure; ``make flower`` then shows that line alone
-and exits non-zero (:mod:`reshuffle.flower.app.local`).
+bad fraction, a resume folder that is missing, fewer connected nodes than one
+stable set needs) stop it before any message goes out, with one line
+(``reshuffle: error: ...``) and :class:`RunRefused`, which Flower records as the
+run's failure; ``make flower`` then shows that line alone and exits non-zero
+(:mod:`reshuffle.flower.app.local`). So do stable groups that cannot form because
+nodes refuse (:class:`~reshuffle.flower.grid.GroupsCannotForm`), and a run that
+delivered nothing.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -43,7 +50,9 @@ from flwr.serverapp import Grid, ServerApp
 from reshuffle.clients import FlatLayout, build_model, load_dataset, predict
 from reshuffle.errors import ConfigError, ReShuffleError
 from reshuffle.flower.app.common import ARRAYS, ATTACKER_METRIC, CONFIG, METRICS, FlowerSettings, resume_identity, settings
+from reshuffle.flower import grid as grid_module
 from reshuffle.flower.grid import ReshuffleGrid, RoundReport
+from reshuffle.protocol.params import smallest_round
 from reshuffle.run import checkpoint
 from reshuffle.run.config import SimConfig
 from reshuffle.run.delivery import PSEUDONYM, Delivery
@@ -210,7 +219,16 @@ class _Run:
         nodes = list(rgrid.get_node_ids())
         self.nodes = len(nodes)
         cohort = self.cohort(rgrid, T, nodes)
-        d, rep, rejected = grid_delivery(rgrid, self.s, T, self.W_g, cohort)
+        before = len(rgrid.rounds)
+        try:
+            d, rep, rejected = grid_delivery(rgrid, self.s, T, self.W_g, cohort)
+        except ReShuffleError as exc:  # the grid ends the run (groups that cannot form): the round is recorded
+            rep = rgrid.rounds[-1] if len(rgrid.rounds) > before else RoundReport(T, len(cohort), failed=str(exc))
+            self.groups = rgrid.group_state()
+            self.records.append(self.rounds.interrupted(T, str(exc), self.evaluate(self.W_g)))
+            self.reports.append({"round": T, **{k: v for k, v in asdict(rep).items() if k != "T"},
+                                 "rejected": 0, "outcome": f"W_g kept: {exc}"})
+            raise
         self.groups = rgrid.group_state()
         rec = self.rounds.step(T, d, self.evaluate, sampled=len(cohort))
         self.records.append(rec)
@@ -238,6 +256,60 @@ class RunRefused(ConfigError):
     """The run's settings make it impossible (raised before any message goes out); Flower marks the run failed."""
 
 
+class RunFailed(ReShuffleError):
+    """The run delivered no model in any round, or its stable groups cannot form; Flower marks it failed."""
+
+
+def federation_too_small(s: FlowerSettings, nodes: int) -> str | None:
+    """Why ``nodes`` connected nodes cannot run this run's first round, as the simulator says it; or None."""
+    from reshuffle.run.sets import MIN_SET
+
+    sim = s.sim
+    hint = f"run at least {{k}} nodes (Flower's simulation: --federation-config \"num-supernodes={{k}}\")"
+    if sim.stable_sets and nodes < sim.set_size:
+        k = sim.set_size
+        return (f"{nodes} node(s) connected cannot form one stable anonymity set of set-size = {k}: lower set-size "
+                f"(at least {MIN_SET}) or {hint.format(k=k)}")
+    if not sim.stable_sets and sim.group_size is not None and nodes < sim.group_size:
+        k = sim.group_size
+        return (f"{nodes} node(s) connected cannot form one anonymity group of group-size = {k}: lower "
+                f"group-size (at least {MIN_SET}) or {hint.format(k=k)}")
+    if nodes < smallest_round():
+        k = smallest_round()
+        return f"{nodes} node(s) connected; a round of the real protocol needs at least {k}: {hint.format(k=k)}"
+    return None
+
+
+def _first_nodes(rgrid: ReshuffleGrid, s: FlowerSettings) -> None:
+    """Wait (at most the phase timeout and :data:`reshuffle.flower.grid.NODE_WAIT`) until the first round has the
+    nodes it needs; ConfigError naming how many are missing otherwise."""
+    deadline = time.monotonic() + min(s.phase_timeout, grid_module.NODE_WAIT)
+    while (why := federation_too_small(s, len(list(rgrid.get_node_ids())))) is not None:
+        if time.monotonic() >= deadline:
+            raise ConfigError(why)
+        time.sleep(0.5)
+
+
+_NODE_ERROR = re.compile(r"^\[[^\]]+\] (?:from|node) \d+(?: failed)?: (.+)$")
+
+
+def _nodes_said(errors: list[str]) -> str:
+    """The reason most nodes gave in a round's errors (a refusal names the real cause: a group below the
+    nodes' floor, say), as ``"; N node(s): reason"``; "" when none gave one."""
+    reasons = Counter(m.group(1) for e in errors if (m := _NODE_ERROR.match(e)))
+    if not reasons:
+        return ""
+    reason, count = reasons.most_common(1)[0]
+    return f"; {count} node(s): {reason}"
+
+
+def _fail(run: _Run, why: str, exc: type[ReShuffleError]) -> None:
+    """End the run with one line: its outputs first (nothing is lost), then the line, then ``exc`` for Flower."""
+    write_outputs(run.out_dir, run.outputs())
+    print(f"{REFUSED}{why}", file=sys.stderr, flush=True)
+    raise exc(why) from None
+
+
 def _start(grid: Grid, context: Context) -> tuple[FlowerSettings, _Run, int, ReshuffleGrid]:
     """Settings, output folder, checkpoint and grid of a run, every one checked: (settings, run, first round, grid)."""
     s = settings(dict(context.run_config))
@@ -252,7 +324,10 @@ def _start(grid: Grid, context: Context) -> tuple[FlowerSettings, _Run, int, Res
         first = run.restore(Path(s.resume)) + 1
         print(f"[reshuffle] resuming {s.resume} after round {first - 1} of {s.sim.rounds}", flush=True)
         run.save()  # an interrupted round is recorded before the next starts
-    return s, run, first, make_grid(grid, s, run.groups)
+    rgrid = make_grid(grid, s, run.groups)
+    if not rgrid.epochs:  # the groups form in the first round: enough nodes for one, as in the simulator
+        _first_nodes(rgrid, s)
+    return s, run, first, rgrid
 
 
 @app.main()
@@ -266,8 +341,16 @@ def main(grid: Grid, context: Context) -> None:
     for T in range(first, s.sim.rounds + 1):
         run.save(started=T)  # before any message of round T goes out: a resume never runs T again
         rgrid.skip_to(T)
-        run.round(rgrid, T)
+        try:
+            run.round(rgrid, T)
+        except ReShuffleError as exc:  # the groups cannot form (nodes refuse): no later round would differ
+            run.save()
+            _fail(run, str(exc), RunFailed)
         run.save()
         write_outputs(run.out_dir, run.outputs(), plots=False)  # what is finished so far, readable at once
+    if run.records and all(r.skipped for r in run.records):
+        last = run.records[-1]
+        _fail(run, f"no round delivered a model ({len(run.records)} round(s)); round {last.round}: {last.skipped}"
+              + _nodes_said(run.reports[-1].get("errors", [])), RunFailed)
     write_outputs(run.out_dir, run.outputs())
     print(f"[reshuffle] final accuracy {run.records[-1].accuracy:.4f}; outputs in {run.out_dir}", flush=True)
