@@ -74,7 +74,8 @@ def test_summary_math_on_hand_made_cells(tmp_path):
     assert w["worst_drop_seed"] == {"value": pytest.approx(0.06), "attack": "alie", "seed": 2}
     assert w["worst_backdoor"] == {"value": pytest.approx(0.04), "attack": "badnets"}
     assert w["clean_fpr"] == pytest.approx(0.2)
-    assert w["checks"] == {"backdoor": True, "accuracy": False, "clean_fpr": False} and w["goal_met"] is False
+    assert w["checks"] == {"backdoor": True, "accuracy": False, "clean_fpr": False, "class_drop": None}
+    assert w["goal_met"] is False
     f = _worst(s, "fedavg")
     assert f["worst_backdoor"]["value"] == pytest.approx(0.85) and f["goal_met"] is False
     m = _worst(s, "median")

@@ -124,3 +124,55 @@ def test_an_exact_copy_halves_its_original_weight_and_no_more(rule_name):
         rule.commit()
     others = np.delete(d.weights, [0, 19])
     assert d.weights[0] + d.weights[19] >= 0.9 * np.median(others)
+
+
+def view_of(H: np.ndarray, own: np.ndarray, rule, labels_h, labels_own, rnd: int = 1):
+    from reshuffle.attacks import RoundView
+
+    def decide(U, pseudonyms=None):
+        return decide_in_context(rule, U, rnd, pseudonyms=pseudonyms, global_model=np.zeros(H.shape[1]))
+
+    return RoundView(own=own, honest=H, decide=decide, round=rnd, pseudonyms=(tuple(labels_own), tuple(labels_h)))
+
+
+def test_frame_ban_copies_the_same_honest_pseudonyms_each_round_and_pushers_never_share_a_coordinate():
+    from reshuffle.attacks import make_attack
+
+    atk = make_attack("frame-ban")
+    rule = make_rule("hammer-anvil", F, seed=0)
+    rng = np.random.default_rng(0)
+    labels = [f"h{i:02d}" for i in range(16)]
+    copied = []
+    for t in (1, 2):
+        H = rng.normal(size=(16, D))
+        own = H[:4] + 1.0
+        perm = rng.permutation(16)  # the round's order of honest rows changes; the pseudonyms follow them
+        rows = atk.craft(view_of(H[perm], own, rule, [labels[i] for i in perm], ["a0", "a1", "a2", "a3"], t), rng)
+        copied.append([labels[int(np.flatnonzero((H == r).all(axis=1))[0])] for r in rows[:2]])
+        assert ((rows[2] != 0) & (rows[3] != 0)).sum() == 0
+    assert copied[0] == copied[1] == ["h00", "h01"]
+
+
+def test_frame_class_copies_the_rows_that_step_the_target_class_bias_most():
+    from reshuffle.attacks import make_attack
+
+    atk = make_attack("frame-class", target=3)
+    rng = np.random.default_rng(1)
+    H = rng.normal(size=(16, D)) * 0.1
+    H[[5, 9, 11, 2], D - 10 + 3] += [4.0, 3.0, 2.0, 1.0]  # the class's largest holders, in order
+    rows = atk.craft(view_of(H, H[:4], make_rule("clip-trim", F), [f"h{i}" for i in range(16)],
+                             ["a0", "a1", "a2", "a3"]), rng)
+    assert [int(np.flatnonzero((H == r).all(axis=1))[0]) for r in rows] == [5, 9, 11, 2]
+
+
+def test_influence_counts_a_row_sent_far_above_the_clip_bound_as_the_full_clipped_row_it_contributes():
+    from reshuffle.server.aggregate import row_counts
+
+    rng = np.random.default_rng(2)
+    U = 1.0 + rng.normal(size=(20, D)) * 0.3
+    U[18:] = 64 * np.linalg.norm(U[0]) * np.eye(D)[:2]  # two rows at 64 times the median norm
+    d = make_rule("clip-trim", 0).decide(U)  # clipping to the median norm, nothing trimmed
+    c = row_counts(d, [False] * 18 + [True] * 2, U)
+    assert c["malicious_share"] < 0.01
+    assert c["malicious_influence"] == pytest.approx(2 / 20, rel=0.3)
+    assert c["attack_projection"] > 0 and c["honest_zeroed"] == 0
