@@ -67,7 +67,10 @@ class HammerAnvil(Composite):
        whose alike histories share one row's weight, options in
        ``hammer_options``) gives each row a weight :math:`\alpha_i` and a set
        of accepted rows; optionally a per-round filter (``filter``, e.g.
-       ``alignins`` or ``freqfed``) must accept a row too (α = 0 otherwise).
+       ``alignins`` or ``freqfed``) must accept a row too (α = 0 otherwise);
+       each rule in ``signals`` (``concentration``, ``label-groups``,
+       ``persistence``: :mod:`reshuffle.server.rules.signals`; options in
+       ``signal_options``, one table each) multiplies α by its weights.
     2. The anvil, on all n rows: each clipped to S, the median norm of all
        rows, :math:`v_i = u_i \min(1, S/\lVert u_i\rVert)`; per coordinate the
        t = min(f, ⌊(n − 1)/2⌋) smallest and largest values are dropped and the
@@ -95,7 +98,8 @@ class HammerAnvil(Composite):
     f_param = "f"
 
     def __init__(self, f: int = 0, hammer: str = HAMMER[0], hammer_options: dict | None = None,
-                 filter: str | None = None, filter_options: dict | None = None, seed: int | None = None) -> None:
+                 filter: str | None = None, filter_options: dict | None = None, signals=(),
+                 signal_options: dict | None = None, seed: int | None = None) -> None:
         self.f = check_f(f)
         opts = {**HAMMER[1], **(hammer_options or {})} if hammer == HAMMER[0] else dict(hammer_options or {})
         self.hammer = make_rule(hammer, f, seed=seed, **opts)
@@ -104,7 +108,10 @@ class HammerAnvil(Composite):
         self.filter = None if filter is None else make_rule(filter, f, seed=seed, **(filter_options or {}))
         if self.filter is not None and not self.filter.detects:
             raise ConfigError(f"hammer-anvil's filter must remove rows; {filter!r} accepts every row")
-        self._set_parts([self.hammer] + ([self.filter] if self.filter is not None else []))
+        if isinstance(signals, str) or not all(isinstance(x, str) for x in signals):
+            raise ConfigError(f"hammer-anvil signals must be a list of rule names, got {signals!r}")
+        self.signals = [make_rule(x, f, seed=seed, **dict((signal_options or {}).get(x, {}))) for x in signals]
+        self._set_parts([self.hammer] + ([self.filter] if self.filter is not None else []) + self.signals)
 
     def min_rows(self) -> int:
         return 1
@@ -123,9 +130,21 @@ class HammerAnvil(Composite):
             ok[list(decide_in_context(self.filter, U, round, **context).accepted)] = True
             keep &= ok
             alpha = np.where(ok, alpha, 0.0)
+        for sig in self.signals:  # each only takes weight: the weights multiply
+            alpha = alpha * np.clip(np.asarray(decide_in_context(sig, U, round, **context).weights), 0.0, 1.0)
         t = min(self.f, (n - 1) // 2)
         norms = np.linalg.norm(U, axis=1)
         k = clip_factors(norms, float(np.median(norms)))
         agg, kept = weighted_trim(U * k[:, None], alpha, t)
         w = np.clip(alpha * k * kept.mean(axis=1), 0.0, 1.0)
         return Decision(agg, tuple(np.flatnonzero(keep).tolist()), w)
+
+
+@register_rule("hammer-signals")
+class HammerSignals(HammerAnvil):
+    """``hammer-anvil`` whose weights also take the per-round signals ``concentration`` and ``label-groups`` and
+    the ``persistence`` history (each a factor in [0, 1]; the trimmed count stays f)."""
+
+    def __init__(self, f: int = 0, signals=("concentration", "label-groups", "persistence"),
+                 signal_options: dict | None = None, hammer_options: dict | None = None, seed: int | None = None) -> None:
+        super().__init__(f, hammer_options=hammer_options, signals=signals, signal_options=signal_options, seed=seed)
