@@ -123,7 +123,7 @@ class SignalRule(Rule):
         self.accept = check_share(accept, f"{self.name} accept")
 
     def min_rows(self) -> int:
-        return 3
+        return 1
 
     def signal(self, U: np.ndarray) -> np.ndarray:
         raise NotImplementedError
@@ -173,7 +173,8 @@ class LabelGroups(SignalRule):
     r"""Each row judged against the rows of a similar label profile (module docstring).
 
     ``classes``: output entries at the end of a row (10); ``peers``: the share
-    of rows that are a row's peers (0.25); κ = ``kappa`` (3).
+    of rows that are a row's peers (0.25); κ = ``kappa`` (3). Rows no longer
+    than ``classes`` have no body to compare: every weight is 1.
     """
 
     def __init__(self, f: int = 0, classes: int = 10, peers: float = 0.25, kappa: float = 3.0,
@@ -186,7 +187,7 @@ class LabelGroups(SignalRule):
 
     def signal(self, U: np.ndarray) -> np.ndarray:
         if U.shape[1] <= self.classes:
-            raise ConfigError(f"label-groups needs rows longer than its {self.classes} output entries")
+            return np.ones(len(U))  # nothing but the output entries: no body to compare
         return outlier_weights(peer_distance_ratio(U, self.classes, self.peers), self.kappa)
 
 
