@@ -176,3 +176,22 @@ def test_influence_counts_a_row_sent_far_above_the_clip_bound_as_the_full_clippe
     assert c["malicious_share"] < 0.01
     assert c["malicious_influence"] == pytest.approx(2 / 20, rel=0.3)
     assert c["attack_projection"] > 0 and c["honest_zeroed"] == 0
+
+
+def test_a_simulated_round_records_the_attackers_influence_and_the_csv_carries_it(tmp_path):
+    import csv
+
+    from reshuffle.run.report import write_metrics
+    from reshuffle.sim import Simulation, from_mapping
+
+    s = {"dataset": "digits", "clients": 10, "malicious": 0.2, "rounds": 2, "shuffle": "ideal", "rule": "hammer-anvil",
+         "attack": "frame-ban", "seed": 2, "f": 2}
+    sim = Simulation(from_mapping(s, source="test"))
+    data = sim.result(sim.run())
+    for r in data["rounds"]:
+        assert 0 < r["malicious_influence"] < 1 and r["honest_zeroed"] == 0
+    write_metrics(tmp_path, data)
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert [float(r["malicious_influence"]) for r in rows] == [r["malicious_influence"] for r in data["rounds"]]
+    classes = sim.evaluator.per_class(sim.W_g)
+    assert len(classes) == 10 and all(0 <= c <= 1 for c in classes if c is not None)
