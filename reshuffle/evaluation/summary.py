@@ -33,8 +33,8 @@ HARMLESS_POINTS = 1.0
 GOAL_BACKDOOR = 0.05
 GOAL_DROP_POINTS = 2.0
 GOAL_CLEAN_FPR = 0.10
-#: No class may lose more than this many points of accuracy (against clean FedAvg) to any attack: framing
-#: aimed at one class's holders shows there, not in the overall accuracy.
+#: No class may lose more than this many points of accuracy to any attack (against the same rule without
+#: attackers): framing aimed at one class's holders shows there, not in the overall accuracy.
 GOAL_CLASS_POINTS = 5.0
 
 
@@ -86,9 +86,10 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
         done = {s: r for s, r in seeds.items() if _done(r)}
         drops, impacts, class_drops = {}, {}, {}
         for s in seeds:
-            base_c, mine_c = per_class(setting, rounds, CLEAN, REFERENCE_RULE, s), per_class(setting, rounds, attack,
-                                                                                           rule, s)
-            if base_c and mine_c and len(base_c) == len(mine_c):
+            # What the attack costs a class: against the same rule without attackers (a rule's own clean cost
+            # shows in the overall drop against clean FedAvg; per class, 10 rounds of two rules differ widely).
+            base_c, mine_c = per_class(setting, rounds, CLEAN, rule, s), per_class(setting, rounds, attack, rule, s)
+            if attack != CLEAN and base_c and mine_c and len(base_c) == len(mine_c):
                 gaps = [b - m for b, m in zip(base_c, mine_c) if b is not None and m is not None]
                 if gaps:
                     class_drops[s] = max(gaps)
