@@ -189,3 +189,17 @@ def test_a_grid_file_adds_an_extended_horizon_and_single_settings(tmp_path):
     p.write_text('extra_settings = ["mnist"]\n')
     with pytest.raises(ConfigError, match="dataset:partition"):
         load_grid_toml(p, default_grid())
+
+
+def test_long_also_runs_attacks_that_plant_no_backdoor_over_the_long_horizon(tmp_path):
+    p = tmp_path / "g.toml"
+    p.write_text('datasets = ["mnist"]\npartitions = ["dirichlet:0.3"]\nattacks = ["frame-class", "poisonedfl", '
+                 '"frame-ban"]\nrules = ["hammer-anvil"]\nseeds = [1]\nlong_rules = ["hammer-anvil"]\n'
+                 'long_also = ["frame-class"]\n')
+    g = load_grid_toml(p, default_grid())
+    thirty = {c.attack for c in g.cells() if c.rounds == 30}
+    assert thirty == {"none", "frame-class", "frame-ban"}  # frame-ban is a backdoor; poisonedfl is not listed
+    assert len(set(g.cells())) == len(g.cells())
+    p.write_text('long_also = ["no-such-attack"]\n')
+    with pytest.raises(ConfigError, match="no-such-attack"):
+        validate(load_grid_toml(p, default_grid()))

@@ -74,7 +74,8 @@ def test_summary_math_on_hand_made_cells(tmp_path):
     assert w["worst_drop_seed"] == {"value": pytest.approx(0.06), "attack": "alie", "seed": 2}
     assert w["worst_backdoor"] == {"value": pytest.approx(0.04), "attack": "badnets"}
     assert w["clean_fpr"] == pytest.approx(0.2)
-    assert w["checks"] == {"backdoor": True, "accuracy": False, "clean_fpr": False} and w["goal_met"] is False
+    assert w["checks"] == {"backdoor": True, "accuracy": False, "clean_fpr": False, "class_drop": None}
+    assert w["goal_met"] is False
     f = _worst(s, "fedavg")
     assert f["worst_backdoor"]["value"] == pytest.approx(0.85) and f["goal_met"] is False
     m = _worst(s, "median")
@@ -203,3 +204,25 @@ def test_the_long_horizon_counts_in_the_worst_case_against_clean_fedavg_over_as_
     text = summary_markdown(s, {})
     assert "## digits-iid-logreg, 30 rounds" in text
     assert "| badnets (impact 0.0) | 95.0 [95.0–95.0] | 93.0 [93.0–93.0] | 92.0 [92.0–92.0] |" in text
+
+
+def test_the_class_an_attack_costs_most_is_measured_against_the_same_rule_without_attackers(tmp_path):
+    import json
+
+    _write_hand_cells(tmp_path)
+    # median: class 2 falls from 0.9 to 0.8 under alie (10 points); multi-krum: no class moves more than 3 points
+    classes = {("none", "median"): [0.9, 0.9, 0.9], ("alie", "median"): [0.9, 0.92, 0.8],
+               ("none", "multi-krum"): [0.5, 0.9, 0.9], ("alie", "multi-krum"): [0.47, 0.9, 0.91]}
+    for (attack, rule), acc in classes.items():
+        for seed in (1, 2):
+            path = tmp_path / Cell(SETTING, attack, rule, seed).relpath
+            rec = json.loads(path.read_text())
+            write_atomic(path, rec | {"class_accuracy": acc})
+    s = summarize(GRID, load_records(GRID.cells(), tmp_path))
+    assert _by(s, "alie", "median")["class_drop"]["mean"] == pytest.approx(0.1)
+    m, k = _worst(s, "median"), _worst(s, "multi-krum")
+    assert m["worst_class_drop"] == {"value": pytest.approx(0.1), "attack": "alie"} and m["checks"]["class_drop"] is False
+    assert m["goal_met"] is False
+    # multi-krum's class 0 is 40 points below clean FedAvg's without attackers: a clean cost, not the attack's
+    assert k["worst_class_drop"]["value"] == pytest.approx(0.03) and k["checks"]["class_drop"] is True
+    assert "| median | 10.0 (alie) |" in "\n".join(worst_case_tables(s))

@@ -33,6 +33,9 @@ attackers' copy of that history with every row's pseudonym
   rule, the best λ spends the budget just under its bound.
 * ``sleeper``: honest (its own clean update) for ``wake`` rounds, while it
   averages the payload, then ``saturate-cover``.
+* ``concentration-edge`` (against an energy-concentration test) and
+  ``label-mimic`` (against label-profile peers): ``slow-drift`` over a wide
+  grid of supports, and with the output bias set to the honest median's.
 """
 
 from __future__ import annotations
@@ -274,3 +277,35 @@ class Sleeper(SaturateCover):
         self.round_payload(view, own, H, rng)
         self._choices = {"choice": "asleep", "rounds": self._rounds}
         return self.clean(own, H)
+
+
+@register_attack("concentration-edge")
+class ConcentrationEdge(SlowDrift):
+    r"""``slow-drift`` against an energy-concentration test (``concentration``): the payload spread over a wide
+    grid of supports (1 to 0.03 of its coordinates) on top of each attacker's own clean update, so some
+    candidate's deviation is as spread as an honest one; ``scales`` × ``supports`` rule calls (16)."""
+
+    def __init__(self, target: int = 0, poison_fraction: float = 0.5, scales=(0.25, 0.5, 1.0, 2.0),
+                 supports=(1.0, 0.3, 0.1, 0.03), max_calls: int = 20) -> None:
+        super().__init__(target, poison_fraction, scales, supports, max_calls)
+
+
+@register_attack("label-mimic")
+class LabelMimic(SlowDrift):
+    r"""``slow-drift`` against label-profile peers (``label-groups``): every candidate row's last ``classes``
+    entries (the output bias) are the honest coordinate-wise median's, so the attackers' label profile is
+    the typical client's and their peers are the most common honest rows; the payload rides on the rest."""
+
+    def __init__(self, target: int = 0, poison_fraction: float = 0.5, classes: int = 10,
+                 scales=(1 / 8, 1 / 4, 1 / 2, 1.0, 2.0), supports=(1.0, 0.05), max_calls: int = 20) -> None:
+        super().__init__(target, poison_fraction, scales, supports, max_calls)
+        if isinstance(classes, bool) or not isinstance(classes, int) or classes < 2:
+            raise ConfigError(f"label-mimic classes must be an int >= 2, got {classes!r}")
+        self.classes = classes
+
+    def candidates(self, view, H, own, bbar):
+        med = np.median(H[:, -self.classes:], axis=0)
+        for label, rows in super().candidates(view, H, own, bbar):
+            rows = np.array(rows, dtype=np.float64)
+            rows[:, -self.classes:] = med
+            yield label, rows

@@ -21,7 +21,8 @@ FORMAT = 1
 _NOT_COMPARED = {"data_dir", "out"}
 _ROUND_KEYS = ("round", "accuracy", "attack_success", "tpr", "fpr", "honest_rows", "honest_flagged",
                "malicious_rows", "malicious_flagged", "models_received", "models_accepted", "diverged", "lost",
-               "malicious_share", "honest_weight", "malicious_weight", "attack_choices")
+               "malicious_share", "honest_weight", "malicious_weight", "attack_choices", "malicious_influence",
+               "attack_projection", "honest_downweighted", "honest_zeroed")
 
 
 def _one_thread() -> None:
@@ -49,7 +50,8 @@ def run_cell(settings: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
                       traceback="".join(traceback.format_exception(exc)[-6:]))
     else:
         record.update(status="done", config=data["config"], backdoor=isinstance(sim.attackers.attack, Backdoor),
-                      malicious_clients=data.get("malicious_clients", []), **reduce_metrics(data))
+                      malicious_clients=data.get("malicious_clients", []), **reduce_metrics(data),
+                      class_accuracy=sim.evaluator.per_class(sim.W_g))
     record["wall_seconds"] = time.perf_counter() - wall0
     record["cpu_seconds"] = time.process_time() - cpu0
     return record
@@ -101,8 +103,16 @@ def reduce_metrics(data: dict[str, Any]) -> dict[str, Any]:
     last = rounds[-1] if rounds else {}
     diverged = next((r["round"] for r in rounds if r.get("diverged")), None)
     shares = [r["malicious_share"] for r in rounds if r.get("malicious_share") is not None]
+    infl = [r["malicious_influence"] for r in rounds if r.get("malicious_influence") is not None]
+    proj = [r["attack_projection"] for r in rounds if r.get("attack_projection") is not None]
     return {
         "malicious_share": sum(shares) / len(shares) if shares else None,
+        # the attackers' share of the aggregate after clipping (mean over rounds), the aggregate's summed move
+        # along the attack's direction, and the honest rows down-weighted or zeroed (banned, cut), summed
+        "malicious_influence": sum(infl) / len(infl) if infl else None,
+        "attack_projection": sum(proj) if proj else None,
+        "honest_downweighted": sum(r.get("honest_downweighted") or 0 for r in rounds),
+        "honest_zeroed": sum(r.get("honest_zeroed") or 0 for r in rounds),
         "honest_weight": data.get("honest_weight"),
         "final_accuracy": data.get("final_accuracy", last.get("accuracy")),
         "final_attack_success": data.get("final_attack_success", last.get("attack_success")),

@@ -29,7 +29,8 @@ weight per round may still accumulate once the model converges, which a
 Attacks that spread their push over rounds (``slow-drift``, ``sleeper``)
 may also run over an extended horizon: ``extended_rounds = 60`` with
 ``extended_attacks = ["slow-drift", "sleeper"]`` adds their cells (and the
-clean run's) under the long horizon's rules. ``extra_settings`` adds single
+clean run's) under the long horizon's rules; ``long_also = ["frame-class"]``
+runs attacks that plant no backdoor over the long horizon too. ``extra_settings`` adds single
 settings beside the product of the axes, as ``"fashion-mnist:dirichlet:0.3:lenet5"``
 (dataset, partition, model).
 """
@@ -62,7 +63,7 @@ LONG_ROUNDS = 30
 SKEWED_SIZES = ("dirichlet", "dirichlet-legacy", "natural")
 #: Keys of a grid TOML file.
 _TOML_KEYS = {"datasets", "partitions", "attacks", "rules", "seeds", "models", "base", "plugins", "long_rounds",
-              "long_rules", "extended_rounds", "extended_attacks", "extra_settings"}
+              "long_rules", "extended_rounds", "extended_attacks", "extra_settings", "long_also"}
 
 
 @dataclass(frozen=True, order=True)
@@ -178,6 +179,9 @@ class Grid:
     #: A further horizon (0: none) for the attacks in ``extended_attacks`` (and the clean run), under the long rules.
     extended_rounds: int = 0
     extended_attacks: tuple[str, ...] = ()
+    #: Attacks that are no backdoor but run over the long horizon too (``frame-class``: a class that loses its
+    #: holders' weight loses accuracy slowly).
+    long_also: tuple[str, ...] = ()
 
     @property
     def settings_list(self) -> list[Setting]:
@@ -216,7 +220,7 @@ class Grid:
         """The attacks of the long horizon: the clean run and the backdoors (none when it is off)."""
         if not self.long_rounds:
             return ()
-        return (CLEAN, *(a for a in self.attacks if a != CLEAN and is_backdoor(a)))
+        return (CLEAN, *(a for a in self.attacks if a != CLEAN and (a in self.long_also or is_backdoor(a))))
 
     @property
     def all_long_rules(self) -> tuple[str, ...]:
@@ -411,6 +415,11 @@ def load_grid_toml(path: str | Path, base: Grid) -> Grid:
         if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
             raise ConfigError(f"{p}: extended_attacks must be a list of names")
         over["extended_attacks"] = tuple(v)
+    if "long_also" in spec:
+        v = spec["long_also"]
+        if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise ConfigError(f"{p}: long_also must be a list of attack names")
+        over["long_also"] = tuple(v)
     if "extra_settings" in spec:
         v = spec["extra_settings"]
         if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
@@ -451,6 +460,7 @@ def validate(grid: Grid) -> Grid:
     check_names("model", [*grid.models, *(s.model for s in grid.extra)], model_names())
     check_names("attack", grid.attacks, registered_attacks())
     check_names("extended attack", grid.extended_attacks, registered_attacks())
+    check_names("long attack", grid.long_also, registered_attacks())
     _, refused = usable_rules(grid.rules)
     if refused:
         raise ConfigError(f"unknown rule(s) {', '.join(refused)}; registered: {', '.join(registered_rules())}")

@@ -108,6 +108,10 @@ def worst_case_tables(summary: dict) -> list[str]:
     def fpr(w):
         return _MISSING if w["clean_fpr"] is None else f"{w['clean_fpr']:.3f}"
 
+    def class_drop(w):
+        d = w.get("worst_class_drop")
+        return _MISSING if d is None else f"{_pts(d['value'])} ({d['attack']})"
+
     def goal(w):
         if w["goal_met"] is True:
             return "met"
@@ -122,8 +126,12 @@ def worst_case_tables(summary: dict) -> list[str]:
         "Worst single-seed accuracy drop (points):", "", *table(seed), "",
         "Worst backdoor success over the backdoor attacks (%, mean over seeds):", "", *table(backdoor), "",
         "Clean FPR (honest rows flagged in the clean run, pooled over rounds, mean over seeds):", "", *table(fpr), "",
+        "Worst class-accuracy drop to an attack (points against the same rule without attackers, the class that "
+        "lost most, mean over seeds):", "",
+        *table(class_drop), "",
         f"Goal (worst backdoor success ≤ {100 * g['backdoor_max']:.0f} %, worst drop ≤ {g['drop_max_points']:g} points, "
-        f"clean FPR ≤ {g['clean_fpr_max']:.2f}):", "", *table(goal, mark=False),
+        f"clean FPR ≤ {g['clean_fpr_max']:.2f}, no class losing more than "
+        f"{g.get('class_drop_max_points', 5.0):g} points):", "", *table(goal, mark=False),
     ]
     if any(w["cells_not_done"] for w in wc.values()):
         lines += ["", "\\* over the cells done so far: some cells of that rule and setting are not done."]
@@ -147,15 +155,17 @@ def setting_tables(summary: dict, setting: str, rounds: int | None = None) -> li
         out += ["", "Backdoor success (%, triggered non-target test inputs classified as the target, final round):", ""]
         out += _table(["attack", *rules], [[a, *(_entry(idx.get((setting, a, r)), "attack_success") for r in rules)]
                                            for a in bd])
-    out += ["", "TPR / FPR / share (flagged malicious / honest rows, pooled over rounds; the attackers' share of "
-            "the aggregate's weight, mean over rounds; means over seeds; clean run: FPR):", ""]
+    out += ["", "TPR / FPR / influence (flagged malicious / honest rows, pooled over rounds; the attackers' share "
+            "of the aggregate after clipping, what their rows put in, mean over rounds; means over seeds; clean run: "
+            "FPR):", ""]
 
     def rates(c):
         if c is None or not c["seeds_done"]:
             return _entry(c, "fpr")
         tpr = "–" if c["tpr"] is None else f"{c['tpr']['mean']:.2f}"
         fpr = "–" if c["fpr"] is None else f"{c['fpr']['mean']:.2f}"
-        share = "" if not c.get("share") else f" / {c['share']['mean']:.2f}"
+        share = c.get("influence") or c.get("share")
+        share = "" if not share else f" / {share['mean']:.2f}"
         return f"{tpr} / {fpr}{share}"
 
     out += _table(["attack", *rules], [[a, *(rates(idx.get((setting, a, r))) for r in rules)] for a in attacks])

@@ -33,6 +33,9 @@ HARMLESS_POINTS = 1.0
 GOAL_BACKDOOR = 0.05
 GOAL_DROP_POINTS = 2.0
 GOAL_CLEAN_FPR = 0.10
+#: No class may lose more than this many points of accuracy to any attack (against the same rule without
+#: attackers): framing aimed at one class's holders shows there, not in the overall accuracy.
+GOAL_CLASS_POINTS = 5.0
 
 
 def load_records(cells: Iterable[Cell], out: Path, expected: Mapping[Cell, dict] | None = None
@@ -74,11 +77,22 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
         rec = by_group.get((setting, rounds, attack, rule), {}).get(seed)
         return rec["final_accuracy"] if _done(rec) and rec.get("final_accuracy") is not None else None
 
+    def per_class(setting: str, rounds: int | None, attack: str, rule: str, seed: int) -> list | None:
+        rec = by_group.get((setting, rounds, attack, rule), {}).get(seed)
+        return rec.get("class_accuracy") if _done(rec) else None
+
     rows = []
     for (setting, rounds, attack, rule), seeds in by_group.items():
         done = {s: r for s, r in seeds.items() if _done(r)}
-        drops, impacts = {}, {}
+        drops, impacts, class_drops = {}, {}, {}
         for s in seeds:
+            # What the attack costs a class: against the same rule without attackers (a rule's own clean cost
+            # shows in the overall drop against clean FedAvg; per class, 10 rounds of two rules differ widely).
+            base_c, mine_c = per_class(setting, rounds, CLEAN, rule, s), per_class(setting, rounds, attack, rule, s)
+            if attack != CLEAN and base_c and mine_c and len(base_c) == len(mine_c):
+                gaps = [b - m for b, m in zip(base_c, mine_c) if b is not None and m is not None]
+                if gaps:
+                    class_drops[s] = max(gaps)
             base = acc(setting, rounds, CLEAN, REFERENCE_RULE, s)
             mine, ref = acc(setting, rounds, attack, rule, s), acc(setting, rounds, attack, REFERENCE_RULE, s)
             if base is not None and mine is not None:
@@ -103,6 +117,11 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
             "tpr": stats(r.get("tpr") for r in done.values()),
             "fpr": stats(r.get("fpr") for r in done.values()),
             "share": stats(r.get("malicious_share") for r in done.values()),
+            "influence": stats(r.get("malicious_influence") for r in done.values()),
+            "projection": stats(r.get("attack_projection") for r in done.values()),
+            "honest_downweighted": stats(r.get("honest_downweighted") for r in done.values()),
+            "honest_zeroed": stats(r.get("honest_zeroed") for r in done.values()),
+            "class_drop": stats(class_drops.values()),
             "drop": stats(drops.values()), "drop_by_seed": {str(s): d for s, d in sorted(drops.items())},
             "impact": imp, "harmless": harmless,
             "diverged": sum(r.get("diverged_at") is not None for r in done.values()),
@@ -132,7 +151,7 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
         "cells": rows,
         "worst_case": worst,
         "goal": {"backdoor_max": GOAL_BACKDOOR, "drop_max_points": GOAL_DROP_POINTS, "clean_fpr_max": GOAL_CLEAN_FPR,
-                 "harmless_points": HARMLESS_POINTS},
+                 "harmless_points": HARMLESS_POINTS, "class_drop_max_points": GOAL_CLASS_POINTS},
     }
 
 
@@ -192,6 +211,7 @@ def worst_case(rows: list[dict], setting: str, rule: str) -> dict[str, Any]:
     seed = _argmax([(d, (attack_label(r), int(s))) for r in mine for s, d in r["drop_by_seed"].items()])
     bd = _argmax([(r["attack_success"]["mean"], attack_label(r)) for r in mine
                   if r["backdoor"] and r["attack_success"]])
+    cls = _argmax([(r["class_drop"]["mean"], attack_label(r)) for r in mine if r.get("class_drop")])
     # The clean run's FPR at either horizon, the larger one.
     fprs = [r["fpr"]["mean"] for r in mine if r["attack"] == CLEAN and r["fpr"]]
     fpr = max(fprs) if fprs else None
@@ -201,10 +221,12 @@ def worst_case(rows: list[dict], setting: str, rule: str) -> dict[str, Any]:
         "backdoor": None if bd is None and incomplete else (bd is None or bd[0] <= GOAL_BACKDOOR),
         "accuracy": None if drop is None else 100 * drop[0] <= GOAL_DROP_POINTS,
         "clean_fpr": None if fpr is None else fpr <= GOAL_CLEAN_FPR,
+        "class_drop": None if cls is None else 100 * cls[0] <= GOAL_CLASS_POINTS,
     }
     if any(v is False for v in checks.values()):
         met: bool | None = False
-    elif incomplete or any(v is None for v in checks.values()):
+    elif incomplete or any(v is None for k, v in checks.items() if k != "class_drop"):
+        # cells stored before per-class accuracy was recorded leave the class check unknown, not open
         met = None
     else:
         met = True
@@ -213,5 +235,6 @@ def worst_case(rows: list[dict], setting: str, rule: str) -> dict[str, Any]:
         "worst_drop": None if drop is None else {"value": drop[0], "attack": drop[1]},
         "worst_drop_seed": None if seed is None else {"value": seed[0], "attack": seed[1][0], "seed": seed[1][1]},
         "worst_backdoor": None if bd is None else {"value": bd[0], "attack": bd[1]},
+        "worst_class_drop": None if cls is None else {"value": cls[0], "attack": cls[1]},
         "clean_fpr": fpr, "cells_not_done": incomplete, "checks": checks, "goal_met": met,
     }

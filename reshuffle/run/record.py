@@ -45,6 +45,13 @@ class RoundRecord:
     #: The attackers' share of the aggregate's weight: the Decision weights of the malicious rows over
     #: all rows' (None without attackers or when the round was skipped).
     malicious_share: float | None = None
+    #: The attackers' influence on the aggregate after clipping (:func:`reshuffle.server.aggregate.influence`):
+    #: their share of what the rows put in, the aggregate's move along the attack's direction (in median honest
+    #: norms), honest rows down-weighted and zeroed (None where the round was skipped or had no such rows).
+    malicious_influence: float | None = None
+    attack_projection: float | None = None
+    honest_downweighted: int | None = None
+    honest_zeroed: int | None = None
     #: What a rule-aware attack chose this round (its ``choices()``), or None.
     attack_choices: dict | None = None
     #: Why the global model was left unchanged this round (too few models delivered, or the rule

@@ -116,6 +116,11 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+#: Per-round influence columns of metrics.csv, after the others (:func:`reshuffle.server.aggregate.influence`).
+INFLUENCE_COLUMNS = ("malicious_share", "malicious_influence", "attack_projection", "honest_downweighted",
+                     "honest_zeroed")
+
+
 def write_metrics(out_dir: str | Path, data: dict[str, Any]) -> None:
     """Write metrics.json and metrics.csv atomically (called after every round)."""
     out = Path(out_dir)
@@ -130,12 +135,14 @@ def write_metrics(out_dir: str | Path, data: dict[str, Any]) -> None:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["round", "accuracy", "attack_success", "tpr", "fpr", "models_received", "models_accepted", "skipped"]
-               + list(HEADLINE_COLUMNS) + [f"seconds_{p}" for p in phases] + [f"bytes_{b}" for b in byte_keys])
+               + list(HEADLINE_COLUMNS) + [f"seconds_{p}" for p in phases] + [f"bytes_{b}" for b in byte_keys]
+               + list(INFLUENCE_COLUMNS))
     for r in rounds:
         w.writerow([r["round"], _blank(r["accuracy"]), _blank(r["attack_success"]), _blank(r["tpr"]),
                     _blank(r["fpr"]), r["models_received"], r["models_accepted"], _blank(r.get("skipped"))]
                    + [_blank(v) for v in headline_values(r)]
-                   + [r["seconds"].get(p, 0.0) for p in phases] + [r["bytes"].get(b, 0) for b in byte_keys])
+                   + [r["seconds"].get(p, 0.0) for p in phases] + [r["bytes"].get(b, 0) for b in byte_keys]
+                   + [_blank(r.get(k)) for k in INFLUENCE_COLUMNS])
     _atomic_write(out / "metrics.csv", buf.getvalue())
 
 
@@ -192,7 +199,8 @@ def detection_series(rounds: list[dict]) -> list[tuple[str, list]]:
     flagging them (``default``) shows its effect there alone."""
     out = []
     for key, label in (("tpr", "TPR (malicious flagged)"), ("fpr", "FPR (honest flagged)"),
-                       ("malicious_share", "attackers' share of the weight")):
+                       ("malicious_share", "attackers' share of the weight"),
+                       ("malicious_influence", "attackers' share of the aggregate")):
         values = [r.get(key) for r in rounds]
         if any(v is not None for v in values):
             out.append((label, values))

@@ -36,7 +36,7 @@ from reshuffle.server.optimizers import ServerOptimizer
 from reshuffle.server.rules import Decision, Rule
 from reshuffle.server.rules.base import decide_in_context, pack_json, unpack_json
 
-__all__ = ["FLStep", "StepResult", "canonical_order", "row_counts"]
+__all__ = ["FLStep", "StepResult", "canonical_order", "influence", "row_counts"]
 
 #: Prefix of the rule's arrays in :meth:`FLStep.state` (the optimiser's names never start with it).
 RULE = "rule."
@@ -49,12 +49,59 @@ def canonical_order(models: Sequence[np.ndarray]) -> list[int]:
     return sorted(range(len(models)), key=lambda i: hashlib.sha256(models[i].tobytes()).digest())
 
 
-def row_counts(decision: Decision | None, malicious: Sequence[bool | None]) -> dict:
+#: Below this share of the median honest row's weight, an honest row counts as down-weighted.
+DOWNWEIGHTED = 0.6
+
+
+def influence(decision: Decision, U: np.ndarray, m_rows: list[int], h_rows: list[int]) -> dict:
+    r"""How much of the aggregate the attackers' rows made, after clipping: not their share of the weight.
+
+    A rule's weight for a row already folds in its clipping factor, so a row sent
+    at 64 times the median norm shows a weight of 1/64 although it contributes a
+    full clipped row. Here row i contributes :math:`w_i u_i` (weight times row):
+
+    * ``malicious_influence``: :math:`\sum_{mal} w_i\lVert u_i\rVert / \sum_i w_i\lVert u_i\rVert`,
+      the attackers' share of what the rows put into the aggregate;
+    * ``attack_projection``: :math:`(a - \bar h)\cdot\hat d / s`, how far the
+      aggregate a moved from the honest rows' weighted mean :math:`\bar h` along
+      the attack's direction :math:`\hat d` (the unit difference of the
+      attackers' and the honest rows' means), in median honest norms s;
+    * ``honest_downweighted`` / ``honest_zeroed``: honest rows weighted below
+      :data:`DOWNWEIGHTED` times the median honest weight / at 0 (banned, cut).
+
+    >>> import numpy as np
+    >>> U = np.array([[1.0, 0.0], [1.0, 0.2], [64.0, 0.0]])
+    >>> d = Decision(np.array([4 / 3, 0.1]), (0, 1, 2), np.array([1.0, 1.0, 1 / 64]))
+    >>> round(influence(d, U, [2], [0, 1])["malicious_influence"], 3)   # weight share 0.008; a full row of three
+    0.331
+    """
+    w = np.asarray(decision.weights, dtype=np.float64)
+    mass = w * np.linalg.norm(U, axis=1)
+    total = float(mass.sum())
+    out: dict = {"malicious_influence": float(mass[m_rows].sum()) / total if m_rows and total > 0 else None,
+                 "attack_projection": None, "honest_downweighted": None, "honest_zeroed": None}
+    if h_rows:
+        hw = w[h_rows]
+        med = float(np.median(hw))
+        out["honest_downweighted"] = int((hw < DOWNWEIGHTED * med).sum()) if med > 0 else len(h_rows)
+        out["honest_zeroed"] = int((hw <= 0).sum())
+    if m_rows and h_rows:
+        H = U[h_rows]
+        hbar = (hw @ H) / hw.sum() if hw.sum() > 0 else H.mean(axis=0)
+        direction = U[m_rows].mean(axis=0) - H.mean(axis=0)
+        dn, s = float(np.linalg.norm(direction)), float(np.median(np.linalg.norm(H, axis=1)))
+        if dn > 0 and s > 0:
+            out["attack_projection"] = float((np.asarray(decision.aggregate) - hbar) @ direction) / dn / s
+    return out
+
+
+def row_counts(decision: Decision | None, malicious: Sequence[bool | None], U: np.ndarray | None = None) -> dict:
     """Rows delivered and flagged (not accepted), honest and malicious, per row of ``decision``.
 
     ``malicious[r]`` labels row r (None: unknown, not counted). With the decision's
     weights, also the mean weight of each kind of row (how much of it reached the
-    aggregate) and the malicious rows' share of all the weight. Without a decision
+    aggregate) and the malicious rows' share of all the weight; with the rows ``U``
+    too, the attackers' :func:`influence` on the aggregate. Without a decision
     (the round was skipped) nothing is counted.
     """
     if decision is None:
@@ -69,9 +116,12 @@ def row_counts(decision: Decision | None, malicious: Sequence[bool | None]) -> d
     # The attackers' share of the weight that reaches the aggregate (for weighted rules, what TPR misses).
     total = float(decision.weights.sum()) if decision is not None else 0.0
     share = float(decision.weights[m_rows].sum()) / total if m_rows and total > 0 else None
-    return {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
-            "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows),
-            "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows), "malicious_share": share}
+    out = {"malicious_rows": len(m_rows), "malicious_flagged": sum(r not in accepted for r in m_rows),
+           "honest_rows": len(h_rows), "honest_flagged": sum(r not in accepted for r in h_rows),
+           "honest_weight": mean_weight(h_rows), "malicious_weight": mean_weight(m_rows), "malicious_share": share}
+    if decision is not None and U is not None:
+        out.update(influence(decision, U, m_rows, h_rows))
+    return out
 
 
 @dataclass(frozen=True)
@@ -159,7 +209,7 @@ class FLStep:
                 new[stats] = (W_g[stats] + decision.aggregate[stats]).astype(np.float32)
         if self.model_step is not None:
             new = self.model_step(new, round)
-        return StepResult(new, tuple(order), decision, None, row_counts(decision, labels))
+        return StepResult(new, tuple(order), decision, None, row_counts(decision, labels, U))
 
     def state(self) -> dict[str, np.ndarray]:
         """What the next step depends on beyond its configuration: the optimiser's arrays, and the rule's

@@ -51,6 +51,17 @@ class Evaluator:
         preds = [self.predict(W_g, x, local) for local in self.evaluators()]
         return Evaluation.of(W_g, preds, y, self._success(W_g, x, y), diverged)
 
+    def per_class(self, W_g: np.ndarray) -> list[float | None]:
+        """W_g's accuracy on each class of the whole test set (the mean over the evaluators; None for a class
+        with no test sample): framing that costs one class shows here, not in the overall accuracy."""
+        x, y = self.test_set(last=True)
+        preds = [self.predict(W_g, x, local) for local in self.evaluators()]
+        out: list[float | None] = []
+        for c in range(self.training.data.num_classes):
+            mine = y == c
+            out.append(float(np.mean([np.mean(p[mine] == c) for p in preds])) if mine.any() else None)
+        return out
+
     def _success(self, W_g: np.ndarray, x: np.ndarray, y: np.ndarray) -> float | None:
         """The attack's success score on W_g (None without attackers); the mean over the clients' own
         BatchNorm entries under local BatchNorm."""

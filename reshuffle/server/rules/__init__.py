@@ -37,7 +37,8 @@ from reshuffle.server.rules.signguard import SignGuard, SignOutliers
 from reshuffle.server.rules.pre import NNM, Bucketing, Clip
 from reshuffle.server.rules.history import FLDetector, FoolsGold, History, HistoryRule, InfluenceBudget, Kinship
 from reshuffle.server.rules.inspect import AlignIns, FreqFed
-from reshuffle.server.rules.hammer import HammerAnvil
+from reshuffle.server.rules.hammer import HammerAnvil, HammerSignals
+from reshuffle.server.rules.signals import Concentration, LabelGroups, Persistence
 
 #: The built-in rule names (plugins add to :func:`rule_names`, not to this tuple).
 RULES = tuple(rule_names())
@@ -46,7 +47,7 @@ PRES = tuple(pre_names())
 
 __all__ = [
     "AlignIns", "AllOf", "Bucketing", "Composite", "decide_in_context", "FLDetector", "FoolsGold", "FreqFed",
-    "HammerAnvil", "History", "HistoryRule", "InfluenceBudget", "Kinship", "Bulyan", "CenteredClipping", "Chain", "ClipTrim", "ConeClip", "DEFAULT_RULE", "Default",
+    "Concentration", "HammerAnvil", "HammerSignals", "History", "LabelGroups", "Persistence", "HistoryRule", "InfluenceBudget", "Kinship", "Bulyan", "CenteredClipping", "Chain", "ClipTrim", "ConeClip", "DEFAULT_RULE", "Default",
     "check_pre_names", "check_rule_name", "check_updates", "Clip", "clip_factors", "cosine_to", "CosineFilter",
     "Decision", "DnC", "FedAvg", "FLAME", "FLTrust", "GeometricMedian", "JOIN", "Krum", "krum_scores", "make_pre",
     "make_rule", "Median", "Mixed", "MultiKrum", "NNM", "NormBound", "pairwise_sq_distances", "Pipeline",

@@ -34,53 +34,73 @@ from reshuffle.server.rules.coordinate import trim_columns
 from reshuffle.server.rules.registry import make_rule, register_rule
 
 #: The hammer's defaults: kinship (FoolsGold's histories of deviations from the round's median, remembered over
-#: about 10 rounds, judged by each one's closest kin); a pseudonym removed in 3 consecutive rounds is banned
-#: for its epoch.
-HAMMER = ("kinship", {"ban_after": 3})
-#: Which removed rows the anvil stops expecting among the f attackers.
-CREDITS = ("banned", "removed")
+#: about 10 rounds, alike histories sharing one row's weight) and no bans: a ban or a cut aimed at an honest
+#: pseudonym (an attacker copies its rows) would take all its weight, while sharing takes half.
+HAMMER = ("kinship", {})
+
+
+def weighted_trim(V: np.ndarray, alpha: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""Per coordinate, drop the t smallest and t largest values of *all* rows, then the α-weighted mean of the rest.
+
+    The trimmed count is t whatever the weights: a row of weight 0 still holds its
+    place in each coordinate's order, so weights (which attackers may shape) never
+    lower the trimming. Returns (aggregate, the (n, d) kept mask); a coordinate whose
+    kept rows all weigh 0 aggregates to 0. With every α = 1 this is :func:`trim_columns`.
+
+    >>> import numpy as np
+    >>> V = np.array([[0.0], [1.0], [2.0], [3.0], [100.0]])
+    >>> weighted_trim(V, np.array([1.0, 0.0, 1.0, 1.0, 0.0]), 1)[0].tolist()   # rows 1..3 kept, row 1 weighs 0
+    [2.5]
+    """
+    _, kept = trim_columns(V, t)
+    w = kept * alpha[:, None]
+    den = w.sum(axis=0)
+    agg = np.divide((w * V).sum(axis=0), den, out=np.zeros(V.shape[1]), where=den > 0)
+    return agg, kept
 
 
 @register_rule("hammer-anvil")
 class HammerAnvil(Composite):
-    r"""A pseudonymous hammer that removes, then clip-trim (the anvil) on what is left, trimming what it did not remove.
+    r"""A pseudonymous hammer that weighs, then clip-trim (the anvil) on every row, always trimming f.
 
-    1. The hammer (``hammer``, a pseudonymous rule; by default ``kinship``
-       with ``ban_after = 3``, options in ``hammer_options``) gives each row a weight :math:`\alpha_i` and a set of
-       accepted rows; optionally a per-round filter (``filter``, e.g.
-       ``alignins`` or ``freqfed``) must accept a row too. R: the rows removed.
-    2. The anvil, on the kept rows K: each clipped to S, the median norm of K,
-       and scaled by its hammer weight, :math:`v_i = \alpha_i u_i \min(1, S/\lVert u_i\rVert)`;
-       then the coordinate-wise trimmed mean of the :math:`v_i` with
-       :math:`t = \max(0, f - |B|)` trimmed at each end (fewer if |K| ≤ 2t),
-       B the rows of pseudonyms the hammer has banned for the epoch
-       (``credit = "banned"``, the default: a pseudonym removed round after
-       round is an attacker the anvil no longer expects, while a row removed
-       once may be an honest one, and trimming stays as it was) or every
-       removed row (``credit = "removed"``). Honest rows, among them those who
-       alone hold a class, are trimmed only as far as attackers may remain.
+    1. The hammer (``hammer``, a pseudonymous rule; by default ``kinship``,
+       whose alike histories share one row's weight, options in
+       ``hammer_options``) gives each row a weight :math:`\alpha_i` and a set
+       of accepted rows; optionally a per-round filter (``filter``, e.g.
+       ``alignins`` or ``freqfed``) must accept a row too (α = 0 otherwise);
+       each rule in ``signals`` (``concentration``, ``label-groups``,
+       ``persistence``: :mod:`reshuffle.server.rules.signals`; options in
+       ``signal_options``, one table each) multiplies α by its weights.
+    2. The anvil, on all n rows: each clipped to S, the median norm of all
+       rows, :math:`v_i = u_i \min(1, S/\lVert u_i\rVert)`; per coordinate the
+       t = min(f, ⌊(n − 1)/2⌋) smallest and largest values are dropped and the
+       rest averaged with weights α (:func:`weighted_trim`).
+
+    The hammer takes weight from the rows it judges and nothing else: neither
+    its flags, nor its bans (``ban_after`` in ``hammer_options``), nor its
+    history change S or t, which depend on the delivered rows alone. A rule
+    that trimmed fewer rows once it had banned some could be switched off by
+    attackers who get honest pseudonyms banned alongside their own (by copying
+    their rows), and then push at full clipped norm.
 
     Weights: :math:`\alpha_i` times the clipping factor times the share of
-    coordinates kept; 0 for removed rows. Accepted: K. The hammer's history
-    is this rule's state.
+    coordinates kept. Accepted: the hammer's (and the filter's). The hammer's
+    history is this rule's state.
 
     >>> import numpy as np
     >>> U = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
-    >>> r = HammerAnvil(f=2, hammer_options={"center": "none", "decay": 1.0}, credit="removed")
-    >>> d = r.decide(U, pseudonyms=["a", "b", "c", "d", "e"], round=1)   # c and d alike: removed, t = 0
-    >>> d.accepted, d.aggregate.round(3).tolist()
-    ((0, 1, 4), [0.569, 0.569, 0.0])
+    >>> r = HammerAnvil(f=1, hammer_options={"center": "none", "decay": 1.0})
+    >>> d = r.decide(U, pseudonyms=["a", "b", "c", "d", "e"], round=1)   # c and d alike: half a weight each
+    >>> d.weights.round(3).tolist(), d.aggregate.round(3).tolist()
+    ([0.0, 0.333, 0.5, 0.333, 0.707], [0.354, 0.354, 0.2])
     """
 
     f_param = "f"
 
     def __init__(self, f: int = 0, hammer: str = HAMMER[0], hammer_options: dict | None = None,
-                 filter: str | None = None, filter_options: dict | None = None, credit: str = "banned",
-                 seed: int | None = None) -> None:
+                 filter: str | None = None, filter_options: dict | None = None, signals=(),
+                 signal_options: dict | None = None, seed: int | None = None) -> None:
         self.f = check_f(f)
-        if credit not in CREDITS:
-            raise ConfigError(f"hammer-anvil credit must be one of {', '.join(CREDITS)}, got {credit!r}")
-        self.credit = credit
         opts = {**HAMMER[1], **(hammer_options or {})} if hammer == HAMMER[0] else dict(hammer_options or {})
         self.hammer = make_rule(hammer, f, seed=seed, **opts)
         if "pseudonyms" not in self.hammer.context:
@@ -88,7 +108,10 @@ class HammerAnvil(Composite):
         self.filter = None if filter is None else make_rule(filter, f, seed=seed, **(filter_options or {}))
         if self.filter is not None and not self.filter.detects:
             raise ConfigError(f"hammer-anvil's filter must remove rows; {filter!r} accepts every row")
-        self._set_parts([self.hammer] + ([self.filter] if self.filter is not None else []))
+        if isinstance(signals, str) or not all(isinstance(x, str) for x in signals):
+            raise ConfigError(f"hammer-anvil signals must be a list of rule names, got {signals!r}")
+        self.signals = [make_rule(x, f, seed=seed, **dict((signal_options or {}).get(x, {}))) for x in signals]
+        self._set_parts([self.hammer] + ([self.filter] if self.filter is not None else []) + self.signals)
 
     def min_rows(self) -> int:
         return 1
@@ -96,30 +119,32 @@ class HammerAnvil(Composite):
     def decide(self, updates: np.ndarray, *, round: int = 0, **context: Any) -> Decision:
         check_round(round)
         U = check_updates(updates)
-        n = len(U)
+        n = U.shape[0]
         check_pseudonyms(context.get("pseudonyms"), n, self.name)
         hd = decide_in_context(self.hammer, U, round, **context)
         keep = np.zeros(n, dtype=bool)
         keep[list(hd.accepted)] = True
+        alpha = np.clip(np.asarray(hd.weights, dtype=np.float64), 0.0, 1.0)
         if self.filter is not None:
             ok = np.zeros(n, dtype=bool)
             ok[list(decide_in_context(self.filter, U, round, **context).accepted)] = True
             keep &= ok
-        K = np.flatnonzero(keep)
-        w = np.zeros(n)
-        if K.size == 0:
-            return Decision(np.zeros(U.shape[1]), (), w)
-        if self.credit == "removed":
-            credited = n - K.size
-        else:
-            # Rows the hammer gave weight 0 without judging them: their pseudonyms are banned (or sent twice).
-            labels = check_pseudonyms(context.get("pseudonyms"), n, self.name)
-            banned = set(getattr(self.hammer, "banned", lambda T: ())(round))
-            credited = sum(lab in banned for lab in labels)
-        t = max(0, self.f - credited)
-        t = min(t, (K.size - 1) // 2)
-        norms = np.linalg.norm(U[K], axis=1)
-        k = clip_factors(norms, float(np.median(norms))) * hd.weights[K]
-        agg, kept = trim_columns(U[K] * k[:, None], t)
-        w[K] = np.clip(k * kept.mean(axis=1), 0.0, 1.0)
-        return Decision(agg, tuple(K.tolist()), w)
+            alpha = np.where(ok, alpha, 0.0)
+        for sig in self.signals:  # each only takes weight: the weights multiply
+            alpha = alpha * np.clip(np.asarray(decide_in_context(sig, U, round, **context).weights), 0.0, 1.0)
+        t = min(self.f, (n - 1) // 2)
+        norms = np.linalg.norm(U, axis=1)
+        k = clip_factors(norms, float(np.median(norms)))
+        agg, kept = weighted_trim(U * k[:, None], alpha, t)
+        w = np.clip(alpha * k * kept.mean(axis=1), 0.0, 1.0)
+        return Decision(agg, tuple(np.flatnonzero(keep).tolist()), w)
+
+
+@register_rule("hammer-signals")
+class HammerSignals(HammerAnvil):
+    """``hammer-anvil`` whose weights also take the per-round signals ``concentration`` and ``label-groups`` and
+    the ``persistence`` history (each a factor in [0, 1]; the trimmed count stays f)."""
+
+    def __init__(self, f: int = 0, signals=("concentration", "label-groups", "persistence"),
+                 signal_options: dict | None = None, hammer_options: dict | None = None, seed: int | None = None) -> None:
+        super().__init__(f, hammer_options=hammer_options, signals=signals, signal_options=signal_options, seed=seed)

@@ -342,6 +342,38 @@ def kinship_weights(cos: np.ndarray, floor: float = 0.5, kappa: float = 3.0) -> 
     return np.clip((1.0 - v) / (1.0 - tau), 0.0, 1.0)
 
 
+def shared_kin_weights(cos: np.ndarray, floor: float = 0.5, kappa: float = 3.0) -> np.ndarray:
+    r"""Weights by which alike rows share one row's weight: a copy and its original get 1/2 each, not 0.
+
+    With τ as in :func:`kinship_weights` and kin strengths
+    :math:`k_{ij} = \mathrm{clip}((cs_{ij} - \tau)/(1 - \tau), 0, 1)` (1 for a copy),
+    :math:`\alpha_i = 1 / (1 + \sum_{j \ne i} k_{ij})`. A group of k copies weighs
+    one row in all, whoever made them: an attacker who copies an honest row
+    takes half its weight, never all of it, and what the pair carries (the
+    honest row) still reaches the aggregate in full; colluders who push one
+    payload weigh as one attacker.
+
+    >>> import numpy as np
+    >>> cos = np.array([[1, .2, .1, .1, .3], [.2, 1, .3, .2, .1], [.1, .3, 1, .1, .2], [.1, .2, .1, 1, 1.0],
+    ...                 [.3, .1, .2, 1.0, 1]])
+    >>> shared_kin_weights(cos).round(3).tolist()   # τ = 0.5: the two copies share one weight
+    [1.0, 1.0, 1.0, 0.5, 0.5]
+    """
+    n = cos.shape[0]
+    if n == 1:
+        return np.ones(1)
+    cs, v = _closest_kin(cos)
+    med = float(np.median(v))
+    tau = min(0.999, max(floor, med + kappa * 1.4826 * float(np.median(np.abs(v - med)))))
+    kin = np.clip((cs - tau) / (1.0 - tau), 0.0, 1.0)
+    return 1.0 / (1.0 + kin.sum(axis=1))
+
+
+#: How kinship weighs alike histories: ``share`` (a group of alike rows weighs one row) or ``cut`` (each
+#: alike row falls to 0, the original with its copy).
+KIN_MODES = ("share", "cut")
+
+
 @register_rule("kinship")
 class Kinship(FoolsGold):
     r"""Colluders' histories agree: FoolsGold's per-pseudonym histories, judged by each one's closest kin.
@@ -354,23 +386,35 @@ class Kinship(FoolsGold):
     an outlier test on the closest-kin similarity :math:`v_i` (:func:`kinship_weights`:
     floor ``floor``, 0.5; κ = ``kappa``, 3), so honest histories keep weight 1
     and colluders who push one payload, whose histories converge, lose it.
+    With ``mode = "cut"`` the weights are :func:`kinship_weights` (a copy and
+    its original both fall to 0: attackers who copy honest rows aim the cut at
+    them); with ``mode = "share"`` (the default) :func:`shared_kin_weights`
+    (alike rows share one row's weight, so a copy takes half its original's
+    weight and what the two carry still counts once in full).
     Aggregate :math:`\sum_i \alpha_i u_i / \sum_i \alpha_i`; accepted: α ≥ ``accept``.
 
     >>> import numpy as np
     >>> U = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0],
     ...               [0.0, 0.0, 0.0, 1.0]])
-    >>> Kinship(center="none").decide(U, pseudonyms=list("abcde"), round=1).accepted
+    >>> Kinship(center="none", mode="cut").decide(U, pseudonyms=list("abcde"), round=1).accepted
     (0, 1, 2)
+    >>> Kinship(center="none").decide(U, pseudonyms=list("abcde"), round=1).weights.tolist()
+    [1.0, 1.0, 1.0, 0.5, 0.5]
     """
 
     def __init__(self, center: str = "median", decay: float = 0.9, floor: float = 0.5, kappa: float = 3.0,
-                 accept: float = 0.5, epoch: int = 0, ban_after: int = 0) -> None:
+                 accept: float = 0.5, epoch: int = 0, ban_after: int = 0, mode: str = "share") -> None:
         super().__init__(center, decay, accept, epoch, ban_after)
         self.floor = check_share(floor, "kinship floor")
         self.kappa = check_positive(kappa, "kinship kappa")
+        if mode not in KIN_MODES:
+            raise ConfigError(f"kinship mode must be one of {', '.join(KIN_MODES)}, got {mode!r}")
+        self.mode = mode
 
     def similarity_weights(self, cos: np.ndarray) -> np.ndarray:
-        return kinship_weights(cos, self.floor, self.kappa)
+        if self.mode == "cut":
+            return kinship_weights(cos, self.floor, self.kappa)
+        return shared_kin_weights(cos, self.floor, self.kappa)
 
 
 def solve_shrink(A: np.ndarray, x: np.ndarray, bound: np.ndarray) -> np.ndarray:
