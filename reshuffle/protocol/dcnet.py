@@ -349,7 +349,7 @@ class DCServer:
         self._h = b""
         self._got: dict[int, object] = {}
         self.timings = {"ps_sum_s": 0.0, "ps_unmask_s": 0.0, "ps_sum_cpu_s": 0.0, "ps_unmask_cpu_s": 0.0}
-        self._held: Outbox = []
+        self.silent: list[int] = []  # the members whose silence ended the group's round
 
     # -- the driver contract -- #
     @property
@@ -396,8 +396,9 @@ class DCServer:
         got, self._got = self._got, {}
         missing = sorted(set(self._roster) - set(got))
         if missing and self.phase is not DCPhase.BLAME:
-            self.phase = DCPhase.DONE
-            raise BelowThreshold(f"member(s) {missing} sent nothing at step {STEPS[self.phase].name}: the group "
+            step, self.phase = STEPS[self.phase].name, DCPhase.DONE
+            self.silent = missing
+            raise BelowThreshold(f"member(s) {missing} sent nothing at step {step}: the group "
                                  "delivers nothing this round (its masks cancel only in the full sum)")
         return getattr(self, STEPS[self.phase].closer)(got)
 

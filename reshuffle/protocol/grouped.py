@@ -479,12 +479,13 @@ class GroupedParticipant:
         # --- DC-net round (protocol/dcnet.py): a stable group's round, run by its own state machine ---
         self._cert, self._gh = cert, global_hash
         self.dc: DCParticipant | None = None
+        self.dc_class: type[DCParticipant] = DCParticipant  # a deviating member's or a game's subclass
 
     def _dc_handle(self, data: bytes) -> list[bytes]:
         if self.dc is None:
             inner = self.inner
             held = inner.state.nym if inner.state.nym_held else None
-            self.dc = DCParticipant(self.pid, self.T, self._sk, self._cert, self._ca, self._gh,
+            self.dc = self.dc_class(self.pid, self.T, self._sk, self._cert, self._ca, self._gh,
                                     substream(self._rng, b"dc-participant"), self._membership.members,
                                     lambda: inner._model, floors=self.floors, min_group=self.min_group, nym=held)
         out = self.dc.handle(data)
