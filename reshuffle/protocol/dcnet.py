@@ -679,7 +679,8 @@ class DCParticipant:
             if k.TYPE is not MsgType.DC_KEY or k.sender not in self._roster_keys or k.sender in keys:
                 raise Refused("the relayed keys hold a message that is not one member's DC_KEY")
             msg.verify(k, self._roster_keys[k.sender])
-            if (k.T, k.global_hash, k.params_hash, k.epoch_key) != (self.T, self._hash, p.digest(), self._key.epoch_key):
+            mine = (self.T, self._hash, p.digest(), self._key.epoch_key)
+            if (k.T, k.global_hash, k.params_hash, k.epoch_key) != mine:
                 raise Refused(f"member {k.sender}'s key is of another round, model, parameters or epoch key")
             keys[k.sender] = k
         if sorted(keys) != list(self.members):
