@@ -84,8 +84,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         from reshuffle.bench import round as round_bench
 
-        results = round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick,
-                                  group_size=args.group_size, workers=args.workers, baseline=args.baseline)
+        if args.stable:
+            results = round_bench.run_stable(Ns=args.N or [20, 100, 200], d=args.d, group_size=args.group_size or 5,
+                                             quick=args.quick, train_model=args.train_model)
+            if not args.json:
+                round_bench.print_stable(results)
+                return 0
+        else:
+            results = round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick,
+                                      group_size=args.group_size, workers=args.workers, baseline=args.baseline)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -582,6 +589,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"models: only these of its models ({' '.join(c[0] for c in CASES)})")
     bench.add_argument("--group-size", type=_positive(int), help="round: anonymity group size g")
     bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
+    bench.add_argument("--stable", action="store_true",
+                       help="round: stable groups of --group-size (default 5) in the DC-net round (N: 20 100 200)")
+    bench.add_argument("--train-model", metavar="NAME",
+                       help="round --stable: also time N clients training this built-in model (e.g. resnet18)")
     bench.add_argument("--baseline", metavar="PATH",
                        help="round: a checkout of another version whose participant CPU is measured alongside")
     bench.set_defaults(func=cmd_bench)
