@@ -271,3 +271,16 @@ def test_a_member_refuses_to_open_a_row_that_is_not_a_decoys():
     m.state = dcnet.DCState.UPLOADED
     reply = m.handle(blame.encode(s._sk))
     assert msg.peek_type(reply[0]) is MsgType.REFUSAL and "decoys' rows" in str(m.view.errors[-1])
+
+
+def test_a_replayed_dc_start_gets_fresh_nonces_so_no_round_key_repeats():
+    # The PS replays one round's DC_START to a member (same T, same bytes): with OS randomness the member's
+    # nonce, hence h and every round key, is new; the epoch key stays.
+    ps, parts, out, _, _ = _dc_round(seed=14)
+    start = ps.servers[0].start()[0][1]
+    gp = parts[0]
+    keys = []
+    for _ in range(2):
+        m = DCParticipant(0, gp.T, gp._sk, gp._cert, gp._ca, gp._gh, None, gp._membership.members, lambda: None)
+        keys.append(msg.decode(m.handle(start)[0], m.ctx))
+    assert keys[0].dh_key == keys[1].dh_key and keys[0].nonce != keys[1].nonce
