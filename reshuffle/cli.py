@@ -87,6 +87,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.stable:
             results = round_bench.run_stable(Ns=args.N or [20, 100, 200], d=args.d, group_size=args.group_size or 5,
                                              quick=args.quick, train_model=args.train_model)
+            if args.availability:
+                results["availability"] = round_bench.availability(group_size=args.group_size or 5,
+                                                                   rounds=2 if args.quick else 5)
             if not args.json:
                 round_bench.print_stable(results)
                 return 0
@@ -591,6 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
     bench.add_argument("--stable", action="store_true",
                        help="round: stable groups of --group-size (default 5) in the DC-net round (N: 20 100 200)")
+    bench.add_argument("--availability", action="store_true",
+                       help="round --stable: also groups and models delivered at 0, 2, 5 and 10 %% silent members")
     bench.add_argument("--train-model", metavar="NAME",
                        help="round --stable: also time N clients training this built-in model (e.g. resnet18)")
     bench.add_argument("--baseline", metavar="PATH",

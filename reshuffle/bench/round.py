@@ -621,11 +621,15 @@ def run_stable(Ns=(20, 100, 200), d: int = LENET5_D, group_size: int = 5, quick:
 
 
 def print_stable(results: dict) -> None:
-    """One line per N and seed: round trips (after training), upload / d, protocol seconds."""
+    """One line per N and seed: round trips (after training), upload / d, protocol seconds; availability."""
+    av = results.get("availability")
     for N, res in results.items():
+        if N == "availability":
+            continue
         for x in res["runs"]:
             print(f"N={N:>4} g={res['group_size']} seed={x['seed']}: {x['round_trips']} round trips "
-                  f"({x['round_trips_after_training']} after training; {x['steps']}), upload {x['upload_over_d']:.2f}·d, "
+                  f"({x['round_trips_after_training']} after training; {x['steps']}), "
+                  f"upload {x['upload_over_d']:.2f}·d, "
                   f"protocol {x['protocol_wall_s']:.2f} s in process ({x['after_training_wall_s']:.2f} s after "
                   f"training), critical path {x['critical_path_s']:.2f} s ({x['after_training_critical_s']:.2f} s "
                   "after training)")
@@ -634,3 +638,39 @@ def print_stable(results: dict) -> None:
             print(f"N={N:>4}: training {tr['model']} (d={tr['d']:,}) {tr['training_s']:.2f} s for {N} clients "
                   f"in process ({tr['training_per_client_s']:.2f} s each); protocol / training = "
                   f"{res['protocol_over_training']:.2f}")
+    if av is not None:
+        for rate, x in av["rates"].items():
+            print(f"silent members {float(rate):.0%} (N={av['N']}, g={av['group_size']}, {av['rounds']} rounds): "
+                  f"{x['silent_members']:.1f} silent a round, groups delivered {x['groups_delivered']:.0%} "
+                  f"((1 − rate)^g = {x['expected_groups']:.0%}), models delivered {x['models_delivered']:.0%}")
+
+
+def availability(N: int = 100, group_size: int = 5, rates=(0.0, 0.02, 0.05, 0.1), rounds: int = 5, d: int = 64,
+                 seed: int = 0) -> dict:
+    """Stable groups in the DC-net round with each member silent with probability ``rate`` (from a stage drawn
+    uniformly among setup, ot, reserve, upload): groups and models delivered, next to (1 − rate)^g, the chance
+    that a group of g has no silent member. A silent member costs its group the round (all or none)."""
+    from reshuffle.crypto.ot import sample_distinct
+
+    stages = ("setup", "ot", "reserve", "upload")
+    rng = SeededRandom(seed, b"bench/availability")  # which members fall silent: test schedule only
+    gen = np.random.default_rng(seed)  # model values only
+    groups = stable_groups(N, group_size)
+    out = {}
+    for rate in rates:
+        delivered_groups = delivered_models = silent = 0
+        for k in range(rounds):
+            drops: dict[str, list[int]] = {}
+            for i in range(N):
+                if int.from_bytes(rng.bytes(4), "big") < rate * 2**32:
+                    drops.setdefault(stages[sample_distinct(len(stages), 1, rng)[0]], []).append(i)
+                    silent += 1
+            ups = [(gen.normal(size=d) * 0.05).astype(np.float32) for _ in range(N)]
+            r = reshuffle.shuffle(ups, seed=seed + k + 1, groups=groups, dropouts=drops, raise_on_failure=False)
+            delivered_models += len(r.models)
+            delivered_groups += len(groups) - len(r.failed_groups or {})
+        out[f"{rate:g}"] = {"silent_members": silent / rounds,
+                            "groups_delivered": delivered_groups / (rounds * len(groups)),
+                            "models_delivered": delivered_models / (rounds * N),
+                            "expected_groups": (1 - rate) ** group_size}
+    return {"N": N, "group_size": group_size, "rounds": rounds, "rates": out}
