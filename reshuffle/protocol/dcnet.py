@@ -77,6 +77,7 @@ from reshuffle.wire import Writer
 Outbox = list[tuple[int, bytes]]
 ZERO_TOKEN = bytes(16)  # the row's token field: the DC-net round hands out no OT tokens
 SLOTS_PER_PARTY = 1024  # n = 1024·(g + d_y): a collision (a second iteration) in about 0.25 % of groups of 5
+KEEP_UPLOAD_BYTES = 1 << 23  # the PS keeps a whole upload only below this (blame needs its decoy rows alone)
 PS_TYPES = frozenset({MsgType.DC_START, MsgType.DC_KEYS, MsgType.DC_COUNTS, MsgType.DC_UPLOAD_REQUEST,
                       MsgType.DC_BLAME})
 
@@ -344,7 +345,10 @@ class DCServer:
         self._tx = Transcript(T)
         self.keys: dict[int, msg.DCKey] = {}
         self.vectors: dict[int, dict[int, msg.MaskedInput]] = {}  # iteration -> member -> signed vector
-        self.uploads: dict[int, msg.MaskedInput] = {}
+        self.uploads: dict[int, msg.MaskedInput | None] = {}
+        self._kept: dict[int, tuple] = {}  # member -> (header, h_M, row hashes, signature, {decoy row: bytes})
+        self._sum: np.ndarray | None = None
+        self.decoy_positions: list[int] = []
         self.openings: dict[int, msg.DCOpening] = {}
         self._h = b""
         self._got: dict[int, object] = {}
@@ -415,10 +419,25 @@ class DCServer:
                                     "view or of another length")
 
     def _on_upload(self, sender: int, m: msg.MaskedInput) -> None:
+        """Check an upload, add it to the running sum, and keep what blame may need: its signed statement and its
+        decoy rows (checked against their signed hashes now, so a jammer cannot disown them later)."""
         p = self.params
         item = p.codec.dtype.itemsize
         if m.m != p.upload_m or m.h != self._h or m.rows != parties(p) or len(m.words) != m.rows * p.row_words * item:
             raise UnexpectedMessage(f"upload of {sender}: another invocation, view or length")
+        msg.check_rows(m, self.decoy_positions)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        if self._sum is None:
+            self._sum = np.zeros(parties(p) * p.row_words, dtype=p.codec.dtype)
+        self._sum += np.frombuffer(m.words, dtype=p.codec.dtype)
+        self.timings["ps_sum_s"] += time.perf_counter() - t0
+        self.timings["ps_sum_cpu_s"] += time.thread_time() - c0
+        size = len(m.words) // m.rows
+        words = memoryview(m.words).cast("B")
+        self._kept[sender] = (m.header(), m.h, tuple(m._hashes()), msg.signature_of(m)[1],
+                              {pos: bytes(words[pos * size:(pos + 1) * size]) for pos in self.decoy_positions})
+        # A copy of every upload only where it is small (tests and games read it; blame needs the above alone).
+        self.uploads[sender] = m if len(m.words) <= KEEP_UPLOAD_BYTES else None
 
     def _on_blame(self, sender: int, m: msg.DCOpening) -> None:
         if m.h != self._h:
@@ -462,6 +481,8 @@ class DCServer:
                                  "count vector; the group delivers nothing this round")
         self.res.absorb(pub)
         if self.res.done:
+            _, dslots = decoy_slots(self._seed, self.T, p.decoys, p.n, self.res.history)
+            self.decoy_positions = sorted(self.res.position(s) for s in dslots)
             self.phase, self.m = DCPhase.UPLOAD, p.upload_m
             self._h = self._tx.absorb_counts(p.upload_m, pub)
             data = msg.DCUploadRequest(self.T, p.upload_m, SERVER_ID, pub).encode(self._sk)
@@ -482,16 +503,8 @@ class DCServer:
 
     def _close_upload(self, got) -> Outbox:
         p = self.params
-        self.uploads = dict(sorted(got.items()))
-        t0, c0 = time.perf_counter(), time.thread_time()
-        total = np.zeros(parties(p) * p.row_words, dtype=p.codec.dtype)
-        for u in self.uploads.values():
-            total += np.frombuffer(u.words, dtype=p.codec.dtype)
-        self.timings["ps_sum_s"] += time.perf_counter() - t0
-        self.timings["ps_sum_cpu_s"] += time.thread_time() - c0
-        self._rows = total.reshape(parties(p), p.row_words)
-        _, dslots = decoy_slots(self._seed, self.T, p.decoys, p.n, self.res.history)
-        self.decoy_positions = sorted(self.res.position(s) for s in dslots)
+        self.uploads = {i: self.uploads[i] for i in sorted(got)}
+        self._rows = self._sum.reshape(parties(p), p.row_words)
         d_bytes = p.d * p.codec.dtype.itemsize
         valid, failed, names = credential.check_rows(self._rows, d_bytes, [ZERO_TOKEN] * parties(p), self.T,
                                                      self._gamma, self.group, self.nyms)
@@ -521,14 +534,10 @@ class DCServer:
             if sorted(by_pos) != self.decoy_positions or any(sorted(ks) != partners[i] for ks in by_pos.values()):
                 suspects.add(i)
                 continue
-            up = self.uploads[i]
-            size = len(up.words) // up.rows
+            header, h, hashes, sig, rows = self._kept[i]
             for pos in self.decoy_positions:
-                row = bytes(memoryview(up.words)[pos * size:(pos + 1) * size])
-                if plaintext_at(row, i, by_pos[pos], p.codec.dtype).any():
-                    hashes = tuple(up._hashes())
-                    stmt, sig = msg.signature_of(up)
-                    self.culprits[i] = DCEvidence(i, pos, up.header(), up.h, hashes, sig, row, msg.relay_bytes(op))
+                if plaintext_at(rows[pos], i, by_pos[pos], p.codec.dtype).any():
+                    self.culprits[i] = DCEvidence(i, pos, header, h, hashes, sig, rows[pos], msg.relay_bytes(op))
                     break
         # Two openings of one pair that differ: one side masked with another key than it opened. Without a
         # proof of the pair key neither is named; both are suspects.
@@ -771,7 +780,8 @@ class DCParticipant:
         mask_in_place(flat, self.T, p.upload_m, self.pid, self._pairs, self._h, rows)
         self.state = DCState.UPLOADED
         self.view.uploaded.add(p.upload_m)
-        return [msg.MaskedInput(self.T, p.upload_m, self.pid, self._h, rows, flat.tobytes())]
+        # The masked words travel as a view of the array (no copy before the message's own).
+        return [msg.MaskedInput(self.T, p.upload_m, self.pid, self._h, rows, flat.view(np.uint8).data)]
 
     def _deviate(self, lw: np.ndarray) -> np.ndarray:
         """Hook: the model list as written (a jammer's subclass writes other words)."""
