@@ -440,7 +440,24 @@ def cmd_explore(args: argparse.Namespace) -> int:
         if not r.violations:
             print("no violation: no key masked two plaintexts, no uploader revealed its slot phase, nothing linked"
                   + (", no forged evidence accepted" if cfg.forge else ""))
-    return 1 if r.violations else 0
+    if args.weak != "none" or args.no_dcnet:
+        return 1 if r.violations else 0
+    # The DC-net round of a stable group of 5, two colluders: its own explorer (reshuffle/adversaries/dcexplore.py).
+    from reshuffle.adversaries.dcexplore import DCExploreConfig, explore_dc
+
+    dc = explore_dc(DCExploreConfig(budget=min(args.budget, 2000), depth=min(args.depth, 12), seed=args.seed))
+    if args.json:
+        print(json.dumps({"dcnet": dc.as_dict()}, indent=2))
+    else:
+        done = "all reachable states" if dc.complete else f"stopped at {dc.states} states"
+        print(f"DC-net round of a stable group of 5 (2 colluders): explored {dc.states} states and {dc.schedules} "
+              f"schedules ({done}), paths up to {dc.max_depth} moves, {dc.uploads} with the group's upload, in "
+              f"{dc.seconds:.1f} s; moves accepted: " + ", ".join(f"{k} {v}" for k, v in sorted(dc.kinds.items())))
+        for v in dc.violations:
+            print(f"VIOLATION {v}")
+        if not dc.violations:
+            print("no violation: no key masked two plaintexts, no real row opened, no honest member read alone")
+    return 1 if r.violations or dc.violations else 0
 
 
 def cmd_redteam(args: argparse.Namespace) -> int:
@@ -624,6 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the PS announces only the default c and t (by default it tries every c and t the messages "
                          "allow)")
     ex.add_argument("--no-forge", action="store_true", help="skip forging evidence at the leaves")
+    ex.add_argument("--no-dcnet", action="store_true",
+                    help="skip the explorer of the DC-net round of stable groups (run after the round's, at most "
+                         "2,000 states)")
     red.set_defaults(func=cmd_redteam)
 
     games = sub.add_parser("games", help="run the security games (docs/security/)")

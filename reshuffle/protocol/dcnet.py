@@ -38,11 +38,12 @@ shows in the opening.
 
 from __future__ import annotations
 
+import copy
 import enum
 import hashlib
 import hmac
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -614,6 +615,22 @@ class DCParticipant:
     def pseudonym(self) -> pseudonym.Pseudonym | None:
         """Its pseudonym of the epoch once it uploaded with it (to keep for the epoch's next rounds)."""
         return self.nym if self.view.uploaded or not self.nym_issued else None
+
+    def fork(self) -> "DCParticipant":
+        """An independent copy in the same state, for the explorer of PS schedules (needs seeded randomness)."""
+        if not hasattr(self._rng, "copy"):
+            raise ConfigError("only a member with a seeded randomness source can be forked")
+        out = copy.copy(self)
+        out._rng = self._rng.copy()
+        out._nym_rng = self._nym_rng.copy() if hasattr(self._nym_rng, "copy") else self._nym_rng
+        v = self.view
+        out.view = replace(v, uploaded=set(v.uploaded), errors=list(v.errors))
+        if hasattr(self, "res"):
+            out.res = Reservation(self.res.n, self.res.parties, list(self.res.settled), list(self.res.history))
+            out._hs = dict(self._hs)
+        if hasattr(self, "_tx"):
+            out._tx = Transcript.at(self._tx.h)
+        return out
 
     @property
     def uploaded(self) -> bool:
