@@ -565,12 +565,12 @@ def training_time(model: str, N: int, samples: int = 32, batch: int = 16) -> dic
     W_g = get_flat(net)
     cfg = TrainConfig(batch_size=batch, lr=0.05)
     local_train(net, W_g, x, y, cfg, 0)  # warm-up
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for c in range(N):
         local_train(net, W_g, x, y, cfg, c)
-    total = time.perf_counter() - t0
-    return {"model": model, "d": int(W_g.size), "samples_per_client": samples, "training_s": total,
-            "training_per_client_s": total / N}
+    total, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"model": model, "d": int(W_g.size), "samples_per_client": samples, "torch_threads": torch.get_num_threads(),
+            "training_s": total, "training_cpu_s": cpu, "training_per_client_s": total / N}
 
 
 def bench_stable(N: int, d: int, group_size: int = 5, seeds=(1, 2, 3), train_model: str | None = None) -> dict:
@@ -582,12 +582,12 @@ def bench_stable(N: int, d: int, group_size: int = 5, seeds=(1, 2, 3), train_mod
     groups = stable_groups(N, group_size)
     runs = []
     for seed in seeds:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         pr = reshuffle.prepare(N, d, seed=seed, groups=groups)
-        offline = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        offline, offline_cpu = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
         r = pr.upload(ups)
-        online = time.perf_counter() - t0
+        online, online_cpu = time.perf_counter() - t0, time.process_time() - c0
         if len(r.models) != N:
             raise AssertionError(f"stable-group round lost participants: {len(r.models)} of {N}")
         st = {ph: v for ph, v in r.stats.items() if isinstance(v, dict) and "ps_s" in v}
@@ -598,7 +598,8 @@ def bench_stable(N: int, d: int, group_size: int = 5, seeds=(1, 2, 3), train_mod
                      "round_trips_after_training": r.round_trips["round_trips_after_training"],
                      "steps": " ".join(r.round_trips["steps"]),
                      "upload_over_d": up / (d * 4), "offline_wall_s": offline, "after_training_wall_s": online,
-                     "protocol_wall_s": offline + online, "critical_path_s": crit,
+                     "protocol_wall_s": offline + online, "protocol_cpu_s": offline_cpu + online_cpu,
+                     "after_training_cpu_s": online_cpu, "critical_path_s": crit,
                      "after_training_critical_s": after,
                      "participant_after_training_max_s": sum(st[ph]["participant_max_s"] for ph in ONLINE_STAGES),
                      "ps_s": sum(v["ps_s"] for v in st.values())})
@@ -610,6 +611,7 @@ def bench_stable(N: int, d: int, group_size: int = 5, seeds=(1, 2, 3), train_mod
         tr = training_time(train_model, N)
         out["training"] = tr
         out["protocol_over_training"] = min(x["protocol_wall_s"] for x in runs) / tr["training_s"]
+        out["protocol_over_training_cpu"] = min(x["protocol_cpu_s"] for x in runs) / tr["training_cpu_s"]
     return out
 
 
@@ -631,13 +633,14 @@ def print_stable(results: dict) -> None:
                   f"({x['round_trips_after_training']} after training; {x['steps']}), "
                   f"upload {x['upload_over_d']:.2f}·d, "
                   f"protocol {x['protocol_wall_s']:.2f} s in process ({x['after_training_wall_s']:.2f} s after "
-                  f"training), critical path {x['critical_path_s']:.2f} s ({x['after_training_critical_s']:.2f} s "
-                  "after training)")
+                  f"training; CPU {x['protocol_cpu_s']:.2f} s, {x['after_training_cpu_s']:.2f} s), "
+                  f"critical path {x['critical_path_s']:.2f} s ({x['after_training_critical_s']:.2f} s after training)")
         if "training" in res:
             tr = res["training"]
             print(f"N={N:>4}: training {tr['model']} (d={tr['d']:,}) {tr['training_s']:.2f} s for {N} clients "
-                  f"in process ({tr['training_per_client_s']:.2f} s each); protocol / training = "
-                  f"{res['protocol_over_training']:.2f}")
+                  f"in process ({tr['training_per_client_s']:.2f} s each; CPU {tr['training_cpu_s']:.2f} s); "
+                  f"protocol / training = {res['protocol_over_training']:.2f} (CPU: "
+                  f"{res['protocol_over_training_cpu']:.2f})")
     if av is not None:
         for rate, x in av["rates"].items():
             print(f"silent members {float(rate):.0%} (N={av['N']}, g={av['group_size']}, {av['rounds']} rounds): "
