@@ -125,6 +125,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         models_bench.print_models_table(results)
         return 0
+    if args.what == "round" and args.stable and not args.json:
+        from reshuffle.bench import round as round_bench
+
+        round_bench.print_stable(results)
+        return 0
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -153,6 +158,13 @@ def _run_bench(args: argparse.Namespace, on_step) -> dict:
                                 models=tuple(args.models) if args.models else None, on_step=on_step)
     from reshuffle.bench import round as round_bench
 
+    if args.stable:
+        results = round_bench.run_stable(Ns=args.N or [20, 100, 200], d=args.d, group_size=args.group_size or 5,
+                                         quick=args.quick, train_model=args.train_model)
+        if args.availability:
+            results["availability"] = round_bench.availability(group_size=args.group_size or 5,
+                                                               rounds=2 if args.quick else 5)
+        return results
     return round_bench.run(Ns=args.N or [10, 50, 100], d=args.d, quick=args.quick, group_size=args.group_size,
                            workers=args.workers, baseline=args.baseline, set_size=args.set_size, on_step=on_step)
 
@@ -511,7 +523,24 @@ def cmd_explore(args: argparse.Namespace) -> int:
         if not r.violations:
             print("no violation: no key masked two plaintexts, no uploader revealed its slot phase, nothing linked"
                   + (", no forged evidence accepted" if cfg.forge else ""))
-    return 1 if r.violations else 0
+    if args.weak != "none" or args.no_dcnet:
+        return 1 if r.violations else 0
+    # The DC-net round of a stable group of 5, two colluders: its own explorer (reshuffle/adversaries/dcexplore.py).
+    from reshuffle.adversaries.dcexplore import DCExploreConfig, explore_dc
+
+    dc = explore_dc(DCExploreConfig(budget=min(args.budget, 2000), depth=min(args.depth, 12), seed=args.seed))
+    if args.json:
+        print(json.dumps({"dcnet": dc.as_dict()}, indent=2))
+    else:
+        done = "all reachable states" if dc.complete else f"stopped at {dc.states} states"
+        print(f"DC-net round of a stable group of 5 (2 colluders): explored {dc.states} states and {dc.schedules} "
+              f"schedules ({done}), paths up to {dc.max_depth} moves, {dc.uploads} with the group's upload, in "
+              f"{dc.seconds:.1f} s; moves accepted: " + ", ".join(f"{k} {v}" for k, v in sorted(dc.kinds.items())))
+        for v in dc.violations:
+            print(f"VIOLATION {v}")
+        if not dc.violations:
+            print("no violation: no key masked two plaintexts, no real row opened, no honest member read alone")
+    return 1 if r.violations or dc.violations else 0
 
 
 def cmd_redteam(args: argparse.Namespace) -> int:
@@ -673,6 +702,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="round: the simulator's stable anonymity sets of at least this size, formed once as "
                             "`simulate --set-size` forms them; each set runs its own round")
     bench.add_argument("--workers", type=_positive(int), help="round: participant worker processes")
+    bench.add_argument("--stable", action="store_true",
+                       help="round: stable groups of --group-size (default 5) in the DC-net round (N: 20 100 200)")
+    bench.add_argument("--availability", action="store_true",
+                       help="round --stable: also groups and models delivered at 0, 2, 5 and 10 %% silent members")
+    bench.add_argument("--train-model", metavar="NAME",
+                       help="round --stable: also time N clients training this built-in model (e.g. resnet18)")
     bench.add_argument("--baseline", metavar="PATH",
                        help="round: a checkout of another version whose participant CPU is measured alongside")
     bench.set_defaults(func=cmd_bench)
@@ -700,6 +735,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the PS announces only the default c and t (by default it tries every c and t the messages "
                          "allow)")
     ex.add_argument("--no-forge", action="store_true", help="skip forging evidence at the leaves")
+    ex.add_argument("--no-dcnet", action="store_true",
+                    help="skip the explorer of the DC-net round of stable groups (run after the round's, at most "
+                         "2,000 states)")
     red.set_defaults(func=cmd_redteam)
 
     games = sub.add_parser("games", help="run the security games (docs/security/)")

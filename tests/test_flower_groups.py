@@ -136,11 +136,12 @@ def test_groups_are_kept_across_rounds_and_a_repeated_round_without_one_node_lin
     r2 = list(grid.send_and_receive(train_messages(grid, 1), timeout=60))
     assert _arrays(r2) == _arrays(r1)  # the same W_g gives the same replies: content links perfectly
     assert grid.epochs[0].groups == groups and grid.rounds[-1].groups["sampled"] == [[0, 0], [0, 1]]
-    # Round 2 ran no new assignment: no GROUP_OPEN went out (each node's first protocol push is ROUND_START).
+    # Round 2 ran no new assignment: no GROUP_OPEN went out (each node's first protocol push is DC_START, the
+    # DC-net round of its stable group).
     from reshuffle.protocol import messages as msg
     from reshuffle.protocol.messages import MsgType
     firsts = [msg.peek_type(m.content[RECORD]["data"][0]) for m in lg.sent[sent:] if _stage_of(m) == "protocol"]
-    assert MsgType.GROUP_OPEN not in firsts and MsgType.ROUND_START in firsts
+    assert MsgType.GROUP_OPEN not in firsts and MsgType.DC_START in firsts
     # Round 3: repeat round 2's W_g (and so its training) under the next round number, leave one node out.
     x = grid.group_nodes[groups[0][0]]
     left_out.append(x)

@@ -56,6 +56,16 @@ def samples():
         msg.Restart(1, 3, 0xFFFFFFFF, 2, b"table", H, (b"evidence-1", b"evidence-2"), (0, 3)),
         msg.SlotRequest(1, 3, 2, b"req"),
         msg.SlotResponse(1, 3, 0xFFFFFFFF, b"resp", b"p" * 64),
+        # The DC-net round of a stable group (protocol/dcnet.py).
+        msg.DCStart(1, 0, 0xFFFFFFFF, P, H, CERT, tuple((i, CERT) for i in range(4)), E, 7, E, H),
+        msg.DCKey(1, 0, 2, H, P.digest(), H, E, H, E),
+        msg.DCKey(1, 0, 2, H, P.digest(), H, E, H, E, E),
+        msg.DCKeys(1, 1, 0xFFFFFFFF, (b"k1", b"k2"), E, b"q" * 64),
+        msg.DCKeys(1, 1, 0xFFFFFFFF, (b"k1",), E, b"q" * 64, E, b"r" * 64),
+        msg.DCCounts(1, 2, 0xFFFFFFFF, tuple(range(P.n))),
+        msg.DCUploadRequest(1, 5, 0xFFFFFFFF, tuple(range(P.n))),
+        msg.DCBlame(1, 5, 0xFFFFFFFF, H, (1, 3), (b"v1", b"v2")),
+        msg.DCOpening(1, 5, 2, H, ((1, 0, H), (1, 3, H))),
     ]
 
 

@@ -13,7 +13,7 @@ from reshuffle.errors import ConfigError
 
 def test_every_registered_behaviour_holds():
     rows = run_redteam(rounds=1, N=6)
-    assert {r.behaviour for r in rows} == {*adversary_names(), LINKER}
+    assert {r.behaviour for r in rows} == {*adversary_names(), LINKER, "dcnet-colluders", "dcnet-jam"}
     bad = [r for r in rows if not r.holds]
     assert not bad, bad
     assert all(r.wrong == 0 for r in rows)  # no honest participant is ever named

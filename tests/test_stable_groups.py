@@ -30,7 +30,7 @@ def test_a_member_missing_before_the_upload_delivers_nothing_of_its_group():
     # Before all-or-none the group delivered 4 of its 5 models and the missing one named 3 to a
     # PS that links models across rounds (4 of 5 linked); now 0 of group 0's models arrive.
     ups = make_updates(10, d=4, seed=1)
-    r = shuffle(ups, groups=TWO, seed=2, T=2, dropouts={"upload": [3]}, raise_on_failure=False)
+    r = shuffle(ups, groups=TWO, seed=2, T=2, dropouts={"upload": [3]}, raise_on_failure=False, dcnet=False)
     assert list(r.failed_groups) == [0]
     assert sorted(r.positions) == TWO[1] and len(r.models) == 5
     for i in (0, 1, 2, 4):
@@ -53,7 +53,7 @@ def test_a_member_that_drops_after_its_upload_is_recovered():
 def _forge_round_start(make_bad):
     """A stable round whose PS replaces participant 0's ROUND_START by ``make_bad(rs, server)``, signed."""
     ups = make_updates(10, d=4, seed=8)
-    server, parts = build_round(ups, RoundParams.default(10, 4), seed=9, T=4, groups=TWO)
+    server, parts = build_round(ups, RoundParams.default(10, 4), seed=9, T=4, groups=TWO, dcnet=False)
 
     def forge(env: Envelope):
         if env.recipient == 0 and msg.peek_type(env.data) is MsgType.ROUND_START:

@@ -10,7 +10,8 @@ The row ``cross-round-linker`` is a passive PS over many real rounds of a synthe
 federation in stable anonymity sets (:func:`linker_row`): it holds when the linker names
 no more senders than a linker that knows the true chains would by guessing within each
 anonymity set, plus 10 points; its detail says how many it names, and how many it names
-when clients are sampled one by one.
+when clients are sampled one by one. The rows ``dcnet-*`` play the DC-net round of stable
+groups (:mod:`~reshuffle.adversaries.dcteam`); their ``extra_s`` is the rows' whole time.
 """
 
 from __future__ import annotations
@@ -57,13 +58,22 @@ def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | Non
     behaviour's row as it is done."""
     if rounds < 1 or N < 4:
         raise ConfigError(f"the red team needs rounds >= 1 and N >= 4, got rounds={rounds}, N={N}")
-    names = names or [*adversary_names(), LINKER]
+    from reshuffle.adversaries import dcteam
+
+    names = names or [*adversary_names(), LINKER, *dcteam.ROWS]
     rows = []
     for name in names:
         if name == LINKER:
             rows.append(linker_row())
             if on_row is not None:
                 on_row(rows[-1])
+            continue
+        if name in dcteam.ROWS:  # the DC-net round of stable groups of 5 (N = 10)
+            t0 = time.perf_counter()
+            got, want, right, wrong, ok, detail = dcteam.play(name, rounds)
+            rows.append(RedTeamRow(name, "ps" if name == "dcnet-colluders" else "participant", rounds, got, want,
+                                   right, wrong, dcteam.STOPPED_BY[name], (time.perf_counter() - t0) / rounds, ok,
+                                   detail))
             continue
         b0 = make_adversary(name)
         controlled = set(getattr(b0, "pids", ())) | set(getattr(b0, "colluders", ()))

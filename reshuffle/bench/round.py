@@ -556,3 +556,142 @@ def run(Ns=(10, 50, 100), d: int = LENET5_D, quick: bool = False, group_size: in
         if baseline is not None:
             out[str(N)]["participant_cpu_vs_baseline"] = compare_participant_cpu(N, d, baseline, 2 if quick else 3)
     return out
+
+
+# ------------------------------------------------------------------------------ stable groups (DC-net round)
+def stable_groups(N: int, g: int) -> list[list[int]]:
+    """⌊N/g⌋ groups of consecutive ids (the last takes the rest): a stable partition for the benchmark."""
+    k = max(1, N // g)
+    groups = [list(range(j * g, (j + 1) * g)) for j in range(k)]
+    groups[-1] += list(range(k * g, N))
+    return groups
+
+
+def training_time(model: str, N: int, samples: int = 32, batch: int = 16) -> dict:
+    """Seconds for N clients to train one local epoch of ``samples`` CIFAR-shaped inputs each, one after
+    another on this process's torch threads (what an in-process simulation of N clients spends)."""
+    import torch
+
+    from reshuffle.bench.models import CASES
+    from reshuffle.clients import TrainConfig, build_model, get_flat, local_train
+
+    shape, classes = next((c[1], c[2]) for c in CASES if c[0] == model)
+    rng = np.random.default_rng(0)  # input data only
+    x = rng.normal(size=(samples, *shape)).astype(np.float32)
+    y = rng.integers(0, classes, size=samples).astype(np.int64)
+    net = build_model(model, shape, classes, seed=0).to(torch.device("cpu"))
+    W_g = get_flat(net)
+    cfg = TrainConfig(batch_size=batch, lr=0.05)
+    local_train(net, W_g, x, y, cfg, 0)  # warm-up
+    t0, c0 = time.perf_counter(), time.process_time()
+    for c in range(N):
+        local_train(net, W_g, x, y, cfg, c)
+    total, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"model": model, "d": int(W_g.size), "samples_per_client": samples, "torch_threads": torch.get_num_threads(),
+            "training_s": total, "training_cpu_s": cpu, "training_per_client_s": total / N}
+
+
+def bench_stable(N: int, d: int, group_size: int = 5, seeds=(1, 2, 3), train_model: str | None = None) -> dict:
+    """Stable groups of ``group_size`` in the DC-net round: per seed, round trips in all and after training,
+    the upload as a multiple of d, and protocol seconds (offline, after training, critical path); with
+    ``train_model`` the training time of N clients measured in the same run beside it."""
+    gen = np.random.default_rng(N)  # test data only
+    ups = [(gen.normal(size=d) * 0.05).astype(np.float32) for _ in range(N)]
+    groups = stable_groups(N, group_size)
+    runs = []
+    for seed in seeds:
+        t0, c0 = time.perf_counter(), time.process_time()
+        pr = reshuffle.prepare(N, d, seed=seed, groups=groups)
+        offline, offline_cpu = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
+        r = pr.upload(ups)
+        online, online_cpu = time.perf_counter() - t0, time.process_time() - c0
+        if len(r.models) != N:
+            raise AssertionError(f"stable-group round lost participants: {len(r.models)} of {N}")
+        st = {ph: v for ph, v in r.stats.items() if isinstance(v, dict) and "ps_s" in v}
+        up = st["upload"]["participant_bytes_sent"]
+        crit = sum(v["ps_s"] + v["participant_max_s"] for v in st.values())
+        after = sum(st[ph]["ps_s"] + st[ph]["participant_max_s"] for ph in ONLINE_STAGES)
+        runs.append({"seed": seed, "round_trips": r.round_trips["round_trips"],
+                     "round_trips_after_training": r.round_trips["round_trips_after_training"],
+                     "steps": " ".join(r.round_trips["steps"]),
+                     "upload_over_d": up / (d * 4), "offline_wall_s": offline, "after_training_wall_s": online,
+                     "protocol_wall_s": offline + online, "protocol_cpu_s": offline_cpu + online_cpu,
+                     "after_training_cpu_s": online_cpu, "critical_path_s": crit,
+                     "after_training_critical_s": after,
+                     "participant_after_training_max_s": sum(st[ph]["participant_max_s"] for ph in ONLINE_STAGES),
+                     "ps_s": sum(v["ps_s"] for v in st.values())})
+    out = {"N": N, "d": d, "group_size": group_size, "groups": len(groups), "runs": runs,
+           "max_round_trips": max(x["round_trips"] for x in runs),
+           "max_round_trips_after_training": max(x["round_trips_after_training"] for x in runs),
+           "upload_over_d": runs[0]["upload_over_d"]}
+    if train_model is not None:
+        tr = training_time(train_model, N)
+        out["training"] = tr
+        out["protocol_over_training"] = min(x["protocol_wall_s"] for x in runs) / tr["training_s"]
+        out["protocol_over_training_cpu"] = min(x["protocol_cpu_s"] for x in runs) / tr["training_cpu_s"]
+    return out
+
+
+def run_stable(Ns=(20, 100, 200), d: int = LENET5_D, group_size: int = 5, quick: bool = False,
+               train_model: str | None = None) -> dict:
+    """:func:`bench_stable` per N (one seed with ``quick``, three otherwise)."""
+    seeds = (1,) if quick else (1, 2, 3)
+    return {str(N): bench_stable(N, d, group_size, seeds, train_model) for N in Ns}
+
+
+def print_stable(results: dict) -> None:
+    """One line per N and seed: round trips (after training), upload / d, protocol seconds; availability."""
+    av = results.get("availability")
+    for N, res in results.items():
+        if N == "availability":
+            continue
+        for x in res["runs"]:
+            print(f"N={N:>4} g={res['group_size']} seed={x['seed']}: {x['round_trips']} round trips "
+                  f"({x['round_trips_after_training']} after training; {x['steps']}), "
+                  f"upload {x['upload_over_d']:.2f}·d, "
+                  f"protocol {x['protocol_wall_s']:.2f} s in process ({x['after_training_wall_s']:.2f} s after "
+                  f"training; CPU {x['protocol_cpu_s']:.2f} s, {x['after_training_cpu_s']:.2f} s), "
+                  f"critical path {x['critical_path_s']:.2f} s ({x['after_training_critical_s']:.2f} s after training)")
+        if "training" in res:
+            tr = res["training"]
+            print(f"N={N:>4}: training {tr['model']} (d={tr['d']:,}) {tr['training_s']:.2f} s for {N} clients "
+                  f"in process ({tr['training_per_client_s']:.2f} s each; CPU {tr['training_cpu_s']:.2f} s); "
+                  f"protocol / training = {res['protocol_over_training']:.2f} (CPU: "
+                  f"{res['protocol_over_training_cpu']:.2f})")
+    if av is not None:
+        for rate, x in av["rates"].items():
+            print(f"silent members {float(rate):.0%} (N={av['N']}, g={av['group_size']}, {av['rounds']} rounds): "
+                  f"{x['silent_members']:.1f} silent a round, groups delivered {x['groups_delivered']:.0%} "
+                  f"((1 − rate)^g = {x['expected_groups']:.0%}), models delivered {x['models_delivered']:.0%}")
+
+
+def availability(N: int = 100, group_size: int = 5, rates=(0.0, 0.02, 0.05, 0.1), rounds: int = 5, d: int = 64,
+                 seed: int = 0) -> dict:
+    """Stable groups in the DC-net round with each member silent with probability ``rate`` (from a stage drawn
+    uniformly among setup, ot, reserve, upload): groups and models delivered, next to (1 − rate)^g, the chance
+    that a group of g has no silent member. A silent member costs its group the round (all or none)."""
+    from reshuffle.crypto.ot import sample_distinct
+
+    stages = ("setup", "ot", "reserve", "upload")
+    rng = SeededRandom(seed, b"bench/availability")  # which members fall silent: test schedule only
+    gen = np.random.default_rng(seed)  # model values only
+    groups = stable_groups(N, group_size)
+    out = {}
+    for rate in rates:
+        delivered_groups = delivered_models = silent = 0
+        for k in range(rounds):
+            drops: dict[str, list[int]] = {}
+            for i in range(N):
+                if int.from_bytes(rng.bytes(4), "big") < rate * 2**32:
+                    drops.setdefault(stages[sample_distinct(len(stages), 1, rng)[0]], []).append(i)
+                    silent += 1
+            ups = [(gen.normal(size=d) * 0.05).astype(np.float32) for _ in range(N)]
+            r = reshuffle.shuffle(ups, seed=seed + k + 1, groups=groups, dropouts=drops, raise_on_failure=False)
+            delivered_models += len(r.models)
+            delivered_groups += len(groups) - len(r.failed_groups or {})
+        out[f"{rate:g}"] = {"silent_members": silent / rounds,
+                            "groups_delivered": delivered_groups / (rounds * len(groups)),
+                            "models_delivered": delivered_models / (rounds * N),
+                            "expected_groups": (1 - rate) ** group_size}
+    return {"N": N, "group_size": group_size, "rounds": rounds, "rates": out}

@@ -15,6 +15,8 @@ every message verifies) signs nothing.
 
 from __future__ import annotations
 
+import hmac
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +100,15 @@ class SigningKey:
 
     def sign(self, context: str, message: bytes) -> bytes:
         return self._k.sign(_msg(context, message))
+
+    def derive_secret(self, domain: bytes) -> bytes:
+        """32 bytes = HMAC-SHA256(private key, domain): a secret bound to this key and ``domain`` (the DC-net
+        round's epoch key is derived so, the same in every round of an epoch without any stored state)."""
+        if not domain:
+            raise ConfigError("a derived secret needs a non-empty domain")
+        raw = self._k.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                    serialization.NoEncryption())
+        return hmac.digest(raw, b"reshuffle/v1/signing-key-derive" + bytes(domain), "sha256")
 
     def to_pem(self) -> bytes:
         return self._k.private_bytes(

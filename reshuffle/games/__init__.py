@@ -160,8 +160,25 @@ def run_games(quick: bool = False, on_result: Callable[[Result], None] | None = 
     e = rounds_game(5, 5, 1, n_rounds, weak=True)
     out.append(_detected("source anonymity, many rounds [weak: a group delivers without a member]",
                          "all of the above", e, 3 / 4))  # every chain isolated: 1 − 1/h
+    out += _dcnet_games(quick)
     out += _blame_games(quick)
     return list(out)
+
+
+def _dcnet_games(quick: bool) -> list[Result]:
+    """A stable group of 5 in the DC-net round: the real round, a PS with 1-3 colluders (docs/security/dcnet.md)."""
+    from reshuffle.games.dcnet import dcnet_game
+
+    n, n_weak = (24, 40) if quick else (150, 150)
+    out = []
+    for coalition in ((3,), (3, 4), (1, 3, 4)):
+        e = dcnet_game(coalition, n)
+        name = f"source anonymity, DC-net group [g=5, {len(coalition)} colluder(s), h={5 - len(coalition)}]"
+        out.append(_secure(name, "DDH + PRG", e, "abs(adv) ≤ bound (adv over 1/2)"))
+    e = dcnet_game((1, 4), n_weak, weak=True)
+    out.append(_detected("source anonymity, DC-net group [weak: ring key graph, the target's 2 neighbours collude]",
+                         "DDH + PRG", e, 0.5))
+    return out
 
 
 def _blame_games(quick: bool) -> list[Result]:

@@ -94,7 +94,8 @@ def _run(ups, groups, T: int, drops: dict, weak: bool):
 
     o = ShuffleOptions.of(groups=groups, T=T, dropouts=drops, raise_on_failure=False)
     p = RoundParams.default(len(ups), ups[0].size)
-    server, parts = build_round(ups, p, T=T, groups=o.groups, grouped_cls=DeliversPartialGroups)
+    # The broken wrapper is a member of the Shamir-shared round (the DC-net round is all or none by arithmetic).
+    server, parts = build_round(ups, p, T=T, groups=o.groups, grouped_cls=DeliversPartialGroups, dcnet=False)
     runner = make_runner(server, parts, o.dropouts, (), None)
     pr = PreparedRound(p, len(ups), server, parts, runner, server.group_size, False)
     return pr._finish()

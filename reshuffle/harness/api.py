@@ -129,6 +129,7 @@ def build_round(
     epoch_key: EpochIssuer | None = None,
     identities_of: Sequence[int] | None = None,
     held: Mapping[int, Pseudonym] | None = None,
+    dcnet: bool | None = None,
 ) -> tuple[PS, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
@@ -147,6 +148,8 @@ def build_round(
     ``epoch_key`` is the PS's epoch key kept across an epoch's rounds (default: one
     per round), ``identities_of[i]`` the identity participant i is issued under, and
     ``held[i]`` the pseudonym participant i holds from an earlier round of the epoch.
+    Stable groups run the DC-net round (docs/protocol.md, "The DC-net round"); ``dcnet=False`` runs the
+    Shamir-shared round in them instead.
     """
     ident = identities(len(updates), seed)
     participant_cls = participant_cls or Participant
@@ -172,7 +175,7 @@ def build_round(
     names = None if identities_of is None else dict(enumerate(identities_of))
     server = make_ps(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, params=p, overrides=overrides,
                      group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server,
-                     stable=stable, pseudonyms=epoch_key, identities=names)
+                     stable=stable, pseudonyms=epoch_key, identities=names, dcnet=dcnet)
     return server, participants
 
 
@@ -288,7 +291,8 @@ class ShuffleOptions:
     ``params`` override RoundParams defaults (``n, k, t, c, R_max, decoys, b, f,
     clip, group, payload``). ``epoch_key``, ``identities`` and ``pseudonyms`` carry
     epoch pseudonyms across rounds (:func:`build_round`'s ``epoch_key``,
-    ``identities_of`` and ``held``).
+    ``identities_of`` and ``held``). ``dcnet=False`` runs stable groups in the Shamir-shared round instead of
+    the DC-net round.
     """
 
     dropouts: Mapping[str, Iterable[int]] | None = None
@@ -305,6 +309,7 @@ class ShuffleOptions:
     epoch_key: EpochIssuer | None = None
     identities: Sequence[int] | None = None
     pseudonyms: Mapping[int, Pseudonym] | None = None
+    dcnet: bool | None = None
     params: Mapping[str, object] = field(default_factory=dict)
 
     @classmethod
@@ -395,7 +400,7 @@ def _prepare(models, N: int, d: int, o: ShuffleOptions) -> "PreparedRound":
     server, participants = build_round(models, p, seed=o.seed, T=o.T, global_model=o.global_model,
                                        adversaries=o.adversaries, group_size=o.group_size, overrides=dict(o.params),
                                        group_collusion=o.group_collusion, groups=o.groups, epoch_key=o.epoch_key,
-                                       identities_of=o.identities, held=o.pseudonyms)
+                                       identities_of=o.identities, held=o.pseudonyms, dcnet=o.dcnet)
     runner = make_runner(server, participants, o.dropouts, o.interceptors, o.workers)
     grouped = o.group_size if o.groups is None else server.group_size
     pr = PreparedRound(p, N, server, participants, runner, grouped, o.raise_on_failure)

@@ -31,10 +31,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from reshuffle.crypto.rand import OS_RANDOM, RandomSource, SeededRandom, as_source
+from reshuffle.crypto.rand import OS_RANDOM, RandomSource, SeededRandom, as_source, substream
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
 from reshuffle.errors import AlreadyAnswered, BelowThreshold, ConfigError, ProtocolError, UnexpectedMessage
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol.dcnet import PS_TYPES as DC_PS_TYPES
+from reshuffle.protocol.dcnet import DCParticipant, DCServer, dc_params
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
 from reshuffle.protocol.groups import (
     ASSIGNMENT_TYPES,
@@ -132,8 +134,15 @@ class GroupedServer:
                  ca: CertificateAuthority, global_hash: bytes, d: int, group_size: int,
                  overrides: dict | None = None, rng: RandomSource | int | None = None,
                  make_server: Callable[..., Server] = Server, collusion: float | None = None,
-                 stable: Assignment | None = None, sample: Sequence[int] | None = None) -> None:
+                 stable: Assignment | None = None, sample: Sequence[int] | None = None,
+                 dcnet: bool = False, dc_options: dict | None = None) -> None:
         self.collusion = check_collusion(collusion)
+        # --- DC-net round (protocol/dcnet.py): stable groups run it instead of the Shamir-shared round ---
+        if dcnet and stable is None:
+            raise ConfigError("the DC-net round needs stable groups (a new assignment runs the Shamir-shared round)")
+        self.dcnet, self._dc_options = dcnet, dict(dc_options or {})
+        self._held: dict[int, Outbox] = {}  # groups whose reservation is done, upload request held back
+        # --- end DC-net ---
         for pid, c in roster.items():
             ca.verify(c, subject=pid)
         ca.verify(cert, subject=SERVER_ID, role=ROLE_SERVER)
@@ -185,7 +194,8 @@ class GroupedServer:
         then online, since the next push carries a message that needs the models."""
         if self.assigning:
             return ASSIGN_STEP
-        steps = [s.step for j, s in sorted(self.servers.items()) if j not in self.failed and not s.done]
+        steps = [s.step for j, s in sorted(self.servers.items())
+                 if j not in self.failed and not s.done and j not in self._held]
         return next((st for st in steps if not st.offline), steps[0] if steps else ASSIGN_STEP)
 
     @property
@@ -257,12 +267,25 @@ class GroupedServer:
             return out + self._start_groups() if not self.assigning else out
         out: Outbox = []
         for j, s in sorted(self.servers.items()):
-            if j in self.failed or s.done:
+            if j in self.failed or s.done or j in self._held:
                 continue
             try:
-                out += s.close_phase()
+                nxt = s.close_phase()
             except BelowThreshold as exc:
                 self.failed[j] = str(exc)
+                continue
+            # --- DC-net: a group whose reservation is done holds its upload request until every group's
+            # reservation is done, so that no group reserves after training (groups otherwise run on alone).
+            if self.dcnet and nxt and not s.done and not s.step.offline and s.step.name == "dc-upload":
+                self._held[j] = nxt
+                continue
+            out += nxt
+        if self._held and not any(not s.done and j not in self.failed and j not in self._held and s.step.offline
+                                  for j, s in self.servers.items()):
+            for j in sorted(self._held):
+                out += self._held[j] if j not in self.failed else []
+            self._held.clear()
+        # --- end DC-net ---
         if all(j in self.failed or s.done for j, s in self.servers.items()):
             self.output = _pool(self.assignment.groups, self.servers, self.failed, self.errors,
                                 self.assignment, self.assignment_log)
@@ -284,7 +307,8 @@ class GroupedServer:
             return False
         j = self.group_of.get(pid)
         srv = self.servers.get(j) if j is not None else None
-        return srv is not None and j not in self.failed and not srv.done and not srv.step.offline
+        return (srv is not None and j not in self.failed and not srv.done and j not in self._held
+                and not srv.step.offline)
 
     def _start_groups(self) -> Outbox:
         a = self.assignment
@@ -300,10 +324,15 @@ class GroupedServer:
                 self.failed[j] = f"member(s) {absent} of stable group {j} are not in the roster: it delivers nothing"
                 continue
             c = None if self.collusion is None else colluders(len(members), self.collusion)
-            p = RoundParams.default(len(members), self._d, c=c, **self.overrides, **a.binding(j))
             rng = SeededRandom(self._rng.bytes(32), b"group-server") if self._rng is not OS_RANDOM else None
-            s = self._make(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
-                           self._hash, rng)
+            if self.dcnet:  # --- DC-net round of a stable group ---
+                p = dc_params(len(members), self._d, c=c, **self.overrides, **a.binding(j))
+                s = DCServer(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
+                             self._hash, rng, **self._dc_options)
+            else:
+                p = RoundParams.default(len(members), self._d, c=c, **self.overrides, **a.binding(j))
+                s = self._make(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
+                               self._hash, rng)
             self.servers[j] = s
             for i in members:
                 self.group_of[i] = j
@@ -447,10 +476,29 @@ class GroupedParticipant:
         self._membership = membership
         self._started = False
         self._aborted = False
+        # --- DC-net round (protocol/dcnet.py): a stable group's round, run by its own state machine ---
+        self._cert, self._gh = cert, global_hash
+        self.dc: DCParticipant | None = None
+        self.dc_class: type[DCParticipant] = DCParticipant  # a deviating member's or a game's subclass
+
+    def _dc_handle(self, data: bytes) -> list[bytes]:
+        if self.dc is None:
+            inner = self.inner
+            held = inner.state.nym if inner.state.nym_held else None
+            self.dc = self.dc_class(self.pid, self.T, self._sk, self._cert, self._ca, self._gh,
+                                    substream(self._rng, b"dc-participant"), self._membership.members,
+                                    lambda: inner._model, floors=self.floors, min_group=self.min_group, nym=held)
+        out = self.dc.handle(data)
+        nym = self.dc.pseudonym
+        if nym is not None and self.dc.uploaded and self.inner.pseudonym is None:
+            # What it keeps for the epoch is read from the inner participant by every driver.
+            self.inner.state = replace(self.inner.state, nym=nym, nym_certified=True)
+        return out
+    # --- end DC-net ---
 
     @property
     def view(self):
-        return self.inner.view
+        return self.dc.view if self.dc is not None else self.inner.view
 
     def provide_model(self, model: np.ndarray) -> None:
         """Hand the trained model to the group's participant (see :meth:`Participant.provide_model`)."""
@@ -475,6 +523,9 @@ class GroupedParticipant:
         """Process one PS message; the replies to send."""
         if self._aborted:
             return []
+        if self.dc is not None or (self._membership is not None and not self._started
+                                   and msg.peek_type(data) in DC_PS_TYPES):
+            return self._dc_handle(data)  # DC-net round of its stable group
         try:
             if self._started:
                 if msg.peek_type(data) is MsgType.UNMASK_REQUEST:

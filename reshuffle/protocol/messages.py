@@ -71,6 +71,14 @@ class MsgType(enum.IntEnum):
     GROUP_CERT = 44
     GROUP_REVEAL = 45
     GROUP_REVEALS = 46
+    # DC-net round of a stable group (reshuffle/protocol/dcnet.py, docs/protocol.md "The DC-net round").
+    DC_START = 60
+    DC_KEY = 61
+    DC_KEYS = 62
+    DC_COUNTS = 63
+    DC_UPLOAD_REQUEST = 64
+    DC_BLAME = 65
+    DC_OPENING = 66
 
 
 class ShareKind(enum.IntEnum):
@@ -1159,3 +1167,225 @@ class SlotResponse(Message):
 def consent_statement(T: int, m: int, online, h: bytes) -> bytes:
     """The statement ``(T, m, U_m, h_m)`` members sign before anything of invocation m is revealed."""
     return Writer().u64(T).u32(m).u32_list(online).fixed(h, HASH_BYTES).bytes()
+
+
+# --------------------------------------------------------------------------- #
+# The DC-net round of a stable group (protocol/dcnet.py). Count vectors and the upload travel as
+# MASKED_INPUT (invocation m = iteration, or R_max + 1 for the upload).
+DC_NONCE_BYTES = 32
+
+
+def _roster(p: Parser, params: RoundParams) -> tuple[tuple[int, Certificate], ...]:
+    cnt = p.u32("roster.count")
+    if cnt != params.N:
+        raise DecodeError(f"roster has {cnt} entries, params say N={params.N}")
+    roster = tuple((p.u32("roster.id"), Certificate.decode(p.var("roster.cert", 256))) for _ in range(cnt))
+    ids = [pid for pid, _ in roster]
+    if ids != sorted(set(ids)) or SERVER_ID in ids:
+        raise DecodeError("roster ids must be sorted, distinct and not the server id")
+    return roster
+
+
+@_register
+@dataclass(frozen=True)
+class DCStart(Message):
+    """PS → group: parameters, H(W_g^T), PS certificate, roster, credential key C, epoch with its key P, and the
+    commitment to the decoy seed."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DC_START
+    params: RoundParams
+    global_hash: bytes
+    server_cert: Certificate
+    roster: tuple[tuple[int, Certificate], ...]
+    cred_key: Element
+    epoch: int
+    nym_key: Element
+    decoy_commit: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.var(self.params.encode()).fixed(self.global_hash, HASH_BYTES)
+        w.var(self.server_cert.encode()).u32(len(self.roster))
+        for pid, cert in self.roster:
+            w.u32(pid).var(cert.encode())
+        w.raw(self.cred_key.to_bytes()).u64(self.epoch).raw(self.nym_key.to_bytes())
+        w.fixed(self.decoy_commit, HASH_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        params = RoundParams.decode(p.var("params", 4096))
+        gh = p.fixed(HASH_BYTES, "global_hash")
+        scert = Certificate.decode(p.var("server_cert", 256))
+        roster = _roster(p, params)
+        g = params.group_obj()
+        cred = _elem(p, g, "cred_key")
+        epoch = p.u64("epoch")
+        nym = _elem(p, g, "nym_key")
+        return cls(*hdr, params, gh, scert, roster, cred, epoch, nym, p.fixed(HASH_BYTES, "decoy_commit"))
+
+
+@_register
+@dataclass(frozen=True)
+class DCKey(Message):
+    """Member → PS (relayed to the group, signed): its epoch key Y_i, a fresh nonce for this round's keys, the
+    blinded credential input and, without a pseudonym of the epoch, the blinded pseudonym input."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DC_KEY
+    global_hash: bytes
+    params_hash: bytes
+    epoch_key: bytes  # pseudonym.key_digest(epoch, P) of the DC_START it received
+    dh_key: Element
+    nonce: bytes
+    cred_request: Element
+    nym_request: Element | None = None
+
+    def _body(self, w: Writer) -> None:
+        w.fixed(self.global_hash, HASH_BYTES).fixed(self.params_hash, HASH_BYTES).fixed(self.epoch_key, HASH_BYTES)
+        w.raw(self.dh_key.to_bytes()).fixed(self.nonce, DC_NONCE_BYTES).raw(self.cred_request.to_bytes())
+        _write_optional(w, self.nym_request)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        g = ctx.need_group()
+        gh, ph, ek = (p.fixed(HASH_BYTES, f) for f in ("global_hash", "params_hash", "epoch_key"))
+        Y = _elem(p, g, "dh_key")
+        nonce = p.fixed(DC_NONCE_BYTES, "nonce")
+        return cls(*hdr, gh, ph, ek, Y, nonce, _elem(p, g, "cred_request"), _read_optional(p, g, "nym_request"))
+
+
+@_register
+@dataclass(frozen=True)
+class DCKeys(Message):
+    """PS → member: every member's DC_KEY relayed verbatim (the common part, absorbed into h), and this member's
+    credential evaluation with its proof (and pseudonym evaluation with its proof, if it asked)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DC_KEYS
+    keys: tuple[bytes, ...]
+    cred_eval: Element
+    cred_proof: bytes
+    nym_eval: Element | None = None
+    nym_proof: bytes = b""
+
+    def common(self) -> bytes:
+        """What every member absorbs: the relayed keys."""
+        w = Writer().u32(len(self.keys))
+        for k in self.keys:
+            w.var(k)
+        return w.bytes()
+
+    def _body(self, w: Writer) -> None:
+        w.raw(self.common()).raw(self.cred_eval.to_bytes()).var(self.cred_proof)
+        _write_optional(w, self.nym_eval)
+        w.var(self.nym_proof)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        g = ctx.need_group()
+        cnt = p.u32("keys.count")
+        if cnt > ctx.max_n:
+            raise DecodeError(f"{cnt} keys for at most {ctx.max_n} members")
+        keys = tuple(p.var(f"key[{i}]", 4096) for i in range(cnt))
+        cred, cproof = _elem(p, g, "cred_eval"), p.var("cred_proof", 256)
+        nym = _read_optional(p, g, "nym_eval")
+        nproof = p.var("nym_proof", 256)
+        if (nym is None) != (not nproof):
+            raise DecodeError("a pseudonym evaluation comes with its proof, and a proof with an evaluation")
+        return cls(*hdr, keys, cred, cproof, nym, nproof)
+
+
+def _counts(p: Parser, ctx: Context) -> tuple[int, ...]:
+    limit = ctx.params.n if ctx.params else MAX_PARTICIPANTS * 64
+    counts = tuple(p.u32_list("counts", limit))
+    if ctx.params is not None and len(counts) != ctx.params.n:
+        raise DecodeError(f"{len(counts)} counts, the round has n={ctx.params.n} slots")
+    return counts
+
+
+@_register
+@dataclass(frozen=True)
+class DCCounts(Message):
+    """PS → group: the published counts of iteration m − 1 (real sum plus decoy picks); asks for iteration m."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DC_COUNTS
+    counts: tuple[int, ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32_list(self.counts)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, _counts(p, ctx))
+
+
+@_register
+@dataclass(frozen=True)
+class DCUploadRequest(Message):
+    """PS → group: the counts of the last iteration (every party settled); asks for the upload (m = R_max + 1)."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DC_UPLOAD_REQUEST
+    counts: tuple[int, ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32_list(self.counts)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, _counts(p, ctx))
+
+
+@_register
+@dataclass(frozen=True)
+class DCBlame(Message):
+    """PS → group: the opened decoy seed, the decoy rows to open, and every member's signed count vector of
+    every iteration (relayed verbatim) for the audit."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DC_BLAME
+    decoy_seed: bytes
+    positions: tuple[int, ...]
+    vectors: tuple[bytes, ...]
+
+    def _body(self, w: Writer) -> None:
+        w.fixed(self.decoy_seed, HASH_BYTES).u32_list(self.positions).u32(len(self.vectors))
+        for v in self.vectors:
+            w.var(v)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        seed = p.fixed(HASH_BYTES, "decoy_seed")
+        pos = tuple(p.u32_list("positions", ctx.max_n + 64))
+        if list(pos) != sorted(set(pos)):
+            raise DecodeError("positions must be sorted and distinct")
+        cnt = p.u32("vectors.count")
+        limit = ctx.max_n * (ctx.params.R_max if ctx.params else MAX_R_MAX_WIRE)
+        if cnt > limit:
+            raise DecodeError(f"{cnt} vectors, at most {limit}")
+        return cls(*hdr, seed, pos, tuple(p.var(f"vector[{i}]", 1 << 26) for i in range(cnt)))
+
+
+MAX_R_MAX_WIRE = 255
+
+
+@_register
+@dataclass(frozen=True)
+class DCOpening(Message):
+    """Member → PS: its per-row pairwise keys of the decoy rows, (position, partner, key), under the h_M of its
+    upload."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DC_OPENING
+    h: bytes
+    keys: tuple[tuple[int, int, bytes], ...]
+
+    def _body(self, w: Writer) -> None:
+        w.fixed(self.h, HASH_BYTES).u32(len(self.keys))
+        for pos, j, k in self.keys:
+            w.u32(pos).u32(j).fixed(k, HASH_BYTES)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        h = p.fixed(HASH_BYTES, "h")
+        cnt = p.u32("keys.count")
+        if cnt > ctx.max_n * (ctx.max_n + 64):
+            raise DecodeError(f"{cnt} opened keys, too many")
+        keys = tuple((p.u32("position"), p.u32("partner"), p.fixed(HASH_BYTES, "key")) for _ in range(cnt))
+        if [k[:2] for k in keys] != sorted(set(k[:2] for k in keys)):
+            raise DecodeError("opened keys must be sorted by (position, partner) and distinct")
+        return cls(*hdr, h, keys)
