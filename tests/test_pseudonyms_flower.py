@@ -49,7 +49,7 @@ def test_a_node_keeps_its_pseudonym_across_rounds(mods):
 
 def test_a_resumed_grid_opens_a_new_epoch_and_nodes_take_new_pseudonyms():
     # One group per round: a fresh grid without the kept stable groups is refused by every member of one.
-    lg = LoopbackGrid(toy_client_app(_reply), 4)
+    lg = LoopbackGrid(toy_client_app(_reply), 4, ungrouped=True)
     list(ReshuffleGrid(lg, phase_timeout=10, group_size=None).send_and_receive(_train(lg, 1), timeout=60))
     before = {n: lg.contexts[n].state[PSEUDONYM]["pseudonym"] for n in lg.node_ids}
     # A ServerApp restarted later: a fresh grid whose rounds continue above the last one

@@ -162,12 +162,15 @@ _LIVE = LiveSessions(256)
 
 
 NODE_MIN_GROUP = "reshuffle-min-group"  # node_config: this node refuses anonymity groups smaller than this
+NODE_FEDERATION = "reshuffle-federation"  # node_config: the federation's size (default: num-partitions, if set)
 #: node_config keys of the node's own bounds on the round parameters, and the TrustFloors field each sets
 NODE_SETTINGS = {
     "reshuffle-collusion": "collusion",  # c >= max(1, ⌊collusion·N⌋) (default 0.2)
     "reshuffle-min-anonymity": "anonymity",  # honest members it is hidden among: N − c and |U_m| − c (default 2)
     "reshuffle-min-decoys": "decoys",  # the least decoys d_y (default: 2 from N = 10, else 1)
     "reshuffle-max-iterations": "R_max",  # a ceiling on the reservation iterations R_max (default 16)
+    "reshuffle-ungrouped": "ungrouped",  # true: also take part in rounds bound to no stable group (default false)
+    "reshuffle-min-draw": "draw",  # an assignment lists at least this many groups' worth of candidates (default 2)
 }
 
 
@@ -184,10 +187,15 @@ def node_trust(node_config) -> tuple[int | None, TrustFloors]:
         if key in node_config:
             v = node_config[key]
             fields[name] = float(v) if name == "collusion" and isinstance(v, int) and not isinstance(v, bool) else v
+    # What this node knows of its federation: its own setting, else the simulation engine's partition count.
+    fed = node_config.get(NODE_FEDERATION, node_config.get("num-partitions"))
+    if fed is not None and "federation" not in fields:
+        fields["federation"] = fed
     try:
         return min_group, TrustFloors(**fields)
     except ConfigError as exc:
-        raise ConfigError(f"node_config {', '.join(k for k in NODE_SETTINGS if k in node_config)}: {exc}") from None
+        keys = [k for k in (*NODE_SETTINGS, NODE_FEDERATION, "num-partitions") if k in node_config]
+        raise ConfigError(f"node_config {', '.join(keys)}: {exc}") from None
 
 
 NODE_STATE_DIR = "reshuffle-state-dir"  # node_config: a folder where the node keeps its group across runs

@@ -31,16 +31,19 @@ class LoopbackGrid(Grid):
 
     ``node_config(i)`` gives node i's config (default: Flower's simulation keys
     ``partition-id``/``num-partitions``). ``drop`` is a callable
-    ``(node_id, message) -> bool``: True leaves that message unanswered.
+    ``(node_id, message) -> bool``: True leaves that message unanswered. ``ungrouped`` adds
+    ``reshuffle-ungrouped=true`` to every node's config: the nodes then also take part in rounds
+    bound to no stable group (``ReshuffleGrid(group_size=None)``), which they refuse by default.
     """
 
     def __init__(self, client_app, num_nodes: int, run_id: int = 7,
                  node_config: Callable[[int], dict] | None = None,
-                 drop: Callable[[int, Message], bool] | None = None) -> None:
+                 drop: Callable[[int, Message], bool] | None = None, ungrouped: bool = False) -> None:
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, SUPERLINK_NODE, 0
         self.app = client_app
         self.node_ids = [1000 + i for i in range(num_nodes)]
-        cfg = node_config or (lambda i: {"partition-id": i, "num-partitions": num_nodes})
+        base = node_config or (lambda i: {"partition-id": i, "num-partitions": num_nodes})
+        cfg = (lambda i: {**base(i), "reshuffle-ungrouped": True}) if ungrouped else base
         self.contexts = {n: Context(run_id=run_id, node_id=n, node_config=cfg(i), state=RecordDict(),
                                     run_config={}) for i, n in enumerate(self.node_ids)}
         self.drop = drop or (lambda node, msg: False)
