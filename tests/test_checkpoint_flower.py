@@ -40,7 +40,10 @@ def _server(out, kill_in_round: int | None = None, **run_config) -> LoopbackGrid
                 msg.content["config"].get("server-round") == kill_in_round:
             raise Killed
         return False
-    lg = LoopbackGrid(client_app.app, NODES, drop=drop, ungrouped=True)  # stable-sets false: the nodes opt in
+    # stable-sets false: the nodes opt in to ungrouped rounds; they train with the simulation's seeds (their own
+    # choice), so that a resumed run can be compared with an uninterrupted one
+    seeded = lambda i: {"partition-id": i, "num-partitions": NODES, "reshuffle-seeded-training": True}  # noqa: E731
+    lg = LoopbackGrid(client_app.app, NODES, drop=drop, ungrouped=True, node_config=seeded)
     for c in lg.contexts.values():
         c.run_config = dict(RUN_CONFIG)
     cfg = {**RUN_CONFIG, "out-dir": str(out), **run_config}
