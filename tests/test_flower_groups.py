@@ -298,7 +298,7 @@ def test_a_node_with_a_state_dir_keeps_its_group_across_runs(tmp_path, state_dir
     first = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
     assert len(list(first.send_and_receive(train_messages(first, 1), timeout=60))) == 10
     if state_dir:
-        assert all(len(list((tmp_path / f"node{i}").glob("group-*.bin"))) == 1 for i in range(10))
+        assert all(len(list((tmp_path / f"node{i}").glob("state-*.bin"))) == 1 for i in range(10))
     # Run 2: fresh Contexts, a PS without the old groups
     lg2 = LoopbackGrid(toy_client_app(same_reply_every_round, mods=mods), 10, node_config=cfg)
     fresh = ReshuffleGrid(lg2, phase_timeout=0.5, group_size=5)

@@ -324,7 +324,7 @@ def _uploads(T, cohort, d=6):
 
 def test_real_channel_delivers_each_rows_pseudonym_like_the_ideal_column():
     from reshuffle.run.delivery import PSEUDONYM, RealShuffle
-    from reshuffle.server.pseudonyms import SIZE, run_pseudonym
+    from reshuffle.run.pseudonyms import SIZE, run_pseudonym
 
     # Prepare: a real channel; rounds of two overlapping cohorts
     ch = RealShuffle()
@@ -344,7 +344,7 @@ def test_real_channel_delivers_each_rows_pseudonym_like_the_ideal_column():
 
 def test_epoch_book_checkpoint_resumes_the_same_pseudonyms():
     from reshuffle.run.delivery import PSEUDONYM, RealShuffle
-    from reshuffle.server.pseudonyms import EpochBook
+    from reshuffle.run.pseudonyms import EpochBook
 
     ch = RealShuffle()
     d1 = ch.deliver(_uploads(1, range(6)))
@@ -361,7 +361,7 @@ def test_epoch_book_checkpoint_resumes_the_same_pseudonyms():
 
 
 def test_epoch_book_rotates_the_key_with_the_epoch():
-    from reshuffle.server.pseudonyms import EpochBook
+    from reshuffle.run.pseudonyms import EpochBook
 
     book = EpochBook(rounds=2)
     k1, k2, k3 = book.issuer(1), book.issuer(2), book.issuer(3)

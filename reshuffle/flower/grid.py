@@ -65,7 +65,7 @@ from reshuffle.protocol.grouped import JointServer, formed_groups
 from reshuffle.protocol.groups import Assignment, check_collusion, check_group_size
 from reshuffle.protocol.params import GROUP_SIZE, RoundParams, TrustFloors, smallest_round
 from reshuffle.protocol.participant import global_model_hash
-from reshuffle.server.pseudonyms import EpochBook
+from reshuffle.run.pseudonyms import EpochBook, run_base
 
 ROUND_PARAMS = {"n", "k", "t", "c", "R_max", "group"}
 NEW = -1  # a plan's part that forms new groups among participants in none
@@ -444,7 +444,8 @@ class ReshuffleGrid(Grid):
         self._keys: tuple | None = None
         self._progress = 0  # phases closed so far: a pull that moved a round on is progress
         self._pseudonyms: list[tuple[Message, bytes]] = []  # the last round's replies and their pseudonyms
-        self.pseudonym_keys = EpochBook(self.round_params.get("group", "ristretto255"))  # one epoch key for its life
+        # One epoch key for its life, numbered above every earlier run's (its nodes keep their pseudonyms)
+        self.pseudonym_keys = EpochBook(self.round_params.get("group", "ristretto255"), base=run_base())
 
     def pseudonym_of(self, reply: Message) -> bytes | None:
         """The epoch pseudonym of one of the last train round's replies (the PS checked it in its row), or None.

@@ -38,7 +38,7 @@ from reshuffle.crypto.rand import RandomSource, as_source
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, UnexpectedMessage
 from reshuffle.wire import Parser, Writer
 
-#: Bytes of the pseudonym ρ (as :data:`reshuffle.server.pseudonyms.SIZE`).
+#: Bytes of the pseudonym ρ (as :data:`reshuffle.run.pseudonyms.SIZE`).
 NONCE_BYTES = 16
 #: Bytes of z = F_π(epoch, ρ), the VOPRF output (SHA-512).
 Z_BYTES = voprf.NH

@@ -19,7 +19,7 @@ from reshuffle.errors import ConfigError
 from reshuffle.run.round import non_finite
 from reshuffle.run.sampling import ATTACK, seed_of
 from reshuffle.server import Rule
-from reshuffle.server.pseudonyms import run_pseudonym
+from reshuffle.run.pseudonyms import run_pseudonym
 from reshuffle.server.rules.base import decide_in_context
 
 if TYPE_CHECKING:

@@ -68,7 +68,7 @@ from reshuffle.run.round import PSEUDONYM, FLRound, make_step
 from reshuffle.run.sampling import DROPOUT, SETUP, SetSampler, seed_of
 from reshuffle.run.sets import SETS_STATE, StableSets, check_simulation as check_sets, set_losses
 from reshuffle.server.aggregate import canonical_order
-from reshuffle.server.pseudonyms import run_pseudonym
+from reshuffle.run.pseudonyms import run_pseudonym
 from reshuffle.sim.attackers import Attackers, observed_updates, unencodable
 from reshuffle.sim.evaluation import Evaluator
 from reshuffle.sim.feasible import check_feasible
