@@ -9,6 +9,7 @@ refused a second issuance in every later round of the epoch: a group silenced by
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from reshuffle.harness.api import shuffle
 from reshuffle.protocol import pseudonym
@@ -88,3 +89,35 @@ def test_a_member_that_kept_its_pseudonym_never_asks_again():
                  raise_on_failure=False)
     assert not any(isinstance(e.error, pseudonym.AlreadyIssued) for e in r2.errors)
     assert sorted(r2.pseudonyms) == sorted(r1.pseudonyms)
+
+
+# --------------------------------------------------------------------------- the simulator's real channel
+def _dropout_rounds(seed: int, rounds: int = 5, clients: int = 10):
+    """The real channel over ``rounds`` rounds of one epoch in two stable sets of 5, with 10 % of the
+    clients dropping out at a random stage each round (as the simulator draws them). Per round: the
+    clients whose set had a member drop before unmask, and the clients delivered."""
+    from reshuffle.protocol.schedule import STAGES
+    from reshuffle.run.delivery import UNMASK, RealShuffle, Uploads
+    from reshuffle.run.pseudonyms import EpochBook
+
+    sets = (tuple(range(5)), tuple(range(5, 10)))
+    channel = RealShuffle(epochs=EpochBook())
+    rng = np.random.default_rng(seed)
+    out = []
+    for T in range(1, rounds + 1):
+        who = rng.choice(clients, size=clients // 10, replace=False)
+        drops: dict = {}
+        for i in who.tolist():
+            drops.setdefault(STAGES[int(rng.integers(len(STAGES)))], []).append(int(i))
+        models = {i: np.full(6, T + i / 10, np.float32) for i in range(clients)}
+        d = channel.deliver(Uploads(T, np.zeros(6, np.float32), models, drops, {}, frozenset(), (), sets))
+        hit = {i for s in sets for i in s
+               if any(j in s for ph, ids in drops.items() if ph != UNMASK for j in ids)}
+        out.append((hit, set(d.senders)))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_real_channel_at_10_percent_dropouts_loses_a_set_only_in_the_round_its_member_dropped(seed):
+    for T, (hit, delivered) in enumerate(_dropout_rounds(seed), start=1):
+        assert delivered == set(range(10)) - hit, f"round {T}: delivered {sorted(delivered)}, sets hit {sorted(hit)}"
