@@ -121,3 +121,23 @@ def _dropout_rounds(seed: int, rounds: int = 5, clients: int = 10):
 def test_the_real_channel_at_10_percent_dropouts_loses_a_set_only_in_the_round_its_member_dropped(seed):
     for T, (hit, delivered) in enumerate(_dropout_rounds(seed), start=1):
         assert delivered == set(range(10)) - hit, f"round {T}: delivered {sorted(delivered)}, sets hit {sorted(hit)}"
+
+
+def test_rule_aware_attackers_replay_the_rule_under_the_pseudonyms_the_deployed_rule_reads():
+    # With the real channel, the deployed history rule reads the pseudonyms issued by the protocol; the
+    # attackers' replay of it must read the same ones, not the ideal channel's.
+    from reshuffle.run.config import SimConfig
+    from reshuffle.run.delivery import PSEUDONYM
+    from reshuffle.sim import Simulation
+
+    sim = Simulation(SimConfig(dataset="digits", model="logreg", batch_size=16, seed=3, shuffle="real", rounds=2,
+                               clients=10, set_size=5, rule="foolsgold"))
+    from reshuffle.run.delivery import Uploads
+
+    sets = sim.sets.sets
+    models = {i: np.full(sim.W_g.size, i / 10, np.float32) for i in range(10)}
+    ideal = {i: sim.attackers.names(i) for i in range(10)}
+    delivery = sim._with_pseudonyms(sim.channel.deliver(Uploads(1, sim.W_g, models, {}, {}, frozenset(), (), sets)))
+    deployed = dict(zip((int(i) for i in delivery.senders), delivery.meta[PSEUDONYM]))
+    assert sorted(deployed) == list(range(10))
+    assert all(sim.attackers.names(i) == name != ideal[i] for i, name in deployed.items())
