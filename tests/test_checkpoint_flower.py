@@ -40,7 +40,10 @@ def _server(out, kill_in_round: int | None = None, **run_config) -> LoopbackGrid
                 msg.content["config"].get("server-round") == kill_in_round:
             raise Killed
         return False
-    lg = LoopbackGrid(client_app.app, NODES, drop=drop)
+    # stable-sets false: the nodes opt in to ungrouped rounds; they train with the simulation's seeds (their own
+    # choice), so that a resumed run can be compared with an uninterrupted one
+    seeded = lambda i: {"partition-id": i, "num-partitions": NODES, "reshuffle-seeded-training": True}  # noqa: E731
+    lg = LoopbackGrid(client_app.app, NODES, drop=drop, ungrouped=True, node_config=seeded)
     for c in lg.contexts.values():
         c.run_config = dict(RUN_CONFIG)
     cfg = {**RUN_CONFIG, "out-dir": str(out), **run_config}
@@ -137,7 +140,7 @@ def test_dropin_recipe_saves_with_flowers_evaluate_fn_and_resumes_with_initial_a
                            "metrics": MetricRecord({"num-examples": 10})})
 
     def run(rounds: int, start: ArrayRecord, done: int = 0, kill_after: int | None = None) -> ArrayRecord:
-        grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), phase_timeout=5, group_size=None)
+        grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4, ungrouped=True), phase_timeout=5, group_size=None)
 
         def save(server_round: int, arrays: ArrayRecord):
             if server_round > 0:
@@ -181,7 +184,7 @@ def test_grid_round_numbers_only_go_up():
     from reshuffle.errors import ConfigError
     from reshuffle.flower.grid import ReshuffleGrid
 
-    grid = ReshuffleGrid(LoopbackGrid(lambda m, c: None, 2), group_size=None)
+    grid = ReshuffleGrid(LoopbackGrid(lambda m, c: None, 2, ungrouped=True), group_size=None)
     grid.skip_to(5)
     assert grid.next_round == 5
     with pytest.raises(ConfigError, match="round numbers only go up; the next round is 5"):

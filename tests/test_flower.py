@@ -40,7 +40,7 @@ def test_run_config_is_validated():
 def _project_grid(n: int, node_config=None) -> LoopbackGrid:
     from reshuffle.flower.app.client_app import app
 
-    lg = LoopbackGrid(app, n, node_config=node_config)
+    lg = LoopbackGrid(app, n, node_config=node_config, ungrouped=True)  # stable-sets false: the nodes opt in
     for c in lg.contexts.values():
         c.run_config = dict(RUN_CONFIG)
     return lg

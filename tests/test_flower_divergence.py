@@ -54,7 +54,7 @@ def _run_project_app(tmp_path, mod, nodes: int = 4) -> dict:
 
     app = ClientApp(mods=[reshuffle_mod, mod])
     app.train()(client_app.train)
-    grid = LoopbackGrid(app, nodes)
+    grid = LoopbackGrid(app, nodes, ungrouped=True)  # stable-sets false: the nodes opt in
     for c in grid.contexts.values():
         c.run_config = dict(RUN_CONFIG)
     cfg = dict(RUN_CONFIG, **{"out-dir": str(tmp_path)})
@@ -101,7 +101,7 @@ def test_plain_flower_strategy_keeps_its_model_through_a_round_of_failing_nodes(
         arrs = [a + p + 1 for a in msg.content["arrays"].to_numpy_ndarrays()]
         return RecordDict({"arrays": ArrayRecord(arrs), "metrics": MetricRecord({"num-examples": 10})})
 
-    grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), phase_timeout=5, group_size=None)
+    grid = ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4, ungrouped=True), phase_timeout=5, group_size=None)
     # Execute
     result = FedAvg(fraction_evaluate=0.0).start(grid=grid, initial_arrays=ArrayRecord([np.zeros(3, np.float32)]),
                                                  num_rounds=3)

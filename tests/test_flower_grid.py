@@ -81,7 +81,7 @@ def test_reply_codec_rejects_config_records_and_bad_words():
 def test_every_reply_arrives_bit_exact_and_unlinked():
     # Prepare: 5 nodes answering noisy models, recorded as they leave the nodes
     produced: list = []
-    lg = LoopbackGrid(toy_client_app(noisy_reply(produced)), 5)
+    lg = LoopbackGrid(toy_client_app(noisy_reply(produced)), 5, ungrouped=True)
     grid = ReshuffleGrid(lg, phase_timeout=10, group_size=None)
     identity_rounds = 0
     for T in range(1, 4):
@@ -115,7 +115,7 @@ def test_strategy_sees_raw_models_and_the_plain_result():
     plain = FedAvg().start(grid=LoopbackGrid(toy_client_app(make, mods=[]), 4), initial_arrays=initial(),
                            num_rounds=2)
     # Execute
-    ours = FedAvg().start(grid=ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4), group_size=None), initial_arrays=initial(),
+    ours = FedAvg().start(grid=ReshuffleGrid(LoopbackGrid(toy_client_app(make), 4, ungrouped=True), group_size=None), initial_arrays=initial(),
                           num_rounds=2)
     # Assert: FedAvg weights by num-examples: (0·10 + 1·11 + 2·12 + 3·13) / 46 per round
     want = 2 * 74 / 46
@@ -133,7 +133,7 @@ def test_offline_steps_run_before_training_and_three_pushes_follow_it():
         trained_at[ctx.node_id] = seen[ctx.node_id]
         return noisy_reply([])(msg, ctx)
 
-    lg = LoopbackGrid(toy_client_app(make), 5)
+    lg = LoopbackGrid(toy_client_app(make), 5, ungrouped=True)
     counting = lg.push_messages
 
     def push(messages):
@@ -166,7 +166,7 @@ def test_train_content_other_than_the_announced_global_model_is_refused():
         trained.append(ctx.node_id)
         return noisy_reply([])(msg, ctx)
 
-    lg = LoopbackGrid(toy_client_app(make), 4)
+    lg = LoopbackGrid(toy_client_app(make), 4, ungrouped=True)
     honest = lg.push_messages
 
     def push(messages):
@@ -186,7 +186,7 @@ def test_train_content_other_than_the_announced_global_model_is_refused():
 
 
 def test_evaluate_and_query_pass_through_unchanged():
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3, ungrouped=True)
     grid = ReshuffleGrid(lg, group_size=None)
     msgs = [Message(RecordDict({"config": ConfigRecord({"x": 1})}), dst_node_id=n, message_type="evaluate",
                     group_id="1") for n in grid.get_node_ids()]
@@ -203,7 +203,7 @@ def test_config_record_in_a_train_reply_is_refused_naming_the_key():
         if ctx.node_config["partition-id"] == 0:
             c["fitres.status"] = ConfigRecord({"code": 0})
         return c
-    lg = LoopbackGrid(toy_client_app(make), 4)
+    lg = LoopbackGrid(toy_client_app(make), 4, ungrouped=True)
     grid = ReshuffleGrid(lg, group_size=None)
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     # Assert: that node (in the roster: it claimed before training) drops out at the train stage, with the
@@ -224,7 +224,7 @@ def test_a_node_dropping_mid_protocol_is_a_dropout():
             seen[node] = seen.get(node, 0) + 1
             return node == 1002 and seen[node] >= 3
         return False
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 5, drop=drop)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 5, drop=drop, ungrouped=True)
     grid = ReshuffleGrid(lg, phase_timeout=0.3, group_size=None)
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
     rep = grid.rounds[-1]
@@ -234,13 +234,13 @@ def test_a_node_dropping_mid_protocol_is_a_dropout():
 
 def test_train_message_without_the_reserved_record_is_refused():
     # A server that skips Re-Shuffle would get a linked reply: the mod refuses to produce one.
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 2)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 2, ungrouped=True)
     replies = list(lg.send_and_receive(train_messages(lg), timeout=5))
     assert all(r.has_error() and "ReshuffleGrid" in r.error.reason for r in replies)
 
 
 def test_reserved_key_and_per_node_content_are_refused_by_the_grid():
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3)  # the least a round needs
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3, ungrouped=True)  # the least a round needs
     grid = ReshuffleGrid(lg, group_size=None)
     bad = RecordDict({"arrays": initial(), RECORD: ConfigRecord({"stage": "train"})})
     with pytest.raises(ConfigError, match="reserved"):
@@ -293,7 +293,7 @@ def test_a_node_cannot_claim_another_participant(key_dir):
         return reply
 
     cfg = lambda i: {"reshuffle-key-dir": str(key_dir), "reshuffle-participant-id": i}  # noqa: E731
-    lg = LoopbackGrid(toy_client_app(noisy_reply([]), mods=[impostor]), 4, node_config=cfg)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([]), mods=[impostor]), 4, node_config=cfg, ungrouped=True)
     grid = ReshuffleGrid(lg, key_dir=str(key_dir), group_size=None)
     # Execute
     replies = list(grid.send_and_receive(train_messages(grid), timeout=60))
@@ -305,7 +305,7 @@ def test_a_node_cannot_claim_another_participant(key_dir):
 
 def test_a_node_with_key_files_refuses_simulation_keys(key_dir):
     cfg = lambda i: {"reshuffle-key-dir": str(key_dir), "reshuffle-participant-id": i}  # noqa: E731
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3, node_config=cfg)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 3, node_config=cfg, ungrouped=True)
     grid = ReshuffleGrid(lg, group_size=None)  # a server asking for simulation keys
     assert list(grid.send_and_receive(train_messages(grid), timeout=30)) == []
     assert all("simulation keys" in reason for _, reason in lg.errors)
@@ -314,14 +314,14 @@ def test_a_node_with_key_files_refuses_simulation_keys(key_dir):
 def test_a_fresh_process_per_message_replays_the_session():
     # A SuperNode starts a new ClientApp process per message: no live participant survives.
     produced: list = []
-    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful_mod]), 3)
+    lg = LoopbackGrid(toy_client_app(noisy_reply(produced), mods=[forgetful_mod]), 3, ungrouped=True)
     replies = list(ReshuffleGrid(lg, group_size=None).send_and_receive(train_messages(lg), timeout=60))
     assert sorted(records.encode_content(r.content) for r in replies) == sorted(b for _, b in produced)
     assert not lg.errors
 
 
 def test_grid_settings_are_validated():
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 2)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 2, ungrouped=True)
     for bad in ({"phase_timeout": 0}, {"train_timeout": 0}, {"poll_interval": -1.0}, {"metrics_budget": 10},
                 {"R_max": 0}):
         with pytest.raises(ConfigError):
@@ -340,12 +340,12 @@ def test_session_state_keeps_ring_words_bit_exact(values):
     words = np.array(values, dtype="<u4")
     st_ = SessionState.decode(SessionState.new(0, 1, words, me.key, me.cert, me.ca.verify_key, b"h" * 32).encode())
     assert st_.words and np.frombuffer(st_.model, "<u4").tobytes() == words.tobytes()
-    model = st_.participant()._model
+    model = st_.participant().inner._model  # a grouped participant (the default floors ask for a group)
     assert model.dtype == np.uint32 and model.tobytes() == words.tobytes()
     # Started before training: no model until with_model, which adds it once
     blank = SessionState.new(0, 1, None, me.key, me.cert, me.ca.verify_key, b"h" * 32, words=True)
     back = SessionState.decode(blank.encode())
-    assert not back.has_model and back.participant()._model is None
+    assert not back.has_model and back.participant().inner._model is None
     assert back.with_model(words).model == st_.model
     with pytest.raises(ConfigError, match="already has"):
         st_.with_model(words)

@@ -240,8 +240,8 @@ def test_the_project_server_app_keeps_its_groups_through_a_kill(tmp_path):
 
 
 def test_newcomers_wait_until_they_form_a_whole_group_of_their_own():
-    # 10 nodes form two groups in round 1; 5 more connect later, and are sampled 3, then 5.
-    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 15)
+    # 10 nodes form two groups in round 1; 10 more connect later, and are sampled 6, then 10.
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 20)
     grid = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
     first = set(sorted(lg.get_node_ids())[:10])
     late = sorted(lg.get_node_ids())[10:]
@@ -249,22 +249,23 @@ def test_newcomers_wait_until_they_form_a_whole_group_of_their_own():
     sent = lambda nodes: [m for m in train_messages(grid, 1) if m.metadata.dst_node_id in nodes]  # noqa: E731
     assert len(list(grid.send_and_receive(sent(first), timeout=60))) == 10
     lg.node_ids = sorted(first) + late
-    # 3 newcomers are too few for a group: they are not sent the round; the two groups deliver.
-    assert len(list(grid.send_and_receive(sent(first | set(late[:3])), timeout=60))) == 10
+    # 6 newcomers are too few for a draw (a node refuses fewer than 2g candidates): they are not sent
+    # the round; the two groups deliver.
+    assert len(list(grid.send_and_receive(sent(first | set(late[:6])), timeout=60))) == 10
     assert grid.rounds[-1].sent == 10 and len(grid.epochs) == 1
-    # 5 newcomers form a group of their own by a new assignment among them, in the same round.
+    # 10 newcomers form two groups of their own by a new assignment among them, in the same round.
     before = len(lg.sent)
-    assert len(list(grid.send_and_receive(sent(first | set(late)), timeout=60))) == 15
-    assert len(grid.epochs) == 2 and grid.epochs[1].groups == (tuple(sorted(
-        pid for pid, node in grid.group_nodes.items() if node in late)),)
+    assert len(list(grid.send_and_receive(sent(first | set(late)), timeout=60))) == 20
+    assert len(grid.epochs) == 2 and sorted(pid for grp in grid.epochs[1].groups for pid in grp) == sorted(
+        pid for pid, node in grid.group_nodes.items() if node in late)
     from reshuffle.protocol import messages as msg
     from reshuffle.protocol.messages import MsgType
     opened = {m.metadata.dst_node_id for m in lg.sent[before:] if _stage_of(m) == "protocol"
               and msg.peek_type(m.content[RECORD]["data"][0]) is MsgType.GROUP_OPEN}
     assert opened == set(late)  # the old groups took part in no new draw
     # Every group, old and new, runs again with no assignment; the state carries both epochs.
-    assert len(list(grid.send_and_receive(sent(first | set(late)), timeout=60))) == 15
-    assert grid.rounds[-1].groups["sampled"] == [[0, 0], [0, 1], [1, 0]]
+    assert len(list(grid.send_and_receive(sent(first | set(late)), timeout=60))) == 20
+    assert grid.rounds[-1].groups["sampled"] == [[0, 0], [0, 1], [1, 0], [1, 1]]
     assert len(ReshuffleGrid(lg, groups=grid.group_state()).epochs) == 2
 
 
@@ -298,7 +299,7 @@ def test_a_node_with_a_state_dir_keeps_its_group_across_runs(tmp_path, state_dir
     first = ReshuffleGrid(lg, phase_timeout=5, group_size=5)
     assert len(list(first.send_and_receive(train_messages(first, 1), timeout=60))) == 10
     if state_dir:
-        assert all(len(list((tmp_path / f"node{i}").glob("group-*.bin"))) == 1 for i in range(10))
+        assert all(len(list((tmp_path / f"node{i}").glob("state-*.bin"))) == 1 for i in range(10))
     # Run 2: fresh Contexts, a PS without the old groups
     lg2 = LoopbackGrid(toy_client_app(same_reply_every_round, mods=mods), 10, node_config=cfg)
     fresh = ReshuffleGrid(lg2, phase_timeout=0.5, group_size=5)

@@ -28,7 +28,7 @@ def test_server_app_rounds_run_among_the_sampled_nodes_with_a_server_optimiser(t
     from reshuffle.flower.app import client_app, server_app
 
     nodes = 7
-    lg = LoopbackGrid(client_app.app, nodes)
+    lg = LoopbackGrid(client_app.app, nodes, ungrouped=True)  # stable-sets false: the nodes opt in
     for c in lg.contexts.values():
         c.run_config = dict(RUN_CONFIG)
     cfg = {**RUN_CONFIG, "fraction": 0.5, "server-opt": "adam", "out-dir": str(tmp_path)}
@@ -63,7 +63,7 @@ def test_dropin_rounds_run_among_the_nodes_flowers_strategy_sampled(monkeypatch,
     monkeypatch.chdir(tmp_path)
     cfg = {"num-server-rounds": 1, "fraction-train": 0.75, "local-epochs": 1, "lr": 0.1, "strategy": "multikrum",
            "num-malicious-nodes": 1}
-    lg = LoopbackGrid(client_app.app, 8)
+    lg = LoopbackGrid(client_app.app, 8, ungrouped=True)
     for c in lg.contexts.values():
         c.run_config = cfg
     # Execute: one round of Flower's MultiKrum, sampling 6 of the 8 nodes

@@ -44,7 +44,7 @@ def test_robust_strategy_on_anonymous_raw_models(name, initial):
     # Prepare
     plain = STRATEGIES[name]().start(grid=LoopbackGrid(toy_client_app(reply, mods=[]), NODES),
                                      initial_arrays=initial, num_rounds=1, evaluate_config=None)
-    grid = ReshuffleGrid(LoopbackGrid(toy_client_app(reply), NODES), group_size=None)
+    grid = ReshuffleGrid(LoopbackGrid(toy_client_app(reply), NODES, ungrouped=True), group_size=None)
     # Execute
     ours = STRATEGIES[name]().start(grid=grid, initial_arrays=initial, num_rounds=1)
     # Assert: all seven raw replies reached the strategy, which did what it does on linked replies

@@ -80,9 +80,11 @@ def _flower(tmp_path, malicious: list[int]) -> tuple[np.ndarray, list[list[int]]
     def node_config(i: int) -> dict:
         # Every node labels its own row for the evaluator; the simulator's attackers attack.
         own = {"attack": "sign-flip"} if i in malicious else {}
-        return {"partition-id": i, "num-partitions": NODES, "score": True, **own}
+        # Seeded training (the node's own choice): the simulator's seeds, so that the models compare bit for bit
+        return {"partition-id": i, "num-partitions": NODES, "score": True, "reshuffle-seeded-training": True, **own}
 
-    lg = LoopbackGrid(_quantised_client_app(), NODES, node_config=node_config)
+    # stable_sets=False: one round of the sampled nodes, which the nodes opt in to
+    lg = LoopbackGrid(_quantised_client_app(), NODES, node_config=node_config, ungrouped=True)
     run_config = {k.replace("_", "-"): v for k, v in SETTINGS.items()}
     for c in lg.contexts.values():
         c.run_config = dict(run_config)

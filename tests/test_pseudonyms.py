@@ -229,8 +229,11 @@ def test_an_evaluation_under_another_key_fails_the_participants_proof_check():
             self.real, self.other = real, EpochIssuer(real.group_name, real.epoch)
             self.epoch, self.key, self.group_name, self.issued = real.epoch, real.key, real.group_name, real.issued
 
-        def issue(self, who, blinded, rng=None):
-            return self.other.issue(who, blinded, rng)
+        def evaluate(self, who, blinded, rng=None):
+            return self.other.evaluate(who, blinded, rng)
+
+        def confirm(self, who):
+            self.real.confirm(who)
 
         def verify(self, rho, z):
             self.real.verify(rho, z)
@@ -321,7 +324,7 @@ def _uploads(T, cohort, d=6):
 
 def test_real_channel_delivers_each_rows_pseudonym_like_the_ideal_column():
     from reshuffle.run.delivery import PSEUDONYM, RealShuffle
-    from reshuffle.server.pseudonyms import SIZE, run_pseudonym
+    from reshuffle.run.pseudonyms import SIZE, run_pseudonym
 
     # Prepare: a real channel; rounds of two overlapping cohorts
     ch = RealShuffle()
@@ -341,7 +344,7 @@ def test_real_channel_delivers_each_rows_pseudonym_like_the_ideal_column():
 
 def test_epoch_book_checkpoint_resumes_the_same_pseudonyms():
     from reshuffle.run.delivery import PSEUDONYM, RealShuffle
-    from reshuffle.server.pseudonyms import EpochBook
+    from reshuffle.run.pseudonyms import EpochBook
 
     ch = RealShuffle()
     d1 = ch.deliver(_uploads(1, range(6)))
@@ -358,7 +361,7 @@ def test_epoch_book_checkpoint_resumes_the_same_pseudonyms():
 
 
 def test_epoch_book_rotates_the_key_with_the_epoch():
-    from reshuffle.server.pseudonyms import EpochBook
+    from reshuffle.run.pseudonyms import EpochBook
 
     book = EpochBook(rounds=2)
     k1, k2, k3 = book.issuer(1), book.issuer(2), book.issuer(3)

@@ -104,7 +104,7 @@ def test_a_flower_ps_that_replays_a_round_gets_no_answer_from_nodes_that_took_pa
         arrs = [a + p for a in msg.content["arrays"].to_numpy_ndarrays()]
         return RecordDict({"arrays": ArrayRecord(arrs), "metrics": MetricRecord({"num-examples": 10})})
 
-    lg = LoopbackGrid(toy_client_app(reply), 5)
+    lg = LoopbackGrid(toy_client_app(reply), 5, ungrouped=True)
     grid = ReshuffleGrid(lg, phase_timeout=10, group_size=None)
     content = RecordDict({"arrays": ArrayRecord([np.zeros(4, np.float32)]), "config": ConfigRecord({})})
     nodes = list(grid.get_node_ids())

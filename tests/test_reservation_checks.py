@@ -326,6 +326,7 @@ def test_a_restart_naming_an_honest_member_is_refused():
 def test_sessions_replay_through_an_opening_and_a_restart():
     # Honest members that keep only bytes between messages (Flower nodes) follow the restart.
     from reshuffle.protocol import session
+    from reshuffle.protocol.params import TrustFloors
     from reshuffle.protocol.session import SessionState
 
     class Resumed:
@@ -334,7 +335,7 @@ def test_sessions_replay_through_an_opening_and_a_restart():
                                          seed).encode()
 
         def handle(self, data):
-            st_, replies = session.handle(SessionState.decode(self.blob), data)
+            st_, replies = session.handle(SessionState.decode(self.blob), data, TrustFloors(ungrouped=True))
             self.blob = st_.encode()
             return replies
 

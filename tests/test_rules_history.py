@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from reshuffle.errors import ConfigError
 from reshuffle.server.aggregate import FLStep
 from reshuffle.server.optimizers import make_server_optimizer
-from reshuffle.server.pseudonyms import ideal_pseudonym, run_key
+from reshuffle.run.pseudonyms import ideal_pseudonym, run_key
 from reshuffle.server.rules import (
     AlignIns, FLDetector, FoolsGold, FreqFed, HammerAnvil, InfluenceBudget, Kinship, make_rule, rule_names,
 )

@@ -11,7 +11,12 @@ from reshuffle.protocol import session
 from reshuffle.harness.api import build_round
 from reshuffle.protocol.params import RoundParams
 from reshuffle.harness.runner import InProcessRunner
+from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.session import SessionState
+
+
+#: These rounds are one round of all N: the participants opt in to a round bound to no group.
+OPT_OUT = TrustFloors(ungrouped=True)
 
 
 class Resumed:
@@ -22,7 +27,7 @@ class Resumed:
         self.blob = st_.encode()
 
     def handle(self, data):
-        st_, replies = session.handle(SessionState.decode(self.blob), data)
+        st_, replies = session.handle(SessionState.decode(self.blob), data, OPT_OUT)
         self.blob = st_.encode()
         return replies
 
@@ -98,7 +103,8 @@ def test_inbox_bound_scales_with_R_max():
     from dataclasses import replace
 
     with pytest.raises(DecodeError, match="R_max=1"):
-        replace(st_, inbox=st_.inbox + st_.inbox[-1:] * (session.max_inbox(1) - len(st_.inbox) + 1)).participant()
+        replace(st_, inbox=st_.inbox + st_.inbox[-1:] * (session.max_inbox(1) - len(st_.inbox) + 1)).participant(
+            floors=OPT_OUT)
     assert session.max_inbox(4) > session.max_inbox(1)
 
 
@@ -110,7 +116,7 @@ class Live(Resumed):
         self.memo = memo
 
     def handle(self, data):
-        st_, replies, _ = self.memo.advance(SessionState.decode(self.blob), data)
+        st_, replies, _ = self.memo.advance(SessionState.decode(self.blob), data, floors=OPT_OUT)
         self.blob = st_.encode()
         return replies
 

@@ -317,8 +317,10 @@ def test_a_joint_round_runs_an_old_epoch_and_newcomers_and_one_failing_part_spar
                                stable=old)
         fresh = GroupedServer(4, {i: ident.roster[i] for i in TWO[1]}, ident.ps_key, ident.ps_cert, ca, gh, 4, 5)
         ps = JointServer([stable, fresh])
+        # The newcomers accept a list of one group's worth (their own floor, draw=1): the default refuses it.
         parts = {i: GroupedParticipant(i, 4, ups[i], ident.keys[i], ident.roster[i], ca, gh, cache=cache,
-                                       membership=Membership.of(old, i) if i in TWO[0] else None) for i in range(10)}
+                                       membership=Membership.of(old, i) if i in TWO[0] else None,
+                                       floors=None if i in TWO[0] else TrustFloors(draw=1)) for i in range(10)}
         InProcessRunner(ps, parts, drops, []).run()
         return ps, parts
 

@@ -141,13 +141,13 @@ def test_a_flower_node_takes_its_floors_from_its_own_config():
     from reshuffle.flower.grid import ReshuffleGrid
 
     lg = LoopbackGrid(toy_client_app(noisy_reply([])), 6, node_config=lambda i: {
-        "partition-id": i, "num-partitions": 6, "reshuffle-collusion": 0.4})
+        "partition-id": i, "num-partitions": 6, "reshuffle-collusion": 0.4}, ungrouped=True)
     grid = ReshuffleGrid(lg, phase_timeout=0.3, group_size=None)
     assert list(grid.send_and_receive(train_messages(grid), timeout=60)) == []
     assert "advertisements" in grid.rounds[-1].failed
     # The same server with c = 2 announced meets the nodes' floor.
     lg = LoopbackGrid(toy_client_app(noisy_reply([])), 6, node_config=lambda i: {
-        "partition-id": i, "num-partitions": 6, "reshuffle-collusion": 0.4})
+        "partition-id": i, "num-partitions": 6, "reshuffle-collusion": 0.4}, ungrouped=True)
     grid = ReshuffleGrid(lg, phase_timeout=10, c=2, group_size=None)
     assert len(list(grid.send_and_receive(train_messages(grid), timeout=60))) == 6
 

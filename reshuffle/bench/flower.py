@@ -102,7 +102,7 @@ def _counting_grid(app, N: int):
                 raise RuntimeError("no train handler ran in the counted pushes")
             return self.pushes - self.trained_at + 1
 
-    return CountingGrid(app, N)
+    return CountingGrid(app, N, ungrouped=True)  # one round of all N: the nodes opt in to ungrouped rounds
 
 
 def _message_round(N: int, d: int, reshuffle: bool) -> tuple[float, tuple[int, int], object]:

@@ -26,7 +26,8 @@ its offline steps before the nodes train.
    were sampled and all its members' nodes are connected (its unsampled members get
    the same train message), else none of its members is messaged. Sampled nodes in no
    group (they joined later, or left a group that stopped) wait until at least
-   ``group_size`` of them are sampled together; those then form new groups of their own
+   2·``group_size`` of them are sampled together (a node refuses a shorter candidate list:
+   the draw would have no choice); those then form new groups of their own
    by a new assignment among them alone (a new epoch), in the same round as the others'
    (:class:`~reshuffle.protocol.grouped.JointServer`). A group with a member that does
    not answer before its upload delivers nothing: its members refuse to unmask.
@@ -62,12 +63,13 @@ from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE
 from reshuffle.protocol.driver import PS, make_ps
 from reshuffle.protocol.grouped import JointServer, formed_groups
 from reshuffle.protocol.groups import MIN_GROUP, Assignment, check_collusion, check_group_size
-from reshuffle.protocol.params import GROUP_SIZE, RoundParams, smallest_round
+from reshuffle.protocol.params import GROUP_SIZE, RoundParams, TrustFloors, smallest_round
 from reshuffle.protocol.participant import global_model_hash
-from reshuffle.server.pseudonyms import EpochBook
+from reshuffle.run.pseudonyms import EpochBook, run_base
 
 ROUND_PARAMS = {"n", "k", "t", "c", "R_max", "group"}
 NEW = -1  # a plan's part that forms new groups among participants in none
+DRAW = TrustFloors().draw  # a node's default floor: an assignment lists at least DRAW·g candidates
 
 
 #: The longest wait, before the first train round, for enough nodes to connect (a deployment's nodes may still be
@@ -343,7 +345,8 @@ class _Round:
 
     def _parts(self, roster: dict[int, Certificate]) -> PS:
         """One grouped PS per epoch with sampled groups whose members all claimed, and one new assignment
-        among the claimed participants in no group (if there are at least ``group_size``)."""
+        among the claimed participants in no group (if there are at least the nodes' draw floor,
+        ``DRAW``·``group_size``)."""
         g = self.g
         epoch_of = {pid: e for e, a in enumerate(g.epochs) for grp in a.groups for pid in grp}
         kw = {"d": self.d, "overrides": {"payload": "words", **g.round_params}, "collusion": g.group_collusion,
@@ -352,9 +355,9 @@ class _Round:
         for e, sample in self.plan:
             if e == NEW:
                 new = {pid: c for pid, c in roster.items() if pid not in epoch_of}
-                if len(new) < g.group_size:
-                    self.report.errors.append(f"[claim] {len(new)} participant(s) in no group claimed; a new group "
-                                              f"needs {g.group_size}: they wait")
+                if len(new) < DRAW * g.group_size:
+                    self.report.errors.append(f"[claim] {len(new)} participant(s) in no group claimed; a new draw "
+                                              f"needs {DRAW * g.group_size}: they wait")
                     continue
                 parts.append(make_ps(self.T, new, g._sk, g._cert, g._ca, self.hash, group_size=g.group_size, **kw))
                 continue
@@ -486,7 +489,8 @@ class ReshuffleGrid(Grid):
         self._keys: tuple | None = None
         self._progress = 0  # phases closed so far: a pull that moved a round on is progress
         self._pseudonyms: list[tuple[Message, bytes]] = []  # the last round's replies and their pseudonyms
-        self.pseudonym_keys = EpochBook(self.round_params.get("group", "ristretto255"))  # one epoch key for its life
+        # One epoch key for its life, numbered above every earlier run's (its nodes keep their pseudonyms)
+        self.pseudonym_keys = EpochBook(self.round_params.get("group", "ristretto255"), base=run_base())
 
     def pseudonym_of(self, reply: Message) -> bytes | None:
         """The epoch pseudonym of one of the last train round's replies (the PS checked it in its row), or None.
@@ -565,7 +569,7 @@ class ReshuffleGrid(Grid):
         A group runs when at least half its members' nodes were sampled and every member's node is
         connected; its unsampled members get the same message. Any other group gets nothing: its members'
         models would be named by a roster that changes. Sampled nodes in no group are sent the round only
-        when at least ``group_size`` of them were sampled: they then form new groups among themselves.
+        when at least ``DRAW``·``group_size`` of them were sampled: they then form new groups among themselves.
         """
         by_node = {m.metadata.dst_node_id: m for m in train}
         connected = set(self._grid.get_node_ids())
@@ -586,7 +590,7 @@ class ReshuffleGrid(Grid):
             if sample:
                 plan.append((e, tuple(sample)))
         newcomers = [m for m in train if m.metadata.dst_node_id not in known]
-        if len(newcomers) >= self.group_size:
+        if len(newcomers) >= DRAW * self.group_size:
             out += newcomers
             plan.append((NEW, ()))
         return out, plan

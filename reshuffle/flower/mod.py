@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import os
 from copy import copy
+from dataclasses import replace
 from pathlib import Path
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -46,6 +47,7 @@ from flwr.app.message.message import make_message
 from flwr.clientapp.typing import ClientAppCallable
 
 from reshuffle.crypto.domain import label
+from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, ReShuffleError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_SIMULATION, claim, node_identity, node_mode
@@ -59,12 +61,14 @@ from reshuffle.flower.reserved import (
     STAGE_TRAIN,
     STATE,
 )
+from reshuffle.protocol import messages as msg_types
 from reshuffle.protocol.grouped import GroupedParticipant
 from reshuffle.protocol.groups import Membership
 from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import global_model_hash
 from reshuffle.protocol.pseudonym import Pseudonym
 from reshuffle.protocol.session import LiveSessions, SessionState
+from reshuffle.wire import Parser, Writer
 
 HASH_BYTES = 32
 
@@ -105,7 +109,7 @@ def _held(ctx: Context) -> Pseudonym | None:
 
 
 def _keep(ctx: Context, p) -> None:
-    """Store the participant's confirmed epoch pseudonym in the node's Context (a changed one replaces it)."""
+    """Store the participant's epoch pseudonym in the node's Context (a changed one replaces it)."""
     nym = getattr(p, "inner", p).pseudonym if p is not None else None
     if nym is not None:
         ctx.state[PSEUDONYM] = ConfigRecord({"pseudonym": nym.encode()})
@@ -150,6 +154,7 @@ def _train(msg: Message, ctx: Context, call_next: ClientAppCallable, rec: Config
     trust = node_trust(ctx.node_config)
     p = _LIVE.take(state)
     if p is None:
+        _load_node_state(ctx, state, _state_file(ctx, _ps_key(ctx, state, [])))
         p = state.participant(None, *trust, membership=_membership(ctx, state.T))
     p.provide_model(words)  # checks d against the round's parameters
     state = state.with_model(words)
@@ -162,12 +167,15 @@ _LIVE = LiveSessions(256)
 
 
 NODE_MIN_GROUP = "reshuffle-min-group"  # node_config: this node refuses anonymity groups smaller than this
+NODE_FEDERATION = "reshuffle-federation"  # node_config: the federation's size (default: num-partitions, if set)
 #: node_config keys of the node's own bounds on the round parameters, and the TrustFloors field each sets
 NODE_SETTINGS = {
     "reshuffle-collusion": "collusion",  # c >= max(1, ⌊collusion·N⌋) (default 0.2)
     "reshuffle-min-anonymity": "anonymity",  # honest members it is hidden among: N − c and |U_m| − c (default 2)
     "reshuffle-min-decoys": "decoys",  # the least decoys d_y (default: 2 from N = 10, else 1)
     "reshuffle-max-iterations": "R_max",  # a ceiling on the reservation iterations R_max (default 16)
+    "reshuffle-ungrouped": "ungrouped",  # true: also take part in rounds bound to no stable group (default false)
+    "reshuffle-min-draw": "draw",  # an assignment lists at least this many groups' worth of candidates (default 2)
 }
 
 
@@ -184,42 +192,110 @@ def node_trust(node_config) -> tuple[int | None, TrustFloors]:
         if key in node_config:
             v = node_config[key]
             fields[name] = float(v) if name == "collusion" and isinstance(v, int) and not isinstance(v, bool) else v
+    # What this node knows of its federation: its own setting, else the simulation engine's partition count.
+    fed = node_config.get(NODE_FEDERATION, node_config.get("num-partitions"))
+    if fed is not None and "federation" not in fields:
+        fields["federation"] = fed
     try:
         return min_group, TrustFloors(**fields)
     except ConfigError as exc:
-        raise ConfigError(f"node_config {', '.join(k for k in NODE_SETTINGS if k in node_config)}: {exc}") from None
+        keys = [k for k in (*NODE_SETTINGS, NODE_FEDERATION, "num-partitions") if k in node_config]
+        raise ConfigError(f"node_config {', '.join(keys)}: {exc}") from None
 
 
-NODE_STATE_DIR = "reshuffle-state-dir"  # node_config: a folder where the node keeps its group across runs
+NODE_STATE_DIR = "reshuffle-state-dir"  # node_config: where the node keeps its group and pseudonym ("" = nowhere)
+_STATE_VERSION = 1
 
 
-def _group_file(ctx: Context) -> Path | None:
-    """Where this node keeps its stable group across runs (``reshuffle-state-dir``), one file per federation:
-    the CA key its identity is certified under. None without the setting."""
+def _state_dir(ctx: Context) -> Path | None:
+    """This node's state folder: ``reshuffle-state-dir``, by default ``$FLWR_HOME/reshuffle-state`` (or
+    ``~/.flwr/reshuffle-state``); None where the node's own config sets it to ""."""
     folder = ctx.node_config.get(NODE_STATE_DIR)
     if folder is None:
+        home = os.environ.get("FLWR_HOME")
+        return (Path(home) if home else Path.home() / ".flwr") / "reshuffle-state"
+    if not isinstance(folder, str):
+        raise ConfigError(f"node_config {NODE_STATE_DIR} must be a folder path (\"\" for none), got {folder!r}")
+    return Path(folder) if folder else None
+
+
+def _ps_key(ctx: Context, state: SessionState, data: list[bytes]) -> bytes | None:
+    """The PS key of this round (its certificate, checked against the CA), from the round's first message."""
+    first = state.inbox[0] if state.inbox else (data[0] if data else None)
+    if first is None or msg_types.peek_type(first) not in (msg_types.MsgType.GROUP_OPEN, msg_types.MsgType.ROUND_START):
         return None
-    if not isinstance(folder, str) or not folder:
-        raise ConfigError(f"node_config {NODE_STATE_DIR} must be a folder path, got {folder!r}")
-    ca = node_identity(ctx.node_config, ctx.run_id).ca.verify_key.to_bytes()
-    return Path(folder) / f"group-{hashlib.sha256(label('flower/group-file') + ca).hexdigest()[:32]}.bin"
+    try:
+        cert = msg_types.decode(first, msg_types.Context()).server_cert
+        node_identity(ctx.node_config, ctx.run_id).ca.verify(cert, SERVER_ID, ROLE_SERVER)
+    except ProtocolError:
+        return None  # the participant refuses the message itself
+    return cert.key.to_bytes()
+
+
+def _state_file(ctx: Context, ps_key: bytes | None) -> Path | None:
+    """Where this node keeps its group and pseudonym: one file per federation (the CA key and the PS key
+    it certifies) and participant, so nodes that share a folder never load each other's, and a new
+    federation under the same CA starts afresh. None without a folder or before the PS is known."""
+    folder = _state_dir(ctx)
+    if folder is None or ps_key is None:
+        return None
+    ident = node_identity(ctx.node_config, ctx.run_id)
+    key = hashlib.sha256(label("flower/node-state", ident.pid) + ident.ca.verify_key.to_bytes() + ps_key)
+    return folder / f"state-{key.hexdigest()[:32]}.bin"
+
+
+def _read_state(path: Path, pid: int) -> tuple[bytes, bytes]:
+    """(membership bytes, pseudonym bytes or b"") kept in ``path``; ConfigError in one line if it is not this
+    node's own (another participant's group) or does not decode."""
+    try:
+        p = Parser(path.read_bytes(), "node state")
+        if (v := p.u8("version")) != _STATE_VERSION:
+            raise DecodeError(f"version {v}, expected {_STATE_VERSION}")
+        group, nym = p.var("membership", 1 << 20), p.var("pseudonym", 1024)
+        p.finish()
+        membership = Membership.decode(group)
+        if nym:
+            Pseudonym.decode(nym)
+    except ProtocolError as exc:
+        raise ConfigError(f"node state {path} does not decode ({exc}): move it away to start afresh") from None
+    if membership.pid != pid:
+        raise ConfigError(f"node state {path} holds participant {membership.pid}'s group; this node is participant "
+                          f"{pid}: it takes part with no group but its own")
+    return group, nym
+
+
+def _write_state(path: Path, group: bytes, nym: bytes) -> None:
+    data = Writer().u8(_STATE_VERSION).var(group).var(nym).bytes()
+    if path.exists() and path.read_bytes() == data:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)  # whole or absent: a crash leaves no half-written state
+
+
+def _load_node_state(ctx: Context, state: SessionState, path: Path | None) -> SessionState:
+    """Bring the group and pseudonym kept in ``path`` into the Context (a restarted node: its Context was
+    wiped, its folder kept), and the pseudonym into a session that has handled nothing yet."""
+    if GROUP in ctx.state or path is None or not path.exists():
+        return state
+    group, nym = _read_state(path, state.pid)
+    # Kept as formed before this run's first round: every later message finds the group in the Context.
+    ctx.state[GROUP] = ConfigRecord({"membership": group, "formed": 0})
+    if nym and PSEUDONYM not in ctx.state:
+        ctx.state[PSEUDONYM] = ConfigRecord({"pseudonym": nym})
+        if not state.inbox and not state.pseudonym:
+            state = replace(state, pseudonym=nym)  # before its first message: the replay sees it too
+    return state
 
 
 def _membership(ctx: Context, T: int) -> Membership | None:
     """This node's stable group for a session of round T: None before one was formed, and in the round
-    that formed it (that round's session replays the assignment itself). A group kept on disk by an
-    earlier run of the same federation (``reshuffle-state-dir``) is this node's group in every run: a
-    new run's assignment is refused, so no PS can intersect two runs' groups."""
+    that formed it (that round's session replays the assignment itself). A group kept in the node's state
+    folder by an earlier run of the same federation is its group in every run: a new run's assignment is
+    refused, so no PS can intersect two runs' groups."""
     if GROUP not in ctx.state:
-        path = _group_file(ctx)
-        if path is None or not path.exists():
-            return None
-        data = path.read_bytes()
-        membership = Membership.decode(data)
-        # Kept for this run too, as formed before its first round: every later message (a fresh process
-        # replays the session) finds the group in the Context.
-        ctx.state[GROUP] = ConfigRecord({"membership": data, "formed": 0})
-        return membership
+        return None
     rec = ctx.state[GROUP]
     formed = rec.get("formed")  # type: ignore[union-attr]
     if not isinstance(formed, int) or isinstance(formed, bool) or formed < 0:
@@ -231,14 +307,15 @@ def _keep_group(ctx: Context, T: int, p) -> None:
     """Store the group the assignment of round T formed for this node, once (it is kept for every later round)."""
     if GROUP in ctx.state or not isinstance(p, GroupedParticipant) or p.membership is None:
         return
-    data = p.membership.encode()
-    ctx.state[GROUP] = ConfigRecord({"membership": data, "formed": T})
-    path = _group_file(ctx)
-    if path is not None and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)  # whole or absent: a crash leaves no half-written group
+    ctx.state[GROUP] = ConfigRecord({"membership": p.membership.encode(), "formed": T})
+
+
+def _save_node_state(ctx: Context, path: Path | None) -> None:
+    """Write the group and the pseudonym the Context holds to the state file (a group first: no file without)."""
+    if path is None or GROUP not in ctx.state:
+        return
+    nym = ctx.state[PSEUDONYM]["pseudonym"] if PSEUDONYM in ctx.state else b""  # type: ignore[index]
+    _write_state(path, ctx.state[GROUP]["membership"], nym)  # type: ignore[arg-type, index]
 
 
 def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
@@ -249,17 +326,21 @@ def _protocol(msg: Message, ctx: Context, rec: ConfigRecord) -> Message:
 def _handle_all(msg: Message, ctx: Context, state: SessionState, rec: ConfigRecord,
                 trust: tuple[int | None, TrustFloors]) -> Message:
     replies: list[bytes] = []
+    items = reserved.data_list(rec)
+    path = _state_file(ctx, _ps_key(ctx, state, items))
+    state = _load_node_state(ctx, state, path)
     membership = _membership(ctx, state.T)
     p = None
-    for data in reserved.data_list(rec):
+    for data in items:
         try:
             state, out, p = _LIVE.advance(state, data, *trust, membership=membership)
         except ReShuffleError:
             out = []
         replies.extend(out)
-    if p is not None:  # what the push's last handled message left: the group formed, the pseudonym confirmed
+    if p is not None:  # what the push's last handled message left: the group formed, the pseudonym kept
         _keep_group(ctx, state.T, p)
         _keep(ctx, p)
+        _save_node_state(ctx, path)
     _store(ctx, state)
     return Message(RecordDict({RECORD: ConfigRecord({"data": replies})}), reply_to=msg)
 

@@ -160,6 +160,17 @@ def run_games(quick: bool = False, on_result: Callable[[Result], None] | None = 
     e = rounds_game(5, 5, 1, n_rounds, weak=True)
     out.append(_detected("source anonymity, many rounds [weak: a group delivers without a member]",
                          "all of the above", e, 3 / 4))  # every chain isolated: 1 − 1/h
+    # Forming groups is the PS's choice: one that never forms them leaves a different subset out of each
+    # ungrouped round (a chain's presence pattern is its owner's binary code).
+    from reshuffle.games.rounds import ungrouped_game
+
+    n_ungrouped = 12 if quick else 60
+    e = ungrouped_game(5, 1, n_ungrouped)
+    out.append(_secure("source anonymity, PS never forms groups [N=5, c=1, h=4, presence patterns]",
+                       "the group floor held by each participant", e, "abs(adv) ≤ bound (adv over 1/h)"))
+    e = ungrouped_game(5, 1, n_ungrouped, opted_in=True)
+    out.append(_detected("source anonymity, PS never forms groups [weak: participants take ungrouped rounds]",
+                         "none", e, 3 / 4))  # every chain named: 1 − 1/h
     out += _dcnet_games(quick)
     out += _blame_games(quick)
     return list(out)

@@ -19,6 +19,14 @@ nothing, every honest member of the group stays consistent, and the advantage is
 The *weak* wrapper (:class:`DeliversPartialGroups`) lets a group deliver without
 a member: every chain is isolated in the round its owner was left out, and the
 adversary always wins (advantage 1 − E[1/h_j]).
+
+Forming groups is the PS's choice too (:func:`ungrouped_game`): a PS that never forms
+them runs rounds of all N and leaves a different subset out of each (round r leaves out
+the members whose index has bit r − 1 set), so a chain's presence pattern is its
+owner's binary code. Participants with the default floors refuse every round bound to
+no group: nothing is delivered, and the adversary's guess is uniform (advantage 0). The
+*weak* variant has participants that opted in to ungrouped rounds: every chain is
+named (advantage 1 − 1/h).
 """
 
 from __future__ import annotations
@@ -101,6 +109,51 @@ def _run(ups, groups, T: int, drops: dict, weak: bool):
     return pr._finish()
 
 
+def ungrouped_trial(N: int, c: int, opted_in: bool = False) -> tuple[bool, int, int]:
+    """One game against a PS that never forms groups: ⌈log2 N⌉ + 1 rounds of everyone it messages.
+
+    Returns (adversary correct, h = N − c, candidates it was left with)."""
+    colluders = set(range(c))
+    honest = [i for i in range(N) if i not in colluders]
+    chain = {i: secrets.token_bytes(8) for i in range(N)}
+    R = max(1, (N - 1).bit_length()) + 1
+    messaged: list[set[int]] = []
+    seen: list[set[bytes]] = []
+    for r in range(R):
+        roster = [i for i in range(N) if r == 0 or i in colluders or not (i >> (r - 1)) & 1]
+        ups = [np.frombuffer(secrets.token_bytes(16), np.int32).astype(np.float32) / 2**31 for _ in roster]
+        res = _run_ungrouped(ups, r + 1, opted_in)
+        messaged.append(set(roster))
+        seen.append({chain[roster[k]] for k in res.positions})
+    owners = {chain[i]: i for i in honest if any(chain[i] in s for s in seen)}
+    if not owners:  # nothing delivered: the challenge is any honest member, and the guess is blind
+        return honest[_uniform(len(honest))] == honest[_uniform(len(honest))], len(honest), len(honest)
+    target = list(owners)[_uniform(len(owners))]
+    cands = [i for i in honest if all((target in seen[r]) == (i in messaged[r]) for r in range(R))] or honest
+    return cands[_uniform(len(cands))] == owners[target], len(honest), len(cands)
+
+
+def _run_ungrouped(ups, T: int, opted_in: bool):
+    """One round of all ``ups`` bound to no group, among participants with the default floors (grouped
+    participants: they refuse it) or, ``opted_in``, participants that take part in ungrouped rounds."""
+    from reshuffle.harness.api import PreparedRound, build_round
+    from reshuffle.harness.parallel import make_runner
+    from reshuffle.protocol.params import RoundParams
+    from reshuffle.protocol.participant import Participant
+
+    p = RoundParams.default(len(ups), ups[0].size, R_max=2)  # fewer reservation iterations: a faster game
+    server, parts = build_round(ups, p, T=T, participant_cls=Participant if opted_in else GroupedParticipant)
+    pr = PreparedRound(p, len(ups), server, parts, make_runner(server, parts, None, (), None), None, False)
+    return pr._finish()
+
+
+def ungrouped_game(N: int, c: int, trials: int, opted_in: bool = False) -> Estimate:
+    """Advantage over 1/h (h = N − c) of a PS that never forms groups."""
+    results = [ungrouped_trial(N, c, opted_in) for _ in range(trials)]
+    it = iter(results)
+    return estimate(lambda: next(it)[0], trials, sum(1 / h for _, h, _ in results) / trials)
+
+
 def rounds_game(N: int, g: int, c: int, trials: int, weak: bool = False) -> Estimate:
     """Advantage over 1/h_j, the honest members of the challenge chain's stable group."""
     results = [rounds_trial(N, g, c, weak) for _ in range(trials)]
@@ -109,4 +162,4 @@ def rounds_game(N: int, g: int, c: int, trials: int, weak: bool = False) -> Esti
     return estimate(lambda: next(it)[0], trials, baseline)
 
 
-__all__ = ["DeliversPartialGroups", "rounds_game", "rounds_trial"]
+__all__ = ["DeliversPartialGroups", "rounds_game", "rounds_trial", "ungrouped_game", "ungrouped_trial"]

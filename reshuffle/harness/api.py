@@ -167,7 +167,7 @@ def build_round(
         make = hostile[i].make if i in hostile else participant_cls
         args = (i, T, u, ident.keys[i], ident.roster[i], ca, gh_for(i, gh), ident.participant_rng[i])
         participants[i] = make(*args) if group_size is None else grouped_cls(
-            *args, make=make, cache=cache, min_group=group_size,
+            *args, make=make, cache=cache, min_group=group_size, federation=len(updates),
             membership=None if stable is None else Membership.of(stable, i))
         if held and held.get(i) is not None:
             getattr(participants[i], "inner", participants[i]).hold_pseudonym(held[i])
@@ -224,7 +224,7 @@ def form_groups(ids: Sequence[int], group_size: int, seed: int | None = None) ->
     cache = CheckCache()
     clients = {i: AssignmentClient(i, 0, keys[i], roster[i], verifier,
                                    SeededRandom(rng.bytes(32), b"participant") if seed is not None else OS_RANDOM,
-                                   cache, g) for i in roster}
+                                   cache, g, federation=len(roster)) for i in roster}
     ps = AssignmentCollector(0, roster, ps_key, ps_cert, g)
     out = ps.start()
     while out:  # the last outbox (the reveals) goes out after the PS has fixed the partition

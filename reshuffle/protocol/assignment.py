@@ -25,10 +25,11 @@ from typing import ClassVar, Mapping
 
 from reshuffle.crypto.rand import RandomSource
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
-from reshuffle.errors import AlreadyAnswered, BelowThreshold, InvalidSignature, UnexpectedMessage
+from reshuffle.errors import AlreadyAnswered, BelowThreshold, ConfigError, InvalidSignature, UnexpectedMessage
 from reshuffle.protocol import groups as gr
 from reshuffle.protocol.groups import (
     Assignment,
+    CandidatesBelowFloor,
     CheckCache,
     GroupAck,
     GroupCert,
@@ -112,13 +113,25 @@ class AssignmentClient:
     cache : checks passed and broadcasts parsed (shared by the simulated participants of one process).
     min_group : this participant's own floor: it refuses a group size, or a group of its own,
         smaller than this (default MIN_GROUP, the protocol's minimum).
+    draw : the least groups the candidates must be able to form: it refuses an open or a list of fewer
+        than ``draw``·g candidates (default 2: with g to 2g − 1 candidates there is one group, the list
+        itself, and the PS that chose the list chose the group).
+    federation : the federation's size, where this participant knows it: a list of the whole federation
+        is taken even below ``draw``·g (the PS then had no list to choose), any shorter one is not.
     """
 
     TABLE = CLIENT_TABLE
 
     def __init__(self, pid: int, T: int, signing_key: SigningKey, cert: Certificate, ca: CertificateAuthority,
-                 rng: RandomSource, cache: CheckCache | None = None, min_group: int = gr.MIN_GROUP) -> None:
+                 rng: RandomSource, cache: CheckCache | None = None, min_group: int = gr.MIN_GROUP,
+                 draw: int = 2, federation: int | None = None) -> None:
         self.min_group = gr.check_group_size(min_group)
+        if not isinstance(draw, int) or isinstance(draw, bool) or draw < 1:
+            raise ConfigError(f"draw must be an int >= 1, got {draw!r}")
+        if federation is not None and (not isinstance(federation, int) or isinstance(federation, bool)
+                                       or federation < 2):
+            raise ConfigError(f"federation must be None or an int >= 2, got {federation!r}")
+        self.draw, self.federation = draw, federation
         self.pid, self.T = pid, T
         self._sk, self._cert, self._ca, self._rng = signing_key, cert, ca, rng
         self._v = cache or CheckCache()
@@ -160,6 +173,21 @@ class AssignmentClient:
         self.state, replies = getattr(self, handlers[m.TYPE])(s, m)
         return replies
 
+    def _check_candidates(self, what: str, n: int, g: int) -> None:
+        """Refuse a candidate list too short for the draw to choose: fewer than ``draw``·g (or than the
+        whole federation, where that is known and smaller)."""
+        need = self.min_candidates(g)
+        if n < need:
+            raise CandidatesBelowFloor(
+                f"{what} has {n} candidates for groups of {g}: this participant's floor is {need} "
+                f"({self.draw} groups' worth, or the whole federation), or the PS's choice of the list would be "
+                "the group")
+
+    def min_candidates(self, g: int) -> int:
+        """The least candidates this participant accepts for groups of ``g``."""
+        need = self.draw * g
+        return need if self.federation is None else min(need, self.federation)
+
     # -- attempt a: open, commit ---------------------------------------------
     def _on_open(self, s: ClientState, m: GroupOpen) -> Replies:
         prev = s.attempt
@@ -175,6 +203,7 @@ class AssignmentClient:
         roster = dict(m.roster)
         if roster.get(self.pid) != self._cert:
             raise WrongAssignment(f"GROUP_OPEN does not list participant {self.pid} with its certificate")
+        self._check_candidates("GROUP_OPEN", len(roster), m.group_size)
         if prev is not None:
             # A new attempt only after a missing reveal: its candidates are the last list minus at least one.
             if m.m != prev.m + 1 or m.m > gr.MAX_ATTEMPTS:
@@ -204,6 +233,7 @@ class AssignmentClient:
         if len(ids) < gr.assignment_threshold(n):
             raise WrongAssignment(f"GROUP_COMMITS lists {len(ids)} of {n} candidates, "
                                   f"threshold {gr.assignment_threshold(n)}")
+        self._check_candidates("GROUP_COMMITS", len(ids), a.open.group_size)
         own = [c for pid, c, _ in m.entries if pid == self.pid]
         if own != [a.commit]:
             raise WrongAssignment(f"GROUP_COMMITS does not carry participant {self.pid}'s own commitment")

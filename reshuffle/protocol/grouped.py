@@ -43,6 +43,7 @@ from reshuffle.protocol.groups import (
     Assignment,
     CheckCache,
     Membership,
+    UngroupedRound,
     WrongAssignment,
     WrongGroup,
     check_collusion,
@@ -453,14 +454,17 @@ class GroupedParticipant:
     honest members of its group), handed to the inner participant; ``min_group`` is its
     floor on the group size (default ``floors.min_group``: 5 with the default floors).
     ``membership`` is its stable group from an earlier round: no assignment runs, and the
-    round's ROUND_START must bind exactly that group.
+    round's ROUND_START must bind exactly that group. It refuses a round bound to no group
+    (:class:`UngroupedRound`) and an assignment listing fewer than ``floors.draw``·g candidates
+    (or than ``federation``, default ``floors.federation``, the federation's size where it knows it and
+    that is smaller).
     """
 
     def __init__(self, pid: int, T: int, model: np.ndarray, signing_key: SigningKey, cert: Certificate,
                  ca: CertificateAuthority, global_hash: bytes, rng: RandomSource | int | None = None, *,
                  make: Callable[..., Participant] = Participant, cache: CheckCache | None = None,
                  min_group: int | None = None, floors: TrustFloors | None = None,
-                 membership: Membership | None = None) -> None:
+                 membership: Membership | None = None, federation: int | None = None) -> None:
         self._rng = as_source(rng)
         self.pid, self.T, self._sk, self._ca = pid, T, signing_key, ca
         self.floors = floors if floors is not None else TrustFloors()
@@ -470,7 +474,8 @@ class GroupedParticipant:
             raise ConfigError(f"participant {pid} was handed participant {membership.pid}'s stable group")
         # Built now: it checks the model (NaN/Inf) before anything is sent, and draws nothing yet.
         self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng, floors=self.floors)
-        self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache, min_group)
+        self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache, min_group, self.floors.draw,
+                                       self.floors.federation if federation is None else federation)
         self.min_group = self.client.min_group
         self._cache = self.client._v
         self._membership = membership
@@ -569,6 +574,10 @@ class GroupedParticipant:
             self._membership.check_round_start(m.params, tuple(pid for pid, _ in m.roster))
             return
         a = self.client.assignment
+        if self.client.phase is CState.AWAIT_OPEN and not m.params.assignment:
+            # A round of all N whose roster the PS changes names senders by their presence pattern.
+            raise UngroupedRound(f"ROUND_START of a round bound to no group: participant {self.pid} takes part "
+                                 f"only in rounds of its stable group (floor {self.min_group})")
         if self.client.phase is not CState.ASSIGNED or a is None:
             raise UnexpectedMessage(f"ROUND_START before the group assignment finished "
                                     f"(state '{self.client.phase.value}')")

@@ -69,6 +69,14 @@ class WrongAssignment(Refused):
     """A PS message disagrees with the assignment this participant computed or was shown."""
 
 
+class CandidatesBelowFloor(WrongAssignment):
+    """An assignment's candidate list is too short for the draw to choose (below the member's draw floor)."""
+
+
+class UngroupedRound(WrongAssignment):
+    """A round bound to no stable group, refused by a participant whose floor asks for one."""
+
+
 class WrongGroup(WrongAssignment):
     """A later round's ROUND_START is not exactly this participant's stable group (index, digest, roster)."""
 
@@ -541,7 +549,7 @@ def _draw(T: int, attempt: int, g: int, ids: tuple[int, ...], seed: bytes) -> As
 
 
 __all__ = [
-    "ACK_CONTEXT", "ASSIGNMENT_TYPES", "Assignment", "DEFAULT_GROUP_SIZE", "IncompleteGroup", "Membership",
+    "ACK_CONTEXT", "ASSIGNMENT_TYPES", "Assignment", "CandidatesBelowFloor", "UngroupedRound", "DEFAULT_GROUP_SIZE", "IncompleteGroup", "Membership",
     "WrongGroup", "GroupAck", "GroupCert", "GroupCommit", "GroupCommits",
     "GroupOpen", "GroupReveal", "GroupReveals", "InvalidReveal", "MAX_ATTEMPTS", "MIN_GROUP", "NONCE_BYTES",
     "CheckCache", "WrongAssignment", "ack_statement", "assignment_threshold", "check_collusion", "check_group_size",

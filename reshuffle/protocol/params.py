@@ -282,6 +282,14 @@ class TrustFloors:
     rounds with N = g, so the honest set it hides among, in every round and across rounds, is
     g − c_g with c_g = max(1, ⌊collusion·g⌋): 4 for the default g = 5 (c = 1), 8 for g = 10 (c = 2).
     The floor it applies is :attr:`min_group`, never below the smallest round its other floors accept.
+    ``ungrouped``: whether it takes part in a round bound to no stable group (default False: a node
+    with a group floor answers only rounds of its own group, so a PS that never forms groups gets
+    nothing from it; a round of all N that changes its roster names senders across rounds).
+    ``draw``: the least groups the candidate list of an assignment must be able to form; a list of
+    fewer than ``draw``·g candidates is refused (default 2: a list of g to 2g − 1 makes the draw a
+    no-op, its one group the PS's choice). ``federation``: the federation's size where the participant
+    knows it (a Flower node's ``num-partitions``): a list of the whole federation is taken even below
+    ``draw``·g, since the PS then had no list to choose.
     """
 
     collusion: float = COLLUSION
@@ -289,6 +297,9 @@ class TrustFloors:
     decoys: int | None = None
     R_max: int = MAX_R_MAX
     group: int = GROUP_SIZE
+    ungrouped: bool = False
+    draw: int = 2
+    federation: int | None = None
 
     def __post_init__(self) -> None:
         f = self.collusion
@@ -304,12 +315,25 @@ class TrustFloors:
             raise ConfigError(f"R_max ceiling must be an int in [1, 64], got {self.R_max!r}")
         if not isinstance(self.group, int) or isinstance(self.group, bool) or not 2 <= self.group <= MAX_PARTICIPANTS:
             raise ConfigError(f"group floor must be an int in [2, {MAX_PARTICIPANTS}], got {self.group!r}")
+        if not isinstance(self.ungrouped, bool):
+            raise ConfigError(f"ungrouped must be true or false, got {self.ungrouped!r}")
+        if not isinstance(self.draw, int) or isinstance(self.draw, bool) or not 1 <= self.draw <= 64:
+            raise ConfigError(f"draw floor must be an int in [1, 64] (groups the candidate list can form), "
+                              f"got {self.draw!r}")
+        fed = self.federation
+        if fed is not None and (not isinstance(fed, int) or isinstance(fed, bool) or not 2 <= fed <= MAX_PARTICIPANTS):
+            raise ConfigError(f"federation must be None or an int in [2, {MAX_PARTICIPANTS}], got {fed!r}")
 
     @property
     def min_group(self) -> int:
         """The least stable group it joins: ``group``, raised to the smallest round whose N − c reaches
         ``anonymity`` (a group is a round's roster, so the round floor applies to it too)."""
         return max(self.group, smallest_round(self))
+
+    def min_candidates(self, g: int) -> int:
+        """The least candidates it accepts in an assignment of group size ``g``: ``draw``·g, or the whole
+        federation where it knows that to be smaller."""
+        return self.draw * g if self.federation is None else min(self.draw * g, self.federation)
 
     def group_honest(self, g: int) -> int:
         """The honest members a group of ``g`` hides each member among, against this participant's c."""

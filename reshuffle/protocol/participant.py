@@ -312,9 +312,14 @@ class Participant:
     @property
     def pseudonym(self) -> pseudonym.Pseudonym | None:
         """Its pseudonym of the round's epoch, to keep for the epoch's next rounds: one it held, or one issued
-        in this round once a certificate confirmed that every member saw the same key."""
+        in this round once it consented to an online set (its consent may enter the certificate at which the
+        PS records the issuance, so it never asks again: a second request is refused, and would tell the PS
+        which pseudonym was its). One issued in a round that ended before its consent is dropped: the PS
+        records nothing for it, and it asks again. A kept one is confirmed by the next round (the same P,
+        then a certificate before any row carries it)."""
         s = self.state
-        return s.nym if s.nym is not None and (s.nym_held or s.nym_certified) else None
+        kept = s.nym_held or s.nym_certified or bool(s.inv.consented)
+        return s.nym if s.nym is not None and kept else None
 
     def fork(self) -> "Participant":
         """An independent copy in the same state (the state is a value; the randomness and the diary
@@ -706,7 +711,9 @@ class Participant:
             self.view.position = pos
             enc = p.codec.encode(self._model)
             self.view.clipped = enc.clipped
-            if s.nym is None or not (s.nym_held or s.nym_certified):
+            # A certificate of this round (t members signed h, which holds P) confirms the key of the pseudonym
+            # it holds or was issued, also one kept from a round that ended before its certificate.
+            if s.nym is None or not s.nym_certified:
                 raise Refused(f"participant {self.pid} holds no confirmed pseudonym of epoch {s.session.epoch}")
             row = credential.build_row(
                 enc.words, slots.tokens[slot], s.cred.value, s.nym, self._rng.bytes(credential.K_BYTES), self.T, pos

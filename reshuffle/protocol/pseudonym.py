@@ -11,9 +11,15 @@ A participant without a pseudonym for the epoch draws a random 16-byte ρ and
 asks, inside its OT request, for the RFC 9497 VOPRF evaluation of
 ``label("row/pseudonym", epoch) ‖ ρ`` under π (the row credential's input is
 labelled "row/credential" and its key γ is drawn per round: the two never
-meet). The PS answers once per identity per epoch, with its proof against P,
-and records whom it issued. The participant unblinds z = F_π(epoch, ρ) and keeps
-(epoch, P, ρ, z) for the epoch's rounds (:meth:`Pseudonym.encode`). Every row
+meet). The PS answers once per identity per epoch, with its proof against P.
+It records whom it issued only once the member holds it: at the certificate of
+the round (which t members signed over h, which holds P) sent to that member. A
+round that ends earlier records nothing, so one member's silence costs the
+others that round, never the epoch. The participant unblinds z = F_π(epoch, ρ)
+and keeps (epoch, P, ρ, z) for the epoch's rounds (:meth:`Pseudonym.encode`),
+also when its round ended before a certificate: the next round of the epoch
+must then announce the same P, and its certificate comes before any row carries
+the pseudonym, so it never asks twice. Every row
 carries ρ ‖ z; the PS recomputes F_π(epoch, ρ) and refuses a row whose z differs,
 and every row whose ρ another row of the round also carries. ρ is the pseudonym
 the PS's rules see: 16 bytes, as the simulator's ideal pseudonyms.
@@ -32,7 +38,7 @@ from reshuffle.crypto.rand import RandomSource, as_source
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, UnexpectedMessage
 from reshuffle.wire import Parser, Writer
 
-#: Bytes of the pseudonym ρ (as :data:`reshuffle.server.pseudonyms.SIZE`).
+#: Bytes of the pseudonym ρ (as :data:`reshuffle.run.pseudonyms.SIZE`).
 NONCE_BYTES = 16
 #: Bytes of z = F_π(epoch, ρ), the VOPRF output (SHA-512).
 Z_BYTES = voprf.NH
@@ -176,15 +182,27 @@ class EpochIssuer:
     def __repr__(self) -> str:
         return f"EpochIssuer(group={self.group_name!r}, epoch={self.epoch}, issued={len(self.issued)})"
 
-    def issue(self, identity: int, blinded: Element, rng: RandomSource | int | None = None
-              ) -> tuple[Element, bytes]:
-        """Evaluate ``blinded`` under π with its proof; once per identity per epoch (AlreadyIssued)."""
+    def evaluate(self, identity: int, blinded: Element, rng: RandomSource | int | None = None
+                 ) -> tuple[Element, bytes]:
+        """Evaluate ``blinded`` under π with its proof, recording nothing yet; AlreadyIssued if ``identity``
+        holds a pseudonym of this epoch. The issuance counts once its holder holds it (:meth:`confirm`)."""
         if identity in self.issued:
             raise AlreadyIssued(f"participant {identity} already holds a pseudonym of epoch {self.epoch}")
         (ev,), proof = voprf.blind_evaluate(suite(self.group), self._pi, [blinded], self.key,
                                             rng if rng is not None else self._rng)
-        self.issued.add(identity)
         return ev, proof.encode(self.group)
+
+    def confirm(self, identities) -> None:
+        """Record ``identities`` as issued: each got its evaluation and a certificate of the round that
+        confirms the key (the member then holds its pseudonym and never asks again in this epoch)."""
+        self.issued.update(identities)
+
+    def issue(self, identity: int, blinded: Element, rng: RandomSource | int | None = None
+              ) -> tuple[Element, bytes]:
+        """:meth:`evaluate` and :meth:`confirm` at once (a holder known to keep what it is sent)."""
+        out = self.evaluate(identity, blinded, rng)
+        self.confirm([identity])
+        return out
 
     def verify(self, rho: bytes, z: bytes) -> None:
         """Check z = F_π(epoch, ρ) in constant time; :class:`InvalidPseudonym` if it differs."""

@@ -406,6 +406,7 @@ class Server:
             raise ConfigError("identities must name every participant of the roster")
         self._identity = {i: (identities[i] if identities is not None else i) for i in roster}
         self._nym_requests: dict[int, Element] = {}  # blinded pseudonym requests awaiting their answer
+        self._nym_sent: set[int] = set()  # evaluations sent, recorded as issued at the member's certificate
 
     # ------------------------------------------------------------------ #
     @property
@@ -672,8 +673,9 @@ class Server:
             resolved = tuple((d, resolved_by[d]) for d in sorted(resolved_by) if i in complaints[d])
             a = a.with_resolved(resolved)
             if i in self._nym_requests:
-                # §7.3: the pseudonym goes with the OT answer; issued (and recorded) only now.
-                ev, proof = self.nyms.issue(self._identity[i], self._nym_requests.pop(i), self._nym_rng)
+                # §7.3: the pseudonym goes with the OT answer; recorded once the member holds it (a certificate).
+                ev, proof = self.nyms.evaluate(self._identity[i], self._nym_requests.pop(i), self._nym_rng)
+                self._nym_sent.add(i)
                 a = dataclasses.replace(a, nym_eval=ev, nym_proof=proof)
             out.append((i, a.encode(self._sk)))
         return out
@@ -788,6 +790,10 @@ class Server:
         sigs = tuple((i, st.consents[i]) for i in signers)
         self._tx.absorb_certified(st.m, st.online)
         cert = msg.CertificateMsg(self.T, st.m, SERVER_ID, st.online, sigs)
+        # §7.3: a member that gets this certificate holds its pseudonym from now on: it counts as issued.
+        held = self._nym_sent & set(signers)
+        self.nyms.confirm(self._identity[i] for i in sorted(held))
+        self._nym_sent -= held
         return UnmaskStep(st.sum, st.online, st.dropped), self._broadcast(signers, cert)
 
     def _on_unmask_response(self, st: UnmaskStep, sender: int, r: msg.UnmaskResponse) -> None:

@@ -148,10 +148,11 @@ class SessionState:
         """A participant in the state right after the inbox (replayed), with its own ``floors`` on the
         round parameters (default :class:`TrustFloors`()).
 
-        A round whose first PS message (the inbox's, else ``first``, the message about
-        to be handled) is GROUP_OPEN runs in anonymity groups: the participant is then
-        a :class:`~reshuffle.protocol.grouped.GroupedParticipant`, refusing groups smaller
-        than ``min_group`` (default: the least group its floors take part in). With
+        The participant is a :class:`~reshuffle.protocol.grouped.GroupedParticipant`, refusing
+        groups smaller than ``min_group`` (default: the least group its floors take part in) and
+        every round bound to no group, unless its floors opt out (``ungrouped``): it is then a
+        grouped participant only for a round whose first PS message (the inbox's, else ``first``,
+        the message about to be handled) is GROUP_OPEN or binds a group. With
         ``membership`` (its stable group, from an earlier round) it is always a grouped
         participant of that group: it refuses a new assignment and any other roster.
         """
@@ -161,7 +162,10 @@ class SessionState:
 
         ca = CertificateAuthority.verifier(VerifyKey.from_bytes(self.ca_key))
         opening = self.inbox[0] if self.inbox else first
-        grouped = membership is not None or (opening is not None and peek_type(opening) is MsgType.GROUP_OPEN) \
+        # A participant whose floors ask for a stable group (the default) is always a grouped one: it
+        # refuses a round bound to no group, so a PS that never forms groups gets nothing from it.
+        grouped = membership is not None or not (floors or TrustFloors()).ungrouped \
+            or (opening is not None and peek_type(opening) is MsgType.GROUP_OPEN) \
             or (opening is not None and _binds_group(opening))
         model = np.frombuffer(self.model, dtype=_DTYPES[int(self.words)]).astype(
             np.uint32 if self.words else np.float32) if self.has_model else None
@@ -201,9 +205,9 @@ def _binds_group(data: bytes) -> bool:
         return False  # the participant refuses it itself
 
 
-def handle(state: SessionState, data: bytes) -> tuple[SessionState, list[bytes]]:
-    """Process one message from the PS: (the new state, the replies to send)."""
-    replies = state.participant(data).handle(data)
+def handle(state: SessionState, data: bytes, floors: TrustFloors | None = None) -> tuple[SessionState, list[bytes]]:
+    """Process one message from the PS with the participant's ``floors``: (the new state, the replies)."""
+    replies = state.participant(data, floors=floors).handle(data)
     return replace(state, inbox=state.inbox + (bytes(data),)), replies
 
 

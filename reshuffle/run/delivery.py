@@ -29,7 +29,7 @@ from reshuffle.protocol import params
 from reshuffle.protocol.params import RoundParams
 from reshuffle.run.sampling import IDEAL, seed_of
 from reshuffle.run.sets import all_or_none
-from reshuffle.server.pseudonyms import EpochBook
+from reshuffle.run.pseudonyms import EpochBook
 
 #: The phase before which nothing is sent: a client withheld from the round drops out here.
 SETUP = "setup"

@@ -9,7 +9,7 @@ one explicit hook, :func:`observed_updates`.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from reshuffle.errors import ConfigError
 from reshuffle.run.round import non_finite
 from reshuffle.run.sampling import ATTACK, seed_of
 from reshuffle.server import Rule
-from reshuffle.server.pseudonyms import run_pseudonym
+from reshuffle.run.pseudonyms import run_pseudonym
 from reshuffle.server.rules.base import decide_in_context
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ class Attackers:
 
     def __init__(self, attack: Attack, name: str, malicious: list[int], seed: int) -> None:
         self.attack, self.name, self.malicious, self.seed = attack, name, malicious, seed
+        #: client → the pseudonym its rows carry to the deployed rule (the simulator sets its own source)
+        self.names: Callable[[int], bytes] = lambda i: run_pseudonym(seed, i)
         self.choices: dict | None = None  # what a rule-aware attack chose in the last round
 
     @property
@@ -144,6 +146,6 @@ class Attackers:
 
         names = None
         if "pseudonyms" in rule.context:
-            names = ([run_pseudonym(self.seed, i) for i in mal], [run_pseudonym(self.seed, i) for i in honest])
+            names = ([self.names(i) for i in mal], [self.names(i) for i in honest])
         return RoundView(own=U_own, honest=U_honest, decide=decide, round=T, global_model=W_g.copy(),
                          lab=self.lab(mal, W_g, training), pseudonyms=names)

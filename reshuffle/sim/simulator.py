@@ -68,7 +68,7 @@ from reshuffle.run.round import PSEUDONYM, FLRound, make_step
 from reshuffle.run.sampling import DROPOUT, SETUP, SetSampler, seed_of
 from reshuffle.run.sets import SETS_STATE, StableSets, check_simulation as check_sets, set_losses
 from reshuffle.server.aggregate import canonical_order
-from reshuffle.server.pseudonyms import run_pseudonym
+from reshuffle.run.pseudonyms import run_pseudonym
 from reshuffle.sim.attackers import Attackers, observed_updates, unencodable
 from reshuffle.sim.evaluation import Evaluator
 from reshuffle.sim.feasible import check_feasible
@@ -126,6 +126,8 @@ class Simulation:
         self.sets = StableSets.form(cfg.clients, cfg.set_size, cfg.seed) if cfg.stable_sets else None
         self.rounds = FLRound(fl, self._sampler(), t.layout.get(t.model))
         self.channel = make_channel(cfg.shuffle, cfg.seed, cfg.group, cfg.group_size)
+        # Rule-aware attackers replay the deployed rule under the names it sees (one source for both).
+        self.attackers.names = self.pseudonym_of
         # The rows rule-aware attackers test pass through the protocol's encoding (among a round's cohort).
         # (An ideal or plain shuffle may have a cohort smaller than the real protocol's smallest round.)
         self.codec = RoundParams.default(max(cfg.cohort_size, smallest_round()), self.W_g.size, group=cfg.group).codec
@@ -222,6 +224,14 @@ class Simulation:
         if self.sets is None:
             return delivery
         return dataclasses.replace(delivery, groups={i: self.sets.of(i) for i in cohort})
+
+    def pseudonym_of(self, client: int) -> bytes:
+        """The epoch pseudonym a row of ``client`` carries to the rule: the one it holds from the real
+        channel's issuance (the epoch book), else the ideal one (a keyed hash of the sender; one epoch per
+        run). A client that holds none yet gets a name no history holds, as its first row's will be."""
+        epochs = getattr(self.channel, "epochs", None)
+        held = epochs.held.get(client) if epochs is not None else None
+        return held.name if held is not None else run_pseudonym(self.cfg.seed, client)
 
     def _with_pseudonyms(self, delivery):
         """The delivery with each row's epoch pseudonym: the one the real shuffle recovered from the row, else

@@ -1,9 +1,13 @@
 """The project's Flower ClientApp: local training; :func:`~reshuffle.flower.mod.reshuffle_mod` does the rest.
 
 The train handler trains from the global model it receives and replies with the
-new model (one float32 array), with the seed ``reshuffle simulate`` gives the same
-client in the same round (:mod:`reshuffle.run.sampling`): node ``partition-id`` i
-trains as simulated client i. Re-Shuffle is the mod's business. Simulated attacks
+new model (one float32 array). Its training randomness (batch order, initialisation
+draws) is the node's own, fresh from OS randomness every time it trains: a PS that
+sends the same content twice gets two different models, which do not link by content.
+A node whose own config says ``reshuffle-seeded-training=true`` trains instead with the
+seed ``reshuffle simulate`` gives the same client in the same round
+(:mod:`reshuffle.run.sampling`; node ``partition-id`` i trains as simulated client i),
+for runs that must match a simulation. Re-Shuffle is the mod's business. Simulated attacks
 and scoring are the node's own choice: only its ``node_config`` enables them
 (``attack="sign-flip"``, ``score=true``); a train message that asks for them is
 refused with an error naming the key, so a server cannot make an honest node
@@ -14,6 +18,7 @@ as the node's error, and the round goes on without it.
 
 from __future__ import annotations
 
+import secrets
 from functools import lru_cache
 
 import numpy as np
@@ -80,6 +85,18 @@ def _check_config(config: ConfigRecord) -> None:
             )
 
 
+NODE_SEEDED = "reshuffle-seeded-training"  # node_config: train with the simulation's seed (default: fresh)
+
+
+def _train_seed(node_config: dict, run_seed: int, T: int, part: int) -> int:
+    """This node's training seed: fresh OS randomness, or (its own opt-in) the simulation's seed for round T,
+    which the server's content and round number decide."""
+    seeded = node_config.get(NODE_SEEDED, False)
+    if not isinstance(seeded, bool):
+        raise ConfigError(f"node_config {NODE_SEEDED} must be true or false, got {seeded!r}")
+    return seed_of(run_seed, T, TRAIN, part) if seeded else secrets.randbits(63)
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Train from W_g on this node's partition; reply with W (and, if this node scores, its label: attacker or not)."""
@@ -109,7 +126,7 @@ def train(msg: Message, context: Context) -> Message:
         a.prepare(n, ds.x_train)
         x, y = a.poison_data(x, y, part, n, ds.num_classes, np.random.default_rng(seed_of(sim.seed, POISON, part)))
     T = int(config.get("server-round", 0))
-    seed = seed_of(sim.seed, T, TRAIN, part)
+    seed = _train_seed(nc, sim.seed, T, part)
     model = build_model(sim.model, ds.input_shape, ds.num_classes, seed=sim.seed, dataset=sim.dataset)
     W = local_train(model, W_g, x, y, TrainConfig(sim.local_epochs, sim.batch_size, sim.lr, sim.optimizer), seed=seed)
     if attack != "none":

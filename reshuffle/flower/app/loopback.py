@@ -7,6 +7,8 @@ protocol are the real ones; only the transport is replaced. Each node keeps one
 
 from __future__ import annotations
 
+import tempfile
+
 import copy
 import uuid
 from typing import Callable, Iterable
@@ -30,16 +32,25 @@ class LoopbackGrid(Grid):
 
     ``node_config(i)`` gives node i's config (default: Flower's simulation keys
     ``partition-id``/``num-partitions``). ``drop`` is a callable
-    ``(node_id, message) -> bool``: True leaves that message unanswered.
+    ``(node_id, message) -> bool``: True leaves that message unanswered. ``ungrouped`` adds
+    ``reshuffle-ungrouped=true`` to every node's config: the nodes then also take part in rounds
+    bound to no stable group (``ReshuffleGrid(group_size=None)``), which they refuse by default.
+    The nodes share one fresh state folder (:attr:`state_dir`, each node's files its own) unless their
+    config names another.
     """
 
     def __init__(self, client_app, num_nodes: int, run_id: int = 7,
                  node_config: Callable[[int], dict] | None = None,
-                 drop: Callable[[int, Message], bool] | None = None) -> None:
+                 drop: Callable[[int, Message], bool] | None = None, ungrouped: bool = False) -> None:
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, SUPERLINK_NODE, 0
         self.app = client_app
         self.node_ids = [1000 + i for i in range(num_nodes)]
-        cfg = node_config or (lambda i: {"partition-id": i, "num-partitions": num_nodes})
+        base = node_config or (lambda i: {"partition-id": i, "num-partitions": num_nodes})
+        # Each grid's nodes keep their state in a fresh folder of its own unless their config names one: the
+        # simulation keys of one run id are the same in every grid, and a grid stands for a fresh deployment.
+        self.state_dir = tempfile.mkdtemp(prefix="reshuffle-loopback-")
+        cfg = lambda i: {"reshuffle-state-dir": self.state_dir, **base(i),  # noqa: E731
+                         **({"reshuffle-ungrouped": True} if ungrouped else {})}
         self.contexts = {n: Context(run_id=run_id, node_id=n, node_config=cfg(i), state=RecordDict(),
                                     run_config={}) for i, n in enumerate(self.node_ids)}
         self.drop = drop or (lambda node, msg: False)

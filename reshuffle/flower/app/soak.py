@@ -382,7 +382,7 @@ class Soak:
         self.node_starts[i] += 1
         fault = ' fault="malformed"' if i == self.malformed else ""
         self._launch_node(i, f'reshuffle-participant-id={i} reshuffle-key-dir="{self.keys}" '
-                             f'num-partitions={self.cfg.nodes}{fault}', self.dir / f"supernode-{i}.log")
+                             f'num-partitions={self.cfg.nodes} {SOAK_NODE}{fault}', self.dir / f"supernode-{i}.log")
 
     def _restart(self, nodes: set[int], T: int, suffix: str = "") -> None:
         """Start the killed ``nodes`` again (round ``T``'s event lines end with ``suffix``)."""
@@ -574,6 +574,11 @@ def _checkpoint_round(out: Path) -> int:
         return 0
 
 
+#: The soak's nodes take part in its one round of all nodes (stable-sets=false), and train with the seeds of
+#: the fault-free reference run, so that the two accuracies compare.
+SOAK_NODE = "reshuffle-ungrouped=true reshuffle-seeded-training=true"
+
+
 def fault_free_accuracy(cfg: SoakConfig) -> float:
     """Final accuracy of the same run without faults, over the in-process Grid (same data and seeds)."""
     from flwr.app import Context, RecordDict
@@ -584,7 +589,9 @@ def fault_free_accuracy(cfg: SoakConfig) -> float:
     rc = {"dataset": "digits", "model": "logreg", "rule": "fedavg", "rounds": cfg.rounds, "seed": cfg.seed,
           "phase-timeout": cfg.phase_timeout, "r-max": 3, "stable-sets": False}
     with tempfile.TemporaryDirectory(prefix="reshuffle-soak-ref-") as d:
-        lg = LoopbackGrid(client_app.app, cfg.nodes)  # node i trains on partition i, as in the deployment
+        # node i trains on partition i with the simulation's seeds, as in the soak's deployment
+        lg = LoopbackGrid(client_app.app, cfg.nodes, ungrouped=True, node_config=lambda i: {
+            "partition-id": i, "num-partitions": cfg.nodes, "reshuffle-seeded-training": True})
         for c in lg.contexts.values():
             c.run_config = dict(rc)
         import contextlib

@@ -1,4 +1,4 @@
-"""Epoch pseudonyms as a driver hands them to a pseudonymous rule: ideal ones, and the real ones' book.
+"""Epoch pseudonyms as the FL round hands them to a pseudonymous rule: ideal ones, and the real ones' book.
 
 A pseudonym is an opaque 16-byte label that one participant keeps for an epoch
 (the run, or a number of rounds) and that reveals nothing of who it is. The
@@ -31,6 +31,18 @@ def epoch_of(round: int, rounds: int = 0) -> int:
     return 0 if rounds == 0 else (max(round, 1) - 1) // rounds
 
 
+def run_base(now: float | None = None) -> int:
+    """An epoch base above every earlier run's: the run's start in milliseconds, times 2^20 (room for 2^20
+    rounds; below 2^63 until the year 2248).
+
+    A node keeps its pseudonym on disk with its group; a new run of the same federation numbers its
+    epochs above the ones it holds, so the node drops its pseudonym and asks for one of the new epoch
+    (an epoch number seen again under another key is refused as a changed key)."""
+    import time
+
+    return int(1000 * (time.time() if now is None else now)) << 20
+
+
 def run_key(seed: int) -> bytes:
     """A simulation's pseudonym key, a function of its seed (a simulated run is reproducible; the PS never sees it)."""
     return hashlib.sha256(label("sim-pseudonym-key", seed)).digest()
@@ -61,11 +73,15 @@ class EpochBook:
     ----------
     group : the protocol's group.
     rounds : rounds per epoch (0: one epoch, the run or the driver's life).
+    base : added to every epoch number (a deployment passes :func:`run_base`, so that a new run's epochs
+        are numbered above an earlier run's, whose pseudonyms its nodes may keep on disk).
     """
 
-    def __init__(self, group: str = "ristretto255", rounds: int = 0) -> None:
+    def __init__(self, group: str = "ristretto255", rounds: int = 0, base: int = 0) -> None:
         epoch_of(1, rounds)  # checks rounds
-        self.group, self.rounds = group, rounds
+        if isinstance(base, bool) or not isinstance(base, int) or not 0 <= base < 2**63:
+            raise ConfigError(f"an epoch base is an int in [0, 2^63), got {base!r}")
+        self.group, self.rounds, self.base = group, rounds, base
         self._issuer: EpochIssuer | None = None
         self.held: dict[int, Pseudonym] = {}
 
@@ -83,8 +99,9 @@ class EpochBook:
         if isinstance(T, bool) or not isinstance(T, int) or T < 1:
             raise ConfigError(f"round numbers start at 1, got {T!r}")
         cur = self._issuer
-        if cur is None or T < cur.epoch or (self.rounds and T >= cur.epoch + self.rounds):
-            self._issuer = EpochIssuer(self.group, T)
+        start = None if cur is None else cur.epoch - self.base
+        if start is None or T < start or (self.rounds and T >= start + self.rounds):
+            self._issuer = EpochIssuer(self.group, self.base + T)
         return self._issuer
 
     def pseudonyms(self, clients) -> dict[int, Pseudonym | None]:
@@ -98,7 +115,7 @@ class EpochBook:
 
     def state(self) -> dict:
         """JSON data for a checkpoint (hex of the explicit encodings; no pickle)."""
-        return {"group": self.group, "rounds": self.rounds,
+        return {"group": self.group, "rounds": self.rounds, "base": self.base,
                 "issuer": None if self._issuer is None else self._issuer.encode().hex(),
                 "held": {str(i): nym.encode().hex() for i, nym in sorted(self.held.items())}}
 
@@ -113,4 +130,7 @@ class EpochBook:
             held = {int(i): Pseudonym.decode(bytes.fromhex(h)) for i, h in data.get("held", {}).items()}
         except (ProtocolError, ValueError, TypeError, AttributeError) as exc:
             raise ConfigError(f"checkpoint pseudonyms do not decode: {exc}") from None
-        self._issuer, self.held = issuer, held
+        base = data.get("base", 0)
+        if isinstance(base, bool) or not isinstance(base, int) or base < 0:
+            raise ConfigError(f"checkpoint pseudonyms: epoch base {base!r}")
+        self._issuer, self.held, self.base = issuer, held, max(self.base, base)
