@@ -36,7 +36,7 @@ class _Steps:
 
     def __init__(self, what: str, total: int | None = None, enabled: bool = True) -> None:
         self.what, self.total, self.enabled = what, total, enabled
-        self.done = 0
+        self.done, self._started = 0, False
 
     def __enter__(self) -> "_Steps":
         if self.enabled:
@@ -64,8 +64,6 @@ class _Steps:
         """The part before ``name`` is done and ``name`` runs now (a bench's parts)."""
         self.step(f"running {name}", advance=1 if self._started else 0)
         self._started = True
-
-    _started = False
 
 
 def cmd_ca(args: argparse.Namespace) -> int:
