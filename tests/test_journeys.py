@@ -177,8 +177,13 @@ def test_resnet18_on_8x8_digits_is_warned_of():
 def test_make_run_runs_twice_in_a_row(tmp_path, monkeypatch, capsys):
     # The command `make run` runs (make -n prints it), run twice in process from a folder of its own: each run
     # gets a new output folder; OUT= names one.
+    # A set-up stamp newer than its prerequisites: make sees the set-up done and runs nothing (a stamp that is a
+    # makefile would be remade even under -n).
+    stamp = tmp_path / "stamp"
+    stamp.touch()
+
     def command(*extra):
-        r = subprocess.run(["make", "-s", "-n", "-C", str(ROOT), "run", "STAMP=Makefile",
+        r = subprocess.run(["make", "-s", "-n", "-C", str(ROOT), "run", f"STAMP={stamp}",
                             "ARGS=--rounds 1 --shuffle none --quiet", *extra],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr

@@ -570,8 +570,9 @@ def _load_hf(repo: str, folder: Path) -> Dataset:
             test = fds.load_split("test") if "test" in fds._dataset else None  # noqa: SLF001 - the splits it loaded
         except (FileNotFoundError, ConnectionError, ValueError, OSError) as exc:
             if offline:
-                raise DataError(f"hf:{repo}: not cached in {folder}, and {HF_HOST} cannot be reached from this "
-                                f"machine; it downloads on first use on a machine with internet access") from None
+                raise DataError(f"hf:{repo}: cannot load it: not cached in {folder}, and {HF_HOST} cannot be "
+                                f"reached from this machine; it downloads on first use on a machine with internet "
+                                f"access") from None
             raise DataError(f"hf:{repo}: cannot load it ({type(exc).__name__}: {exc}); it downloads on first use "
                             f"on a machine with internet access, into {folder}") from None
     image, label, natural = _hf_columns(train, repo)

@@ -308,6 +308,7 @@ class Simulation:
             data["dp_uploads"] = {str(i): k for i, k in self.dp_uploads.items()}
         if self.sets is not None:
             data[SETS_STATE] = self.sets.as_data()
+        data["notices"] = list(self.notices)  # a resumed run's metrics.json keeps the command line's too
         if self.linking is not None:
             more, extra = self.linking.state()
             arrays.update(more)
@@ -334,6 +335,9 @@ class Simulation:
                 t.copy_(torch.from_numpy(np.asarray(arrays[f"{LOCAL}{who}.{name}"])).to(t.device))
         if self.dp is not None:
             self.dp_uploads = {int(i): k for i, k in state.get("dp_uploads", {}).items()}
+        notices = state.get("notices")
+        if isinstance(notices, list) and all(isinstance(n, str) for n in notices):
+            self.notices = list(notices)
         if self.linking is not None:
             self.linking.restore(arrays, state)
         epochs = getattr(self.channel, "epochs", None)
