@@ -133,8 +133,9 @@ class HammerAnvil(Composite):
             ok[list(decide_in_context(self.filter, U, round, **context).accepted)] = True
             keep &= ok
             alpha = np.where(ok, alpha, 0.0)
-        for sig in self.signals:  # each only takes weight: the weights multiply
-            alpha = alpha * np.clip(np.asarray(decide_in_context(sig, U, round, **context).weights), 0.0, 1.0)
+        for sig in self.signals:  # each only takes weight: its own weights (not its anvil's) multiply
+            decide_in_context(sig, U, round, **context)
+            alpha = alpha * np.clip(np.asarray(sig.alpha, dtype=np.float64), 0.0, 1.0)
         group = kin_groups(self.hammer, n)
         M, wM, share = merge_groups(U, alpha, group)
         # Clipped after merging: copies do not move the bound S either.
