@@ -214,3 +214,18 @@ def test_colluders_who_upload_alike_take_one_place_in_the_trimming():
     one = make_rule("clip-trim", F).decide(U[:17]).aggregate @ b
     four = make_rule("clip-trim", F).decide(U).aggregate @ b
     assert d.aggregate @ b <= one + 1e-9 < four
+
+
+def test_a_copy_whose_target_changes_every_round_is_merged_with_it_all_the_same():
+    """No kin history links the copier to anyone, but the copy is the very same row this round: one source."""
+    rng = np.random.default_rng(6)
+    drift = rng.normal(size=(N, D)) * 0.8
+    labels = [f"p{i}" for i in range(N)]
+    rule = make_rule("hammer-anvil", F, seed=0)
+    for t in range(1, 6):
+        U = honest(rng, N, D, drift)
+        U[19] = U[t]
+        d = decide_in_context(rule, U, t, pseudonyms=labels, global_model=np.zeros(D))
+        rule.commit()
+        ct = make_rule("clip-trim", F).decide(U[:19])
+        assert np.allclose(d.aggregate, ct.aggregate, atol=0.02)  # kinship may still shade a few weights

@@ -74,7 +74,7 @@ class HammerAnvil(Composite):
     2. The anvil: the rows whose histories the hammer found kin (a copy and
        its original, colluders alike) merged into one row of weight at most 1
        (:func:`merge_groups`: one source, one place in the trimming and in
-       the median norm); each of the n' rows clipped to S, their median norm,
+       the median norm), and so are rows identical in the round; each of the n' rows clipped to S, their median norm,
        :math:`v_i = u_i \min(1, S/\lVert u_i\rVert)`; per coordinate the
        t = min(f, ⌊(n' − 1)/2⌋) smallest and largest values are dropped and the
        rest averaged with the rows' weights (:func:`weighted_trim`).
@@ -136,7 +136,8 @@ class HammerAnvil(Composite):
         for sig in self.signals:  # each only takes weight: its own weights (not its anvil's) multiply
             decide_in_context(sig, U, round, **context)
             alpha = alpha * np.clip(np.asarray(sig.alpha, dtype=np.float64), 0.0, 1.0)
-        group = kin_groups(self.hammer, n)
+        # Kin by history, or the very same row this round (a copy whose target changed has no kin history yet).
+        group = join_groups(kin_groups(self.hammer, n), np.unique(U, axis=0, return_inverse=True)[1].ravel())
         M, wM, share = merge_groups(U, alpha, group)
         # Clipped after merging: copies do not move the bound S either.
         norms = np.linalg.norm(M, axis=1)
@@ -165,6 +166,29 @@ def kin_groups(hammer: Rule, n: int) -> np.ndarray:
             labels[j] = first.setdefault(int(c), int(j))
     _, out = np.unique(labels, return_inverse=True)
     return out
+
+
+def join_groups(*labelings: np.ndarray) -> np.ndarray:
+    """Rows in one group under any labelling share a group (transitively); labels 0..g−1 in first-row order.
+
+    >>> import numpy as np
+    >>> join_groups(np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2])).tolist()
+    [0, 0, 0, 1]
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = len(labelings[0])
+    rows, cols, offset = [], [], n
+    for lab in labelings:
+        rows.append(np.arange(n))
+        cols.append(offset + lab)
+        offset += int(lab.max()) + 1 if n else 0
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    _, comp = connected_components(coo_matrix((np.ones(len(r)), (r, c)), shape=(offset, offset)), directed=False)
+    _, first = np.unique(comp[:n], return_index=True)
+    order = {int(comp[i]): k for k, i in enumerate(sorted(first))}
+    return np.array([order[int(x)] for x in comp[:n]])
 
 
 def merge_groups(V: np.ndarray, alpha: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
