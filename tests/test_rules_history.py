@@ -192,12 +192,13 @@ def pushed(rule_name: str, rounds, b, n: int, f: int = 3) -> float:
 
 def test_colluders_who_repeat_one_push_weigh_as_one_row_under_the_history():
     """The accumulated push of colluders alike, each round inside clip-trim's bounds (per-round rules let it add
-    up): their histories share one row's weight, so the push that gets through is well below clip-trim's."""
+    up): their histories are kin, so their rows merge into one, and the push that gets through is one row's,
+    well below what three get through clip-trim."""
     rounds, b = colluding_rounds(20, 16, 3, 60, 7, push=0.6)
     honest_only = pushed("clip-trim", [U[:13] for U in rounds], b, 13)
     clip_trim = pushed("clip-trim", rounds, b, 16) - honest_only
     assert clip_trim > 3.0
-    assert pushed("hammer-anvil", rounds, b, 16) - honest_only < 0.6 * clip_trim
+    assert pushed("hammer-anvil", rounds, b, 16) - honest_only < 0.45 * clip_trim
 
 
 def test_an_honest_pseudonym_that_alone_holds_a_class_keeps_its_clip_trim_weight():
@@ -209,10 +210,10 @@ def test_an_honest_pseudonym_that_alone_holds_a_class_keeps_its_clip_trim_weight
         U[0] = L[0]
         d = rule.decide(U, round=t, pseudonyms=names(16))
         rule.commit()
-    # The three colluders share one row's weight; the lonely row keeps what clip-trim gives it (the history takes
-    # weight only from the rows it judges alike, and the trimmed count stays f).
+    # The three colluders merge into one row; the lonely row keeps at least what clip-trim gives it (the history
+    # takes weight only from the rows it judges alike, and the trimmed count stays f).
     ct = make_rule("clip-trim", 3, seed=0).decide(U)
-    assert set(range(13, 16)).isdisjoint(d.accepted) and d.weights[0] == pytest.approx(ct.weights[0])
+    assert set(range(13, 16)).isdisjoint(d.accepted) and d.weights[0] >= ct.weights[0] - 1e-9
     assert FoolsGold(center="median").decide(np.stack([L[0] for L in lonely[:1]] + list(lonely[0][1:])),
                                              round=1, pseudonyms=names(16)).weights[0] == 1.0
 

@@ -113,3 +113,15 @@ def test_poisonedfl_keeps_one_sign_vector_and_its_drift_form_flips_a_share_each_
     drift = signs["poisonedfl-drift"]
     agree = np.mean([(x == vec["poisonedfl-drift"]).mean() for r in drift for x in r])
     assert 0.55 < agree < 0.85 and not (drift[1][0] == drift[2][0]).all()
+
+
+def test_a_signal_that_judges_no_row_leaves_hammer_anvil_as_clip_trim():
+    """The combination multiplies the signals' own weights, not their anvil's (which fold in clipping and
+    trimming): where every signal weight is 1, hammer-anvil with signals is clip-trim."""
+    rng = np.random.default_rng(4)
+    U = rng.normal(size=(20, 300)) + 0.3
+    rule = make_rule("hammer-anvil", 4, signals=["concentration"])
+    d = decide_in_context(rule, U, 1, pseudonyms=[f"p{i}" for i in range(20)], global_model=np.zeros(300))
+    assert (rule.signals[0].alpha == 1).all()
+    ct = make_rule("clip-trim", 4).decide(U)
+    assert np.allclose(d.aggregate, ct.aggregate) and np.allclose(d.weights, ct.weights)

@@ -27,7 +27,7 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
-    Decision, check_f, check_pseudonyms, check_round, check_updates, clip_factors, decide_in_context,
+    Decision, Rule, check_f, check_pseudonyms, check_round, check_updates, clip_factors, decide_in_context,
 )
 from reshuffle.server.rules.compose import Composite
 from reshuffle.server.rules.coordinate import trim_columns
@@ -71,10 +71,13 @@ class HammerAnvil(Composite):
        each rule in ``signals`` (``concentration``, ``label-groups``,
        ``persistence``: :mod:`reshuffle.server.rules.signals`; options in
        ``signal_options``, one table each) multiplies α by its weights.
-    2. The anvil, on all n rows: each clipped to S, the median norm of all
-       rows, :math:`v_i = u_i \min(1, S/\lVert u_i\rVert)`; per coordinate the
-       t = min(f, ⌊(n − 1)/2⌋) smallest and largest values are dropped and the
-       rest averaged with weights α (:func:`weighted_trim`).
+    2. The anvil: the rows whose histories the hammer found kin (a copy and
+       its original, colluders alike) merged into one row of weight at most 1
+       (:func:`merge_groups`: one source, one place in the trimming and in
+       the median norm), and so are rows identical in the round; each of the n' rows clipped to S, their median norm,
+       :math:`v_i = u_i \min(1, S/\lVert u_i\rVert)`; per coordinate the
+       t = min(f, ⌊(n' − 1)/2⌋) smallest and largest values are dropped and the
+       rest averaged with the rows' weights (:func:`weighted_trim`).
 
     The hammer takes weight from the rows it judges and nothing else: neither
     its flags, nor its bans (``ban_after`` in ``hammer_options``), nor its
@@ -90,9 +93,9 @@ class HammerAnvil(Composite):
     >>> import numpy as np
     >>> U = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
     >>> r = HammerAnvil(f=1, hammer_options={"center": "none", "decay": 1.0})
-    >>> d = r.decide(U, pseudonyms=["a", "b", "c", "d", "e"], round=1)   # c and d alike: half a weight each
+    >>> d = r.decide(U, pseudonyms=["a", "b", "c", "d", "e"], round=1)   # c and d alike: one row
     >>> d.weights.round(3).tolist(), d.aggregate.round(3).tolist()
-    ([0.0, 0.333, 0.5, 0.333, 0.707], [0.354, 0.354, 0.2])
+    ([0.0, 0.333, 0.333, 0.333, 0.707], [0.354, 0.354, 0.0])
     """
 
     f_param = "f"
@@ -130,14 +133,88 @@ class HammerAnvil(Composite):
             ok[list(decide_in_context(self.filter, U, round, **context).accepted)] = True
             keep &= ok
             alpha = np.where(ok, alpha, 0.0)
-        for sig in self.signals:  # each only takes weight: the weights multiply
-            alpha = alpha * np.clip(np.asarray(decide_in_context(sig, U, round, **context).weights), 0.0, 1.0)
-        t = min(self.f, (n - 1) // 2)
-        norms = np.linalg.norm(U, axis=1)
+        for sig in self.signals:  # each only takes weight: its own weights (not its anvil's) multiply
+            decide_in_context(sig, U, round, **context)
+            alpha = alpha * np.clip(np.asarray(sig.alpha, dtype=np.float64), 0.0, 1.0)
+        # Kin by history, or the very same row this round (a copy whose target changed has no kin history yet).
+        group = join_groups(kin_groups(self.hammer, n), np.unique(U, axis=0, return_inverse=True)[1].ravel())
+        M, wM, share = merge_groups(U, alpha, group)
+        # Clipped after merging: copies do not move the bound S either.
+        norms = np.linalg.norm(M, axis=1)
         k = clip_factors(norms, float(np.median(norms)))
-        agg, kept = weighted_trim(U * k[:, None], alpha, t)
-        w = np.clip(alpha * k * kept.mean(axis=1), 0.0, 1.0)
+        agg, kept = weighted_trim(M * k[:, None], wM, min(self.f, (len(M) - 1) // 2))
+        w = np.clip(share * (k * kept.mean(axis=1))[group], 0.0, 1.0)
         return Decision(agg, tuple(np.flatnonzero(keep).tolist()), w)
+
+
+#: Kin strength (1: a copy) from which two histories count as one source and their rows merge into one.
+MERGE = 0.9
+
+
+def kin_groups(hammer: Rule, n: int) -> np.ndarray:
+    """Each row's group: rows whose histories the hammer found kin (strength ≥ :data:`MERGE`, linked
+    transitively) share a group; every other row is a group of its own. Labels 0..g−1 in first-row order."""
+    labels = np.arange(n)
+    kin, judged = getattr(hammer, "kin", None), getattr(hammer, "judged", None)
+    if kin is not None and judged is not None and kin.shape == (len(judged), len(judged)) and len(judged) > 1:
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        _, comp = connected_components(csr_matrix(kin >= MERGE), directed=False)
+        first = {}
+        for j, c in zip(judged, comp):
+            labels[j] = first.setdefault(int(c), int(j))
+    _, out = np.unique(labels, return_inverse=True)
+    return out
+
+
+def join_groups(*labelings: np.ndarray) -> np.ndarray:
+    """Rows in one group under any labelling share a group (transitively); labels 0..g−1 in first-row order.
+
+    >>> import numpy as np
+    >>> join_groups(np.array([0, 0, 1, 2]), np.array([0, 1, 1, 2])).tolist()
+    [0, 0, 0, 1]
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = len(labelings[0])
+    rows, cols, offset = [], [], n
+    for lab in labelings:
+        rows.append(np.arange(n))
+        cols.append(offset + lab)
+        offset += int(lab.max()) + 1 if n else 0
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    _, comp = connected_components(coo_matrix((np.ones(len(r)), (r, c)), shape=(offset, offset)), directed=False)
+    _, first = np.unique(comp[:n], return_index=True)
+    order = {int(comp[i]): k for k, i in enumerate(sorted(first))}
+    return np.array([order[int(x)] for x in comp[:n]])
+
+
+def merge_groups(V: np.ndarray, alpha: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""One row per group: :math:`\sum_{i \in G} \alpha_i v_i / \sum_{i \in G} \alpha_i` (the plain mean when every α
+    is 0), of weight :math:`\min(1, \sum_{i \in G} \alpha_i)`; and each row's share of its group's weight.
+
+    Copies carry one source's information once: a copy of an honest row merged with its original is that
+    row, once, at full weight; colluders who upload alike take one place in the trimming, not one each.
+
+    >>> import numpy as np
+    >>> V = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    >>> M, w, share = merge_groups(V, np.array([0.5, 0.5, 1.0]), np.array([0, 0, 1]))
+    >>> M.tolist(), w.tolist(), share.tolist()
+    ([[1.0, 0.0], [0.0, 1.0]], [1.0, 1.0], [0.5, 0.5, 1.0])
+    """
+    g = int(group.max()) + 1 if group.size else 0
+    total = np.bincount(group, weights=alpha, minlength=g)
+    count = np.bincount(group, minlength=g)
+    W = np.zeros((g, V.shape[1]))
+    np.add.at(W, group, V * alpha[:, None])
+    plain = np.zeros((g, V.shape[1]))
+    np.add.at(plain, group, V)
+    M = np.where((total > 0)[:, None], W / np.where(total > 0, total, 1.0)[:, None], plain / count[:, None])
+    wM = np.minimum(1.0, total)
+    share = np.divide(alpha * wM[group], total[group], out=np.zeros_like(alpha), where=total[group] > 0)
+    return M, wM, share
 
 
 @register_rule("hammer-signals")

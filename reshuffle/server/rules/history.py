@@ -175,6 +175,7 @@ class HistoryRule(Rule):
         weights = np.zeros(len(U))
         accepted: tuple[int, ...] = ()
         agg = np.zeros(U.shape[1])
+        self.judged = rows  # the rows judged, in the order of judge's arrays (for a rule built on this one)
         if rows.size:
             d = self.judge(U[rows], h, idx, age, round, **context)
             weights[rows] = d.weights
@@ -359,14 +360,18 @@ def shared_kin_weights(cos: np.ndarray, floor: float = 0.5, kappa: float = 3.0) 
     >>> shared_kin_weights(cos).round(3).tolist()   # τ = 0.5: the two copies share one weight
     [1.0, 1.0, 1.0, 0.5, 0.5]
     """
+    return 1.0 / (1.0 + kin_strength(cos, floor, kappa).sum(axis=1))
+
+
+def kin_strength(cos: np.ndarray, floor: float = 0.5, kappa: float = 3.0) -> np.ndarray:
+    """k_ij of :func:`shared_kin_weights`: 0 up to the outlier threshold τ, 1 for a copy, 0 on the diagonal."""
     n = cos.shape[0]
     if n == 1:
-        return np.ones(1)
+        return np.zeros((1, 1))
     cs, v = _closest_kin(cos)
     med = float(np.median(v))
     tau = min(0.999, max(floor, med + kappa * 1.4826 * float(np.median(np.abs(v - med)))))
-    kin = np.clip((cs - tau) / (1.0 - tau), 0.0, 1.0)
-    return 1.0 / (1.0 + kin.sum(axis=1))
+    return np.clip((cs - tau) / (1.0 - tau), 0.0, 1.0)
 
 
 #: How kinship weighs alike histories: ``share`` (a group of alike rows weighs one row) or ``cut`` (each
@@ -413,8 +418,11 @@ class Kinship(FoolsGold):
 
     def similarity_weights(self, cos: np.ndarray) -> np.ndarray:
         if self.mode == "cut":
+            self.kin = None
             return kinship_weights(cos, self.floor, self.kappa)
-        return shared_kin_weights(cos, self.floor, self.kappa)
+        # Kept for a rule built on this one (hammer-anvil merges each group of kin into one row).
+        self.kin = kin_strength(cos, self.floor, self.kappa)
+        return 1.0 / (1.0 + self.kin.sum(axis=1))
 
 
 def solve_shrink(A: np.ndarray, x: np.ndarray, bound: np.ndarray) -> np.ndarray:

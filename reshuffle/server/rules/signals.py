@@ -132,6 +132,7 @@ class SignalRule(Rule):
         check_round(round)
         U = check_updates(updates)
         alpha = self.signal(U) if len(U) >= 3 else np.ones(len(U))
+        self.alpha = alpha  # the signal's own weights, for a rule that combines signals (hammer-signals)
         return anvil(U, alpha, self.f, self.accept)
 
 
@@ -234,4 +235,13 @@ class Persistence(HistoryRule):
         alpha = np.ones(len(U))
         if len(U) >= 3:
             alpha = np.minimum(outlier_weights(np.abs(S).mean(axis=1), self.kappa), outlier_weights(np.abs(A), self.kappa))
+        self._judged_alpha = alpha
         return anvil(U, alpha, self.f, self.accept)
+
+    def decide(self, updates: np.ndarray, *, round: int = 0, pseudonyms=None, **context: Any) -> Decision:
+        self._judged_alpha = np.zeros(0)
+        d = super().decide(updates, round=round, pseudonyms=pseudonyms, **context)
+        # The signal's own weights over every row (0 for rows it did not judge: a pseudonym sent twice).
+        self.alpha = np.zeros(len(d.weights))
+        self.alpha[self.judged] = self._judged_alpha
+        return d
