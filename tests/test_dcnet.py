@@ -19,7 +19,7 @@ from reshuffle.adversaries.dclinker import links, read_sets
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import DecodeError
 from reshuffle.harness.api import build_round
-from reshuffle.harness.runner import Envelope, InProcessRunner
+from reshuffle.harness.runner import InProcessRunner
 from reshuffle.protocol import dcnet
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.dcnet import DCEvidence, DCParticipant, DCServer, InvalidEvidence, verify_dc_evidence
