@@ -19,7 +19,7 @@ from reshuffle.adversaries.dclinker import links, read_sets
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import DecodeError
 from reshuffle.harness.api import build_round
-from reshuffle.harness.runner import Envelope, InProcessRunner
+from reshuffle.harness.runner import InProcessRunner
 from reshuffle.protocol import dcnet
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.dcnet import DCEvidence, DCParticipant, DCServer, InvalidEvidence, verify_dc_evidence
@@ -284,3 +284,33 @@ def test_a_replayed_dc_start_gets_fresh_nonces_so_no_round_key_repeats():
         m = DCParticipant(0, gp.T, gp._sk, gp._cert, gp._ca, gp._gh, None, gp._membership.members, lambda: None)
         keys.append(msg.decode(m.handle(start)[0], m.ctx))
     assert keys[0].dh_key == keys[1].dh_key and keys[0].nonce != keys[1].nonce
+
+
+def test_a_joint_round_holds_the_dcnet_upload_until_the_newcomers_reserved():
+    # Members 0..4: a stable group (DC-net round); 5..9: newcomers forming their group (Shamir-shared round).
+    # The stable group's upload request waits for the newcomers' reservation: nothing offline after training.
+    from reshuffle.crypto.signatures import CertificateAuthority
+    from reshuffle.harness.api import identities
+    from reshuffle.protocol import groups as gr
+    from reshuffle.protocol.grouped import GroupedParticipant, GroupedServer, JointServer
+    from reshuffle.protocol.groups import Assignment, Membership
+    from reshuffle.protocol.participant import global_model_hash
+
+    ups = make_updates(10, d=4, seed=61)
+    ident = identities(10, 62)
+    ca = CertificateAuthority.verifier(ident.ca.verify_key)
+    gh = global_model_hash(b"")
+    old = Assignment.given([[0, 1, 2, 3, 4]])
+    stable = GroupedServer(4, {i: ident.roster[i] for i in range(5)}, ident.ps_key, ident.ps_cert, ca, gh, 4, 5,
+                           stable=old, dcnet=True)
+    fresh = GroupedServer(4, {i: ident.roster[i] for i in range(5, 10)}, ident.ps_key, ident.ps_cert, ca, gh, 4, 5)
+    ps = JointServer([stable, fresh])
+    cache = gr.CheckCache()
+    parts = {i: GroupedParticipant(i, 4, ups[i], ident.keys[i], ident.roster[i], ca, gh, cache=cache,
+                                   membership=Membership.of(old, i) if i < 5 else None) for i in range(10)}
+    runner = InProcessRunner(ps, parts)
+    out = runner.run()
+    assert len(out.models) == 10
+    first_online = runner.trips.model_at
+    assert all(not off for off in runner.trips.offline[first_online:])
+    assert runner.trips.after_training == 3  # the Shamir-shared round's upload, consent, reveal

@@ -37,7 +37,7 @@ import numpy as np
 from reshuffle.adversaries.dclinker import _unmask
 from reshuffle.crypto import voprf
 from reshuffle.crypto.signatures import SERVER_ID, CertificateAuthority
-from reshuffle.errors import ConfigError, ProtocolError
+from reshuffle.errors import ConfigError
 from reshuffle.protocol import credential, dcnet, pseudonym
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.groups import Assignment

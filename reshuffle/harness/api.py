@@ -149,11 +149,15 @@ def build_round(
     per round), ``identities_of[i]`` the identity participant i is issued under, and
     ``held[i]`` the pseudonym participant i holds from an earlier round of the epoch.
     Stable groups run the DC-net round (docs/protocol.md, "The DC-net round"); ``dcnet=False`` runs the
-    Shamir-shared round in them instead.
+    Shamir-shared round in them instead, and so does a round with ``adversaries`` (the behaviours of
+    :mod:`reshuffle.adversaries` deviate in the Shamir-shared round; the DC-net round's are
+    :mod:`reshuffle.adversaries.dcteam`'s) unless ``dcnet=True``.
     """
     ident = identities(len(updates), seed)
     participant_cls = participant_cls or Participant
     hostile, ps_behaviour = _split_adversaries(adversaries, len(updates))
+    if dcnet is None and (hostile or ps_behaviour is not None):
+        dcnet = False
     stable = _stable(groups, len(updates)) if groups is not None else None
     if stable is not None:
         group_size = stable.group_size

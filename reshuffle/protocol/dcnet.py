@@ -59,8 +59,6 @@ from reshuffle.errors import (
     AlreadyAnswered,
     BelowThreshold,
     ConfigError,
-    DecodeError,
-    InvalidProof,
     ProtocolError,
     Refused,
     UnexpectedMessage,
@@ -73,7 +71,6 @@ from reshuffle.protocol.participant import ParticipantView
 from reshuffle.protocol.schedule import Step
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, admit
 from reshuffle.protocol.transcript import Transcript
-from reshuffle.wire import Writer
 
 Outbox = list[tuple[int, bytes]]
 ZERO_TOKEN = bytes(16)  # the row's token field: the DC-net round hands out no OT tokens

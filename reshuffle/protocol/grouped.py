@@ -25,6 +25,7 @@ through the shares as in any round.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
@@ -143,6 +144,7 @@ class GroupedServer:
             raise ConfigError("the DC-net round needs stable groups (a new assignment runs the Shamir-shared round)")
         self.dcnet, self._dc_options = dcnet, dict(dc_options or {})
         self._held: dict[int, Outbox] = {}  # groups whose reservation is done, upload request held back
+        self.others_offline: Callable[[], bool] = lambda: False  # a joint round's other parts still reserving
         # --- end DC-net ---
         for pid, c in roster.items():
             ca.verify(c, subject=pid)
@@ -281,11 +283,7 @@ class GroupedServer:
                 self._held[j] = nxt
                 continue
             out += nxt
-        if self._held and not any(not s.done and j not in self.failed and j not in self._held and s.step.offline
-                                  for j, s in self.servers.items()):
-            for j in sorted(self._held):
-                out += self._held[j] if j not in self.failed else []
-            self._held.clear()
+        out += self.release_held()
         # --- end DC-net ---
         if all(j in self.failed or s.done for j, s in self.servers.items()):
             self.output = _pool(self.assignment.groups, self.servers, self.failed, self.errors,
@@ -293,6 +291,20 @@ class GroupedServer:
             if all(j in self.failed for j in self.sample):
                 raise BelowThreshold("every group failed: " + "; ".join(
                     f"group {j}: {why}" for j, why in sorted(self.failed.items())))
+        return out
+
+    @property
+    def reserving(self) -> bool:
+        """Some group still runs an offline step (not one whose upload request is held)."""
+        return any(not s.done and j not in self.failed and j not in self._held and s.step.offline
+                   for j, s in self.servers.items())
+
+    def release_held(self) -> Outbox:
+        """The held upload requests, once no group (and no other part of a joint round) is still reserving."""
+        if not self._held or self.reserving or self.others_offline():
+            return []
+        out = [item for j in sorted(self._held) if j not in self.failed for item in self._held[j]]
+        self._held.clear()
         return out
 
     def failed_output(self) -> GroupedOutput:
@@ -363,6 +375,13 @@ class JointServer:
         self.failed_parts: dict[int, str] = {}
         self.output: GroupedOutput | None = None
         self._own_errors: list[ErrorRecord] = []
+        # DC-net parts hold their upload requests while another part still reserves (none reserves after training).
+        for k, ps in enumerate(self.parts):
+            ps.others_offline = functools.partial(self._others_offline, k)
+
+    def _others_offline(self, k: int) -> bool:
+        return any(i != k and i not in self.failed_parts and not ps.done
+                   and (ps.assigning or ps.reserving) for i, ps in enumerate(self.parts))
 
     @property
     def errors(self) -> list[ErrorRecord]:
@@ -409,6 +428,9 @@ class JointServer:
                 out += ps.close_phase()
             except BelowThreshold as exc:
                 self.failed_parts[k] = str(exc)
+        for k, ps in enumerate(self.parts):
+            if k not in self.failed_parts:
+                out += ps.release_held()
         if not self._live():
             self.output = self._pool()
             if len(self.failed_parts) == len(self.parts):
