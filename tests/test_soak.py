@@ -54,7 +54,8 @@ def test_a_node_answering_malformed_messages_is_dropped_and_the_round_goes_on():
     # Per node: in a stable group (the default) the faulty node's group would deliver nothing.
     rc = {"dataset": "digits", "model": "logreg", "rounds": 1, "lr": 0.1, "phase-timeout": 5.0, "stable-sets": False}
     lg = LoopbackGrid(app, 5, node_config=lambda i: {"partition-id": i, "num-partitions": 5,
-                                                     **({"fault": "malformed"} if i == 4 else {})})
+                                                     **({"fault": "malformed"} if i == 4 else {})},
+                      ungrouped=True)  # stable-sets false: the nodes opt in to ungrouped rounds
     for c in lg.contexts.values():
         c.run_config = dict(rc)
     s = settings(rc)

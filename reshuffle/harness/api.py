@@ -140,7 +140,10 @@ def build_round(
     With ``group_size`` the PS is a :class:`GroupedServer` (``overrides`` apply to
     every group) and each participant a :class:`GroupedParticipant` around the
     participant it would otherwise be; they share one :class:`CheckCache`. Each
-    participant's floor on its group is ``group_size`` (the user's anonymity set).
+    participant's floor on its group is ``group_size`` (the user's anonymity set), and it
+    knows its federation: the ``len(updates)`` participants (a candidate list of all of them
+    is taken even below 2g). Without ``group_size`` or ``groups`` the participants are ones
+    that opted in to a round bound to no group.
     With ``groups`` (indices into ``updates``) these stable groups run with no new
     assignment: each participant holds its group as persisted state would, and its
     floor is the smallest given group. ``grouped_cls`` lets the games plug in a
