@@ -54,13 +54,18 @@ class PoisonedFL(Attack):
             if self._last is not None and self._last.shape == W.shape and np.any(W != self._last):
                 v = np.abs(W - self._last)
             self._last = W.copy()
-        return self._s * v / (np.linalg.norm(v) or 1.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = self._s * v / (np.linalg.norm(v) or 1.0)
+        # A diverged global model (inf or nan steps) leaves no magnitude to follow: the signs alone, unit norm.
+        return p if np.isfinite(p).all() else self._s / np.sqrt(d)
 
     def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
         own, H = check_view(view, self)
         m, d = own.shape
         p = self.direction(view, d, rng)
         s = float(np.median(np.linalg.norm(H, axis=1)))
+        if not (np.isfinite(s) and s > 0):
+            s = 1.0  # honest rows of no finite size: scale the probes by the scales alone
         if self.flip:
             signs = np.where(rng.random((m, d)) < self.flip, -1.0, 1.0)
             base = p[None, :] * signs

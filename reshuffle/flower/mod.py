@@ -206,8 +206,24 @@ def node_trust(node_config) -> tuple[int | None, TrustFloors]:
     try:
         return min_group, TrustFloors(**fields)
     except ConfigError as exc:
-        keys = [k for k in (*NODE_SETTINGS, NODE_FEDERATION, "num-partitions") if k in node_config]
-        raise ConfigError(f"node_config {', '.join(keys)}: {exc}") from None
+        raise ConfigError(f"node_config {', '.join(_bad_keys(node_config, fields))}: {exc}") from None
+
+
+def _bad_keys(node_config, fields: dict) -> list[str]:
+    """The node_config keys to name for a refused TrustFloors: those whose value alone is refused, else all
+    that were given (a combination of values is refused)."""
+    key_of = {name: key for key, name in NODE_SETTINGS.items()}
+    key_of["federation"] = NODE_FEDERATION if NODE_FEDERATION in node_config else "num-partitions"
+
+    def refused(name: str) -> bool:
+        try:
+            TrustFloors(**{name: fields[name]})
+        except ConfigError:
+            return True
+        return False
+
+    alone = [key_of[name] for name in fields if refused(name)]
+    return alone or [key_of[name] for name in fields]
 
 
 NODE_STATE_DIR = "reshuffle-state-dir"  # node_config: where the node keeps its group and pseudonym ("" = nowhere)
