@@ -78,6 +78,8 @@ NODE_WAIT = 15.0
 
 #: How many train rounds in a row may deliver nothing, while none ever delivered, before the grid ends the run.
 MAX_EMPTY_ROUNDS = 3
+#: The most characters of a round's failure that :class:`NothingTrained`'s line quotes.
+CAUSE_CHARS = 240
 
 
 class FederationTooSmall(ConfigError):
@@ -99,7 +101,10 @@ def _cause(report: "RoundReport") -> str:
     silent = {phase: n - sum(e.startswith(f"[{phase}] node ") and " failed: " in e for e in report.errors)
               for phase, n in report.dropouts.items()}
     said = ", ".join(f"{n} node(s) at {phase}" for phase, n in silent.items() if n > 0)
-    return " ".join(why.split()) + (f" ({said} did not answer in time)" if said else "")
+    why = " ".join(why.split())
+    if len(why) > CAUSE_CHARS:  # one reason per group: the whole of it is in the round's warning and report
+        why = why[:CAUSE_CHARS].rsplit(" ", 1)[0] + " ..."
+    return (f"{said} did not answer in time; " if said else "") + why
 
 
 def too_small(connected: int, group_size: int | None) -> str | None:
