@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from flwr.app import Context, RecordDict
 
 from flower_helpers import ROOT, LoopbackGrid, kill_superlinks_of, toy_client_app
@@ -192,11 +194,11 @@ def test_the_dropin_whose_nodes_never_answer_ends_in_one_line_naming_the_cause(m
 
 
 @pytest.mark.parametrize("limit", [2, 3])
-def test_the_grid_ends_a_run_after_its_limit_of_empty_rounds_and_sends_no_more(limit):
+def test_the_grid_ends_a_run_after_its_limit_of_empty_rounds(limit):
     from reshuffle.flower.grid import NothingTrained
 
     lg = LoopbackGrid(toy_client_app(noisy_reply([])), 4, drop=_silent_in_training(), ungrouped=True)
-    grid = ReshuffleGrid(lg, group_size=None, phase_timeout=0.3, train_timeout=0.1, max_empty_rounds=limit)
+    grid = ReshuffleGrid(lg, group_size=None, phase_timeout=0.2, train_timeout=0.05, max_empty_rounds=limit)
     for T in range(1, limit):
         assert grid.send_and_receive(train_messages(grid, T), timeout=30) == []
     with pytest.raises(NothingTrained, match=rf"^no train round delivered a reply \({limit} round\(s\) in a row\); "
@@ -206,16 +208,34 @@ def test_the_grid_ends_a_run_after_its_limit_of_empty_rounds_and_sends_no_more(l
 
 
 def test_rounds_that_fail_before_one_that_delivers_do_not_end_the_run():
-    # Rounds 1 and 2 time out, round 3 delivers; after a delivery, empty rounds never end the run
-    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 4, drop=_silent_in_training({1, 2, 4, 5, 6, 7}),
-                      ungrouped=True)
-    grid = ReshuffleGrid(lg, group_size=None, phase_timeout=0.3, train_timeout=0.1, max_empty_rounds=3)
-    got = [len(grid.send_and_receive(train_messages(grid, T), timeout=30)) for T in range(1, 8)]
-    assert got == [0, 0, 4, 0, 0, 0, 0]
+    # Round 1 times out, round 2 delivers; after a delivery, empty rounds (here 3 > the limit of 2) never end it
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 4, drop=_silent_in_training({1, 3, 4, 5}), ungrouped=True)
+    grid = ReshuffleGrid(lg, group_size=None, phase_timeout=0.2, train_timeout=0.05, max_empty_rounds=2)
+    got = [len(grid.send_and_receive(train_messages(grid, T), timeout=30)) for T in range(1, 6)]
+    assert got == [0, 4, 0, 0, 0]
     # None: the grid never ends a run (the project's ServerApp counts delivered rounds itself)
     lg = LoopbackGrid(toy_client_app(noisy_reply([])), 4, drop=_silent_in_training(), ungrouped=True)
-    grid = ReshuffleGrid(lg, group_size=None, phase_timeout=0.3, train_timeout=0.1, max_empty_rounds=None)
+    grid = ReshuffleGrid(lg, group_size=None, phase_timeout=0.2, train_timeout=0.05, max_empty_rounds=None)
     assert [grid.send_and_receive(train_messages(grid, T), timeout=30) for T in (1, 2)] == [[], []]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.booleans(), max_size=12), st.one_of(st.none(), st.integers(1, 6)))
+def test_the_run_ends_exactly_when_its_first_rounds_up_to_the_limit_all_delivered_nothing(delivered, limit):
+    from reshuffle.flower.grid import NothingTrained, RoundReport
+
+    grid = ReshuffleGrid(LoopbackGrid(toy_client_app(noisy_reply([])), 4), max_empty_rounds=limit)
+    ended = None
+    for T, ok in enumerate(delivered, 1):
+        grid.rounds.append(RoundReport(T, 4, replies=4 if ok else 0, failed="" if ok else "x"))
+        try:
+            grid._check_trained()
+        except NothingTrained:
+            ended = T
+            break
+    # Invariant: it ends at round `limit` iff none of rounds 1..limit delivered; never otherwise
+    want = limit if limit is not None and len(delivered) >= limit and not any(delivered[:limit]) else None
+    assert ended == want
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
