@@ -95,14 +95,16 @@ class NothingTrained(ReShuffleError):
 
 
 def _cause(report: "RoundReport") -> str:
-    """Why a round delivered nothing, in one line: its failure, its groups' failures, or its dropouts."""
+    """Why a round delivered nothing, in one line: the nodes that did not answer in time, then its failure (or
+    its groups'), then its last error."""
     why = report.failed or "; ".join(sorted(set(report.groups.get("failed", {}).values()))) or "no reply"
+    why += f"; {report.errors[-1]}" if report.errors else ""
     # A dropout is a node that sent an error reply or none: count the silent ones apart
     silent = {phase: n - sum(e.startswith(f"[{phase}] node ") and " failed: " in e for e in report.errors)
               for phase, n in report.dropouts.items()}
     said = ", ".join(f"{n} node(s) at {phase}" for phase, n in silent.items() if n > 0)
     why = " ".join(why.split())
-    if len(why) > CAUSE_CHARS:  # one reason per group: the whole of it is in the round's warning and report
+    if len(why) > CAUSE_CHARS:  # one reason per group: the whole of it is in the round's warnings and report
         why = why[:CAUSE_CHARS].rsplit(" ", 1)[0] + " ..."
     return (f"{said} did not answer in time; " if said else "") + why
 
@@ -664,8 +666,7 @@ class ReshuffleGrid(Grid):
         if self.max_empty_rounds is None or n < self.max_empty_rounds or any(r.replies for r in self.rounds):
             return
         last = self.rounds[-1]
-        why = (f"no train round delivered a reply ({n} round(s) in a row); round {last.T}: {_cause(last)}"
-               + (f"; {last.errors[-1]}" if last.errors else ""))
+        why = f"no train round delivered a reply ({n} round(s) in a row); round {last.T}: {_cause(last)}"
         log(ERROR, "[reshuffle] %s", why)
         raise NothingTrained(why)
 
