@@ -15,9 +15,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from flwr.app import Context, RecordDict
 
 from flower_helpers import ROOT, LoopbackGrid, kill_superlinks_of, toy_client_app
+from reshuffle.errors import ConfigError
 from reshuffle.flower.app import local
 from reshuffle.flower.grid import FederationTooSmall, ReshuffleGrid
 from reshuffle.flower.reserved import RECORD
@@ -148,6 +151,98 @@ def test_the_dropin_with_too_few_nodes_fails_before_training(monkeypatch, tmp_pa
     with pytest.raises(FederationTooSmall, match="2 node"):
         server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
     assert lg.sent == [] and not (tmp_path / "results.json").exists()
+
+
+def _silent_in_training(rounds=None):
+    """Nodes that claim and run the offline phases, then never answer the train push (rounds ``rounds``; all
+    when None): every such round times out and delivers nothing."""
+    def drop(node, m):
+        rec = m.content[RECORD] if RECORD in m.content else None
+        return rec is not None and rec["stage"] == "train" and (rounds is None or rec["T"] in rounds)
+    return drop
+
+
+def test_the_dropin_whose_nodes_never_answer_ends_in_one_line_naming_the_cause(monkeypatch, tmp_path):
+    from functools import partial
+
+    from reshuffle.flower.grid import NothingTrained
+
+    # The drop-in as its README runs it, but every node goes silent once sent its model: each of its 3 rounds
+    # times out. It used to end with exit 0, having trained nothing.
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.chdir(tmp_path)
+    from dropin import client_app, server_app
+
+    monkeypatch.setattr(server_app, "ReshuffleGrid", partial(ReshuffleGrid, phase_timeout=0.3, train_timeout=0.1))
+    cfg = {"num-server-rounds": 3, "fraction-train": 1.0, "local-epochs": 1, "lr": 0.1, "strategy": "multikrum",
+           "num-malicious-nodes": 1}
+    lg = LoopbackGrid(client_app.app, 5, drop=_silent_in_training())
+    with pytest.raises(NothingTrained) as raised:
+        server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(), run_config=cfg))
+    line = str(raised.value)
+    assert "\n" not in line
+    assert line.startswith("no train round delivered a reply (3 round(s) in a row); round 3: 5 node(s) at train did "
+                           "not answer in time; every group failed: group 0: ")
+    assert not (tmp_path / "results.json").exists()
+    # local.py shows a project error's traceback as its one line
+    out = local.RunOutput(colour=False)
+    shown = [out.feed(x) for x in ("\x1b[91mERROR \x1b[0m:     ServerApp raised an exception\n",
+                                   "Traceback (most recent call last):\n",
+                                   f"reshuffle.flower.grid.NothingTrained: {line}\n",
+                                   "\x1b[91mERROR \x1b[0m:     Exit Code: 700\n")]
+    assert out.failed and "".join(x for x in shown if x) == f"reshuffle: error: {line}\n"
+
+
+@pytest.mark.parametrize("limit", [2, 3])
+def test_the_grid_ends_a_run_after_its_limit_of_empty_rounds(limit):
+    from reshuffle.flower.grid import NothingTrained
+
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 4, drop=_silent_in_training(), ungrouped=True)
+    grid = ReshuffleGrid(lg, group_size=None, phase_timeout=0.2, train_timeout=0.05, max_empty_rounds=limit)
+    for T in range(1, limit):
+        assert grid.send_and_receive(train_messages(grid, T), timeout=30) == []
+    with pytest.raises(NothingTrained, match=rf"^no train round delivered a reply \({limit} round\(s\) in a row\); "
+                                             rf"round {limit}: 4 node\(s\) at train did not answer in time; "):
+        grid.send_and_receive(train_messages(grid, limit), timeout=30)
+    assert len(grid.rounds) == limit and all(r.replies == 0 for r in grid.rounds)
+
+
+def test_rounds_that_fail_before_one_that_delivers_do_not_end_the_run():
+    # Round 1 times out, round 2 delivers; after a delivery, empty rounds (here 3 > the limit of 2) never end it
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 4, drop=_silent_in_training({1, 3, 4, 5}), ungrouped=True)
+    grid = ReshuffleGrid(lg, group_size=None, phase_timeout=0.2, train_timeout=0.05, max_empty_rounds=2)
+    got = [len(grid.send_and_receive(train_messages(grid, T), timeout=30)) for T in range(1, 6)]
+    assert got == [0, 4, 0, 0, 0]
+    # None: the grid never ends a run (the project's ServerApp counts delivered rounds itself)
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 4, drop=_silent_in_training(), ungrouped=True)
+    grid = ReshuffleGrid(lg, group_size=None, phase_timeout=0.2, train_timeout=0.05, max_empty_rounds=None)
+    assert [grid.send_and_receive(train_messages(grid, T), timeout=30) for T in (1, 2)] == [[], []]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.booleans(), max_size=12), st.one_of(st.none(), st.integers(1, 6)))
+def test_the_run_ends_exactly_when_its_first_rounds_up_to_the_limit_all_delivered_nothing(delivered, limit):
+    from reshuffle.flower.grid import NothingTrained, RoundReport
+
+    grid = ReshuffleGrid(LoopbackGrid(toy_client_app(noisy_reply([])), 4), max_empty_rounds=limit)
+    ended = None
+    for T, ok in enumerate(delivered, 1):
+        grid.rounds.append(RoundReport(T, 4, replies=4 if ok else 0, failed="" if ok else "x"))
+        try:
+            grid._check_trained()
+        except NothingTrained:
+            ended = T
+            break
+    # Invariant: it ends at round `limit` iff none of rounds 1..limit delivered; never otherwise
+    want = limit if limit is not None and len(delivered) >= limit and not any(delivered[:limit]) else None
+    assert ended == want
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
+def test_max_empty_rounds_is_a_positive_int_or_none(bad):
+    lg = LoopbackGrid(toy_client_app(noisy_reply([])), 4)
+    with pytest.raises(ConfigError, match="max_empty_rounds must be a positive int or None"):
+        ReshuffleGrid(lg, max_empty_rounds=bad)
 
 
 # --------------------------------------------------------------------------- the README's commands

@@ -28,7 +28,8 @@ CTX = msg.Context()
 def _never_grouped(lg: LoopbackGrid, rounds: int = 5) -> list[int]:
     """Ungrouped rounds, each leaving out another subset of nodes (round r leaves out the nodes whose
     index has bit r set): a reply present in exactly the rounds its sender was in names it."""
-    grid = ReshuffleGrid(lg, phase_timeout=5, group_size=None)
+    # The attacking PS keeps trying after rounds that delivered nothing: it does not end its run
+    grid = ReshuffleGrid(lg, phase_timeout=5, group_size=None, max_empty_rounds=None)
     nodes = sorted(lg.get_node_ids())
     got = []
     for r in range(rounds):

@@ -56,7 +56,7 @@ from flwr.serverapp import Grid
 from reshuffle.crypto.ot import sample_distinct
 from reshuffle.crypto.rand import OS_RANDOM
 from reshuffle.crypto.signatures import Certificate
-from reshuffle.errors import BelowThreshold, ConfigError, ProtocolError
+from reshuffle.errors import BelowThreshold, ConfigError, ProtocolError, ReShuffleError
 from reshuffle.flower import records, reserved
 from reshuffle.flower.keys import MODE_FILES, MODE_SIMULATION, server_identity, verify_claim
 from reshuffle.flower.reserved import RECORD, STAGE_CLAIM, STAGE_PROTOCOL, STAGE_TRAIN
@@ -76,6 +76,11 @@ DRAW = TrustFloors().draw  # a node's default floor: an assignment lists at leas
 #: connecting; a simulation's are all there): at most the phase timeout.
 NODE_WAIT = 15.0
 
+#: How many train rounds in a row may deliver nothing, while none ever delivered, before the grid ends the run.
+MAX_EMPTY_ROUNDS = 3
+#: The most characters of a round's failure that :class:`NothingTrained`'s line quotes.
+CAUSE_CHARS = 240
+
 
 class FederationTooSmall(ConfigError):
     """Fewer nodes are connected than a group (or a round) needs: refused before any message goes out."""
@@ -83,6 +88,25 @@ class FederationTooSmall(ConfigError):
 
 class GroupsCannotForm(ConfigError):
     """The nodes' own answers leave too few of them to form one stable group; no later round would differ."""
+
+
+class NothingTrained(ReShuffleError):
+    """``max_empty_rounds`` train rounds in a row delivered no reply, and none before them did: the run ends."""
+
+
+def _cause(report: "RoundReport") -> str:
+    """Why a round delivered nothing, in one line: the nodes that did not answer in time, then its failure (or
+    its groups'), then its last error."""
+    why = report.failed or "; ".join(sorted(set(report.groups.get("failed", {}).values()))) or "no reply"
+    why += f"; {report.errors[-1]}" if report.errors else ""
+    # A dropout is a node that sent an error reply or none: count the silent ones apart
+    silent = {phase: n - sum(e.startswith(f"[{phase}] node ") and " failed: " in e for e in report.errors)
+              for phase, n in report.dropouts.items()}
+    said = ", ".join(f"{n} node(s) at {phase}" for phase, n in silent.items() if n > 0)
+    why = " ".join(why.split())
+    if len(why) > CAUSE_CHARS:  # one reason per group: the whole of it is in the round's warnings and report
+        why = why[:CAUSE_CHARS].rsplit(" ", 1)[0] + " ..."
+    return (f"{said} did not answer in time; " if said else "") + why
 
 
 def too_small(connected: int, group_size: int | None) -> str | None:
@@ -425,6 +449,10 @@ class ReshuffleGrid(Grid):
         default 0.2); with ``group_size`` only.
     groups : the stable groups of an earlier run (:meth:`group_state`'s dict, from a checkpoint): they are
         kept, and no new assignment runs but among nodes in none. ``group_size`` is then theirs.
+    max_empty_rounds : when this many train rounds in a row delivered no reply and none before them did (nodes
+        that never answer, a federation that cannot run a round), the train round's pull raises
+        :class:`NothingTrained` naming the last round's cause, so the run fails instead of ending having
+        trained nothing (default 3; ``None``: never). Once a round delivered, empty rounds never end the run.
     **round_params : RoundParams overrides ``n``, ``k``, ``t``, ``c``, ``R_max``, ``group`` (``c`` and ``t`` at
         least what the nodes' own floors demand, or they refuse the round).
 
@@ -446,11 +474,15 @@ class ReshuffleGrid(Grid):
         group_size: int | None = GROUP_SIZE,
         group_collusion: float | None = None,
         groups: dict | None = None,
+        max_empty_rounds: int | None = MAX_EMPTY_ROUNDS,
         **round_params,
     ) -> None:
         if not isinstance(grid, Grid):
             raise ConfigError(f"ReshuffleGrid wraps a flwr Grid, got {type(grid).__name__}")
         check_collusion(group_collusion)
+        if max_empty_rounds is not None and (not isinstance(max_empty_rounds, int) or isinstance(max_empty_rounds, bool)
+                                             or max_empty_rounds < 1):
+            raise ConfigError(f"max_empty_rounds must be a positive int or None, got {max_empty_rounds!r}")
         if group_collusion is not None and group_size is None and groups is None:
             raise ConfigError("group_collusion needs group_size (or stable groups)")
         if group_size is not None or groups is not None:
@@ -477,6 +509,7 @@ class ReshuffleGrid(Grid):
         self._train_timeout, self.round_timeout = train_timeout, float(round_timeout)
         self.metrics_budget, self.round_params = metrics_budget, dict(round_params)
         self.group_size, self.group_collusion = group_size, group_collusion
+        self.max_empty_rounds = max_empty_rounds
         #: The stable groups, one Assignment per epoch (the first train round's, then each newcomers' group
         #: formation, or restored), and the node each member answered from.
         self.epochs: list[Assignment] = []
@@ -626,6 +659,17 @@ class ReshuffleGrid(Grid):
         for e in report.errors:
             log(WARNING, "[reshuffle] round %d: %s", report.T, e)
 
+    def _check_trained(self) -> None:
+        """NothingTrained when the last ``max_empty_rounds`` train rounds, and every one before them, delivered
+        nothing."""
+        n = len(self.rounds)
+        if self.max_empty_rounds is None or n < self.max_empty_rounds or any(r.replies for r in self.rounds):
+            return
+        last = self.rounds[-1]
+        why = f"no train round delivered a reply ({n} round(s) in a row); round {last.T}: {_cause(last)}"
+        log(ERROR, "[reshuffle] %s", why)
+        raise NothingTrained(why)
+
     # --- messages -----------------------------------------------------------------
     def _push(self, messages: Iterable[Message], timeout: float) -> list[str]:
         msgs = list(messages)
@@ -647,6 +691,7 @@ class ReshuffleGrid(Grid):
                     self._record(RoundReport(self._T, 0, failed="no whole stable group was sampled with all its "
                                                                  "members connected, and too few nodes in no group "
                                                                  "to form one"))
+                    self._check_trained()
                     return ids
             rnd = _Round(self, train, self._T, time.time() + timeout, plan)
             for i in rnd.ids:
@@ -671,6 +716,8 @@ class ReshuffleGrid(Grid):
                 for i in rnd.ids:
                     if i in wanted:
                         self._active.pop(i, None)
+                if not rnd.replies:
+                    self._check_trained()
         return out
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:

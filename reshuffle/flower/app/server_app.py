@@ -85,8 +85,10 @@ def make_grid(grid: Grid, s: FlowerSettings, groups: dict | None = None) -> Resh
     extra = {"R_max": s.r_max} if s.r_max is not None else {}
     # Stable sets (the default) are the grid's stable groups; without them, one group per round (or group_size's).
     size = None if groups is not None else s.sim.set_size if s.sim.stable_sets else s.sim.group_size
+    # This app knows its number of rounds and fails a run in which none delivered (RunFailed): the grid never does
     return ReshuffleGrid(grid, key_dir=s.key_dir or None, phase_timeout=s.phase_timeout,
-                         train_timeout=s.train_timeout, group=s.sim.group, group_size=size, groups=groups, **extra)
+                         train_timeout=s.train_timeout, group=s.sim.group, group_size=size, groups=groups,
+                         max_empty_rounds=None, **extra)
 
 
 def grid_delivery(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarray,
