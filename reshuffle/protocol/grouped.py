@@ -517,7 +517,7 @@ class GroupedParticipant:
                                     lambda: inner._model, floors=self.floors, min_group=self.min_group, nym=held)
         out = self.dc.handle(data)
         nym = self.dc.pseudonym
-        if nym is not None and self.dc.uploaded and self.inner.pseudonym is None:
+        if nym is not None and self.inner.pseudonym is None:
             # What it keeps for the epoch is read from the inner participant by every driver.
             self.inner.state = replace(self.inner.state, nym=nym, nym_certified=True)
         return out
