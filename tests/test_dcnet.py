@@ -294,6 +294,7 @@ def test_a_joint_round_holds_the_dcnet_upload_until_the_newcomers_reserved():
     from reshuffle.protocol import groups as gr
     from reshuffle.protocol.grouped import GroupedParticipant, GroupedServer, JointServer
     from reshuffle.protocol.groups import Assignment, Membership
+    from reshuffle.protocol.params import TrustFloors
     from reshuffle.protocol.participant import global_model_hash
 
     ups = make_updates(10, d=4, seed=61)
@@ -306,8 +307,10 @@ def test_a_joint_round_holds_the_dcnet_upload_until_the_newcomers_reserved():
     fresh = GroupedServer(4, {i: ident.roster[i] for i in range(5, 10)}, ident.ps_key, ident.ps_cert, ca, gh, 4, 5)
     ps = JointServer([stable, fresh])
     cache = gr.CheckCache()
+    # The newcomers accept a list of one group's worth (their own floor, draw=1): the default refuses it.
     parts = {i: GroupedParticipant(i, 4, ups[i], ident.keys[i], ident.roster[i], ca, gh, cache=cache,
-                                   membership=Membership.of(old, i) if i < 5 else None) for i in range(10)}
+                                   membership=Membership.of(old, i) if i < 5 else None,
+                                   floors=None if i < 5 else TrustFloors(draw=1)) for i in range(10)}
     runner = InProcessRunner(ps, parts)
     out = runner.run()
     assert len(out.models) == 10

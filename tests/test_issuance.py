@@ -72,14 +72,38 @@ def test_the_control_a_ps_recording_at_the_answer_silences_the_four_honest_membe
 
 
 def test_an_issuance_is_recorded_at_the_certificate_the_member_got():
+    # The Shamir-shared round (its certificate); the DC-net round's twin follows.
     iss = EpochIssuer("ristretto255", 1)
     r = shuffle(_models(1), T=1, seed=1, groups=GROUPS, epoch_key=iss, identities=IDS, dropouts={"ot": [0]},
-                raise_on_failure=False)
+                raise_on_failure=False, dcnet=False)
     # The failed group's members got an evaluation but never consented (their group refused the online
     # set without member 0): not recorded, and dropped by them (they ask again). The delivering group's are
     # recorded and kept.
     assert iss.issued == {IDS[i] for i in GROUPS[1]}
     assert all(r.held[i] is None for i in GROUPS[0]) and all(r.held[i] is not None for i in GROUPS[1])
+
+
+def test_a_dcnet_issuance_is_recorded_at_the_first_count_vector_the_member_sent():
+    # The DC-net round has no certificate: a member answers DC_KEYS with its first count vector only once it
+    # checked and unblinded its pseudonym, and keeps it from then on; the PS records it at that vector. Member 0,
+    # silent there, is neither recorded nor holding; its group's others hold theirs though the group failed.
+    iss = EpochIssuer("ristretto255", 1)
+    r = shuffle(_models(1), T=1, seed=1, groups=GROUPS, epoch_key=iss, identities=IDS, dropouts={"ot": [0]},
+                raise_on_failure=False, dcnet=True)
+    assert sorted(r.positions) == GROUPS[1]
+    assert iss.issued == set(IDS[1:])
+    assert r.held[0] is None and all(r.held[i] is not None for i in range(1, 10))
+
+
+@pytest.mark.parametrize("dcnet", [True, False])
+@pytest.mark.parametrize("stage", ["setup", "ot", "reserve", "upload"])
+def test_every_recorded_issuance_is_held_whichever_stage_a_member_drops_at(stage, dcnet):
+    # The lockout's invariant: the PS records no identity whose member dropped its pseudonym.
+    iss = EpochIssuer("ristretto255", 1)
+    r = shuffle(_models(1), T=1, seed=1, groups=GROUPS, epoch_key=iss, identities=IDS, dropouts={stage: [0]},
+                raise_on_failure=False, dcnet=dcnet)
+    assert iss.issued <= {IDS[i] for i, n in r.held.items() if n is not None}
+    assert {IDS[i] for i in GROUPS[1]} <= iss.issued
 
 
 def test_a_member_that_kept_its_pseudonym_never_asks_again():

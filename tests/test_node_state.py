@@ -112,6 +112,28 @@ def test_a_fresh_federation_under_the_same_ca_starts_afresh_and_a_new_run_keeps_
     assert GROUP in next(iter(lg.contexts.values())).state
 
 
+def test_a_pseudonym_issued_in_a_dcnet_round_is_kept_in_the_folder_across_a_restart(tmp_path):
+    # Prepare: the groups formed in one run; a new run of the federation keeps them, so its first round is
+    # the stable groups' DC-net round, and it opens a new epoch: each node's pseudonym is issued there.
+    cfg = lambda i: {"partition-id": i, "num-partitions": 10, "reshuffle-state-dir": str(tmp_path / f"n{i}")}  # noqa
+    first = ReshuffleGrid(LoopbackGrid(toy_client_app(same_reply_every_round), 10, node_config=cfg),
+                          phase_timeout=5, group_size=5)
+    assert len(_round(first, 1)) == 10
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round), 10, node_config=cfg)
+    grid = ReshuffleGrid(lg, phase_timeout=5, groups=first.group_state())
+    assert len(_round(grid, 1)) == 10 and not grid.rounds[-1].errors
+    issued = _nyms(lg)
+    assert all(n.epoch == grid.pseudonym_keys.issuer(1).epoch for n in issued.values())
+    # Execute: every node's process restarts (Contexts wiped, folders kept)
+    for c in lg.contexts.values():
+        c.state = RecordDict()
+    replies = _round(grid, 2)
+    # Assert: all delivered with the pseudonyms issued in the DC-net round, none asked twice
+    assert len(replies) == 10 and not lg.errors and not grid.rounds[-1].errors
+    assert {grid.pseudonym_of(r) for r in replies} == {n.name for n in issued.values()}
+    assert _nyms(lg) == issued and len(grid.pseudonym_keys.issuer(2).issued) == 10
+
+
 def test_the_state_folder_setting_is_checked():
     from reshuffle.errors import ConfigError
     from reshuffle.flower.mod import _state_dir

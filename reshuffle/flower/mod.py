@@ -242,10 +242,14 @@ def _state_dir(ctx: Context) -> Path | None:
     return Path(folder) if folder else None
 
 
+# A round's first message, each with the PS certificate: the assignment, a round, a stable group's DC-net round.
+_OPENERS = (msg_types.MsgType.GROUP_OPEN, msg_types.MsgType.ROUND_START, msg_types.MsgType.DC_START)
+
+
 def _ps_key(ctx: Context, state: SessionState, data: list[bytes]) -> bytes | None:
     """The PS key of this round (its certificate, checked against the CA), from the round's first message."""
     first = state.inbox[0] if state.inbox else (data[0] if data else None)
-    if first is None or msg_types.peek_type(first) not in (msg_types.MsgType.GROUP_OPEN, msg_types.MsgType.ROUND_START):
+    if first is None or msg_types.peek_type(first) not in _OPENERS:
         return None
     try:
         cert = msg_types.decode(first, msg_types.Context()).server_cert

@@ -338,6 +338,7 @@ class DCServer:
         self.nyms = pseudonyms if pseudonyms is not None else pseudonym.EpochIssuer(
             params.group, T, rng=substream(self._rng, b"dc-server/pseudonym"))
         self._identity = {i: (identities[i] if identities is not None else i) for i in roster}
+        self._nym_sent: set[int] = set()  # evaluations sent, recorded as issued at the member's first vector
         self._seed = self._rng.bytes(32)
         self.res = Reservation(params.n, parties(params))
         self._tx = Transcript(T)
@@ -415,6 +416,10 @@ class DCServer:
         if m.m != self.m or m.h != self._h or m.rows != 1 or len(m.words) != 4 * self.params.n:
             raise UnexpectedMessage(f"count vector of {sender}: invocation {m.m}, expected {self.m}, under another "
                                     "view or of another length")
+        if sender in self._nym_sent:
+            # A member sends its first vector only after it checked and unblinded its pseudonym: it holds it.
+            self.nyms.confirm([self._identity[sender]])
+            self._nym_sent.discard(sender)
 
     def _on_upload(self, sender: int, m: msg.MaskedInput) -> None:
         """Check an upload, add it to the running sum, and keep what blame may need: its signed statement and its
@@ -453,7 +458,9 @@ class DCServer:
             nym_eval, nym_proof = None, b""
             if k.nym_request is not None:
                 try:
-                    nym_eval, nym_proof = self.nyms.issue(self._identity[i], k.nym_request)
+                    # Recorded as issued once the member answers with its first count vector (it holds it).
+                    nym_eval, nym_proof = self.nyms.evaluate(self._identity[i], k.nym_request)
+                    self._nym_sent.add(i)
                 except ProtocolError as exc:
                     # A second request of one identity in an epoch: no pseudonym, so the member refuses.
                     self.errors.append(ErrorRecord("setup", i, exc))
@@ -610,8 +617,10 @@ class DCParticipant:
 
     @property
     def pseudonym(self) -> pseudonym.Pseudonym | None:
-        """Its pseudonym of the epoch once it uploaded with it (to keep for the epoch's next rounds)."""
-        return self.nym if self.view.uploaded or not self.nym_issued else None
+        """Its pseudonym of the epoch, to keep for the epoch's next rounds: one it held, or one issued in this
+        round once it checked it and answered DC_KEYS with its first count vector (the PS records the issuance
+        only at that vector, so a round that ends earlier costs the member that round, never the epoch)."""
+        return self.nym
 
     def fork(self) -> "DCParticipant":
         """An independent copy in the same state, for the explorer of PS schedules (needs seeded randomness)."""
@@ -715,11 +724,11 @@ class DCParticipant:
         (y,) = voprf.finalize(s, [credential.cred_input(self.T, self._cred_r)], [self._cred_blind], [m.cred_eval],
                               [self._cred_B], self._start.cred_key, voprf.Proof.decode(g, m.cred_proof))
         self._cred = credential.Credential(self._cred_r, y)
+        nym = self.nym
         if self._nym_req is not None:
             if m.nym_eval is None:
                 raise Refused("the PS answered without the pseudonym this member asked for")
-            self.nym = pseudonym.finish(g, self._nym_req, self._start.nym_key, m.nym_eval, m.nym_proof)
-            self.nym_issued = True
+            nym = pseudonym.finish(g, self._nym_req, self._start.nym_key, m.nym_eval, m.nym_proof)
         elif m.nym_eval is not None:
             raise UnexpectedMessage("a pseudonym evaluation this member did not ask for")
         self._pairs = {j: pair_secret(self._y, k.dh_key) for j, k in keys.items() if j != self.pid}
@@ -728,7 +737,11 @@ class DCParticipant:
         self.m = 1
         self.state = DCState.RESERVING
         self._hs = {1: self._h}
-        return [self._vector()]
+        vector = self._vector()
+        # Kept from here on: every member's key signed the same P, and the vector it answers with is what the
+        # PS records the issuance at.
+        self.nym, self.nym_issued = nym, self._nym_req is not None
+        return [vector]
 
     def _vector(self) -> msg.MaskedInput:
         p = self.params

@@ -517,9 +517,10 @@ class GroupedParticipant:
                                     lambda: inner._model, floors=self.floors, min_group=self.min_group, nym=held)
         out = self.dc.handle(data)
         nym = self.dc.pseudonym
-        if nym is not None and self.dc.uploaded and self.inner.pseudonym is None:
-            # What it keeps for the epoch is read from the inner participant by every driver.
-            self.inner.state = replace(self.inner.state, nym=nym, nym_certified=True)
+        if self.dc.params is not None and nym is not self.inner.pseudonym:
+            # What it keeps for the epoch is read from the inner participant by every driver: the DC round's
+            # (one issued in it, or None where DC_START opened a later epoch than the one it held).
+            self.inner.state = replace(self.inner.state, nym=nym, nym_held=False, nym_certified=nym is not None)
         return out
     # --- end DC-net ---
 

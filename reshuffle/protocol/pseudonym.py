@@ -13,7 +13,9 @@ asks, inside its OT request, for the RFC 9497 VOPRF evaluation of
 labelled "row/credential" and its key γ is drawn per round: the two never
 meet). The PS answers once per identity per epoch, with its proof against P.
 It records whom it issued only once the member holds it: at the certificate of
-the round (which t members signed over h, which holds P) sent to that member. A
+the round (which t members signed over h, which holds P) sent to that member, or in
+a stable group's DC-net round at the member's first count vector (sent only after
+it checked and unblinded its pseudonym under the P every member's key signed). A
 round that ends earlier records nothing, so one member's silence costs the
 others that round, never the epoch. The participant unblinds z = F_π(epoch, ρ)
 and keeps (epoch, P, ρ, z) for the epoch's rounds (:meth:`Pseudonym.encode`),
