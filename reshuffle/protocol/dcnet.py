@@ -69,7 +69,7 @@ from reshuffle.protocol.messages import Context, MsgType
 from reshuffle.protocol.params import RoundParams, TrustFloors
 from reshuffle.protocol.participant import ParticipantView
 from reshuffle.protocol.schedule import Step
-from reshuffle.protocol.server import ErrorRecord, RoundOutput, admit, check_ps_identity
+from reshuffle.protocol.server import ErrorRecord, RoundOutput, admit
 from reshuffle.protocol.transcript import Transcript
 
 Outbox = list[tuple[int, bytes]]
@@ -317,7 +317,13 @@ class DCServer:
                  rng: RandomSource | int | None = None, *, pseudonyms: pseudonym.EpochIssuer | None = None,
                  identities: Mapping[int, int] | None = None) -> None:
         self.params = params.validated()
-        check_ps_identity(params, roster, signing_key, cert, ca, "members")
+        if len(roster) != params.N:
+            raise ConfigError(f"roster has {len(roster)} members, params say N={params.N}")
+        for pid, c in roster.items():
+            ca.verify(c, subject=pid)
+        ca.verify(cert, subject=SERVER_ID, role=ROLE_SERVER)
+        if cert.key != signing_key.verify_key:
+            raise ConfigError("the PS certificate does not certify its signing key")
         self.T, self._roster, self._sk, self._cert, self._hash = T, dict(roster), signing_key, cert, global_hash
         self._rng = as_source(rng)
         self.group = params.group_obj()

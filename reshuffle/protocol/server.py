@@ -66,18 +66,6 @@ from reshuffle.protocol.transcript import CONSENT_CONTEXT, Transcript
 Outbox = list[tuple[int, bytes]]
 
 
-def check_ps_identity(params: RoundParams, roster: Mapping[int, Certificate], signing_key: SigningKey,
-                      cert: Certificate, ca: CertificateAuthority, noun: str) -> None:
-    """A PS's set-up checks: the roster has N certified ``noun``, and ``cert`` certifies the PS's signing key."""
-    if len(roster) != params.N:
-        raise ConfigError(f"roster has {len(roster)} {noun}, params say N={params.N}")
-    for pid, c in roster.items():
-        ca.verify(c, subject=pid)
-    ca.verify(cert, subject=SERVER_ID, role=ROLE_SERVER)
-    if cert.key != signing_key.verify_key:
-        raise ConfigError("the PS certificate does not certify its signing key")
-
-
 def admit(sender: int, data: bytes, roster: dict[int, Certificate], excluded: set[int], T: int,
           ctx: Context) -> msg.Message:
     """Parse a participant's message and check what every PS step checks first: a known,
@@ -373,7 +361,13 @@ class Server:
         identities: Mapping[int, int] | None = None,
     ) -> None:
         self.params = params.validated()
-        check_ps_identity(params, roster, signing_key, cert, ca, "participants")
+        if len(roster) != params.N:
+            raise ConfigError(f"roster has {len(roster)} participants, params say N={params.N}")
+        for pid, c in roster.items():
+            ca.verify(c, subject=pid)
+        ca.verify(cert, subject=SERVER_ID, role=ROLE_SERVER)
+        if cert.key != signing_key.verify_key:
+            raise ConfigError("the PS certificate does not certify its signing key")
         self.T, self._roster, self._sk, self._cert = T, dict(roster), signing_key, cert
         self._hash = global_hash
         self._rng = as_source(rng)
