@@ -1300,10 +1300,12 @@ def _counts(p: Parser, ctx: Context) -> tuple[int, ...]:
     return counts
 
 
+@_register
 @dataclass(frozen=True)
-class _DCCountsMessage(Message):
-    """PS → group: a published count vector (one slot count per position, n of them)."""
+class DCCounts(Message):
+    """PS → group: the published counts of iteration m − 1 (real sum plus decoy picks); asks for iteration m."""
 
+    TYPE: ClassVar[MsgType] = MsgType.DC_COUNTS
     counts: tuple[int, ...]
 
     def _body(self, w: Writer) -> None:
@@ -1316,18 +1318,18 @@ class _DCCountsMessage(Message):
 
 @_register
 @dataclass(frozen=True)
-class DCCounts(_DCCountsMessage):
-    """PS → group: the published counts of iteration m − 1 (real sum plus decoy picks); asks for iteration m."""
-
-    TYPE: ClassVar[MsgType] = MsgType.DC_COUNTS
-
-
-@_register
-@dataclass(frozen=True)
-class DCUploadRequest(_DCCountsMessage):
+class DCUploadRequest(Message):
     """PS → group: the counts of the last iteration (every party settled); asks for the upload (m = R_max + 1)."""
 
     TYPE: ClassVar[MsgType] = MsgType.DC_UPLOAD_REQUEST
+    counts: tuple[int, ...]
+
+    def _body(self, w: Writer) -> None:
+        w.u32_list(self.counts)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, _counts(p, ctx))
 
 
 @_register
