@@ -248,10 +248,11 @@ def test_a_jammer_is_named_with_evidence_a_third_party_checks():
     with pytest.raises(InvalidEvidence, match="zero"):
         verify_dc_evidence(fake, keys, s.params, s.T)
     # A tampered row or another member's opening is refused.
+    z = ev.nonzero
     with pytest.raises(InvalidEvidence):
-        verify_dc_evidence(DCEvidence(**{**ev.__dict__, "row": bytes(len(ev.row))}), keys, s.params, s.T)
+        verify_dc_evidence(DCEvidence(**{**z.__dict__, "row": bytes(len(z.row))}), keys, s.params, s.T)
     with pytest.raises(InvalidEvidence):
-        verify_dc_evidence(DCEvidence(**{**ev.__dict__, "opening": msg.relay_bytes(honest)}), keys, s.params, s.T)
+        verify_dc_evidence(DCEvidence(**{**z.__dict__, "opening": msg.relay_bytes(honest)}), keys, s.params, s.T)
 
 
 def test_a_jammer_that_opens_other_keys_is_a_suspect_never_an_honest_member():

@@ -59,6 +59,8 @@ from reshuffle.errors import (
     AlreadyAnswered,
     BelowThreshold,
     ConfigError,
+    DecodeError,
+    InvalidProof,
     ProtocolError,
     Refused,
     UnexpectedMessage,
@@ -66,11 +68,12 @@ from reshuffle.errors import (
 from reshuffle.protocol import credential, pseudonym
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.messages import Context, MsgType
-from reshuffle.protocol.params import RoundParams, TrustFloors
+from reshuffle.protocol.params import MAX_PARTICIPANTS, RoundParams, TrustFloors
 from reshuffle.protocol.participant import ParticipantView
 from reshuffle.protocol.schedule import Step
 from reshuffle.protocol.server import ErrorRecord, RoundOutput, admit
 from reshuffle.protocol.transcript import Transcript
+from reshuffle.wire import Parser, Writer
 
 Outbox = list[tuple[int, bytes]]
 ZERO_TOKEN = bytes(16)  # the row's token field: the DC-net round hands out no OT tokens
@@ -259,7 +262,14 @@ def plaintext_at(row: bytes, i: int, keys: Mapping[int, bytes], dtype: np.dtype)
 
 def verify_dc_evidence(ev: DCEvidence, keys: Mapping, p: RoundParams, T: int) -> None:
     """Check ``ev`` with the roster's verify keys alone; :class:`InvalidEvidence` unless it shows the culprit's
-    own signed upload and opening give a nonzero plaintext at a decoy row it opened."""
+    own signed upload and opening give a nonzero plaintext at a decoy row it opened. A
+    :class:`DCRoundEvidence` is checked by :func:`verify_round_evidence` (and must be of round ``T``
+    under ``p``)."""
+    if isinstance(ev, DCRoundEvidence):
+        p_, T_ = verify_round_evidence(ev, keys)
+        if (T_, p_.digest()) != (T, p.digest()):
+            raise InvalidEvidence("the evidence is of another round or other parameters")
+        return
     vk = keys.get(ev.culprit)
     if vk is None:
         raise InvalidEvidence(f"participant {ev.culprit} is not in the roster")
@@ -284,12 +294,277 @@ def verify_dc_evidence(ev: DCEvidence, keys: Mapping, p: RoundParams, T: int) ->
         raise InvalidEvidence("the culprit's plaintext at that row is zero")
 
 
+# ------------------------------------------------------------------------------- evidence bound to h
+KIND_NONZERO = "nonzero plaintext in a decoy row"
+KIND_FALSE_OPENING = "false opening of a pairwise key"
+KIND_BAD_VECTOR = "count vector that is not one pick at a free slot"
+KINDS = (KIND_NONZERO, KIND_FALSE_OPENING, KIND_BAD_VECTOR)
+
+
+def dispute_context(T: int, i: int, j: int) -> bytes:
+    """What a DLEQ proof of K_ij is bound to: the round and the pair."""
+    return label("dc/dispute", T, min(i, j), max(i, j))
+
+
+def keys_common(keys) -> bytes:
+    """What every member absorbs of DC_KEYS: the relayed keys (as :meth:`DCKeys.common`)."""
+    w = Writer().u32(len(keys))
+    for k in keys:
+        w.var(k)
+    return w.bytes()
+
+
+@dataclass(frozen=True)
+class DCTranscript:
+    """What fixes a round's h_m: its DC_START, every relayed DC_KEY, and the published counts of the iterations
+    before m (all of them for the upload). An accused member signs h_m, so it signs all of this: the parameters,
+    the roster and every member's epoch key Y_j it derived its keys from."""
+
+    start: bytes
+    keys: tuple[bytes, ...]
+    history: tuple[tuple[int, ...], ...]
+
+    def open(self, keys: Mapping) -> tuple[msg.DCStart, dict[int, msg.DCKey]]:
+        """The DC_START and every member's DC_KEY, each checked under the checker's roster keys."""
+        try:
+            start = msg.decode(self.start, Context())
+        except ProtocolError as exc:
+            raise InvalidEvidence(f"the transcript's DC_START does not decode: {exc}") from None
+        if start.TYPE is not MsgType.DC_START:
+            raise InvalidEvidence("the transcript does not start with a DC_START")
+        p = start.params
+        ctx = Context(p.group_obj(), p)
+        members = [pid for pid, _ in start.roster]
+        got: dict[int, msg.DCKey] = {}
+        for blob in self.keys:
+            try:
+                k = msg.decode(blob, ctx)
+                if k.TYPE is not MsgType.DC_KEY or k.sender not in members or k.sender in got or k.T != start.T:
+                    raise InvalidEvidence("the transcript's keys are not one DC_KEY of each member of this round")
+                if k.sender not in keys:
+                    raise InvalidEvidence(f"member {k.sender} has no key in the checker's roster")
+                msg.verify(k, keys[k.sender])
+            except ProtocolError as exc:
+                raise InvalidEvidence(f"a relayed key does not hold: {exc}") from None
+            got[k.sender] = k
+        if sorted(got) != members:
+            raise InvalidEvidence("the transcript does not relay every member's key")
+        return start, got
+
+    def h_at(self, T: int, m: int, p: RoundParams) -> bytes:
+        """h_m: DC_START and the keys, then each iteration's counts (the upload's after the last)."""
+        tx = Transcript(T)
+        tx.absorb("dc/start", msg.decode(self.start, Context()).body())
+        h = tx.absorb("dc/keys", keys_common(self.keys))
+        hist = self.history
+        if m == p.upload_m:
+            if not hist:
+                raise InvalidEvidence("the transcript of an upload holds no counts")
+            for r, counts in enumerate(hist[:-1], start=2):
+                tx.absorb_counts(r, counts)
+            return tx.absorb_counts(m, hist[-1])
+        if not 1 <= m <= p.R_max or len(hist) != m - 1:
+            raise InvalidEvidence(f"the transcript holds {len(hist)} counts for iteration {m}")
+        for r, counts in enumerate(hist, start=2):
+            h = tx.absorb_counts(r, counts)
+        return h
+
+    def encode(self, w: Writer) -> None:
+        w.var(self.start).u32(len(self.keys))
+        for k in self.keys:
+            w.var(k)
+        w.u32(len(self.history))
+        for counts in self.history:
+            w.u32_list(counts)
+
+    @classmethod
+    def parse(cls, p: Parser) -> "DCTranscript":
+        start = p.var("start", 1 << 20)
+        cnt = p.u32("keys.count")
+        if cnt > MAX_PARTICIPANTS:
+            raise DecodeError(f"{cnt} relayed keys")
+        keys = tuple(p.var(f"key[{i}]", 4096) for i in range(cnt))
+        r = p.u32("history.count")
+        if r > msg.MAX_R_MAX_WIRE:
+            raise DecodeError(f"{r} iterations of counts")
+        return cls(start, keys, tuple(tuple(p.u32_list("counts", 1 << 24)) for _ in range(r)))
+
+
+def bad_pick(v: np.ndarray, settled, r: int) -> str | None:
+    """Why a plaintext count vector of iteration r is not an honest one (one pick at a slot not settled earlier,
+    or zeros once settled), or None."""
+    big = np.flatnonzero(v > 1)
+    if big.size:
+        return f"value {int(v[big[0]])} at slot {int(big[0])}"
+    ones = np.flatnonzero(v == 1)
+    if ones.size > 1:
+        return f"{ones.size} slots marked"
+    if ones.size == 1 and int(ones[0]) in set(settled):
+        return f"a pick at slot {int(ones[0])}, settled in an earlier iteration"
+    if ones.size == 0 and r == 1:
+        return "no pick in the first iteration"
+    return None
+
+
+def _opened_row(op: msg.DCOpening, position: int) -> dict[int, bytes]:
+    return {j: k for pos, j, k in op.keys if pos == position}
+
+
+def check_pair_key(g: Group, T: int, i: int, j: int, Yi: Element, Yj: Element, K: Element, proof: bytes) -> None:
+    """K = DH(Y_i, Y_j), shown by a DLEQ proof of either side: log_g Y_p = log_{Y_q} K."""
+    try:
+        pr = voprf.Proof.decode(g, proof)
+        try:
+            voprf.verify_dleq(g.generator(), Yi, [Yj], [K], pr, dispute_context(T, i, j))
+        except InvalidProof:
+            voprf.verify_dleq(g.generator(), Yj, [Yi], [K], pr, dispute_context(T, i, j))
+    except ProtocolError as exc:
+        raise InvalidEvidence(f"the pair key's proof does not hold: {exc}") from None
+
+
+@dataclass(frozen=True)
+class DCRoundEvidence:
+    """Why ``culprit`` is named, bound to its round by the transcript its signed h_m fixes (parameters, roster,
+    epoch keys, counts), so a third party needs the roster's verify keys alone.
+
+    - :data:`KIND_NONZERO`: ``nonzero`` (its signed upload and opening give a nonzero plaintext at a row it
+      opened, which an honest member never does: it opens the decoys' rows only, and its plaintext there is zero);
+    - :data:`KIND_FALSE_OPENING`: its signed ``opening`` claims, at ``position`` and for ``partner``, another key
+      than the one K_ij = DH(Y_c, Y_p) gives, with K_ij (``secret``) proved by either side (``proof``);
+    - :data:`KIND_BAD_VECTOR`: its signed count ``vector`` of iteration m minus the pads of its own signed
+      ``opening`` is not one pick at a free slot.
+    """
+
+    kind: str
+    culprit: int
+    transcript: DCTranscript
+    opening: bytes = b""
+    position: int = 0
+    partner: int = 0
+    secret: bytes = b""
+    proof: bytes = b""
+    vector: bytes = b""
+    nonzero: DCEvidence | None = None
+
+    def __str__(self) -> str:
+        if self.kind == KIND_FALSE_OPENING:
+            return (f"{self.kind} with member {self.partner} at row {self.position} (its signed opening against the "
+                    "DLEQ-proved pair key)")
+        if self.kind == KIND_BAD_VECTOR:
+            return f"{self.kind} (its signed count vector and opening of that iteration)"
+        return f"{self.kind} (its signed upload and opening)"
+
+    def encode(self) -> bytes:
+        w = Writer().u8(KINDS.index(self.kind)).u32(self.culprit)
+        self.transcript.encode(w)
+        w.var(self.opening).u32(self.position).u32(self.partner).var(self.secret).var(self.proof).var(self.vector)
+        z = self.nonzero
+        w.u8(0 if z is None else 1)
+        if z is not None:
+            w.u32(z.culprit).u32(z.position).fixed(z.header, msg.HEADER_BYTES).fixed(z.h, msg.HASH_BYTES)
+            w.u32(len(z.hashes))
+            for hh in z.hashes:
+                w.fixed(hh, msg.HASH_BYTES)
+            w.var(z.signature).var(z.row).var(z.opening)
+        return w.bytes()
+
+    @classmethod
+    def decode(cls, data: bytes) -> "DCRoundEvidence":
+        p = Parser(data, "DC-net evidence")
+        kind = p.u8("kind")
+        if kind >= len(KINDS):
+            raise DecodeError(f"unknown evidence kind {kind}")
+        culprit = p.u32("culprit")
+        tr = DCTranscript.parse(p)
+        opening = p.var("opening", 1 << 24)
+        position, partner = p.u32("position"), p.u32("partner")
+        secret, proof, vector = p.var("secret", 256), p.var("proof", 256), p.var("vector", 1 << 26)
+        z = None
+        if p.u8("nonzero"):
+            zc, zp = p.u32("nonzero.culprit"), p.u32("nonzero.position")
+            hdr, h = p.fixed(msg.HEADER_BYTES, "nonzero.header"), p.fixed(msg.HASH_BYTES, "nonzero.h")
+            cnt = p.u32("nonzero.hashes")
+            if cnt > MAX_PARTICIPANTS + 64:
+                raise DecodeError(f"{cnt} row hashes")
+            hashes = tuple(p.fixed(msg.HASH_BYTES, "hash") for _ in range(cnt))
+            z = DCEvidence(zc, zp, hdr, h, hashes, p.var("nonzero.signature", 128), p.var("nonzero.row", 1 << 30),
+                           p.var("nonzero.opening", 1 << 24))
+        p.finish()
+        return cls(KINDS[kind], culprit, tr, opening, position, partner, secret, proof, vector, z)
+
+
+def verify_round_evidence(ev: DCRoundEvidence, keys: Mapping) -> tuple[RoundParams, int]:
+    """Check ``ev`` from the roster's verify keys alone; (the round's parameters, T) if it holds,
+    :class:`InvalidEvidence` otherwise. Nothing is read that the culprit did not sign or that its h_m does not
+    fix."""
+    start, dckeys = ev.transcript.open(keys)
+    p, T = start.params, start.T
+    g = p.group_obj()
+    ctx = Context(g, p)
+    if ev.culprit not in dckeys:
+        raise InvalidEvidence(f"member {ev.culprit} is not in the round's roster")
+    if ev.kind == KIND_NONZERO:
+        z = ev.nonzero
+        if z is None or z.culprit != ev.culprit or z.h != ev.transcript.h_at(T, p.upload_m, p):
+            raise InvalidEvidence("the upload is not under the h_M the transcript fixes")
+        verify_dc_evidence(z, keys, p, T)
+        return p, T
+    try:
+        op = msg.decode(ev.opening, ctx)
+        if op.TYPE is not MsgType.DC_OPENING or op.sender != ev.culprit or op.T != T:
+            raise InvalidEvidence("the opening is not the culprit's, of this round")
+        msg.verify(op, keys[ev.culprit])
+    except ProtocolError as exc:
+        raise InvalidEvidence(f"the opening does not hold: {exc}") from None
+    h = ev.transcript.h_at(T, op.m, p)
+    if not hmac.compare_digest(op.h, h):
+        raise InvalidEvidence("the opening is not under the h_m the transcript fixes")
+    if ev.kind == KIND_FALSE_OPENING:
+        claimed = _opened_row(op, ev.position).get(ev.partner)
+        if ev.partner == ev.culprit or ev.partner not in dckeys or claimed is None:
+            raise InvalidEvidence(f"the opening holds no key with member {ev.partner} at row {ev.position}")
+        try:
+            K = g.element_from_bytes(ev.secret, "K_ij")
+        except ProtocolError as exc:
+            raise InvalidEvidence(f"the pair key is not an element: {exc}") from None
+        check_pair_key(g, T, ev.culprit, ev.partner, dckeys[ev.culprit].dh_key, dckeys[ev.partner].dh_key, K,
+                       ev.proof)
+        true = row_keys(K.to_bytes(), T, op.m, ev.culprit, ev.partner, h, ev.position + 1)[ev.position]
+        if hmac.compare_digest(claimed, true):
+            raise InvalidEvidence("the opening matches the proved pair key")
+        return p, T
+    if ev.kind != KIND_BAD_VECTOR:
+        raise InvalidEvidence(f"unknown evidence kind {ev.kind!r}")
+    try:
+        v = msg.decode(ev.vector, ctx)
+        if v.TYPE is not MsgType.MASKED_INPUT or v.sender != ev.culprit or (v.T, v.m) != (T, op.m):
+            raise InvalidEvidence("the vector is not the culprit's of the opened iteration")
+        msg.verify(v, keys[ev.culprit])
+        msg.check_rows(v)
+    except ProtocolError as exc:
+        raise InvalidEvidence(f"the vector does not hold: {exc}") from None
+    if v.h != h or v.rows != 1 or len(v.words) != 4 * p.n or not 1 <= v.m <= p.R_max:
+        raise InvalidEvidence("the vector is not one count vector under that iteration's h")
+    mine = _opened_row(op, 0)
+    if set(mine) != set(dckeys) - {ev.culprit} or len(op.keys) != len(mine):
+        raise InvalidEvidence("the opening does not cover every partner of the count vector")
+    res = Reservation(p.n, parties(p))
+    for counts in ev.transcript.history:
+        res.absorb(counts)
+    why = bad_pick(plaintext_at(v.words, ev.culprit, mine, np.dtype(np.uint32)), res.settled, v.m)
+    if why is None:
+        raise InvalidEvidence("the culprit's count vector is one pick at a free slot")
+    return p, T
+
+
 # ------------------------------------------------------------------------------------------------ server
 class DCPhase(enum.Enum):
     KEYS = "keys"
     VECTORS = "reserve"
     UPLOAD = "upload"
     BLAME = "blame"
+    OPEN = "open"
+    DISPUTE = "dispute"
     DONE = "done"
 
 
@@ -302,7 +577,13 @@ STEPS = {
                          "_close_upload", False),
     DCPhase.BLAME: Step("dc-blame", DCPhase.BLAME, "upload", (T_.DC_BLAME,), (T_.DC_OPENING,), "_close_blame",
                         False, when="a nonzero row fails a check or a decoy row is nonzero"),
+    DCPhase.OPEN: Step("dc-open", DCPhase.OPEN, "reserve", (T_.OPEN_REQUEST,), (T_.DC_OPENING,), "_close_open",
+                       True, when="an iteration's counts are not a reservation"),
+    DCPhase.DISPUTE: Step("dc-dispute", DCPhase.DISPUTE, "upload", (T_.DISPUTE,), (T_.DISPUTE_ANSWER,),
+                          "_close_dispute", False, when="two openings of one pair key disagree"),
 }
+# A dispute about a failed iteration's openings comes before training (the round delivers nothing).
+DISPUTE_OFFLINE = replace(STEPS[DCPhase.DISPUTE], stage="reserve", offline=True)
 
 
 class DCServer:
@@ -353,6 +634,14 @@ class DCServer:
         self._got: dict[int, object] = {}
         self.timings = {"ps_sum_s": 0.0, "ps_unmask_s": 0.0, "ps_sum_cpu_s": 0.0, "ps_unmask_cpu_s": 0.0}
         self.silent: list[int] = []  # the members whose silence ended the group's round
+        # Blame: what fixes h (DC_START as sent, the relayed keys), and the open and dispute steps' state.
+        self._start_bytes = b""
+        self._relayed: tuple[bytes, ...] = ()
+        self._failing: str | None = None  # why the round fails once its open (and dispute) step ends
+        self._opened: dict[int, tuple[int, bytes, msg.DCOpening]] = {}  # member -> (m, h, its signed opening)
+        self._disputed: set[tuple[int, int]] = set()
+        self._answers: dict[tuple[int, int], msg.DisputeAnswer] = {}
+        self._suspects: set[int] = set()
 
     # -- the driver contract -- #
     @property
@@ -361,6 +650,8 @@ class DCServer:
 
     @property
     def step(self) -> Step:
+        if self.phase is DCPhase.DISPUTE and self._failing is not None:
+            return DISPUTE_OFFLINE
         return STEPS.get(self.phase, STEPS[DCPhase.UPLOAD])
 
     @property
@@ -378,6 +669,7 @@ class DCServer:
                             tuple(sorted(self._roster.items())), self.cred_key, self.nyms.epoch, self.nyms.key,
                             decoy_commit(self.T, self._seed))
         data = start.encode(self._sk)
+        self._start_bytes = data
         self._tx.absorb("dc/start", start.body())
         return [(i, data) for i in sorted(self._roster)]
 
@@ -385,9 +677,13 @@ class DCServer:
         try:
             m = admit(sender, data, self._roster, set(), self.T, self._ctx)
             want = {DCPhase.KEYS: MsgType.DC_KEY, DCPhase.VECTORS: MsgType.MASKED_INPUT,
-                    DCPhase.UPLOAD: MsgType.MASKED_INPUT, DCPhase.BLAME: MsgType.DC_OPENING}.get(self.phase)
+                    DCPhase.UPLOAD: MsgType.MASKED_INPUT, DCPhase.BLAME: MsgType.DC_OPENING,
+                    DCPhase.OPEN: MsgType.DC_OPENING, DCPhase.DISPUTE: MsgType.DISPUTE_ANSWER}.get(self.phase)
             if m.TYPE is not want:
                 raise UnexpectedMessage(f"{m.TYPE.name} while collecting {want.name if want else 'nothing'}")
+            if self.phase is DCPhase.DISPUTE:  # one answer per disputed pair, so possibly several per member
+                self._on_dispute(sender, m)
+                return
             if sender in self._got:
                 raise AlreadyAnswered(f"participant {sender} already answered this step")
             getattr(self, "_on_" + self.phase.name.lower())(sender, m)
@@ -398,7 +694,7 @@ class DCServer:
     def close_phase(self) -> Outbox:
         got, self._got = self._got, {}
         missing = sorted(set(self._roster) - set(got))
-        if missing and self.phase is not DCPhase.BLAME:
+        if missing and self.phase not in (DCPhase.BLAME, DCPhase.OPEN, DCPhase.DISPUTE):
             step, self.phase = STEPS[self.phase].name, DCPhase.DONE
             self.silent = missing
             raise BelowThreshold(f"member(s) {missing} sent nothing at step {step}: the group "
@@ -446,10 +742,25 @@ class DCServer:
         if m.h != self._h:
             raise UnexpectedMessage(f"opening of {sender} under another h_M")
 
+    def _on_open(self, sender: int, m: msg.DCOpening) -> None:
+        if m.m != self.m or m.h != self._h:
+            raise UnexpectedMessage(f"opening of {sender}: not of iteration {self.m} under its h")
+
+    def _on_dispute(self, sender: int, a: msg.DisputeAnswer) -> None:
+        pair = (min(sender, a.partner), max(sender, a.partner))
+        if pair not in self._disputed:
+            raise Refused(f"dispute answer of {sender} about {a.partner}, which is not disputed")
+        if (sender, a.partner) in self._answers:
+            raise AlreadyAnswered(f"second dispute answer of {sender} about {a.partner}")
+        Y = {i: k.dh_key for i, k in self.keys.items()}
+        check_pair_key(self.group, self.T, sender, a.partner, Y[sender], Y[a.partner], a.secret, a.proof)
+        self._answers[(sender, a.partner)] = a
+
     # -- closers -- #
     def _close_keys(self, got) -> Outbox:
         self.keys = {i: got[i] for i in sorted(got)}
         relayed = tuple(msg.relay_bytes(k) for k in self.keys.values())
+        self._relayed = relayed
         s = credential.suite(self.group)
         out = []
         common = None
@@ -481,9 +792,13 @@ class DCServer:
         pub = tuple(int(x) for x in real.astype(np.int64) + np.asarray(self._decoy_vector(), dtype=np.int64))
         why = self.res.check(pub)
         if why is not None:
-            self.phase = DCPhase.DONE
-            raise BelowThreshold(f"iteration {self.m}'s counts are not a reservation ({why}): a member jammed the "
-                                 "count vector; the group delivers nothing this round")
+            # A member jammed: every member opens its pairwise keys of this iteration alone (its pick of it is
+            # then known, so it uploads nothing in this round), and the jammer's vector names it.
+            self._failing = (f"iteration {self.m}'s counts are not a reservation ({why}): a member jammed the "
+                             "count vector; the group delivers nothing this round")
+            self.phase = DCPhase.OPEN
+            data = msg.OpenRequest(self.T, self.m, SERVER_ID, why).encode(self._sk)
+            return [(i, data) for i in sorted(self._roster)]
         self.res.absorb(pub)
         if self.res.done:
             _, dslots = decoy_slots(self._seed, self.T, p.decoys, p.n, self.res.history)
@@ -525,32 +840,108 @@ class DCServer:
             return [(i, data) for i in sorted(self._roster)]
         return self._finish([])
 
+    def _transcript(self, upload: bool) -> DCTranscript:
+        hist = self.res.history if upload else self.res.history[: self.m - 1]
+        return DCTranscript(self._start_bytes, self._relayed, tuple(tuple(c) for c in hist))
+
     def _close_blame(self, got) -> Outbox:
         p = self.params
         self.openings = dict(sorted(got.items()))
         partners = {i: sorted(j for j in self._roster if j != i) for i in self._roster}
-        suspects: set[int] = set(self._roster) - set(got)
-        claimed: dict[tuple[int, int, int], bytes] = {}
+        self._suspects = set(self._roster) - set(got)
+        tr = self._transcript(True)
         for i, op in self.openings.items():
             by_pos: dict[int, dict[int, bytes]] = {}
             for pos, j, k in op.keys:
                 by_pos.setdefault(pos, {})[j] = k
-                claimed[(pos, i, j)] = k
             if sorted(by_pos) != self.decoy_positions or any(sorted(ks) != partners[i] for ks in by_pos.values()):
-                suspects.add(i)
+                self._suspects.add(i)
                 continue
+            self._opened[i] = (p.upload_m, self._h, op)
             header, h, hashes, sig, rows = self._kept[i]
             for pos in self.decoy_positions:
                 if plaintext_at(rows[pos], i, by_pos[pos], p.codec.dtype).any():
-                    self.culprits[i] = DCEvidence(i, pos, header, h, hashes, sig, rows[pos], msg.relay_bytes(op))
+                    z = DCEvidence(i, pos, header, h, hashes, sig, rows[pos], msg.relay_bytes(op))
+                    self.culprits[i] = DCRoundEvidence(KIND_NONZERO, i, tr, msg.relay_bytes(op), pos, nonzero=z)
                     break
-        # Two openings of one pair that differ: one side masked with another key than it opened. Without a
-        # proof of the pair key neither is named; both are suspects.
-        for (pos, i, j), k in claimed.items():
-            other = claimed.get((pos, j, i))
-            if other is not None and not hmac.compare_digest(k, other):
-                suspects.update({i, j})
-        return self._finish(sorted(suspects - set(self.culprits)))
+        return self._dispute_or(self._finish_blame)
+
+    def _finish_blame(self) -> Outbox:
+        return self._finish(sorted(self._suspects - set(self.culprits)))
+
+    def _close_open(self, got) -> Outbox:
+        """Each member's plaintext count vector of the failed iteration from its own opened keys: one that is not
+        a pick at a free slot names its sender (:data:`KIND_BAD_VECTOR`)."""
+        p = self.params
+        self._suspects = set(self._roster) - set(got)
+        tr = self._transcript(False)
+        for i, op in sorted(got.items()):
+            mine = _opened_row(op, 0)
+            if set(mine) != set(self._roster) - {i} or len(op.keys) != len(mine):
+                self._suspects.add(i)
+                continue
+            self._opened[i] = (self.m, self._h, op)
+            v = self.vectors[self.m][i]
+            why = bad_pick(plaintext_at(v.words, i, mine, np.dtype(np.uint32)), self.res.settled, self.m)
+            if why is not None:
+                self.culprits[i] = DCRoundEvidence(KIND_BAD_VECTOR, i, tr, msg.relay_bytes(op),
+                                                   vector=msg.relay_bytes(v))
+        return self._dispute_or(self._fail)
+
+    def _fail(self) -> Outbox:
+        self.phase = DCPhase.DONE
+        self.output = None
+        named = sorted(self.culprits)
+        raise BelowThreshold(self._failing + (f"; named with evidence: {named}" if named else "")
+                             + (f"; suspects: {sorted(self._suspects - set(self.culprits))}"
+                                if self._suspects - set(self.culprits) else ""))
+
+    def _dispute_or(self, then) -> Outbox:
+        """Two signed openings of one pair key that differ (neither side already named): each side gets the
+        other's, and either proves K_ij against the pair's signed epoch keys (DISPUTE); else ``then()``."""
+        self._then = then
+        self._disputed.clear()
+        self._answers.clear()
+        out: Outbox = []
+        ids = sorted(i for i in self._opened if i not in self.culprits)
+        for a, i in enumerate(ids):
+            for j in ids[a + 1:]:
+                oi, oj = self._opened[i][2], self._opened[j][2]
+                ki = {(pos, jj): k for pos, jj, k in oi.keys if jj == j}
+                kj = {(pos, ii): k for pos, ii, k in oj.keys if ii == i}
+                if any(not hmac.compare_digest(k, kj.get((pos, i), b"")) for (pos, _), k in ki.items()):
+                    self._disputed.add((i, j))
+                    m_ = self._opened[i][0]
+                    out.append((i, msg.Dispute(self.T, m_, SERVER_ID, j, msg.relay_bytes(oj)).encode(self._sk)))
+                    out.append((j, msg.Dispute(self.T, m_, SERVER_ID, i, msg.relay_bytes(oi)).encode(self._sk)))
+        if not out:
+            return then()
+        self.phase = DCPhase.DISPUTE
+        return out
+
+    def _close_dispute(self, got) -> Outbox:
+        """Every disputed pair with a proved K_ij: each side whose signed opening claims another key than K_ij
+        gives is named (:data:`KIND_FALSE_OPENING`); a pair nobody proved leaves both sides suspects."""
+        upload = self._failing is None
+        tr = self._transcript(upload)
+        proved = {}
+        for (i, j), a in self._answers.items():
+            proved.setdefault((min(i, j), max(i, j)), a)
+        for pair in sorted(self._disputed):
+            a = proved.get(pair)
+            if a is None:
+                self._suspects.update(pair)
+                continue
+            for liar, partner in (pair, pair[::-1]):
+                m_, h, op = self._opened[liar]
+                rows = max(pos for pos, _, _ in op.keys) + 1
+                true = row_keys(a.secret.to_bytes(), self.T, m_, liar, partner, h, rows)
+                for pos, j, k in op.keys:
+                    if j == partner and not hmac.compare_digest(k, true[pos]) and liar not in self.culprits:
+                        self.culprits[liar] = DCRoundEvidence(
+                            KIND_FALSE_OPENING, liar, tr, msg.relay_bytes(op), pos, partner, a.secret.to_bytes(),
+                            a.proof)
+        return self._then()
 
     def _finish(self, suspects) -> Outbox:
         p = self.params
@@ -590,9 +981,10 @@ class DCParticipant:
     TABLE = {
         DCState.AWAIT_START: {MsgType.DC_START: "_on_start"},
         DCState.AWAIT_KEYS: {MsgType.DC_KEYS: "_on_keys"},
-        DCState.RESERVING: {MsgType.DC_COUNTS: "_on_counts", MsgType.DC_UPLOAD_REQUEST: "_on_upload_request"},
+        DCState.RESERVING: {MsgType.DC_COUNTS: "_on_counts", MsgType.DC_UPLOAD_REQUEST: "_on_upload_request",
+                            MsgType.OPEN_REQUEST: "_on_open"},
         DCState.UPLOADED: {MsgType.DC_BLAME: "_on_blame"},
-        DCState.ENDED: {},
+        DCState.ENDED: {MsgType.DISPUTE: "_on_dispute"},
         DCState.ABORTED: {},
     }
 
@@ -614,6 +1006,8 @@ class DCParticipant:
         self.ctx = Context()
         self.nym = nym
         self.nym_issued = False
+        self._my_open: tuple[int, bytes, dict[tuple[int, int], bytes]] | None = None  # (m, h, its true keys)
+        self._answered: set[int] = set()  # partners whose dispute it answered
 
     @property
     def pseudonym(self) -> pseudonym.Pseudonym | None:
@@ -631,6 +1025,7 @@ class DCParticipant:
         out._nym_rng = self._nym_rng.copy() if hasattr(self._nym_rng, "copy") else self._nym_rng
         v = self.view
         out.view = replace(v, uploaded=set(v.uploaded), errors=list(v.errors))
+        out._answered = set(self._answered)
         if hasattr(self, "res"):
             out.res = Reservation(self.res.n, self.res.parties, list(self.res.settled), list(self.res.history))
             out._hs = dict(self._hs)
@@ -732,6 +1127,7 @@ class DCParticipant:
         elif m.nym_eval is not None:
             raise UnexpectedMessage("a pseudonym evaluation this member did not ask for")
         self._pairs = {j: pair_secret(self._y, k.dh_key) for j, k in keys.items() if j != self.pid}
+        self._Y_of = {j: k.dh_key for j, k in keys.items()}
         self._h = self._tx.absorb("dc/keys", m.common())
         self.res = Reservation(p.n, parties(p))
         self.m = 1
@@ -752,6 +1148,7 @@ class DCParticipant:
             v[self._pick] = 1
         else:
             self._pick = None
+        v = self._deviate_vector(v)
         mask_in_place(v, self.T, self.m, self.pid, self._pairs, self._h, 1)
         return msg.MaskedInput(self.T, self.m, self.pid, self._h, 1, v.tobytes())
 
@@ -814,6 +1211,10 @@ class DCParticipant:
         """Hook: the model list as written (a jammer's subclass writes other words)."""
         return lw
 
+    def _deviate_vector(self, v: np.ndarray) -> np.ndarray:
+        """Hook: the count vector as written, before masking (a jammer's subclass writes other counts)."""
+        return v
+
     def _on_blame(self, m: msg.DCBlame) -> list:
         p = self.params
         if decoy_commit(self.T, m.decoy_seed) != self._start.decoy_commit:
@@ -852,7 +1253,50 @@ class DCParticipant:
         entries.sort()
         self.opened = tuple(positions)
         self.state = DCState.ENDED
+        self._my_open = (p.upload_m, self._hM, {(pos, j): k for pos, j, k in entries})
         return [self._opening(msg.DCOpening(self.T, p.upload_m, self.pid, self._hM, tuple(entries)))]
+
+    def _on_open(self, m: msg.OpenRequest) -> list:
+        """Iteration m's counts are not a reservation: open this member's pairwise keys of that iteration alone.
+        Its pick of the iteration is then known, so it uploads nothing in this round (it ends here)."""
+        if m.m != self.m:
+            raise Refused(f"asked to open iteration {m.m}; this member's last vector is of iteration {self.m}")
+        h = self._hs[self.m]
+        entries = tuple(sorted((0, j, row_keys(K, self.T, self.m, self.pid, j, h, 1)[0])
+                               for j, K in self._pairs.items()))
+        self.state = DCState.ENDED
+        self._my_open = (self.m, h, {(pos, j): k for pos, j, k in entries})
+        return [self._opening(msg.DCOpening(self.T, self.m, self.pid, h, entries))]
+
+    def _on_dispute(self, m: msg.Dispute) -> list:
+        """The partner's signed opening of one of this member's pair keys differs from this member's own: the
+        partner lied, and it knows K_ij, so K_ij is revealed with a DLEQ proof against the signed epoch keys
+        (it tells the PS nothing the partner could not hand it). Anything else is refused."""
+        if self._my_open is None:
+            raise UnexpectedMessage("a dispute before this member opened anything")
+        m_, h, mine = self._my_open
+        j = m.partner
+        if j not in self._pairs or j in self._answered:
+            raise Refused(f"a dispute about member {j}: not a partner, or already answered")
+        try:
+            op = msg.decode(m.partner_opening, self.ctx)
+            if op.TYPE is not MsgType.DC_OPENING or op.sender != j:
+                raise Refused(f"the dispute does not carry member {j}'s opening")
+            msg.verify(op, self._roster_keys[j])
+        except ProtocolError as exc:
+            raise Refused(f"the partner's opening does not hold: {exc}") from None
+        if (op.T, op.m, op.h) != (self.T, m_, h):
+            raise Refused("the partner's opening is not of the round, invocation and h this member opened")
+        if not any((pos, j) in mine and not hmac.compare_digest(k, mine[(pos, j)])
+                   for pos, i, k in op.keys if i == self.pid):
+            raise Refused(f"member {j}'s opening agrees with this member's: no dispute to answer")
+        g = self.params.group_obj()
+        Yj = self._Y_of[j]
+        K = Yj ** self._y
+        proof = voprf.prove_dleq(self._y, g.generator(), self._Y, [Yj], [K], self._rng,
+                                 dispute_context(self.T, self.pid, j))
+        self._answered.add(j)
+        return [msg.DisputeAnswer(self.T, m_, self.pid, j, K, proof.encode(g))]
 
     def _opening(self, op: msg.DCOpening) -> msg.DCOpening:
         """Hook: the opening as sent."""
