@@ -13,11 +13,13 @@ Each row plays real rounds of two stable groups of 5 (N = 10) in the DC-net roun
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 import numpy as np
 
 from reshuffle.protocol import dcnet
+from reshuffle.protocol import messages as msg
 
 TWO = [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
 ROWS = ("dcnet-colluders", "dcnet-jam")
@@ -30,6 +32,82 @@ class Jammer(dcnet.DCParticipant):
         lw = lw.copy()
         lw[:, :4] += np.uint32(12345)
         return lw
+
+
+class VectorJammer(dcnet.DCParticipant):
+    """Jams the reservation: its count vector of iteration 1 holds a second pick (``"double"``), garbage at every
+    slot (``"garbage"``) or no pick at all (``"none"``)."""
+
+    mode = "double"
+
+    def _deviate_vector(self, v):
+        if self.m != 1:
+            return v
+        v = v.copy()
+        if self.mode == "double":
+            v[(self._pick + 1) % v.size] += 1
+        elif self.mode == "garbage":
+            v += np.uint32(7)
+        else:
+            v[:] = 0
+        return v
+
+
+def _pads(member, j: int, keys, rows: int, width: int, dtype) -> np.ndarray:
+    """member's pads of partner j alone, row by row, from per-row keys."""
+    return np.stack([dcnet.row_pad({j: keys[ρ]}, member.pid, width, dtype) for ρ in range(rows)])
+
+
+class PairLiar(dcnet.DCParticipant):
+    """Masks every row but its own with another key than K_ij gives for one partner (the lowest other member), and
+    opens that key: its own plaintext at a decoy row is zero, the pair's two openings disagree."""
+
+    def _fake(self):
+        p = self.params
+        j = min(i for i in self.members if i != self.pid)
+        fake = dcnet.row_keys(b"\x01" * 32, self.T, p.upload_m, self.pid, j, self._h, dcnet.parties(p))
+        return j, fake
+
+    def _deviate(self, lw):
+        p = self.params
+        j, fake = self._fake()
+        true = dcnet.row_keys(self._pairs[j], self.T, p.upload_m, self.pid, j, self._h, dcnet.parties(p))
+        delta = _pads(self, j, fake, len(lw), lw.shape[1], lw.dtype) - _pads(self, j, true, len(lw), lw.shape[1],
+                                                                             lw.dtype)
+        delta[self.view.position] = 0
+        return lw + delta
+
+    def _opening(self, op):
+        j, fake = self._fake()
+        return msg.DCOpening(op.T, op.m, op.sender, op.h,
+                             tuple((pos, i, fake[pos] if i == j else k) for pos, i, k in op.keys))
+
+
+class WrongTranscript(dcnet.DCParticipant):
+    """Signs the h_M every member signed but masks its whole upload with keys derived over another transcript;
+    opens the keys it masked with (``consistent``) or the true ones."""
+
+    consistent = True
+
+    def _other(self, j: int):
+        p = self.params
+        return dcnet.row_keys(self._pairs[j], self.T, p.upload_m, self.pid, j, hashlib.sha256(b"other" + self._h)
+                              .digest(), dcnet.parties(p))
+
+    def _deviate(self, lw):
+        p = self.params
+        lw = lw.copy()
+        for j in self._pairs:
+            true = dcnet.row_keys(self._pairs[j], self.T, p.upload_m, self.pid, j, self._h, dcnet.parties(p))
+            lw += _pads(self, j, self._other(j), len(lw), lw.shape[1], lw.dtype)
+            lw -= _pads(self, j, true, len(lw), lw.shape[1], lw.dtype)
+        return lw
+
+    def _opening(self, op):
+        if not self.consistent:
+            return op
+        other = {j: self._other(j) for j in self._pairs}
+        return msg.DCOpening(op.T, op.m, op.sender, op.h, tuple((pos, j, other[j][pos]) for pos, j, _ in op.keys))
 
 
 def _round(seed: int, classes=None, d: int = 16, T: int = 1):

@@ -1,0 +1,186 @@
+"""Blame in the DC-net round beyond decoy rows (docs/protocol.md, "Blame and decoys" of the DC-net round).
+
+Attacks first, each with its control (the same attack where the check is taken out):
+
+- a member that jams the reservation (two picks, garbage, no pick) is named by its own signed vector and its
+  opening of that iteration alone; without the open step the group fails and nobody is named;
+- a member that masks with another key than K_ij for one partner and opens that key (its own plaintext is zero)
+  is named by a DLEQ dispute; without it the honest partner is as suspect as the liar;
+- a member that signs the h_M every member signed but masks over another transcript is named the same way;
+- a PS that forges evidence against an honest member, or asks it for K_ij without a disagreement, is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reshuffle.adversaries import dcteam
+from reshuffle.crypto.signatures import SERVER_ID
+from reshuffle.errors import DecodeError, Refused
+from reshuffle.protocol import dcnet
+from reshuffle.protocol import messages as msg
+from reshuffle.protocol.dcnet import (
+    KIND_BAD_VECTOR,
+    KIND_FALSE_OPENING,
+    DCRoundEvidence,
+    InvalidEvidence,
+    verify_round_evidence,
+)
+from reshuffle.protocol.messages import MsgType
+
+HONEST = (0, 1, 3, 4)
+
+
+def _round(cls, seed=3, **attrs):
+    cls = type(cls.__name__, (cls,), attrs) if attrs else cls
+    ps, parts, out, _ = dcteam._round(seed, {2: cls})
+    s = ps.servers[0]
+    return ps, parts, out, s, {i: c.key for i, c in s._roster.items()}
+
+
+def _refuse(self, m):
+    raise Refused("this member does not take part in the check")
+
+
+# --------------------------------------------------------------------------- the reservation jammer
+@pytest.mark.parametrize("mode", ["double", "garbage", "none"])
+def test_a_reservation_jammer_is_named_by_its_own_vector_and_opening(mode):
+    ps, parts, out, s, keys = _round(dcteam.VectorJammer, mode=mode)
+    assert set(out.blamed) == {2} and 0 in ps.failed and "named with evidence: [2]" in ps.failed[0]
+    ev = out.evidence[2]
+    assert ev.kind == KIND_BAD_VECTOR and verify_round_evidence(ev, keys)[1] == s.T
+    # The other group delivers all its models; nobody of group 0 uploaded (each opened iteration 1 and ended).
+    assert len(out.models) == 5 and not any(parts[i].dc.uploaded for i in HONEST)
+    # Only iteration 1's keys were opened, of row 0: no upload key, no real row's key.
+    for i in HONEST:
+        m_, _, mine = parts[i].dc._my_open
+        assert m_ == 1 and {pos for pos, _ in mine} == {0}
+
+
+def test_control_without_the_open_step_a_reservation_jammer_is_never_named(monkeypatch):
+    monkeypatch.setattr(dcnet.DCParticipant, "_on_open", _refuse)
+    ps, parts, out, s, keys = _round(dcteam.VectorJammer)
+    assert 0 in ps.failed and not out.blamed
+
+
+def test_a_jammed_iteration_names_no_honest_member_and_its_evidence_survives_the_wire():
+    ps, parts, out, s, keys = _round(dcteam.VectorJammer, seed=5, mode="garbage")
+    ev = DCRoundEvidence.decode(out.evidence[2].encode())
+    assert ev == out.evidence[2] and verify_round_evidence(ev, keys)
+    # The honest members' own vectors and openings name nobody.
+    for i in HONEST:
+        forged = DCRoundEvidence(KIND_BAD_VECTOR, i, ev.transcript, msg.relay_bytes(s._opened[i][2]),
+                                 vector=msg.relay_bytes(s.vectors[1][i]))
+        with pytest.raises(InvalidEvidence, match="one pick at a free slot"):
+            verify_round_evidence(forged, keys)
+    with pytest.raises(DecodeError):
+        DCRoundEvidence.decode(ev.encode()[:-1])
+
+
+# --------------------------------------------------------------------------- a member lying in a decoy opening
+def test_a_member_lying_in_a_decoy_opening_is_named_by_a_dleq_dispute():
+    ps, parts, out, s, keys = _round(dcteam.PairLiar)
+    assert set(out.blamed) == {2} and not set(out.suspects) & set(HONEST)
+    ev = out.evidence[2]
+    assert ev.kind == KIND_FALSE_OPENING and ev.partner == 0
+    verify_round_evidence(ev, keys)
+    # Its own plaintext at every decoy row is zero: no nonzero evidence could name it.
+    op = s._opened[2][2]
+    _, _, _, _, rows = s._kept[2]
+    for pos in s.decoy_positions:
+        assert not dcnet.plaintext_at(rows[pos], 2, dcnet._opened_row(op, pos), s.params.codec.dtype).any()
+    # Only the liar's partner revealed K_ij, and only that pair's: the other honest members revealed nothing.
+    assert parts[0].dc._answered == {2} and not any(parts[i].dc._answered for i in (1, 3, 4))
+
+
+def test_control_without_the_dispute_the_honest_partner_is_as_suspect_as_the_liar(monkeypatch):
+    monkeypatch.setattr(dcnet.DCParticipant, "_on_dispute", _refuse)
+    ps, parts, out, s, keys = _round(dcteam.PairLiar)
+    assert 2 not in out.blamed and {0, 2} <= set(out.suspects)
+
+
+# --------------------------------------------------------------------------- a wrong-transcript uploader
+def test_a_wrong_transcript_uploader_is_named_whichever_keys_it_opens():
+    for consistent in (True, False):
+        ps, parts, out, s, keys = _round(dcteam.WrongTranscript, seed=4, consistent=consistent)
+        assert set(out.blamed) == {2} and not set(out.suspects) & set(HONEST)
+        ev = out.evidence[2]
+        assert ev.kind == (KIND_FALSE_OPENING if consistent else dcnet.KIND_NONZERO)
+        verify_round_evidence(ev, keys)
+
+
+def test_control_without_the_dispute_a_wrong_transcript_uploader_makes_every_partner_a_suspect(monkeypatch):
+    monkeypatch.setattr(dcnet.DCParticipant, "_on_dispute", _refuse)
+    ps, parts, out, s, keys = _round(dcteam.WrongTranscript, seed=4)
+    assert not out.blamed and set(out.suspects) == {0, 1, 2, 3, 4}
+
+
+# --------------------------------------------------------------------------- a PS forging blame
+def test_a_ps_cannot_forge_a_false_opening_against_an_honest_member(monkeypatch):
+    ps, parts, out, s, keys = _round(dcteam.PairLiar)
+    ev = out.evidence[2]
+    honest = msg.relay_bytes(s._opened[0][2])
+    # Member 0's own opening with the proved K_ij: it matches, nothing to name.
+    framed = dataclasses.replace(ev, culprit=0, opening=honest, partner=2)
+    with pytest.raises(InvalidEvidence, match="matches"):
+        verify_round_evidence(framed, keys)
+    # Another K_ij than DH(Y_0, Y_2): no DLEQ proof holds for it ...
+    fake_K = s.group.base_mul(12345).to_bytes()
+    forged = dataclasses.replace(framed, secret=fake_K)
+    with pytest.raises(InvalidEvidence, match="proof"):
+        verify_round_evidence(forged, keys)
+    # ... (control: without the proof check the forgery names the honest member).
+    monkeypatch.setattr(dcnet, "check_pair_key", lambda *a: None)
+    assert verify_round_evidence(forged, keys)
+    monkeypatch.undo()
+    # Its opening passed off as the culprit's, another round's counts, or a key no member signed: refused.
+    with pytest.raises(InvalidEvidence):
+        verify_round_evidence(dataclasses.replace(ev, opening=honest), keys)
+    tr = ev.transcript
+    counts = list(tr.history[-1])
+    counts[0] += 1
+    with pytest.raises(InvalidEvidence, match="h_m"):
+        verify_round_evidence(dataclasses.replace(ev, transcript=dataclasses.replace(
+            tr, history=tr.history[:-1] + (tuple(counts),))), keys)
+    with pytest.raises(InvalidEvidence):
+        verify_round_evidence(dataclasses.replace(ev, transcript=dataclasses.replace(tr, keys=tr.keys[1:])), keys)
+
+
+def _dispute(s, to: int, partner_opening: bytes, partner: int) -> bytes:
+    return msg.Dispute(s.T, s.params.upload_m, SERVER_ID, partner, partner_opening).encode(s._sk)
+
+
+def test_a_member_reveals_its_pair_key_only_against_a_signed_disagreeing_opening():
+    ps, parts, out, s, keys = _round(dcteam.PairLiar, seed=6)
+    m3 = parts[3].dc
+    # Fishing: member 1's honest opening agrees with member 3's: member 3 refuses to reveal K_13.
+    reply = m3.handle(_dispute(s, 3, msg.relay_bytes(s._opened[1][2]), 1))
+    assert msg.peek_type(reply[0]) is MsgType.REFUSAL and "agrees" in str(m3.view.errors[-1])
+    # An opening member 1 never signed (member 2's, relabelled): refused as well.
+    m4 = parts[4].dc
+    op2 = s._opened[2][2]
+    relabelled = msg.DCOpening(op2.T, op2.m, 1, op2.h, op2.keys).encode(parts[2]._sk)
+    reply = m4.handle(_dispute(s, 4, relabelled, 1))
+    assert msg.peek_type(reply[0]) is MsgType.REFUSAL and not m4._answered
+    # Control: the liar's own signed, disagreeing opening gets member 0's K_02 (which the liar holds anyway).
+    m0 = parts[0].dc
+    m0._answered.clear()
+    a = msg.decode(m0.handle(_dispute(s, 0, msg.relay_bytes(op2), 2))[0], m0.ctx)
+    assert a.TYPE is MsgType.DISPUTE_ANSWER and a.secret.to_bytes() == m0._pairs[2]
+
+
+# --------------------------------------------------------------------------- the rule an opened vector is held to
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=6, max_size=6), st.sets(st.integers(0, 5), max_size=3),
+       st.integers(1, 3))
+def test_bad_pick_accepts_exactly_one_pick_at_a_free_slot_or_zeros_once_settled(v, settled, r):
+    v = np.array(v, dtype=np.uint32)
+    ones = np.flatnonzero(v == 1)
+    honest = (v <= 1).all() and ((ones.size == 1 and int(ones[0]) not in settled)
+                                 or (ones.size == 0 and r > 1))
+    assert (dcnet.bad_pick(v, settled, r) is None) == bool(honest)
