@@ -184,3 +184,79 @@ def test_bad_pick_accepts_exactly_one_pick_at_a_free_slot_or_zeros_once_settled(
     honest = (v <= 1).all() and ((ones.size == 1 and int(ones[0]) not in settled)
                                  or (ones.size == 0 and r > 1))
     assert (dcnet.bad_pick(v, settled, r) is None) == bool(honest)
+
+
+# --------------------------------------------------------------------------- dropping a member named with evidence
+G6 = [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+
+
+def _two_rounds(groups, excluded_of=lambda ev: {2: ev}, seed=5):
+    """Round 1 with member 2 jamming the reservation; round 2 of the same epoch with it dropped."""
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
+    from reshuffle.protocol.params import RoundParams
+
+    N = sum(len(g) for g in groups)
+    rng = np.random.default_rng(seed)  # model values only
+    ups = [rng.normal(size=16).astype(np.float32) for _ in range(N)]
+    ps, parts = build_round(ups, RoundParams.default(N, 16), seed=seed, groups=groups, T=1)
+    parts[2].dc_class = dcteam.VectorJammer
+    out = InProcessRunner(ps, parts).run()
+    ps2, parts2 = build_round(ups, RoundParams.default(N, 16), seed=seed, groups=groups, T=2,
+                              excluded=excluded_of(out.evidence[2]))
+    out2 = InProcessRunner(ps2, parts2).run()
+    return (ps, parts, out), (ps2, parts2, out2)
+
+
+def test_a_member_named_with_evidence_is_dropped_and_the_rest_keep_their_pair_keys():
+    (ps, parts, out), (ps2, parts2, out2) = _two_rounds(G6)
+    assert 0 in ps.failed and set(out.blamed) == {2}
+    # Round 2: the five others checked the evidence, run as a group of 5 (at every member's floor of 5) and
+    # deliver all their models; the other group too.
+    assert not ps2.failed and len(out2.models) == 10
+    for i in (0, 1, 3, 4, 5):
+        assert parts2[i].membership.members == (0, 1, 3, 4, 5) and parts2[i].dropped == [2]
+    assert ps2.servers[0].params.N == 5 and 2 not in ps2.group_of
+    # Same epoch keys, so every pair key among the others is the one of round 1: nothing new is derived
+    # from, or opened of, round 1's keys.
+    for i in (0, 1, 3, 4, 5):
+        assert parts2[i].dc._y == parts[i].dc._y
+        assert parts2[i].dc._pairs == {j: k for j, k in parts[i].dc._pairs.items() if j != 2}
+
+
+def test_below_every_members_floor_the_group_dissolves():
+    (ps, parts, out), (ps2, parts2, out2) = _two_rounds(dcteam.TWO)
+    # A group of 5 at a floor of 5 cannot lose a member: each member refuses, keeps no membership (it joins
+    # the next new assignment), and the group delivers nothing; the other group is untouched.
+    assert 0 in ps2.failed and len(out2.models) == 5
+    for i in (0, 1, 3, 4):
+        assert parts2[i].membership is None
+        assert isinstance(parts2[i].inner.view.errors[-1], dcnet.GroupDissolved)
+    assert all(parts2[i].membership is not None for i in range(5, 10))
+
+
+def test_a_forged_exclusion_of_an_honest_member_is_refused(monkeypatch):
+    def framed(ev):  # member 2's evidence passed off as member 0's
+        return {0: dataclasses.replace(ev, culprit=0)}
+
+    (ps, parts, out), (ps2, parts2, out2) = _two_rounds(G6, framed)
+    assert 0 in ps2.failed
+    for i in (1, 2, 3, 4, 5):
+        assert parts2[i].membership.members == tuple(G6[0]) and not parts2[i].dropped
+    # Control: members that take the PS's word drop the honest member 0.
+    monkeypatch.setattr(dcnet, "verify_round_evidence", lambda ev, keys: None)
+    (ps, parts, out), (ps2, parts2, out2) = _two_rounds(G6, framed)
+    assert parts2[1].dropped == [0] and parts2[1].membership.members == (1, 2, 3, 4, 5)
+
+
+def test_evidence_of_another_group_cannot_drop_a_member():
+    (ps, parts, out), _ = _two_rounds(G6)
+    ev = out.evidence[2]
+    gp = parts[6]
+    m = msg.decode(msg.DCExclude(2, 0, SERVER_ID, 2, ev.encode()).encode(ps._sk), msg.Context())
+    mem = gp.membership
+    with pytest.raises(Refused, match="another group"):
+        dcnet.check_exclusion(m, mem.members, (mem.index, mem.count, mem.digest), gp._ca, 5)
+    # The same announcement to the culprit's own group is taken.
+    mem0 = parts[0].membership
+    assert dcnet.check_exclusion(m, mem0.members, (mem0.index, mem0.count, mem0.digest), gp._ca, 5) == (0, 1, 3, 4, 5)

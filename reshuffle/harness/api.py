@@ -130,6 +130,7 @@ def build_round(
     identities_of: Sequence[int] | None = None,
     held: Mapping[int, Pseudonym] | None = None,
     dcnet: bool | None = None,
+    excluded: Mapping | None = None,
 ) -> tuple[PS, dict[int, Participant | GroupedParticipant]]:
     """A fresh CA, PS and one participant per update, ready for a runner.
 
@@ -154,7 +155,8 @@ def build_round(
     Stable groups run the DC-net round (docs/protocol.md, "The DC-net round"); ``dcnet=False`` runs the
     Shamir-shared round in them instead, and so does a round with ``adversaries`` (the behaviours of
     :mod:`reshuffle.adversaries` deviate in the Shamir-shared round; the DC-net round's are
-    :mod:`reshuffle.adversaries.dcteam`'s) unless ``dcnet=True``.
+    :mod:`reshuffle.adversaries.dcteam`'s) unless ``dcnet=True``. ``excluded`` maps members named with
+    evidence in an earlier round of the epoch to that evidence: they are dropped from their stable groups.
     """
     ident = identities(len(updates), seed)
     participant_cls = participant_cls or Participant
@@ -182,7 +184,7 @@ def build_round(
     names = None if identities_of is None else dict(enumerate(identities_of))
     server = make_ps(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, params=p, overrides=overrides,
                      group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server,
-                     stable=stable, pseudonyms=epoch_key, identities=names, dcnet=dcnet)
+                     stable=stable, pseudonyms=epoch_key, identities=names, dcnet=dcnet, excluded=excluded)
     return server, participants
 
 

@@ -80,11 +80,15 @@ ZERO_TOKEN = bytes(16)  # the row's token field: the DC-net round hands out no O
 SLOTS_PER_PARTY = 1024  # n = 1024·(g + d_y): a collision (a second iteration) in about 0.25 % of groups of 5
 KEEP_UPLOAD_BYTES = 1 << 23  # the PS keeps a whole upload only below this (blame needs its decoy rows alone)
 PS_TYPES = frozenset({MsgType.DC_START, MsgType.DC_KEYS, MsgType.DC_COUNTS, MsgType.DC_UPLOAD_REQUEST,
-                      MsgType.DC_BLAME})
+                      MsgType.DC_BLAME, MsgType.DC_EXCLUDE})
 
 
 class InvalidEvidence(ProtocolError):
     """A DC-net blame evidence that does not show what it claims."""
+
+
+class GroupDissolved(Refused):
+    """Dropping a member named with evidence would leave the stable group below this member's floor."""
 
 
 # --------------------------------------------------------------------------------------------- parameters
@@ -555,6 +559,46 @@ def verify_round_evidence(ev: DCRoundEvidence, keys: Mapping) -> tuple[RoundPara
     if why is None:
         raise InvalidEvidence("the culprit's count vector is one pick at a free slot")
     return p, T
+
+
+
+# -------------------------------------------------------------------------------- dropping a member
+def check_exclusion(m: msg.DCExclude, members: tuple[int, ...], binding: tuple[int, int, bytes],
+                    ca: CertificateAuthority, floor: int) -> tuple[int, ...]:
+    """The stable group after the PS's DC_EXCLUDE: ``members`` without the culprit, once the evidence holds.
+
+    ``binding`` is the group's (index, count, assignment digest). The evidence must be of a round of this group's
+    epoch (its DC_START binds the same group and assignment, so the same epoch keys), its roster must hold every
+    member of the group as it is now, and it must name ``m.culprit`` under the roster's CA-certified keys. The
+    smaller group keeps every pair key among the others (they derive from the epoch keys), so nothing of any
+    round is opened by dropping the culprit. :class:`GroupDissolved` when the rest is below ``floor``;
+    :class:`Refused` (or :class:`InvalidEvidence`) when anything does not hold."""
+    try:
+        ev = DCRoundEvidence.decode(m.evidence)
+    except ProtocolError as exc:
+        raise InvalidEvidence(f"the exclusion's evidence does not decode: {exc}") from None
+    try:
+        start = msg.decode(ev.transcript.start, Context())
+    except ProtocolError as exc:
+        raise InvalidEvidence(f"the evidence's DC_START does not decode: {exc}") from None
+    if start.TYPE is not MsgType.DC_START:
+        raise InvalidEvidence("the evidence's transcript does not start with a DC_START")
+    ca.verify(start.server_cert, subject=SERVER_ID, role=ROLE_SERVER)
+    msg.verify(m, start.server_cert.key)  # announced by the PS of the group's rounds
+    p = start.params
+    if (p.cohort, p.cohorts, bytes(p.assignment)) != (binding[0], binding[1], bytes(binding[2])):
+        raise Refused("the exclusion's evidence is of a round of another group or epoch")
+    roster = dict(start.roster)
+    if ev.culprit != m.culprit or m.culprit not in members or not set(members) <= set(roster):
+        raise Refused(f"the exclusion names member {m.culprit}, its evidence {ev.culprit}, of group {list(members)}")
+    for pid, cert in roster.items():
+        ca.verify(cert, subject=pid)
+    verify_round_evidence(ev, {pid: cert.key for pid, cert in roster.items()})
+    rest = tuple(i for i in members if i != m.culprit)
+    if len(rest) < max(floor, 2):
+        raise GroupDissolved(f"without member {m.culprit} the group has {len(rest)} members, below this member's "
+                             f"floor {floor}: the group dissolves")
+    return rest
 
 
 # ------------------------------------------------------------------------------------------------ server
@@ -1304,6 +1348,8 @@ class DCParticipant:
 
 
 __all__ = [
+    "DCRoundEvidence", "DCTranscript", "GroupDissolved", "KIND_BAD_VECTOR", "KIND_FALSE_OPENING",
+    "KIND_NONZERO", "bad_pick", "check_exclusion", "check_pair_key", "verify_round_evidence",
     "DCEvidence", "DCParticipant", "DCServer", "InvalidEvidence", "PS_TYPES", "Reservation", "dc_params",
     "decoy_slots", "epoch_secret", "mask_in_place", "pair_secret", "row_keys", "verify_dc_evidence",
 ]

@@ -80,7 +80,7 @@ def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cer
             overrides: dict | None = None, group_size: int | None = None, collusion: float | None = None,
             rng: RandomSource | int | None = None, make_server: Callable[..., Server] = Server,
             stable: Assignment | None = None, sample=None, pseudonyms: EpochIssuer | None = None,
-            identities: Mapping[int, int] | None = None, dcnet: bool | None = None) -> PS:
+            identities: Mapping[int, int] | None = None, dcnet: bool | None = None, excluded=None) -> PS:
     """The PS of a round, for every driver (in process, parallel, Flower): one :class:`Server` with
     ``params`` (default: ``RoundParams.default(N, d, **overrides)``), or a :class:`GroupedServer` of groups
     of at least ``group_size`` (each group's parameters from its size and ``overrides``), or of the
@@ -88,7 +88,8 @@ def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cer
     is the epoch key the driver keeps across the epoch's rounds and ``identities`` the identity each roster
     id is issued under (docs/protocol.md §7.3); every group's PS shares them. ``dcnet``: stable groups run the
     DC-net round (docs/protocol.md, "The DC-net round"); default: yes unless ``make_server`` is a deviating
-    PS of the Shamir-shared round."""
+    PS of the Shamir-shared round. ``excluded``: members named with evidence in an earlier round of the epoch,
+    dropped from their stable groups (member → evidence; see :class:`GroupedServer`)."""
     overrides = dict(overrides or {})
     if dcnet is None:
         dcnet = stable is not None and make_server is Server
@@ -107,4 +108,5 @@ def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cer
     if d is None:
         raise ConfigError("a round in groups needs the model length d")
     return GroupedServer(T, roster, signing_key, cert, ca, global_hash, d, group_size, overrides, rng, make_server,
-                         collusion, stable=stable, sample=sample, dcnet=dcnet, dc_options=dc_options)
+                         collusion, stable=stable, sample=sample, dcnet=dcnet, dc_options=dc_options,
+                         excluded=excluded)

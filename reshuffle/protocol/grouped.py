@@ -37,7 +37,7 @@ from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, Cer
 from reshuffle.errors import AlreadyAnswered, BelowThreshold, ConfigError, ProtocolError, UnexpectedMessage
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.dcnet import PS_TYPES as DC_PS_TYPES
-from reshuffle.protocol.dcnet import DCParticipant, DCServer, dc_params
+from reshuffle.protocol.dcnet import DCParticipant, DCRoundEvidence, DCServer, GroupDissolved, check_exclusion, dc_params
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
 from reshuffle.protocol.groups import (
     ASSIGNMENT_TYPES,
@@ -130,6 +130,9 @@ class GroupedServer:
         is then ignored.
     sample : with ``stable``, the indices of the groups this round runs (default every group). A
         sampled group with a member missing from ``roster`` is not started: it delivers nothing.
+    excluded : with the DC-net round, members named with evidence in an earlier round of the epoch
+        (member → its :class:`~reshuffle.protocol.dcnet.DCRoundEvidence`): each is dropped from its stable
+        group, whose other members get a DC_EXCLUDE with the evidence before the DC_START of the smaller group.
     """
 
     def __init__(self, T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
@@ -137,12 +140,16 @@ class GroupedServer:
                  overrides: dict | None = None, rng: RandomSource | int | None = None,
                  make_server: Callable[..., Server] = Server, collusion: float | None = None,
                  stable: Assignment | None = None, sample: Sequence[int] | None = None,
-                 dcnet: bool = False, dc_options: dict | None = None) -> None:
+                 dcnet: bool = False, dc_options: dict | None = None,
+                 excluded: dict[int, DCRoundEvidence] | None = None) -> None:
         self.collusion = check_collusion(collusion)
         # --- DC-net round (protocol/dcnet.py): stable groups run it instead of the Shamir-shared round ---
         if dcnet and stable is None:
             raise ConfigError("the DC-net round needs stable groups (a new assignment runs the Shamir-shared round)")
         self.dcnet, self._dc_options = dcnet, dict(dc_options or {})
+        self.excluded_members = dict(excluded or {})
+        if self.excluded_members and not dcnet:
+            raise ConfigError("members are dropped with evidence only from groups running the DC-net round")
         self._held: dict[int, Outbox] = {}  # groups whose reservation is done, upload request held back
         self.others_offline: Callable[[], bool] = lambda: False  # a joint round's other parts still reserving
         # --- end DC-net ---
@@ -329,7 +336,14 @@ class GroupedServer:
             self.sample = tuple(range(len(a.groups)))
         out: Outbox = []
         for j in self.sample:
-            members = a.groups[j]
+            members = tuple(i for i in a.groups[j] if i not in self.excluded_members)
+            notices: Outbox = []
+            for c in sorted(set(a.groups[j]) & set(self.excluded_members)):
+                data = msg.DCExclude(self.T, 0, SERVER_ID, c, self.excluded_members[c].encode()).encode(self._sk)
+                notices += [(i, data) for i in members]
+            if len(members) < 2:
+                self.failed[j] = f"stable group {j} dissolved: {len(members)} member(s) left after the exclusions"
+                continue
             absent = [i for i in members if i not in self._roster]
             if absent:
                 # All or none: the members present would be refused anyway (their ROUND_START must list
@@ -349,7 +363,7 @@ class GroupedServer:
             self.servers[j] = s
             for i in members:
                 self.group_of[i] = j
-            out += s.start()
+            out += notices + s.start()
         return out
 
 
@@ -507,6 +521,8 @@ class GroupedParticipant:
         self._cert, self._gh = cert, global_hash
         self.dc: DCParticipant | None = None
         self.dc_class: type[DCParticipant] = DCParticipant  # a deviating member's or a game's subclass
+        self.dropped: list[int] = []  # members of its stable group dropped with evidence it checked
+        self._dissolved = False
 
     def _dc_handle(self, data: bytes) -> list[bytes]:
         if self.dc is None:
@@ -542,7 +558,10 @@ class GroupedParticipant:
 
     @property
     def membership(self) -> Membership | None:
-        """Its stable group: the one it was given, or the one the assignment of this round formed."""
+        """Its stable group: the one it was given (less the members dropped with evidence; None once the group
+        dissolved below its floor), or the one the assignment of this round formed."""
+        if self._dissolved:
+            return None
         if self._membership is None and self.client.assignment is not None:
             return Membership.of(self.client.assignment, self.pid)
         return self._membership
@@ -551,6 +570,8 @@ class GroupedParticipant:
         """Process one PS message; the replies to send."""
         if self._aborted:
             return []
+        if self.dc is None and self._membership is not None and msg.peek_type(data) is MsgType.DC_EXCLUDE:
+            return self._on_exclude(data)
         if self.dc is not None or (self._membership is not None and not self._started
                                    and msg.peek_type(data) in DC_PS_TYPES):
             return self._dc_handle(data)  # DC-net round of its stable group
@@ -579,6 +600,28 @@ class GroupedParticipant:
                 self.inner.state = replace(self.inner.state, phase=PPhase.ABORTED)
             m_ = self.inner.state.inv.m if self._started else self.client.attempt
             return [msg.Refusal(self.T, m_, self.pid, type(exc).__name__, str(exc)).encode(self._sk)]
+
+    def _on_exclude(self, data: bytes) -> list[bytes]:
+        """A member of its stable group is dropped, named with evidence it checks (a smaller group keeps every
+        other pair key: nothing of any round is opened). Below its floor the group dissolves: it keeps no
+        membership and takes part in the next new assignment instead."""
+        mem = self._membership
+        try:
+            m = msg.decode(data, Context())
+            if m.TYPE is not MsgType.DC_EXCLUDE or m.sender != SERVER_ID or m.T != self.T:
+                raise UnexpectedMessage(f"DC_EXCLUDE not from the PS of round {self.T}")
+            rest = check_exclusion(m, mem.members, (mem.index, mem.count, mem.digest), self._ca, self.min_group)
+        except GroupDissolved as exc:
+            self.inner.view.errors.append(exc)
+            self._membership, self._dissolved, self._aborted = None, True, True
+            return [msg.Refusal(self.T, 0, self.pid, type(exc).__name__, str(exc)).encode(self._sk)]
+        except ProtocolError as exc:
+            self.inner.view.errors.append(exc)
+            self._aborted = True
+            return [msg.Refusal(self.T, 0, self.pid, type(exc).__name__, str(exc)).encode(self._sk)]
+        self._membership = replace(mem, members=rest)
+        self.dropped.append(m.culprit)
+        return []
 
     def _check_online(self, data: bytes) -> None:
         """All or none: refuse U_m that lacks a member of the group (checked before the inner participant

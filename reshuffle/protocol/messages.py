@@ -79,6 +79,7 @@ class MsgType(enum.IntEnum):
     DC_UPLOAD_REQUEST = 64
     DC_BLAME = 65
     DC_OPENING = 66
+    DC_EXCLUDE = 67
 
 
 class ShareKind(enum.IntEnum):
@@ -1389,3 +1390,21 @@ class DCOpening(Message):
         if [k[:2] for k in keys] != sorted(set(k[:2] for k in keys)):
             raise DecodeError("opened keys must be sorted by (position, partner) and distinct")
         return cls(*hdr, h, keys)
+
+
+@_register
+@dataclass(frozen=True)
+class DCExclude(Message):
+    """PS → the other members of a stable group, before DC_START: ``culprit`` leaves the group, named by
+    ``evidence`` (an encoded DCRoundEvidence of a round of the group's epoch) that each member checks."""
+
+    TYPE: ClassVar[MsgType] = MsgType.DC_EXCLUDE
+    culprit: int
+    evidence: bytes
+
+    def _body(self, w: Writer) -> None:
+        w.u32(self.culprit).var(self.evidence)
+
+    @classmethod
+    def _parse(cls, p, hdr, ctx):
+        return cls(*hdr, p.u32("culprit"), p.var("evidence", 1 << 30))
