@@ -66,6 +66,7 @@ def samples():
         msg.DCUploadRequest(1, 5, 0xFFFFFFFF, tuple(range(P.n))),
         msg.DCBlame(1, 5, 0xFFFFFFFF, H, (1, 3), (b"v1", b"v2")),
         msg.DCOpening(1, 5, 2, H, ((1, 0, H), (1, 3, H))),
+        msg.DCExclude(1, 0, 0xFFFFFFFF, 2, b"evidence"),
     ]
 
 

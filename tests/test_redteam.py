@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from reshuffle.adversaries import adversary_names, make_adversary
+from reshuffle.adversaries import adversary_names, dcteam, make_adversary
 from reshuffle.adversaries.redteam import LINKER, run_redteam
 from reshuffle.cli import main
 from reshuffle.errors import ConfigError
@@ -13,7 +13,9 @@ from reshuffle.errors import ConfigError
 
 def test_every_registered_behaviour_holds():
     rows = run_redteam(rounds=1, N=6)
-    assert {r.behaviour for r in rows} == {*adversary_names(), LINKER, "dcnet-colluders", "dcnet-jam"}
+    assert {r.behaviour for r in rows} == {*adversary_names(), LINKER, *dcteam.ROWS}
+    assert {"dcnet-jam-reservation", "dcnet-lying-opening", "dcnet-wrong-transcript", "dcnet-forged-blame",
+            "dcnet-drop"} <= set(dcteam.ROWS)
     bad = [r for r in rows if not r.holds]
     assert not bad, bad
     assert all(r.wrong == 0 for r in rows)  # no honest participant is ever named

@@ -9,6 +9,16 @@ Each row plays real rounds of two stable groups of 5 (N = 10) in the DC-net roun
 - ``dcnet-jam``: member 2 adds garbage to every row of its upload, decoy rows included. Holds
   when it is named with evidence a third party checks, no honest member is named, and the
   other group delivers all its models.
+- ``dcnet-jam-reservation``: member 2 jams its count vector of iteration 1 (two picks, garbage or
+  no pick, by seed); ``dcnet-lying-opening``: it masks with another key than K_ij for one partner
+  and opens that key; ``dcnet-wrong-transcript``: it signs the h_M every member signed but masks
+  over another transcript. Each holds when member 2 alone is named with evidence a third party
+  checks from the roster's keys, no honest member is a suspect, and the other group delivers.
+- ``dcnet-forged-blame``: a PS that names honest member 0 with the liar's evidence relabelled, a
+  pair key it made up, or another round's counts, asks member 3 for a pair key whose openings agree,
+  and announces member 0's exclusion on forged evidence. Holds when every forgery is refused.
+- ``dcnet-drop``: member 2 of a group of 6 is named in round 1 and dropped in round 2 of the
+  epoch. Holds when the other five check the evidence, keep their pair keys, and deliver all models.
 """
 
 from __future__ import annotations
@@ -18,11 +28,14 @@ import time
 
 import numpy as np
 
+from reshuffle.errors import ProtocolError
 from reshuffle.protocol import dcnet
 from reshuffle.protocol import messages as msg
 
 TWO = [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
-ROWS = ("dcnet-colluders", "dcnet-jam")
+ROWS = ("dcnet-colluders", "dcnet-jam", "dcnet-jam-reservation", "dcnet-lying-opening", "dcnet-wrong-transcript",
+        "dcnet-forged-blame", "dcnet-drop")
+ROLE = {"dcnet-colluders": "ps", "dcnet-forged-blame": "ps"}
 
 
 class Jammer(dcnet.DCParticipant):
@@ -164,12 +177,131 @@ def jam_row(rounds: int):
     return got, want, right, wrong, ok, "; ".join(dict.fromkeys(details))
 
 
+def _named_row(cls_of, rounds: int):
+    """member 2 of group 0 deviates as ``cls_of(seed)`` builds it: named alone, with evidence that checks."""
+    got = want = right = wrong = 0
+    ok, details = True, []
+    for seed in range(1, rounds + 1):
+        ps, parts, out, _ = _round(seed, {2: cls_of(seed)})
+        s = ps.servers[0]
+        keys = {i: c.key for i, c in s._roster.items()}
+        named = set(out.blamed)
+        try:
+            dcnet.verify_round_evidence(out.evidence[2], keys)
+            checked = True
+        except (KeyError, dcnet.InvalidEvidence):
+            checked = False
+        suspects = set(out.suspects) - {2}
+        got, want = got + (len(TWO[1]) if 1 not in ps.failed else 0), want + len(TWO[1])
+        right += int(named == {2} and checked)
+        wrong += len(named - {2})
+        ok = ok and named == {2} and checked and not suspects and 1 not in ps.failed
+        kind = out.evidence[2].kind if 2 in out.evidence else "none"
+        details.append(f"named {sorted(named)} ({kind}), evidence {'checks' if checked else 'fails'}, "
+                       f"suspects {sorted(suspects)}")
+    return got, want, right, wrong, ok, "; ".join(dict.fromkeys(details))
+
+
+def _variant(base, **attrs):
+    return type(base.__name__, (base,), attrs)
+
+
+def reservation_row(rounds: int):
+    modes = ("double", "garbage", "none")
+    return _named_row(lambda seed: _variant(VectorJammer, mode=modes[(seed - 1) % 3]), rounds)
+
+
+def lying_row(rounds: int):
+    return _named_row(lambda seed: PairLiar, rounds)
+
+
+def transcript_row(rounds: int):
+    return _named_row(lambda seed: _variant(WrongTranscript, consistent=seed % 2 == 1), rounds)
+
+
+def forged_row(rounds: int):
+    import dataclasses
+
+    from reshuffle.crypto.signatures import SERVER_ID
+
+    refused = tried = 0
+    for seed in range(1, rounds + 1):
+        ps, parts, out, _ = _round(seed, {2: PairLiar})
+        s = ps.servers[0]
+        keys = {i: c.key for i, c in s._roster.items()}
+        ev = out.evidence[2]
+        honest = msg.relay_bytes(s._opened[0][2])
+        tr = ev.transcript
+        counts = list(tr.history[-1])
+        counts[0] += 1
+        framed = dataclasses.replace(ev, culprit=0, opening=honest, partner=2)
+        forgeries = [framed, dataclasses.replace(framed, secret=s.group.base_mul(12345).to_bytes()),
+                     dataclasses.replace(ev, transcript=dataclasses.replace(
+                         tr, history=tr.history[:-1] + (tuple(counts),)))]
+        for f in forgeries:
+            tried += 1
+            try:
+                dcnet.verify_round_evidence(f, keys)
+            except dcnet.InvalidEvidence:
+                refused += 1
+        # Fishing for K_13: member 1's opening agrees with member 3's.
+        m3 = parts[3].dc
+        fish = msg.Dispute(s.T, s.params.upload_m, SERVER_ID, 1, msg.relay_bytes(s._opened[1][2])).encode(s._sk)
+        tried += 1
+        refused += int(msg.peek_type(m3.handle(fish)[0]) is msg.MsgType.REFUSAL and 1 not in m3._answered)
+        # An exclusion of member 0 on member 2's evidence.
+        ex = msg.decode(msg.DCExclude(2, 0, SERVER_ID, 0, dataclasses.replace(ev, culprit=0).encode())
+                        .encode(ps._sk), msg.Context())
+        mem = parts[1].membership
+        tried += 1
+        try:
+            dcnet.check_exclusion(ex, mem.members, (mem.index, mem.count, mem.digest), parts[1]._ca, 5)
+        except ProtocolError:
+            refused += 1
+    return 0, 0, refused, tried - refused, refused == tried, f"{refused} of {tried} forgeries refused"
+
+
+def drop_row(rounds: int):
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
+    from reshuffle.protocol.params import RoundParams
+
+    groups = [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+    got = want = right = 0
+    ok, details = True, []
+    for seed in range(1, rounds + 1):
+        rng = np.random.default_rng(seed)  # model values only
+        ups = [rng.normal(size=16).astype(np.float32) for _ in range(11)]
+        ps, parts = build_round(ups, RoundParams.default(11, 16), seed=seed, groups=groups, T=1)
+        parts[2].dc_class = VectorJammer
+        out = InProcessRunner(ps, parts).run()
+        ps2, parts2 = build_round(ups, RoundParams.default(11, 16), seed=seed, groups=groups, T=2,
+                                  excluded={2: out.evidence[2]})
+        out2 = InProcessRunner(ps2, parts2).run()
+        rest = (0, 1, 3, 4, 5)
+        kept = all(parts2[i].dc._pairs == {j: k for j, k in parts[i].dc._pairs.items() if j != 2} for i in rest)
+        accepted = all(parts2[i].membership.members == rest for i in rest)
+        got, want = got + len(out2.models), want + 10
+        right += int(accepted)
+        ok = ok and kept and accepted and len(out2.models) == 10
+        details.append(f"group of 6 -> {len(rest)}, pair keys {'kept' if kept else 'changed'}, "
+                       f"{len(out2.models)} of 10 models delivered")
+    return got, want, right, 0, ok, "; ".join(dict.fromkeys(details))
+
+
 def play(name: str, rounds: int):
     """(delivered, expected, culprit rounds right, honest named, holds, detail) of one row."""
-    return {"dcnet-colluders": colluders_row, "dcnet-jam": jam_row}[name](rounds)
+    return {"dcnet-colluders": colluders_row, "dcnet-jam": jam_row, "dcnet-jam-reservation": reservation_row,
+            "dcnet-lying-opening": lying_row, "dcnet-wrong-transcript": transcript_row,
+            "dcnet-forged-blame": forged_row, "dcnet-drop": drop_row}[name](rounds)
 
 
 STOPPED_BY = {
     "dcnet-colluders": "DC-net: masks cancel only in the full sum (no threshold to reach)",
-    "dcnet-jam": "decoy rows opened with the members' pairwise keys; DCEvidence",
+    "dcnet-jam": "decoy rows opened with the members' pairwise keys; DCRoundEvidence",
+    "dcnet-jam-reservation": "the jammed iteration's pairwise keys opened; its signed vector and opening",
+    "dcnet-lying-opening": "dispute: K_ij with a DLEQ proof against the signed epoch keys",
+    "dcnet-wrong-transcript": "openings under the signed h_M; dispute or nonzero decoy row",
+    "dcnet-forged-blame": "evidence bound to the culprit's signed h; DLEQ; members check before revealing",
+    "dcnet-drop": "DC_EXCLUDE checked by every member; epoch keys unchanged; floor",
 }

@@ -71,9 +71,11 @@ def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | Non
         if name in dcteam.ROWS:  # the DC-net round of stable groups of 5 (N = 10)
             t0 = time.perf_counter()
             got, want, right, wrong, ok, detail = dcteam.play(name, rounds)
-            rows.append(RedTeamRow(name, "ps" if name == "dcnet-colluders" else "participant", rounds, got, want,
+            rows.append(RedTeamRow(name, dcteam.ROLE.get(name, "participant"), rounds, got, want,
                                    right, wrong, dcteam.STOPPED_BY[name], (time.perf_counter() - t0) / rounds, ok,
                                    detail))
+            if on_row is not None:
+                on_row(rows[-1])
             continue
         b0 = make_adversary(name)
         controlled = set(getattr(b0, "pids", ())) | set(getattr(b0, "colluders", ()))
