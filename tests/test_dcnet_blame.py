@@ -260,3 +260,11 @@ def test_evidence_of_another_group_cannot_drop_a_member():
     # The same announcement to the culprit's own group is taken.
     mem0 = parts[0].membership
     assert dcnet.check_exclusion(m, mem0.members, (mem0.index, mem0.count, mem0.digest), gp._ca, 5) == (0, 1, 3, 4, 5)
+
+
+# --------------------------------------------------------------------------- the game
+def test_the_blame_game_forger_frames_nobody_and_wins_against_a_checker_that_skips_the_transcript():
+    from reshuffle.games.dcnet import dc_blame_game, unbound_checker
+
+    assert dc_blame_game(2).wins == 0
+    assert dc_blame_game(1, unbound_checker).wins == 1

@@ -52,7 +52,7 @@ def _always(game, assumption, e: Estimate, text: str) -> Result:
 
 
 #: Rows ``run_games`` returns (a progress display's total; tests/test_games.py checks it).
-GAME_ROWS = 52
+GAME_ROWS = 54
 
 
 class _Rows(list):
@@ -189,6 +189,17 @@ def _dcnet_games(quick: bool) -> list[Result]:
     e = dcnet_game((1, 4), n_weak, weak=True)
     out.append(_detected("source anonymity, DC-net group [weak: ring key graph, the target's 2 neighbours collude]",
                          "DDH + PRG", e, 0.5))
+    # Blame in the DC-net round: the PS's view and a colluder's keys against the third party's checker.
+    from reshuffle.games.dcnet import dc_blame_game, unbound_checker
+
+    n_blame = 3 if quick else 20
+    assumption = "Ed25519 EUF-CMA, SHA-256 collisions, DLEQ soundness (ROM)"
+    e = dc_blame_game(n_blame)
+    out.append(Result("blame soundness, DC-net round: forger vs the checker [g=5, a lying colluder]", assumption,
+                      e.advantage, e.bound, "= 0 (no evidence against an honest member accepted)", e.wins == 0))
+    e = dc_blame_game(max(2, n_blame // 2), unbound_checker)
+    out.append(_always("blame soundness, DC-net round [weak: h not recomputed from the transcript]", assumption, e,
+                       "= 1 (an honest member framed in every trial)"))
     return out
 
 

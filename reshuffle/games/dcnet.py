@@ -14,10 +14,21 @@ the honest uploads is all the coalition reads).
 Weak instance: a DC-net whose members share keys only with their two ring
 neighbours (the masks still cancel in the full sum). With the target's two
 neighbours (members 1 and 4 of the ring 0-1-2-3-4) colluding the adversary reads the target alone: advantage 1/2.
+Blame soundness in the DC-net round (:func:`dc_blame_game`): the challenger plays a real round of
+two groups of 5 in which colluder member 2 lies in its opening of one pair key (so the round
+runs the blame and dispute steps). The adversary holds the PS's whole view (every signed message,
+the proved K_02) and the colluder's signing key and epoch secret, and builds evidence naming each
+honest member of group 0: its own signed opening against K_02, against a pair key of a second
+DC_KEY the colluder signs (another epoch key Y_2', proved by the colluder), its upload as a nonzero
+row, under another round's counts. It wins if the checker (:func:`verify_round_evidence`, from the
+roster's keys alone) accepts one. Advantage = Pr[win], 0 expected. Weak instance: a checker that
+takes the h the opening signs without recomputing it from the transcript: the colluder's second
+key frames an honest member in every trial.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 
 import numpy as np
@@ -96,4 +107,79 @@ def dcnet_game(colluders: tuple[int, ...], trials: int, weak: bool = False) -> E
     return estimate(lambda: trial(colluders, weak), trials, 0.5)
 
 
-__all__ = ["dcnet_game", "read_target", "ring", "ring_round", "trial"]
+def _forgeries(ps, parts, T: int):
+    """Every piece of evidence the adversary builds against each honest member of group 0."""
+    from reshuffle.crypto import voprf
+    from reshuffle.protocol import dcnet
+    from reshuffle.protocol import messages as msg
+
+    s = ps.servers[0]
+    ev = s.culprits[2]  # the colluder's own evidence: its transcript and the proved K_02
+    g = s.group
+    col = parts[2]
+    k2 = s.keys[2]
+    # The colluder signs a second DC_KEY of this round with another epoch key Y_2' = g^{y'}.
+    y2 = g.random_scalar(None)
+    k2b = msg.DCKey(k2.T, k2.m, 2, k2.global_hash, k2.params_hash, k2.epoch_key, g.base_mul(y2), k2.nonce,
+                    k2.cred_request, k2.nym_request).encode(col._sk)
+    tr2 = dataclasses.replace(ev.transcript, keys=tuple(k2b if msg.decode(b, s._ctx).sender == 2 else b
+                                                        for b in ev.transcript.keys))
+    counts = list(ev.transcript.history[-1])
+    counts[0] += 1
+    tr3 = dataclasses.replace(ev.transcript, history=ev.transcript.history[:-1] + (tuple(counts),))
+    out = []
+    for i in (0, 1, 3, 4):
+        op = msg.relay_bytes(s._opened[i][2])
+        Y = s.keys[i].dh_key
+        K2 = Y ** y2
+        proof2 = voprf.prove_dleq(y2, g.generator(), g.base_mul(y2), [Y], [K2], None,
+                                  dcnet.dispute_context(T, 2, i)).encode(g)
+        for pos in s.decoy_positions:
+            base = dcnet.DCRoundEvidence(dcnet.KIND_FALSE_OPENING, i, ev.transcript, op, pos, 2, ev.secret,
+                                         ev.proof)
+            out += [base, dataclasses.replace(base, transcript=tr2, secret=K2.to_bytes(), proof=proof2),
+                    dataclasses.replace(base, transcript=tr3)]
+            header, h, hashes, sig, rows = s._kept[i]
+            z = dcnet.DCEvidence(i, pos, header, h, hashes, sig, rows[pos], op)
+            out.append(dcnet.DCRoundEvidence(dcnet.KIND_NONZERO, i, ev.transcript, op, pos, nonzero=z))
+    return out
+
+
+def unbound_checker(ev, keys):
+    """The weak checker: it takes the h the culprit's opening signs as the transcript's, unchecked."""
+    from reshuffle.protocol import dcnet
+    from reshuffle.protocol.messages import HASH_BYTES, HEADER_BYTES
+
+    class Unbound(dcnet.DCTranscript):
+        def h_at(self, T, m, p):
+            return ev.opening[HEADER_BYTES:HEADER_BYTES + HASH_BYTES]
+
+    tr = Unbound(ev.transcript.start, ev.transcript.keys, ev.transcript.history)
+    return dcnet.verify_round_evidence(dataclasses.replace(ev, transcript=tr), keys)
+
+
+def dc_blame_trial(checker=None) -> bool:
+    """One trial with a fresh seed: True if evidence naming an honest member passes ``checker``."""
+    from reshuffle.adversaries.dcteam import PairLiar, _round
+    from reshuffle.protocol import dcnet
+
+    checker = checker or dcnet.verify_round_evidence
+    ps, parts, out, _ = _round(secrets.randbits(32), {2: PairLiar})
+    s = ps.servers[0]
+    keys = {i: c.key for i, c in s._roster.items()}
+    for ev in _forgeries(ps, parts, s.T):
+        try:
+            checker(ev, keys)
+            return True
+        except dcnet.InvalidEvidence:
+            continue
+    return False
+
+
+def dc_blame_game(trials: int, checker=None) -> Estimate:
+    """Pr[forged evidence names an honest member of the DC-net round] (baseline 0)."""
+    return estimate(lambda: dc_blame_trial(checker), trials, 0.0)
+
+
+__all__ = ["dc_blame_game", "dc_blame_trial", "dcnet_game", "read_target", "ring", "ring_round", "trial",
+           "unbound_checker"]
