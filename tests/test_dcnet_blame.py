@@ -58,8 +58,33 @@ def test_a_reservation_jammer_is_named_by_its_own_vector_and_opening(mode):
     assert len(out.models) == 5 and not any(parts[i].dc.uploaded for i in HONEST)
     # Only iteration 1's keys were opened, of row 0: no upload key, no real row's key.
     for i in HONEST:
-        m_, _, mine = parts[i].dc._my_open
-        assert m_ == 1 and {pos for pos, _ in mine} == {0}
+        opens = parts[i].dc._my_opens
+        assert sorted(opens) == [1] and all({pos for pos, _ in mine} == {0} for _, mine in opens.values())
+
+
+def test_a_member_that_picks_again_after_its_pick_settled_is_named_by_its_earlier_vectors():
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
+    from reshuffle.protocol.params import RoundParams
+
+    again = type("Again", (dcteam.VectorJammer,), {"mode": "again"})
+    rng = np.random.default_rng(2)  # model values only
+    ups = [rng.normal(size=16).astype(np.float32) for _ in range(10)]
+    # n = 12 slots: a collision (so a second iteration) in most rounds; member 2 settles in iteration 1.
+    ps, parts = build_round(ups, RoundParams.default(10, 16), seed=2, groups=dcteam.TWO, overrides={"n": 12})
+    parts[2].dc_class = again
+    out = InProcessRunner(ps, parts).run()
+    s = ps.servers[0]
+    keys = {i: c.key for i, c in s._roster.items()}
+    ev = out.evidence[2]
+    assert set(out.blamed) == {2} and s.m == 2 and len(ev.earlier) == 1
+    verify_round_evidence(DCRoundEvidence.decode(ev.encode()), keys)
+    # Its iteration-2 vector alone is one pick at a free slot: without its vector of iteration 1 (where it
+    # settled) nothing shows.
+    with pytest.raises(InvalidEvidence):
+        verify_round_evidence(dataclasses.replace(ev, earlier=()), keys)
+    for i in HONEST:
+        assert sorted(parts[i].dc._my_opens) == [1, 2] and not parts[i].dc.uploaded
 
 
 def test_control_without_the_open_step_a_reservation_jammer_is_never_named(monkeypatch):
@@ -176,14 +201,35 @@ def test_a_member_reveals_its_pair_key_only_against_a_signed_disagreeing_opening
 
 # --------------------------------------------------------------------------- the rule an opened vector is held to
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 3), min_size=6, max_size=6), st.sets(st.integers(0, 5), max_size=3),
-       st.integers(1, 3))
-def test_bad_pick_accepts_exactly_one_pick_at_a_free_slot_or_zeros_once_settled(v, settled, r):
+@given(st.lists(st.integers(0, 3), min_size=6, max_size=6), st.sets(st.integers(0, 5), max_size=3), st.booleans())
+def test_bad_pick_accepts_exactly_one_pick_at_a_free_slot_before_settling_and_zeros_after(v, taken, settled):
     v = np.array(v, dtype=np.uint32)
     ones = np.flatnonzero(v == 1)
-    honest = (v <= 1).all() and ((ones.size == 1 and int(ones[0]) not in settled)
-                                 or (ones.size == 0 and r > 1))
-    assert (dcnet.bad_pick(v, settled, r) is None) == bool(honest)
+    honest = (v <= 1).all() and ((not settled and ones.size == 1 and int(ones[0]) not in taken)
+                                 or (settled and ones.size == 0))
+    assert (dcnet.bad_pick(v, taken, settled) is None) == bool(honest)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=4), st.data())
+def test_an_honest_members_picks_never_count_as_bad(picks, data):
+    # An honest member picks a free slot until its pick shows count 1, then sends zeros.
+    n, taken, settled, plains, history = 6, set(), False, [], []
+    for pick in picks:
+        v = np.zeros(n, dtype=np.uint32)
+        if not settled:
+            free = [s for s in range(n) if s not in taken]
+            if not free:
+                break
+            v[free[pick % len(free)]] = 1
+        plains.append(v)
+        counts = [0] * n  # this member's share of the counts (the others' picks play no part in its rule)
+        if not settled:
+            counts[int(np.flatnonzero(v)[0])] = data.draw(st.integers(1, 3))
+            settled = counts[int(np.flatnonzero(v)[0])] == 1
+        taken |= {s for s, c in enumerate(counts) if c == 1}
+        history.append(tuple(counts))
+    assert dcnet.first_bad_pick(plains, history[:-1]) is None
 
 
 # --------------------------------------------------------------------------- dropping a member named with evidence

@@ -49,11 +49,17 @@ class Jammer(dcnet.DCParticipant):
 
 class VectorJammer(dcnet.DCParticipant):
     """Jams the reservation: its count vector of iteration 1 holds a second pick (``"double"``), garbage at every
-    slot (``"garbage"``) or no pick at all (``"none"``)."""
+    slot (``"garbage"``) or no pick at all (``"none"``); or (``"again"``) once its pick settled it picks a free
+    slot again in a later iteration."""
 
     mode = "double"
 
     def _deviate_vector(self, v):
+        if self.mode == "again":
+            if self.view.slot is not None and not v.any():
+                v = v.copy()
+                v[self.res.free()[0]] = 1
+            return v
         if self.m != 1:
             return v
         v = v.copy()

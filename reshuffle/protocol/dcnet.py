@@ -39,6 +39,7 @@ shows in the opening.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
 import hashlib
 import hmac
@@ -301,7 +302,7 @@ def verify_dc_evidence(ev: DCEvidence, keys: Mapping, p: RoundParams, T: int) ->
 # ------------------------------------------------------------------------------- evidence bound to h
 KIND_NONZERO = "nonzero plaintext in a decoy row"
 KIND_FALSE_OPENING = "false opening of a pairwise key"
-KIND_BAD_VECTOR = "count vector that is not one pick at a free slot"
+KIND_BAD_VECTOR = "count vector no honest member sends"
 KINDS = (KIND_NONZERO, KIND_FALSE_OPENING, KIND_BAD_VECTOR)
 
 
@@ -394,19 +395,39 @@ class DCTranscript:
         return cls(start, keys, tuple(tuple(p.u32_list("counts", 1 << 24)) for _ in range(r)))
 
 
-def bad_pick(v: np.ndarray, settled, r: int) -> str | None:
-    """Why a plaintext count vector of iteration r is not an honest one (one pick at a slot not settled earlier,
-    or zeros once settled), or None."""
+def bad_pick(v: np.ndarray, taken, settled: bool) -> str | None:
+    """Why a member's plaintext count vector is not an honest one, or None. ``taken``: the slots settled in earlier
+    iterations; ``settled``: whether the member's own earlier pick settled (it then sends zeros, else one pick at
+    a slot not taken)."""
     big = np.flatnonzero(v > 1)
     if big.size:
         return f"value {int(v[big[0]])} at slot {int(big[0])}"
     ones = np.flatnonzero(v == 1)
     if ones.size > 1:
         return f"{ones.size} slots marked"
-    if ones.size == 1 and int(ones[0]) in set(settled):
+    if settled:
+        return f"a pick at slot {int(ones[0])} after its own pick settled" if ones.size else None
+    if ones.size == 0:
+        return "no pick though its pick has not settled"
+    if int(ones[0]) in set(taken):
         return f"a pick at slot {int(ones[0])}, settled in an earlier iteration"
-    if ones.size == 0 and r == 1:
-        return "no pick in the first iteration"
+    return None
+
+
+def first_bad_pick(plains, history) -> tuple[int, str] | None:
+    """(iteration, why) of the first of a member's plaintext vectors (iterations 1, 2, ...) that is not honest
+    under the published counts ``history`` of the iterations before the last, or None."""
+    taken: set[int] = set()
+    settled = False
+    for r, v in enumerate(plains, start=1):
+        why = bad_pick(v, taken, settled)
+        if why is not None:
+            return r, why
+        if r - 1 < len(history):
+            counts = history[r - 1]
+            if not settled:
+                settled = counts[int(np.flatnonzero(v == 1)[0])] == 1
+            taken |= {slot for slot, c in enumerate(counts) if c == 1}
     return None
 
 
@@ -436,7 +457,8 @@ class DCRoundEvidence:
     - :data:`KIND_FALSE_OPENING`: its signed ``opening`` claims, at ``position`` and for ``partner``, another key
       than the one K_ij = DH(Y_c, Y_p) gives, with K_ij (``secret``) proved by either side (``proof``);
     - :data:`KIND_BAD_VECTOR`: its signed count ``vector`` of iteration m minus the pads of its own signed
-      ``opening`` is not one pick at a free slot.
+      ``opening`` is not what an honest member sends after the iterations before it (``earlier``, its signed
+      vectors and openings of iterations 1..m−1): one pick at a free slot until its pick settles, zeros after.
     """
 
     kind: str
@@ -449,6 +471,7 @@ class DCRoundEvidence:
     proof: bytes = b""
     vector: bytes = b""
     nonzero: DCEvidence | None = None
+    earlier: tuple[tuple[bytes, bytes], ...] = ()  # KIND_BAD_VECTOR: (vector, opening) of each earlier iteration
 
     def __str__(self) -> str:
         if self.kind == KIND_FALSE_OPENING:
@@ -462,6 +485,9 @@ class DCRoundEvidence:
         w = Writer().u8(KINDS.index(self.kind)).u32(self.culprit)
         self.transcript.encode(w)
         w.var(self.opening).u32(self.position).u32(self.partner).var(self.secret).var(self.proof).var(self.vector)
+        w.u32(len(self.earlier))
+        for v, op in self.earlier:
+            w.var(v).var(op)
         z = self.nonzero
         w.u8(0 if z is None else 1)
         if z is not None:
@@ -483,6 +509,10 @@ class DCRoundEvidence:
         opening = p.var("opening", 1 << 24)
         position, partner = p.u32("position"), p.u32("partner")
         secret, proof, vector = p.var("secret", 256), p.var("proof", 256), p.var("vector", 1 << 26)
+        cnt = p.u32("earlier.count")
+        if cnt > msg.MAX_R_MAX_WIRE:
+            raise DecodeError(f"{cnt} earlier iterations")
+        earlier = tuple((p.var("earlier.vector", 1 << 26), p.var("earlier.opening", 1 << 24)) for _ in range(cnt))
         z = None
         if p.u8("nonzero"):
             zc, zp = p.u32("nonzero.culprit"), p.u32("nonzero.position")
@@ -494,7 +524,27 @@ class DCRoundEvidence:
             z = DCEvidence(zc, zp, hdr, h, hashes, p.var("nonzero.signature", 128), p.var("nonzero.row", 1 << 30),
                            p.var("nonzero.opening", 1 << 24))
         p.finish()
-        return cls(KINDS[kind], culprit, tr, opening, position, partner, secret, proof, vector, z)
+        return cls(KINDS[kind], culprit, tr, opening, position, partner, secret, proof, vector, z, earlier)
+
+
+def _opened_vector(vb: bytes, ob: bytes, i: int, r: int, h: bytes, T: int, p: RoundParams, ctx: Context, keys,
+                   members: set[int]) -> np.ndarray:
+    """Member i's plaintext count vector of iteration r from its signed vector and its signed opening of it."""
+    try:
+        v, op = msg.decode(vb, ctx), msg.decode(ob, ctx)
+        if v.TYPE is not MsgType.MASKED_INPUT or op.TYPE is not MsgType.DC_OPENING or {v.sender, op.sender} != {i}:
+            raise InvalidEvidence(f"iteration {r}: not the culprit's count vector and opening")
+        msg.verify(v, keys[i])
+        msg.verify(op, keys[i])
+        msg.check_rows(v)
+    except ProtocolError as exc:
+        raise InvalidEvidence(f"iteration {r}: {exc}") from None
+    if (v.T, v.m, op.T, op.m) != (T, r, T, r) or v.h != h or op.h != h or v.rows != 1 or len(v.words) != 4 * p.n:
+        raise InvalidEvidence(f"iteration {r}: not one count vector and its opening under that iteration's h")
+    mine = _opened_row(op, 0)
+    if set(mine) != members - {i} or len(op.keys) != len(mine):
+        raise InvalidEvidence(f"iteration {r}: the opening does not cover every partner of the count vector")
+    return plaintext_at(v.words, i, mine, np.dtype(np.uint32))
 
 
 def verify_round_evidence(ev: DCRoundEvidence, keys: Mapping) -> tuple[RoundParams, int]:
@@ -539,25 +589,16 @@ def verify_round_evidence(ev: DCRoundEvidence, keys: Mapping) -> tuple[RoundPara
         return p, T
     if ev.kind != KIND_BAD_VECTOR:
         raise InvalidEvidence(f"unknown evidence kind {ev.kind!r}")
-    try:
-        v = msg.decode(ev.vector, ctx)
-        if v.TYPE is not MsgType.MASKED_INPUT or v.sender != ev.culprit or (v.T, v.m) != (T, op.m):
-            raise InvalidEvidence("the vector is not the culprit's of the opened iteration")
-        msg.verify(v, keys[ev.culprit])
-        msg.check_rows(v)
-    except ProtocolError as exc:
-        raise InvalidEvidence(f"the vector does not hold: {exc}") from None
-    if v.h != h or v.rows != 1 or len(v.words) != 4 * p.n or not 1 <= v.m <= p.R_max:
-        raise InvalidEvidence("the vector is not one count vector under that iteration's h")
-    mine = _opened_row(op, 0)
-    if set(mine) != set(dckeys) - {ev.culprit} or len(op.keys) != len(mine):
-        raise InvalidEvidence("the opening does not cover every partner of the count vector")
-    res = Reservation(p.n, parties(p))
-    for counts in ev.transcript.history:
-        res.absorb(counts)
-    why = bad_pick(plaintext_at(v.words, ev.culprit, mine, np.dtype(np.uint32)), res.settled, v.m)
-    if why is None:
-        raise InvalidEvidence("the culprit's count vector is one pick at a free slot")
+    r = op.m
+    if not 1 <= r <= p.R_max or len(ev.earlier) != r - 1 or len(ev.transcript.history) < r - 1:
+        raise InvalidEvidence(f"the evidence does not hold the culprit's vectors of iterations 1..{r}")
+    plains = []
+    for k, (vb, ob) in enumerate((*ev.earlier, (ev.vector, ev.opening)), start=1):
+        hk = dataclasses.replace(ev.transcript, history=ev.transcript.history[:k - 1]).h_at(T, k, p)
+        plains.append(_opened_vector(vb, ob, ev.culprit, k, hk, T, p, ctx, keys, set(dckeys)))
+    bad = first_bad_pick(plains, ev.transcript.history[:r - 1])
+    if bad is None:
+        raise InvalidEvidence("the culprit's count vectors are one pick at a free slot until it settled, then zeros")
     return p, T
 
 
@@ -686,6 +727,9 @@ class DCServer:
         self._disputed: set[tuple[int, int]] = set()
         self._answers: dict[tuple[int, int], msg.DisputeAnswer] = {}
         self._suspects: set[int] = set()
+        self._hs: dict[int, bytes] = {}  # iteration -> h_r
+        self._open_got: dict[int, dict[int, msg.DCOpening]] = {}  # member -> iteration -> its opening
+        self._opened_all: dict[int, dict[int, msg.DCOpening]] = {}  # the complete ones
 
     # -- the driver contract -- #
     @property
@@ -727,6 +771,9 @@ class DCServer:
                 raise UnexpectedMessage(f"{m.TYPE.name} while collecting {want.name if want else 'nothing'}")
             if self.phase is DCPhase.DISPUTE:  # one answer per disputed pair, so possibly several per member
                 self._on_dispute(sender, m)
+                return
+            if self.phase is DCPhase.OPEN:  # one opening per iteration so far
+                self._on_open(sender, m)
                 return
             if sender in self._got:
                 raise AlreadyAnswered(f"participant {sender} already answered this step")
@@ -787,8 +834,12 @@ class DCServer:
             raise UnexpectedMessage(f"opening of {sender} under another h_M")
 
     def _on_open(self, sender: int, m: msg.DCOpening) -> None:
-        if m.m != self.m or m.h != self._h:
-            raise UnexpectedMessage(f"opening of {sender}: not of iteration {self.m} under its h")
+        if m.m not in self._hs or m.h != self._hs[m.m]:
+            raise UnexpectedMessage(f"opening of {sender}: not of an iteration 1..{self.m} under its h")
+        got = self._open_got.setdefault(sender, {})
+        if m.m in got:
+            raise AlreadyAnswered(f"second opening of iteration {m.m} from {sender}")
+        got[m.m] = m
 
     def _on_dispute(self, sender: int, a: msg.DisputeAnswer) -> None:
         pair = (min(sender, a.partner), max(sender, a.partner))
@@ -796,6 +847,8 @@ class DCServer:
             raise Refused(f"dispute answer of {sender} about {a.partner}, which is not disputed")
         if (sender, a.partner) in self._answers:
             raise AlreadyAnswered(f"second dispute answer of {sender} about {a.partner}")
+        if a.m != self._dispute_at[pair]:
+            raise UnexpectedMessage(f"dispute answer of {sender} for invocation {a.m}, disputed at {self._dispute_at[pair]}")
         Y = {i: k.dh_key for i, k in self.keys.items()}
         check_pair_key(self.group, self.T, sender, a.partner, Y[sender], Y[a.partner], a.secret, a.proof)
         self._answers[(sender, a.partner)] = a
@@ -825,6 +878,7 @@ class DCServer:
             out.append((i, reply.encode(self._sk)))
         self._h = self._tx.absorb("dc/keys", common)
         self.phase, self.m = DCPhase.VECTORS, 1
+        self._hs[1] = self._h
         return out
 
     def _close_vectors(self, got) -> Outbox:
@@ -836,8 +890,8 @@ class DCServer:
         pub = tuple(int(x) for x in real.astype(np.int64) + np.asarray(self._decoy_vector(), dtype=np.int64))
         why = self.res.check(pub)
         if why is not None:
-            # A member jammed: every member opens its pairwise keys of this iteration alone (its pick of it is
-            # then known, so it uploads nothing in this round), and the jammer's vector names it.
+            # A member jammed: every member opens its pairwise keys of the count vectors of this round (its picks
+            # are then known, so it uploads nothing in this round), and the jammer's own vectors name it.
             self._failing = (f"iteration {self.m}'s counts are not a reservation ({why}): a member jammed the "
                              "count vector; the group delivers nothing this round")
             self.phase = DCPhase.OPEN
@@ -856,6 +910,7 @@ class DCServer:
         else:
             self.m += 1
             self._h = self._tx.absorb_counts(self.m, pub)
+            self._hs[self.m] = self._h
             data = msg.DCCounts(self.T, self.m, SERVER_ID, pub).encode(self._sk)
         return [(i, data) for i in sorted(self._roster)]
 
@@ -914,22 +969,27 @@ class DCServer:
         return self._finish(sorted(self._suspects - set(self.culprits)))
 
     def _close_open(self, got) -> Outbox:
-        """Each member's plaintext count vector of the failed iteration from its own opened keys: one that is not
-        a pick at a free slot names its sender (:data:`KIND_BAD_VECTOR`)."""
-        p = self.params
-        self._suspects = set(self._roster) - set(got)
-        tr = self._transcript(False)
-        for i, op in sorted(got.items()):
-            mine = _opened_row(op, 0)
-            if set(mine) != set(self._roster) - {i} or len(op.keys) != len(mine):
+        """Each member's plaintext count vectors of iterations 1..r from its own opened keys: the first that is not
+        what an honest member sends (one pick at a free slot until its pick settled, zeros after) names its
+        sender (:data:`KIND_BAD_VECTOR`)."""
+        iters = list(range(1, self.m + 1))
+        self._suspects = set(self._roster) - set(self._open_got)
+        for i, ops in sorted(self._open_got.items()):
+            keyed = {r: _opened_row(ops[r], 0) for r in iters if r in ops}
+            if sorted(keyed) != iters or any(set(k) != set(self._roster) - {i} or len(ops[r].keys) != len(k)
+                                             for r, k in keyed.items()):
                 self._suspects.add(i)
                 continue
-            self._opened[i] = (self.m, self._h, op)
-            v = self.vectors[self.m][i]
-            why = bad_pick(plaintext_at(v.words, i, mine, np.dtype(np.uint32)), self.res.settled, self.m)
-            if why is not None:
-                self.culprits[i] = DCRoundEvidence(KIND_BAD_VECTOR, i, tr, msg.relay_bytes(op),
-                                                   vector=msg.relay_bytes(v))
+            self._opened[i] = (self.m, self._h, ops[self.m])
+            self._opened_all[i] = ops
+            plains = [plaintext_at(self.vectors[r][i].words, i, keyed[r], np.dtype(np.uint32)) for r in iters]
+            bad = first_bad_pick(plains, self.res.history)
+            if bad is not None:
+                r = bad[0]
+                tr = DCTranscript(self._start_bytes, self._relayed, tuple(tuple(c) for c in self.res.history[:r - 1]))
+                earlier = tuple((msg.relay_bytes(self.vectors[k][i]), msg.relay_bytes(ops[k])) for k in range(1, r))
+                self.culprits[i] = DCRoundEvidence(KIND_BAD_VECTOR, i, tr, msg.relay_bytes(ops[r]),
+                                                   vector=msg.relay_bytes(self.vectors[r][i]), earlier=earlier)
         return self._dispute_or(self._fail)
 
     def _fail(self) -> Outbox:
@@ -946,22 +1006,31 @@ class DCServer:
         self._then = then
         self._disputed.clear()
         self._answers.clear()
+        self._dispute_at: dict[tuple[int, int], int] = {}
         out: Outbox = []
         ids = sorted(i for i in self._opened if i not in self.culprits)
         for a, i in enumerate(ids):
             for j in ids[a + 1:]:
-                oi, oj = self._opened[i][2], self._opened[j][2]
-                ki = {(pos, jj): k for pos, jj, k in oi.keys if jj == j}
-                kj = {(pos, ii): k for pos, ii, k in oj.keys if ii == i}
-                if any(not hmac.compare_digest(k, kj.get((pos, i), b"")) for (pos, _), k in ki.items()):
-                    self._disputed.add((i, j))
-                    m_ = self._opened[i][0]
-                    out.append((i, msg.Dispute(self.T, m_, SERVER_ID, j, msg.relay_bytes(oj)).encode(self._sk)))
-                    out.append((j, msg.Dispute(self.T, m_, SERVER_ID, i, msg.relay_bytes(oi)).encode(self._sk)))
+                for m_, oi, oj in self._pair_openings(i, j):
+                    ki = {pos: k for pos, jj, k in oi.keys if jj == j}
+                    kj = {pos: k for pos, ii, k in oj.keys if ii == i}
+                    if any(not hmac.compare_digest(k, kj.get(pos, b"")) for pos, k in ki.items()):
+                        self._disputed.add((i, j))
+                        self._dispute_at[(i, j)] = m_
+                        out.append((i, msg.Dispute(self.T, m_, SERVER_ID, j, msg.relay_bytes(oj)).encode(self._sk)))
+                        out.append((j, msg.Dispute(self.T, m_, SERVER_ID, i, msg.relay_bytes(oi)).encode(self._sk)))
+                        break
         if not out:
             return then()
         self.phase = DCPhase.DISPUTE
         return out
+
+    def _pair_openings(self, i: int, j: int):
+        """(invocation, i's opening, j's opening) of every invocation both opened."""
+        if self._failing is None:
+            return [(self._opened[i][0], self._opened[i][2], self._opened[j][2])]
+        oa, ob = self._opened_all[i], self._opened_all[j]
+        return [(r, oa[r], ob[r]) for r in sorted(oa) if r in ob]
 
     def _close_dispute(self, got) -> Outbox:
         """Every disputed pair with a proved K_ij: each side whose signed opening claims another key than K_ij
@@ -976,10 +1045,13 @@ class DCServer:
             if a is None:
                 self._suspects.update(pair)
                 continue
+            m_ = self._dispute_at[pair]
+            if not upload:
+                tr = DCTranscript(self._start_bytes, self._relayed, tuple(tuple(c) for c in self.res.history[:m_ - 1]))
             for liar, partner in (pair, pair[::-1]):
-                m_, h, op = self._opened[liar]
+                op = self._opened[liar][2] if upload else self._opened_all[liar][m_]
                 rows = max(pos for pos, _, _ in op.keys) + 1
-                true = row_keys(a.secret.to_bytes(), self.T, m_, liar, partner, h, rows)
+                true = row_keys(a.secret.to_bytes(), self.T, m_, liar, partner, op.h, rows)
                 for pos, j, k in op.keys:
                     if j == partner and not hmac.compare_digest(k, true[pos]) and liar not in self.culprits:
                         self.culprits[liar] = DCRoundEvidence(
@@ -1050,7 +1122,7 @@ class DCParticipant:
         self.ctx = Context()
         self.nym = nym
         self.nym_issued = False
-        self._my_open: tuple[int, bytes, dict[tuple[int, int], bytes]] | None = None  # (m, h, its true keys)
+        self._my_opens: dict[int, tuple[bytes, dict[tuple[int, int], bytes]]] = {}  # m -> (h, its true keys)
         self._answered: set[int] = set()  # partners whose dispute it answered
 
     @property
@@ -1297,28 +1369,33 @@ class DCParticipant:
         entries.sort()
         self.opened = tuple(positions)
         self.state = DCState.ENDED
-        self._my_open = (p.upload_m, self._hM, {(pos, j): k for pos, j, k in entries})
+        self._my_opens = {p.upload_m: (self._hM, {(pos, j): k for pos, j, k in entries})}
         return [self._opening(msg.DCOpening(self.T, p.upload_m, self.pid, self._hM, tuple(entries)))]
 
     def _on_open(self, m: msg.OpenRequest) -> list:
-        """Iteration m's counts are not a reservation: open this member's pairwise keys of that iteration alone.
-        Its pick of the iteration is then known, so it uploads nothing in this round (it ends here)."""
+        """Iteration m's counts are not a reservation: open this member's pairwise keys of its count vectors of
+        iterations 1..m (row 0 of each; nothing of the upload). Its picks are then known, so it uploads nothing in
+        this round (it ends here)."""
         if m.m != self.m:
             raise Refused(f"asked to open iteration {m.m}; this member's last vector is of iteration {self.m}")
-        h = self._hs[self.m]
-        entries = tuple(sorted((0, j, row_keys(K, self.T, self.m, self.pid, j, h, 1)[0])
-                               for j, K in self._pairs.items()))
+        out = []
+        for r in range(1, self.m + 1):
+            h = self._hs[r]
+            entries = tuple(sorted((0, j, row_keys(K, self.T, r, self.pid, j, h, 1)[0])
+                                   for j, K in self._pairs.items()))
+            self._my_opens[r] = (h, {(pos, j): k for pos, j, k in entries})
+            out.append(self._opening(msg.DCOpening(self.T, r, self.pid, h, entries)))
         self.state = DCState.ENDED
-        self._my_open = (self.m, h, {(pos, j): k for pos, j, k in entries})
-        return [self._opening(msg.DCOpening(self.T, self.m, self.pid, h, entries))]
+        return out
 
     def _on_dispute(self, m: msg.Dispute) -> list:
         """The partner's signed opening of one of this member's pair keys differs from this member's own: the
         partner lied, and it knows K_ij, so K_ij is revealed with a DLEQ proof against the signed epoch keys
         (it tells the PS nothing the partner could not hand it). Anything else is refused."""
-        if self._my_open is None:
-            raise UnexpectedMessage("a dispute before this member opened anything")
-        m_, h, mine = self._my_open
+        if m.m not in self._my_opens:
+            raise UnexpectedMessage(f"a dispute about invocation {m.m}, which this member did not open")
+        m_ = m.m
+        h, mine = self._my_opens[m_]
         j = m.partner
         if j not in self._pairs or j in self._answered:
             raise Refused(f"a dispute about member {j}: not a partner, or already answered")
@@ -1349,7 +1426,7 @@ class DCParticipant:
 
 __all__ = [
     "DCRoundEvidence", "DCTranscript", "GroupDissolved", "KIND_BAD_VECTOR", "KIND_FALSE_OPENING",
-    "KIND_NONZERO", "bad_pick", "check_exclusion", "check_pair_key", "verify_round_evidence",
+    "KIND_NONZERO", "bad_pick", "check_exclusion", "first_bad_pick", "check_pair_key", "verify_round_evidence",
     "DCEvidence", "DCParticipant", "DCServer", "InvalidEvidence", "PS_TYPES", "Reservation", "dc_params",
     "decoy_slots", "epoch_secret", "mask_in_place", "pair_secret", "row_keys", "verify_dc_evidence",
 ]
