@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reshuffle.adversaries import dcteam
+from reshuffle.crypto import voprf
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.errors import DecodeError, Refused
 from reshuffle.protocol import dcnet
@@ -314,3 +315,20 @@ def test_the_blame_game_forger_frames_nobody_and_wins_against_a_checker_that_ski
 
     assert dc_blame_game(2).wins == 0
     assert dc_blame_game(1, unbound_checker).wins == 1
+
+
+def test_a_liar_that_answers_its_dispute_with_a_made_up_pair_key_is_refused_and_still_named():
+    class MadeUp(dcteam.PairLiar):
+        def _on_dispute(self, m):
+            g = self.params.group_obj()
+            K = g.base_mul(777)
+            proof = voprf.prove_dleq(
+                self._y, g.generator(), self._Y, [self._Y_of[m.partner]], [K], None,
+                dcnet.dispute_context(self.T, self.pid, m.partner))
+            self._answered.add(m.partner)
+            return [msg.DisputeAnswer(self.T, m.m, self.pid, m.partner, K, proof.encode(g))]
+
+    ps, parts, out, s, keys = _round(MadeUp, seed=7)
+    assert set(out.blamed) == {2} and out.evidence[2].kind == KIND_FALSE_OPENING
+    verify_round_evidence(out.evidence[2], keys)
+    assert any(e.sender == 2 and isinstance(e.error, InvalidEvidence) for e in s.errors)
