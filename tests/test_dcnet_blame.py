@@ -332,3 +332,13 @@ def test_a_liar_that_answers_its_dispute_with_a_made_up_pair_key_is_refused_and_
     assert set(out.blamed) == {2} and out.evidence[2].kind == KIND_FALSE_OPENING
     verify_round_evidence(out.evidence[2], keys)
     assert any(e.sender == 2 and isinstance(e.error, InvalidEvidence) for e in s.errors)
+
+
+def test_a_member_that_uploaded_never_opens_its_reservation_keys():
+    # Its picks fix its slot, hence its row: once it uploaded, an OPEN_REQUEST would link it to its model.
+    ps, parts, out, s, keys = _round(dcnet.DCParticipant, seed=8)
+    assert len(out.models) == 10
+    m0 = parts[0].dc
+    assert m0.state is dcnet.DCState.UPLOADED
+    reply = m0.handle(msg.OpenRequest(s.T, 1, SERVER_ID, "asked after the upload").encode(s._sk))
+    assert msg.peek_type(reply[0]) is MsgType.REFUSAL and not m0._my_opens
