@@ -39,7 +39,6 @@ shows in the opening.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import enum
 import hashlib
 import hmac
@@ -594,7 +593,7 @@ def verify_round_evidence(ev: DCRoundEvidence, keys: Mapping) -> tuple[RoundPara
         raise InvalidEvidence(f"the evidence does not hold the culprit's vectors of iterations 1..{r}")
     plains = []
     for k, (vb, ob) in enumerate((*ev.earlier, (ev.vector, ev.opening)), start=1):
-        hk = dataclasses.replace(ev.transcript, history=ev.transcript.history[:k - 1]).h_at(T, k, p)
+        hk = replace(ev.transcript, history=ev.transcript.history[:k - 1]).h_at(T, k, p)
         plains.append(_opened_vector(vb, ob, ev.culprit, k, hk, T, p, ctx, keys, set(dckeys)))
     bad = first_bad_pick(plains, ev.transcript.history[:r - 1])
     if bad is None:
@@ -848,7 +847,8 @@ class DCServer:
         if (sender, a.partner) in self._answers:
             raise AlreadyAnswered(f"second dispute answer of {sender} about {a.partner}")
         if a.m != self._dispute_at[pair]:
-            raise UnexpectedMessage(f"dispute answer of {sender} for invocation {a.m}, disputed at {self._dispute_at[pair]}")
+            raise UnexpectedMessage(f"dispute answer of {sender} for invocation {a.m}, disputed at "
+                                    f"{self._dispute_at[pair]}")
         Y = {i: k.dh_key for i, k in self.keys.items()}
         check_pair_key(self.group, self.T, sender, a.partner, Y[sender], Y[a.partner], a.secret, a.proof)
         self._answers[(sender, a.partner)] = a

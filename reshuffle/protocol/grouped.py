@@ -37,7 +37,14 @@ from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, Cer
 from reshuffle.errors import AlreadyAnswered, BelowThreshold, ConfigError, ProtocolError, UnexpectedMessage
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.dcnet import PS_TYPES as DC_PS_TYPES
-from reshuffle.protocol.dcnet import DCParticipant, DCRoundEvidence, DCServer, GroupDissolved, check_exclusion, dc_params
+from reshuffle.protocol.dcnet import (
+    DCParticipant,
+    DCRoundEvidence,
+    DCServer,
+    GroupDissolved,
+    check_exclusion,
+    dc_params,
+)
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
 from reshuffle.protocol.groups import (
     ASSIGNMENT_TYPES,
