@@ -317,6 +317,20 @@ def test_the_blame_game_forger_frames_nobody_and_wins_against_a_checker_that_ski
     assert dc_blame_game(1, unbound_checker).wins == 1
 
 
+def test_the_drop_game_reads_nobody_alone_unless_members_drop_on_the_ps_word():
+    from reshuffle.adversaries.dclinker import readable_sums
+    from reshuffle.games.dcnet import dc_drop_game, drop_round
+
+    # The smaller group: 3 honest members (targets 0, 2 and member 1) against the PS, K_05 and 3 colluders:
+    # the coalition reads their sum and nothing finer.
+    srv, coalition = drop_round(0)
+    assert srv.params.N == 5 and set(readable_sums(srv, coalition)) == {frozenset({0, 1, 2})}
+    # Members that drop whomever the PS names leave target 0 alone with the colluders.
+    srv, coalition = drop_round(0, weak=True)
+    assert srv.params.N == 3 and frozenset({0}) in readable_sums(srv, coalition)
+    assert dc_drop_game(2, weak=True).wins == 2
+
+
 def test_a_liar_that_answers_its_dispute_with_a_made_up_pair_key_is_refused_and_still_named():
     class MadeUp(dcteam.PairLiar):
         def _on_dispute(self, m):

@@ -33,7 +33,7 @@ def test_weak_instances_show_a_clear_advantage(results):
     # Rows that play an adversary against a weak instance (reduction rows check a
     # relation instead, and their "bound" is that relation's slack).
     weak = [r for r in results if "weak" in r.game and (r.expected.startswith(">") or r.bound == 0)]
-    assert len(weak) == 20
+    assert len(weak) == 21
     assert all(r.advantage - r.bound > 0 if r.bound else r.advantage == 1 for r in weak)
 
 

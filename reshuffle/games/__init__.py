@@ -52,7 +52,7 @@ def _always(game, assumption, e: Estimate, text: str) -> Result:
 
 
 #: Rows ``run_games`` returns (a progress display's total; tests/test_games.py checks it).
-GAME_ROWS = 54
+GAME_ROWS = 56
 
 
 class _Rows(list):
@@ -200,6 +200,16 @@ def _dcnet_games(quick: bool) -> list[Result]:
     e = dc_blame_game(max(2, n_blame // 2), unbound_checker)
     out.append(_always("blame soundness, DC-net round [weak: h not recomputed from the transcript]", assumption, e,
                        "= 1 (an honest member framed in every trial)"))
+    # Dropping a named member: the smaller group against the PS, the dropped member and two colluders.
+    from reshuffle.games.dcnet import dc_drop_game
+
+    n_drop = 8 if quick else 60
+    e = dc_drop_game(n_drop)
+    out.append(_secure("source anonymity after a drop [g=6 -> 5, K_05 proved, 3 colluders, h=2 targets + 1]",
+                       "DDH + PRG", e, "abs(adv) ≤ bound (adv over 1/2)"))
+    e = dc_drop_game(n_drop, weak=True)
+    out.append(_detected("source anonymity after a drop [weak: members drop whomever the PS names]", "DDH + PRG",
+                         e, 0.5))
     return out
 
 

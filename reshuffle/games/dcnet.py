@@ -14,6 +14,13 @@ the honest uploads is all the coalition reads).
 Weak instance: a DC-net whose members share keys only with their two ring
 neighbours (the masks still cancel in the full sum). With the target's two
 neighbours (members 1 and 4 of the ring 0-1-2-3-4) colluding the adversary reads the target alone: advantage 1/2.
+Dropping a named member (:func:`dc_drop_game`): member 5 of a group of 6 is named in round 1
+after a dispute that proves K_05 (its key with target 0); round 2 of the epoch runs without it,
+targets 0 and 2 as above, and members 3, 4 and 5 collude (their epoch secrets, K_05 and both
+rounds' PS views). Advantage about 0: the smaller group keeps every other pair key and two honest
+members besides the targets' pair. Weak instance: members that drop whomever the PS names, with no
+floor, lose members 1 and 2 as well, and the colluders read target 0 alone (advantage 1/2).
+
 Blame soundness in the DC-net round (:func:`dc_blame_game`): the challenger plays a real round of
 two groups of 5 in which colluder member 2 lies in its opening of one pair key (so the round
 runs the blame and dispute steps). The adversary holds the PS's whole view (every signed message,
@@ -36,6 +43,7 @@ import numpy as np
 from reshuffle.adversaries.dclinker import _complete, readable_sums
 from reshuffle.games.framework import Estimate, coin, estimate
 from reshuffle.protocol.dcnet import DCParticipant, parties
+from reshuffle.protocol.grouped import GroupedParticipant
 
 G, D = 5, 8
 V = [np.zeros(D, np.float32), np.arange(1, D + 1, dtype=np.float32) / 8]  # the adversary's v_0, v_1
@@ -181,5 +189,65 @@ def dc_blame_game(trials: int, checker=None) -> Estimate:
     return estimate(lambda: dc_blame_trial(checker), trials, 0.0)
 
 
-__all__ = ["dc_blame_game", "dc_blame_trial", "dcnet_game", "read_target", "ring", "ring_round", "trial",
+class Floor5(GroupedParticipant):
+    """A member whose floor is 5 (a group of 6 may lose one member)."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **{**kw, "min_group": 5})
+
+
+class Credulous(Floor5):
+    """The weak member of the drop game: it drops whomever the PS names, unchecked and with no floor."""
+
+    def _on_exclude(self, data: bytes) -> list[bytes]:
+        from reshuffle.protocol import messages as msg
+
+        m = msg.decode(data, msg.Context())
+        self._membership = dataclasses.replace(self._membership, members=tuple(
+            i for i in self._membership.members if i != m.culprit))
+        self.min_group = 2
+        return []
+
+
+def drop_round(b: int, weak: bool = False):
+    """Round 1: member 5 of a group of 6 lies in an opening of its key with member 0 (K_05 is proved in the
+    dispute). Round 2 of the epoch: member 5 dropped; members 0 and 2 hold v_b and v_{1−b}; members 3, 4 and 5
+    collude (the adversary holds their epoch secrets, K_05 and the PS's view of both rounds). The weak members
+    also drop honest members 1 and 2 on the PS's word. Returns round 2's PS and the coalition's secrets."""
+    from reshuffle.adversaries.dcteam import PairLiar
+    from reshuffle.harness.api import build_round
+    from reshuffle.harness.runner import InProcessRunner
+    from reshuffle.protocol.params import RoundParams
+
+    G6, seed = [list(range(6))], secrets.randbits(32)
+    rng = np.random.default_rng(secrets.randbits(32))  # the other members' model values only
+    models = [rng.normal(size=D).astype(np.float32) for _ in range(6)]
+    ps, parts = build_round(models, RoundParams.default(6, D), seed=seed, groups=G6, T=1)
+    parts[5].dc_class = PairLiar
+    out = InProcessRunner(ps, parts).run()
+    ev = out.evidence[5]
+    models[0], models[2] = V[b].copy(), V[1 - b].copy()
+    excluded = {5: ev}
+    if weak:
+        excluded.update({i: dataclasses.replace(ev, culprit=i) for i in (1, 2)})
+    ps2, parts2 = build_round(models, RoundParams.default(6, D), seed=seed, groups=G6, T=2, excluded=excluded,
+                              grouped_cls=Credulous if weak else Floor5)
+    InProcessRunner(ps2, parts2).run()
+    return ps2.servers[0], {c: parts2[c].dc._y for c in (3, 4)}
+
+
+def drop_trial(weak: bool = False) -> bool:
+    """True if the adversary's guess of b is right (it reads target 0 alone, or guesses)."""
+    b = coin()
+    srv, coalition = drop_round(b, weak)
+    guess = read_target(srv, coalition, _complete)
+    return (guess if guess is not None else coin()) == b
+
+
+def dc_drop_game(trials: int, weak: bool = False) -> Estimate:
+    """Adv over 1/2 of the adversary above (0 expected; 1/2 against members that drop on the PS's word)."""
+    return estimate(lambda: drop_trial(weak), trials, 0.5)
+
+
+__all__ = ["Credulous", "Floor5", "dc_blame_game", "dc_drop_game", "drop_round", "drop_trial", "dc_blame_trial", "dcnet_game", "read_target", "ring", "ring_round", "trial",
            "unbound_checker"]
