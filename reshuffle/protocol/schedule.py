@@ -170,7 +170,7 @@ _PLAIN, _BY_KIND = _stages()
 # The DC-net round of a stable group (protocol/dcnet.py) has steps of its own; its messages share these stages.
 _PLAIN.update({MsgType.DC_START: "setup", MsgType.DC_KEY: "setup", MsgType.DC_KEYS: "ot",
                MsgType.DC_COUNTS: "reserve", MsgType.DC_UPLOAD_REQUEST: "upload", MsgType.DC_BLAME: "unmask",
-               MsgType.DC_OPENING: "unmask"})
+               MsgType.DC_OPENING: "unmask", MsgType.DC_EXCLUDE: "setup"})
 
 
 def stage_of(mtype: MsgType, m: int, upload_m: int) -> str:
