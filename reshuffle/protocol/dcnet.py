@@ -28,7 +28,20 @@ Steps (each one round trip):
    DC_BLAME (decoy seed, every signed count vector) → DC_OPENING, each member's
    pairwise keys of the decoy rows alone. A member's plaintext at a decoy row is
    its signed upload minus its own opened keys: nonzero names it
-   (:class:`DCEvidence`, checked by :func:`verify_dc_evidence` from roster keys).
+   (:class:`DCEvidence`, checked by :func:`verify_dc_evidence` from roster keys);
+6. ``open``, instead of the next reservation step, only if an iteration's counts are not a
+   reservation: OPEN_REQUEST → each member's DC_OPENING of its count vectors' pairwise keys
+   (iterations 1..r, nothing of the upload; it then ends its round). A vector that is not an
+   honest pick under the published counts names its sender;
+7. ``dispute``, only if two openings of one pair key differ: DISPUTE (the partner's signed
+   opening) → DISPUTE_ANSWER, K_ij with a DLEQ proof against the signed epoch keys, sent only
+   against a differing signed opening. A side whose opening differs from K_ij's key is named.
+
+Evidence (:class:`DCRoundEvidence`) carries what fixes the h the culprit signed (DC_START, the
+relayed keys, the counts: :class:`DCTranscript`), so :func:`verify_round_evidence` needs the
+roster's verify keys alone. A member named with evidence can be dropped from its stable group
+(DC_EXCLUDE before the smaller group's DC_START, checked by :func:`check_exclusion`): the group
+keeps its assignment binding, hence every other pair key, and dissolves below a member's floor.
 
 Rows are those of the Shamir-shared round (docs/protocol.md §7.2–7.3: credential,
 pseudonym, tag), with a zero token: a second row of one member is caught by its
