@@ -19,7 +19,8 @@ after a dispute that proves K_05 (its key with target 0); round 2 of the epoch r
 targets 0 and 2 as above, and members 3, 4 and 5 collude (their epoch secrets, K_05 and both
 rounds' PS views). Advantage about 0: the smaller group keeps every other pair key and two honest
 members besides the targets' pair. Weak instance: members that drop whomever the PS names, with no
-floor, lose members 1 and 2 as well, and the colluders read target 0 alone (advantage 1/2).
+floor, lose members 1 and 2 as well, and the colluders read target 0 alone in every trial
+(:func:`dc_drop_reads`).
 
 Blame soundness in the DC-net round (:func:`dc_blame_game`): the challenger plays a real round of
 two groups of 5 in which colluder member 2 lies in its opening of one pair key (so the round
@@ -249,5 +250,10 @@ def dc_drop_game(trials: int, weak: bool = False) -> Estimate:
     return estimate(lambda: drop_trial(weak), trials, 0.5)
 
 
-__all__ = ["Credulous", "Floor5", "dc_blame_game", "dc_drop_game", "drop_round", "drop_trial", "dc_blame_trial", "dcnet_game", "read_target", "ring", "ring_round", "trial",
+def dc_drop_reads(trials: int, weak: bool = True) -> Estimate:
+    """Pr[the adversary reads target 0's row alone] after the drop (baseline 0; 1 against the weak members)."""
+    return estimate(lambda: read_target(*drop_round(coin(), weak), _complete) is not None, trials, 0.0)
+
+
+__all__ = ["Credulous", "Floor5", "dc_blame_game", "dc_drop_game", "dc_drop_reads", "drop_round", "drop_trial", "dc_blame_trial", "dcnet_game", "read_target", "ring", "ring_round", "trial",
            "unbound_checker"]
