@@ -192,7 +192,7 @@ def _dcnet_games(quick: bool) -> list[Result]:
     # Blame in the DC-net round: the PS's view and a colluder's keys against the third party's checker.
     from reshuffle.games.dcnet import dc_blame_game, unbound_checker
 
-    n_blame = 3 if quick else 20
+    n_blame = 2 if quick else 20
     assumption = "Ed25519 EUF-CMA, SHA-256 collisions, DLEQ soundness (ROM)"
     e = dc_blame_game(n_blame)
     out.append(Result("blame soundness, DC-net round: forger vs the checker [g=5, a lying colluder]", assumption,
@@ -203,7 +203,7 @@ def _dcnet_games(quick: bool) -> list[Result]:
     # Dropping a named member: the smaller group against the PS, the dropped member and two colluders.
     from reshuffle.games.dcnet import dc_drop_game, dc_drop_reads
 
-    n_drop = 8 if quick else 60
+    n_drop = 4 if quick else 60
     e = dc_drop_game(n_drop)
     out.append(_secure("source anonymity after a drop [g=6 -> 5, K_05 proved, 3 colluders, h=2 targets + 1]",
                        "DDH + PRG", e, "abs(adv) ≤ bound (adv over 1/2)"))
