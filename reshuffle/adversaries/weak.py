@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.dcnet import DCParticipant
+from reshuffle.protocol.grouped import GroupedParticipant
 from reshuffle.protocol.messages import MsgType
 from reshuffle.protocol.participant import Opened, Participant
 from reshuffle.protocol.phases import PARTICIPANT_TABLE, PPhase, handler_name
@@ -96,5 +97,19 @@ class DCKeepsPseudonymOnlyAfterUpload(DCParticipant):
         return self.nym if self.view.uploaded else None
 
 
+class TakesUngroupedRounds(GroupedParticipant):
+    """A member without the group floor's default (an opted-in node): it takes part in a round bound to no
+    group while it holds none, so a PS that never forms groups names it by its presence across rounds."""
+
+    def handle(self, data: bytes) -> list[bytes]:
+        if not self._started and self.client.phase.name == "AWAIT_OPEN" and self._membership is None \
+                and msg.peek_type(data) is MsgType.ROUND_START:
+            m = msg.decode(data, msg.Context())
+            if not m.params.assignment:
+                self._started = True
+                return self.inner.handle(data)
+        return super().handle(data)
+
+
 __all__ = ["AnswersEveryComplaint", "DCKeepsPseudonymOnlyAfterUpload", "KeepsPseudonymOnlyWhenDone", "OpensWithoutView",
-           "ReopensAfterUpload", "TrustsAnnouncedParameters"]
+           "ReopensAfterUpload", "TakesUngroupedRounds", "TrustsAnnouncedParameters"]
