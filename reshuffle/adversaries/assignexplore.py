@@ -3,8 +3,9 @@
 Whether groups exist, whom the draw lists and how often it is drawn are the PS's choices
 (docs/protocol.md, "Anonymity groups"). This module plays a PS that makes them over one small
 federation of real :class:`~reshuffle.protocol.grouped.GroupedParticipant` members (N = 9,
-groups of 4 by default, one colluder: every list of 2g = 8 or more is taken, so one redraw is) and searches every order of its moves, each built from
-what it holds (its key, the roster's certificates, every message the members sent it):
+groups of 4 and one colluder by default: a list of 2g = 8 or more is taken, so one redraw
+is too) and searches every order of its moves, each built from what it holds (its key, the
+roster's certificates, every message the members sent it):
 
 - GROUP_OPEN of attempt 1 for each group size it may announce (g, and g − 1 where the protocol
   allows it) and each candidate list: the whole federation, exactly g (the target, the
@@ -268,10 +269,11 @@ class AssignExplorer:
     def _lists(self, g: int) -> list[tuple[str, list[int]]]:
         N, col = self.cfg.N, list(self.cfg.colluders)
         first = [self.target, *col, *(i for i in self.honest if i != self.target)]
-        out = [("all", list(range(N))), ("exactly g", sorted(first[:g]))]
+        # The narrowest first: the depth-first search then meets the PS's own choice of a group first.
+        out = [("exactly g", sorted(first[:g]))]
         if 2 * g - 1 < N:
             out.append(("2g − 1 padded", sorted(first[:2 * g - 1])))
-        return out
+        return out + [("all", list(range(N)))]
 
     def moves(self, w: _World) -> list:
         out = []
