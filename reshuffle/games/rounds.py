@@ -27,6 +27,13 @@ owner's binary code. Participants with the default floors refuse every round bou
 no group: nothing is delivered, and the adversary's guess is uniform (advantage 0). The
 *weak* variant has participants that opted in to ungrouped rounds: every chain is
 named (advantage 1 − 1/h).
+
+The rest of the epoch's start is the PS's too (docs/security/anonymity.md §7): whom the draw lists
+and when it redraws (:func:`draw_game`: a list of exactly g with its colluders, then 2g padded with
+them and redrawn while the target's group lacks one; the floors hold it to the padded list's
+E[1/h_T]), and when a pseudonym counts as issued (:func:`issuance_game`: a colluder's drop in the
+epoch's first round silences nobody; :func:`reissue_game`: a restarted node never asks twice, so a PS
+that issues again names nobody). Each has a weak instance without the floor that stops it.
 """
 
 from __future__ import annotations
@@ -171,9 +178,6 @@ def rounds_game(N: int, g: int, c: int, trials: int, weak: bool = False) -> Esti
     return estimate(lambda: next(it)[0], trials, baseline)
 
 
-__all__ = ["DeliversPartialGroups", "rounds_game", "rounds_trial", "ungrouped_game", "ungrouped_trial"]
-
-
 # --------------------------------------------------------------------------- the PS picks the epoch's first rounds
 # The assignment and the epoch's first rounds are the PS's to run: whom the draw lists (a list of exactly g with
 # its colluders, a list padded with them to the members' floor, a redraw whenever the target's group lacks one),
@@ -249,8 +253,8 @@ def draw_trial(N: int, g: int, c: int, floors: TrustFloors) -> tuple[float, int,
     """The PS's best choice of the draw's candidates against a target, round after round of the epoch's start.
 
     Round 1 lists the target, its c colluders and honest members up to exactly g (the draw is then a no-op);
-    if the target refuses, round 2 lists the target, every colluder and honest members up to ``floors.draw``·g
-    (the least the target's floor takes) and redraws while the target's group lacks a colluder; if that is
+    if the target refuses, round 2 lists the target, every colluder and honest members up to 2g (the least the
+    default floor takes) and redraws while the target's group lacks one of the colluders; if that is
     refused, round 3 lists the same without redrawing. The PS then knows the target's group and its
     colluders' rows: its best guess of the target's row is uniform among the group's honest members.
     Returns (the adversary's win probability given the draw, 1/h_T; h_T; the outcome).
@@ -260,7 +264,7 @@ def draw_trial(N: int, g: int, c: int, floors: TrustFloors) -> tuple[float, int,
     ident = identities(N)
     colluders, target = list(range(c)), c
     honest_others = [i for i in range(N) if i > target]
-    need = max(floors.draw, 2) * g
+    need = 2 * g  # the default candidate floor
     plans = [("exactly g", [target, *colluders, *honest_others][:g], None),
              ("padded, redrawn", sorted([target, *colluders, *honest_others][:need]), "redraw"),
              ("padded", sorted([target, *colluders, *honest_others][:need]), None)]
@@ -270,7 +274,7 @@ def draw_trial(N: int, g: int, c: int, floors: TrustFloors) -> tuple[float, int,
             mates = set(a.groups[a.index_of(target)])
             if set(colluders) <= mates:
                 return None
-            return next(i for i in reversed(listed) if i not in colluders and i != target and i not in mates)
+            return next((i for i in reversed(listed) if i not in colluders and i != target and i not in mates), None)
         a, out.attempts = listed_assignment(T, listed, g, floors, ident, redraw if how else None)
         if a is not None and any(target in grp for grp in a.groups):
             out.group = a.groups[a.index_of(target)]
@@ -349,3 +353,8 @@ def reissue_game(g: int, c: int, trials: int, keeps_state: bool = True, baseline
     (the Shamir-shared and the DC-net round in turn)."""
     values = [reissue_trial(g, c, k % 2 == 0, keeps_state) for k in range(trials)]
     return _mean_estimate(values, 1 / (g - c) if baseline is None else baseline)
+
+
+__all__ = ["DeliversPartialGroups", "DrawOutcome", "draw_game", "draw_trial", "issuance_game", "issuance_trial",
+           "listed_assignment", "reissue_game", "reissue_trial", "rounds_game", "rounds_trial", "ungrouped_game",
+           "ungrouped_trial"]
