@@ -282,9 +282,11 @@ class AssignExplorer:
                 for name, listed in self._lists(g):
                     data = self._open(1, g, listed)
                     out += self._to(f"GROUP_OPEN g={g} {name}", [(i, data) for i in listed])
-        current = {o.m: o for o in w.opens.values()}
-        for a, o in sorted(current.items()):
-            listed = [i for i, _ in o.roster]
+        # Per distinct opening some members hold, every commitment of its attempt the PS holds (a commitment
+        # signs T, the attempt, the member and c: the PS may list it against another opening of the attempt).
+        current = {gr.signed_statement(o): o for o in w.opens.values()}
+        for _, o in sorted(current.items(), key=lambda kv: (kv[1].m, kv[0])):
+            a, listed = o.m, [i for i, _ in o.roster]
             commits = w.commits.get(a, {})
             need = gr.assignment_threshold(len(listed))
             if len(commits) >= need:
