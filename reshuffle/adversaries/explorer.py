@@ -47,6 +47,12 @@ so commuting deliveries are explored once.
 4. *Nobody honest named*: at every leaf the PS forges evidence of every kind against every
    honest participant from what it holds (:mod:`~reshuffle.adversaries.forger`); evidence a
    checker accepts is a break. Knowledge only grows along a path, so the leaves cover every state.
+5. *No honest member silenced* (the round is the first of its epoch, §7.3): at every state, where
+   the PS may stop, every honest participant it records as issued (``issuance``: at the certificate
+   carrying the member's consent, the protocol's rule, or at the OT answer, the rule before) keeps
+   its pseudonym; else every later round of the epoch refuses its second request.
+6. *Never asks twice*: a participant whose model list carried its pseudonym keeps it (a second
+   request would name it as the owner of the pseudonym that vanished).
 
 :func:`explore` reports the states and schedules (leaves) it covered, and every
 violation with the schedule that reached it.
@@ -99,7 +105,8 @@ class ExploreConfig:
     ``forge``: at every leaf, forged evidence against every honest participant. ``depth``
     bounds the moves on one path, ``budget`` the distinct states visited. ``until_all_linked``:
     stop at the first leaf that links every honest model (no schedule can do better; the
-    anonymity game's adversary wants the best schedule, not the whole map).
+    anonymity game's adversary wants the best schedule, not the whole map). ``issuance``: when the
+    PS records a pseudonym as issued (:data:`ISSUANCE`; the checks hold it to what members keep).
     """
 
     N: int = 4
