@@ -292,7 +292,8 @@ class AssignExplorer:
             if len(commits) >= need:
                 honest_in = [i for i in sorted(commits) if i in self.honest]
                 variants = {}
-                for tag, drop in [("all", None)] + [(f"without {honest_in[-1]}", honest_in[-1])] * (len(commits) > need):
+                shorter = [(f"without {honest_in[-1]}", honest_in[-1])] if len(commits) > need else []
+                for tag, drop in [("all", None), *shorter]:
                     entries = tuple((i, c, s) for i, (c, s) in sorted(commits.items()) if i != drop)
                     variants[tag] = [(i, self.sign(GroupCommits(T, a, SERVER_ID, entries))) for i, _, _ in entries]
                     out += self._to(f"GROUP_COMMITS {a} {tag}", variants[tag], split=True)
