@@ -34,6 +34,7 @@ def test_the_control_members_without_the_candidate_floor_take_the_target_alone_w
 def test_a_colluders_drop_in_the_first_round_silences_nobody_and_a_restart_names_nobody():
     # The Shamir-shared round here (the games alternate it with the DC-net round).
     assert issuance_trial(5, 1, dcnet=False) == 0
+    assert issuance_trial(5, 1, dcnet=False, stage="ot") == 0  # they ask again, and are issued
     assert reissue_trial(5, 1, dcnet=False) == 0.25  # uniform among the 4 honest members
 
 

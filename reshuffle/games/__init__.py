@@ -193,12 +193,13 @@ def _epoch_games(quick: bool) -> list[Result]:
     e = draw_game(20, 5, 4, n_draw, TrustFloors(draw=1))
     out.append(_detected("source anonymity, PS picks the draw's candidates [weak: no candidate floor, draw=1]",
                          "none", e, 2 / 3))  # the target alone with its colluders: 1 − 1/3
-    # One colluder drops before its upload in the epoch's first round; its group delivers nothing that round.
+    # One colluder drops in the epoch's first round (before any consent, or before its upload): its group
+    # delivers nothing that round; the weak node loses what it was issued, so only the late drop tells.
     e = issuance_game(5, 1, n_nym)
-    out.append(Result("epoch pseudonyms, a colluder's drop in the epoch's first round [g=5, c=1, both rounds]",
+    out.append(Result("epoch pseudonyms, a colluder's drop in the epoch's first round [g=5, c=1: both rounds, before consent or upload]",
                       "none (the issuance rule)", e.advantage, 0.0,
                       "= 0 (no honest member silenced after the round its member dropped)", e.advantage == 0))
-    e = issuance_game(5, 1, n_nym, kept_after_failure=False)
+    e = issuance_game(5, 1, n_nym, kept_after_failure=False, stages=("upload",))
     out.append(_always("epoch pseudonyms, a colluder's drop [weak: a pseudonym kept only once delivered]", "none", e,
                        "= 1 (4 of 4 honest members silenced for the epoch)"))
     # The target restarts before round 2; this PS issues to whoever asks.

@@ -297,28 +297,39 @@ def _epoch_models(T: int, n: int) -> list[np.ndarray]:
     return [np.frombuffer(secrets.token_bytes(16), np.int32).astype(np.float32) / 2**31 for _ in range(n)]
 
 
-def issuance_trial(g: int, c: int, dcnet: bool, kept_after_failure: bool = True) -> int:
-    """A stable group's first two rounds of an epoch, under the issuance rule of the round: one colluder drops
-    before its upload in round 1 (after every honest member got its evaluation and, in the Shamir round,
-    certificates of the reservation), so the group delivers nothing; round 2 runs with what each member kept.
-    ``kept_after_failure=False`` is the weak node that keeps its pseudonym only after a round that delivered
-    it (as a node without a state folder would lose it). Returns the honest members silenced in round 2."""
+def issuance_trial(g: int, c: int, dcnet: bool, kept_after_failure: bool = True, stage: str = "upload") -> int:
+    """A stable group's first two rounds of an epoch, under the issuance rule of the round: the colluders drop
+    in round 1 at ``stage``, so the group delivers nothing (all or none); round 2 runs with what each member
+    kept. At ``upload`` every honest member got its evaluation and (Shamir-shared round) certificates of the
+    reservation, so it keeps its pseudonym; at ``ot`` (no OT request, or no DC key) the Shamir-shared round's
+    members never consented, drop their evaluation and ask again in round 2. ``kept_after_failure=False`` is
+    the weak node that keeps its pseudonym only after a round that delivered it (as a node without a state
+    folder would lose it). Returns the honest members silenced in round 2."""
     from reshuffle.protocol.pseudonym import EpochIssuer
 
     group = [list(range(g))]
     iss, held = EpochIssuer("ristretto255", 1), {}
     r1 = shuffle(_epoch_models(1, g), T=1, groups=group, epoch_key=iss, identities=list(range(g)),
-                 dropouts={"upload": list(range(c))}, raise_on_failure=False, dcnet=dcnet)
+                 dropouts={stage: list(range(c))}, raise_on_failure=False, dcnet=dcnet)
     held = {i: n for i, n in r1.held.items() if n is not None and (kept_after_failure or i in r1.positions)}
     r2 = shuffle(_epoch_models(2, g), T=2, groups=group, epoch_key=iss, identities=list(range(g)),
                  pseudonyms=held, raise_on_failure=False, dcnet=dcnet)
     return sum(1 for i in range(c, g) if i not in r2.positions)
 
 
-def issuance_game(g: int, c: int, trials: int, kept_after_failure: bool = True) -> Estimate:
-    """The fraction of honest members silenced for the epoch by one colluder's drop (the Shamir-shared and
-    the DC-net round in turn); 0 when every recorded issuance is held."""
-    silenced = [issuance_trial(g, c, k % 2 == 0, kept_after_failure) / (g - c) for k in range(trials)]
+#: (DC-net round, stage of the colluders' drop) of successive issuance trials: both rounds, a drop before any
+#: consent (the members ask again) and one before the upload (they keep what they were issued).
+ISSUANCE_CASES = ((True, "ot"), (False, "upload"), (False, "ot"), (True, "upload"))
+
+
+def issuance_game(g: int, c: int, trials: int, kept_after_failure: bool = True, stages=("ot", "upload")) -> Estimate:
+    """The fraction of honest members silenced for the epoch by the colluders' drop in its first round, over
+    :data:`ISSUANCE_CASES` at ``stages``; 0 when every recorded issuance is held."""
+    cases = [case for case in ISSUANCE_CASES if case[1] in stages]
+    silenced = []
+    for k in range(trials):
+        dcnet, stage = cases[k % len(cases)]
+        silenced.append(issuance_trial(g, c, dcnet, kept_after_failure, stage) / (g - c))
     return _mean_estimate(silenced, 0.0)
 
 
@@ -355,6 +366,6 @@ def reissue_game(g: int, c: int, trials: int, keeps_state: bool = True, baseline
     return _mean_estimate(values, 1 / (g - c) if baseline is None else baseline)
 
 
-__all__ = ["DeliversPartialGroups", "DrawOutcome", "draw_game", "draw_trial", "issuance_game", "issuance_trial",
+__all__ = ["DeliversPartialGroups", "DrawOutcome", "ISSUANCE_CASES", "draw_game", "draw_trial", "issuance_game", "issuance_trial",
            "listed_assignment", "reissue_game", "reissue_trial", "rounds_game", "rounds_trial", "ungrouped_game",
            "ungrouped_trial"]
