@@ -489,7 +489,8 @@ def cmd_games(args: argparse.Namespace) -> int:
 #: ``reshuffle redteam --explore --weak NAME``: participants of reshuffle.adversaries.weak, each with one fix undone
 WEAK_PARTICIPANTS = {"reopens-after-upload": "ReopensAfterUpload", "answers-every-complaint": "AnswersEveryComplaint",
                      "trusts-announced-parameters": "TrustsAnnouncedParameters",
-                     "opens-without-view": "OpensWithoutView"}
+                     "opens-without-view": "OpensWithoutView",
+                     "keeps-pseudonym-only-when-done": "KeepsPseudonymOnlyWhenDone"}
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
@@ -520,7 +521,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
             print(f"VIOLATION {v}")
         if not r.violations:
             print("no violation: no key masked two plaintexts, no uploader revealed its slot phase, nothing linked"
-                  + (", no forged evidence accepted" if cfg.forge else ""))
+                  + (", no forged evidence accepted" if cfg.forge else "")
+                  + "; every pseudonym recorded as issued is held, and no uploader would ask twice")
     if args.weak != "none" or args.no_dcnet:
         return 1 if r.violations else 0
     # The DC-net round of a stable group of 5, two colluders: its own explorer (reshuffle/adversaries/dcexplore.py).
@@ -537,8 +539,27 @@ def cmd_explore(args: argparse.Namespace) -> int:
         for v in dc.violations:
             print(f"VIOLATION {v}")
         if not dc.violations:
-            print("no violation: no key masked two plaintexts, no real row opened, no honest member read alone")
-    return 1 if r.violations or dc.violations else 0
+            print("no violation: no key masked two plaintexts, no real row opened, no honest member read alone, "
+                  "every pseudonym recorded as issued is held")
+    # The group assignment and the round it starts: its own explorer (reshuffle/adversaries/assignexplore.py).
+    from reshuffle.adversaries.assignexplore import AssignExploreConfig, explore_assignment
+
+    acfg = AssignExploreConfig(budget=min(args.budget, 3000), depth=min(args.depth, 14), seed=args.seed)
+    ga = explore_assignment(acfg)
+    if args.json:
+        print(json.dumps({"assignment": ga.as_dict()}, indent=2))
+    else:
+        done = "all reachable states" if ga.complete else f"stopped at {ga.states} states"
+        print(f"group assignment of {acfg.N} (groups of {acfg.g}, {len(acfg.colluders)} colluder): explored "
+              f"{ga.states} states and {ga.schedules} schedules ({done}), {ga.assigned} with every honest member "
+              f"assigned, {ga.rounds_started} with a round started, in {ga.seconds:.1f} s; moves accepted: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(ga.kinds.items())))
+        for v in ga.violations:
+            print(f"VIOLATION {v}")
+        if not ga.violations:
+            print("no violation: no group below a member's floor, no draw from a list the PS chose, one partition "
+                  "per draw, no round without a group")
+    return 1 if r.violations or dc.violations or ga.violations else 0
 
 
 def cmd_redteam(args: argparse.Namespace) -> int:
@@ -740,8 +761,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "allow)")
     ex.add_argument("--no-forge", action="store_true", help="skip forging evidence at the leaves")
     ex.add_argument("--no-dcnet", action="store_true",
-                    help="skip the explorer of the DC-net round of stable groups (run after the round's, at most "
-                         "2,000 states)")
+                    help="skip the explorers of stable groups, run after the round's: the DC-net round's (at most "
+                         "2,000 states) and the group assignment's (about 100 states)")
     red.set_defaults(func=cmd_redteam)
 
     games = sub.add_parser("games", help="run the security games (docs/security/)",
