@@ -42,16 +42,16 @@ class _EarlyRecorder:
         return s
 
 
-def _epoch(rounds: int = 6, ps=()):
+def _epoch(rounds: int = 6, ps=(), keep=lambda r, i, nym: True):
     """Rounds 1..rounds of one epoch in two stable groups; member 0 sends no OT request in round 1.
-    Per round, the members whose model was delivered."""
+    Per round, the members whose model was delivered. ``keep`` says which records the driver keeps."""
     iss = EpochIssuer("ristretto255", 1)
     held: dict = {}
     delivered = []
     for T in range(1, rounds + 1):
         r = shuffle(_models(T), T=T, seed=T, groups=GROUPS, epoch_key=iss, identities=IDS, pseudonyms=held,
                     dropouts={"ot": [0]} if T == 1 else None, raise_on_failure=False, adversaries=list(ps))
-        held.update({i: n for i, n in r.held.items() if n is not None})
+        held.update({i: n for i, n in r.held.items() if n is not None and keep(r, i, n)})
         delivered.append(sorted(r.positions))
     return delivered, iss
 
@@ -62,47 +62,55 @@ def test_one_silent_member_in_the_epochs_first_round_silences_nobody_later():
     assert delivered[0] == GROUPS[1]
     # Rounds 2-6: every member of both groups, each with the pseudonym it kept (0 silenced).
     assert all(d == list(range(10)) for d in delivered[1:])
-    assert iss.issued == set(IDS)
+    assert iss.issued == set(IDS) and set(iss.requests) == set(IDS)
 
 
-def test_the_control_a_ps_recording_at_the_answer_silences_the_four_honest_members():
+def test_a_ps_recording_at_the_answer_silences_nobody_either():
+    # Issuance is idempotent: when the PS records makes no difference, a member asks again with its kept B.
     delivered, _ = _epoch(3, ps=[_EarlyRecorder()])
+    assert delivered[0] == GROUPS[1]
+    assert all(d == list(range(10)) for d in delivered[1:])
+
+
+def test_the_control_members_that_do_not_keep_their_request_are_silenced_by_the_first_b_the_ps_recorded():
+    # Without the write-ahead record (a driver that keeps a pseudonym only once its round delivered), the four
+    # honest members of the failed group ask with fresh elements, which the PS refuses: the lockout.
+    delivered, _ = _epoch(3, keep=lambda r, i, nym: i in r.positions)
     assert delivered[0] == GROUPS[1]
     assert all(d == GROUPS[1] for d in delivered[1:])  # 4 honest members silenced for the epoch
 
 
-def test_an_issuance_is_recorded_at_the_certificate_the_member_got():
-    # The Shamir-shared round (its certificate); the DC-net round's twin follows.
+def test_the_first_blinded_element_is_recorded_at_the_evaluation_and_every_member_keeps_its_record():
+    # The Shamir-shared round: the PS records each identity's B when its evaluation leaves (the OT answer), and
+    # notes the holders at their certificate. The failed group's members 1-4 got and keep their pseudonym;
+    # member 0, silent before its OT request, keeps its pending request and asks with the same B next round.
     iss = EpochIssuer("ristretto255", 1)
     r = shuffle(_models(1), T=1, seed=1, groups=GROUPS, epoch_key=iss, identities=IDS, dropouts={"ot": [0]},
                 raise_on_failure=False, dcnet=False)
-    # The failed group's members got an evaluation but never consented (their group refused the online
-    # set without member 0): not recorded, and dropped by them (they ask again). The delivering group's are
-    # recorded and kept.
-    assert iss.issued == {IDS[i] for i in GROUPS[1]}
-    assert all(r.held[i] is None for i in GROUPS[0]) and all(r.held[i] is not None for i in GROUPS[1])
+    assert set(iss.requests) == set(IDS[1:]) and iss.issued == {IDS[i] for i in GROUPS[1]}
+    assert r.held[0].pending and not any(r.held[i].pending for i in range(1, 10))
 
 
-def test_a_dcnet_issuance_is_recorded_at_the_first_count_vector_the_member_sent():
-    # The DC-net round has no certificate: a member answers DC_KEYS with its first count vector only once it
-    # checked and unblinded its pseudonym, and keeps it from then on; the PS records it at that vector. Member 0,
-    # silent there, is neither recorded nor holding; its group's others hold theirs though the group failed.
+def test_a_dcnet_issuance_is_recorded_at_the_evaluation_and_noted_at_the_first_count_vector():
+    # The DC-net round: member 0 sent its DC_KEY (its B is recorded with the evaluation) but never read DC_KEYS;
+    # it keeps its pending request. The others hold theirs though their group failed.
     iss = EpochIssuer("ristretto255", 1)
     r = shuffle(_models(1), T=1, seed=1, groups=GROUPS, epoch_key=iss, identities=IDS, dropouts={"ot": [0]},
                 raise_on_failure=False, dcnet=True)
     assert sorted(r.positions) == GROUPS[1]
-    assert iss.issued == set(IDS[1:])
-    assert r.held[0] is None and all(r.held[i] is not None for i in range(1, 10))
+    assert set(iss.requests) == set(IDS) and iss.issued == set(IDS[1:])
+    assert r.held[0].pending and not any(r.held[i].pending for i in range(1, 10))
 
 
 @pytest.mark.parametrize("dcnet", [True, False])
 @pytest.mark.parametrize("stage", ["setup", "ot", "reserve", "upload"])
-def test_every_recorded_issuance_is_held_whichever_stage_a_member_drops_at(stage, dcnet):
-    # The lockout's invariant: the PS records no identity whose member dropped its pseudonym.
+def test_every_recorded_request_is_kept_whichever_stage_a_member_drops_at(stage, dcnet):
+    # The lockout's invariant: every B the PS recorded is the one its member keeps (it asks with it again).
     iss = EpochIssuer("ristretto255", 1)
     r = shuffle(_models(1), T=1, seed=1, groups=GROUPS, epoch_key=iss, identities=IDS, dropouts={stage: [0]},
                 raise_on_failure=False, dcnet=dcnet)
-    assert iss.issued <= {IDS[i] for i, n in r.held.items() if n is not None}
+    kept = {IDS[i]: n.blinded for i, n in r.held.items() if n is not None}
+    assert all(kept.get(who) == B for who, B in iss.requests.items())
     assert {IDS[i] for i in GROUPS[1]} <= iss.issued
 
 
