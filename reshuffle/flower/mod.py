@@ -73,7 +73,7 @@ from reshuffle.protocol.grouped import GroupedParticipant
 from reshuffle.protocol.groups import Membership
 from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import global_model_hash
-from reshuffle.protocol.pseudonym import Pseudonym
+from reshuffle.protocol.pseudonym import MAX_RECORD_BYTES, Pseudonym
 from reshuffle.protocol.session import LiveSessions, SessionState
 from reshuffle.wire import Parser, Writer
 
@@ -278,7 +278,7 @@ def _read_state(path: Path, pid: int) -> tuple[bytes, bytes]:
         p = Parser(path.read_bytes(), "node state")
         if (v := p.u8("version")) != _STATE_VERSION:
             raise DecodeError(f"version {v}, expected {_STATE_VERSION}")
-        group, nym = p.var("membership", 1 << 20), p.var("pseudonym", 1024)
+        group, nym = p.var("membership", 1 << 20), p.var("pseudonym", MAX_RECORD_BYTES)
         p.finish()
         membership = Membership.decode(group)
         if nym:

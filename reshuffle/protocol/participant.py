@@ -310,6 +310,8 @@ class Participant:
             raise ConfigError(f"participant {self.pid}: a pseudonym is handed over before the round starts")
         if nym is not None and not isinstance(nym, pseudonym.Pseudonym):
             raise ConfigError(f"a pseudonym must be a Pseudonym, got {type(nym).__name__}")
+        if nym is not None and not nym.blinded:
+            raise ConfigError(f"participant {self.pid}: the pseudonym handed over keeps no request to commit to")
         self.state = replace(self.state, nym=nym, nym_held=nym is not None)
 
     @property

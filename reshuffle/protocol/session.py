@@ -39,7 +39,7 @@ from reshuffle.crypto.signatures import Certificate, CertificateAuthority, Signi
 from reshuffle.errors import ConfigError, DecodeError
 from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import Participant
-from reshuffle.protocol.pseudonym import Pseudonym
+from reshuffle.protocol.pseudonym import MAX_RECORD_BYTES, Pseudonym
 from reshuffle.protocol.schedule import max_inbox
 from reshuffle.wire import Parser, Writer
 
@@ -135,7 +135,7 @@ class SessionState:
         if n > _MAX_INBOX:
             raise DecodeError(f"participant session holds {n} messages, at most {_MAX_INBOX}")
         inbox = tuple(p.var("inbox message") for _ in range(n))
-        nym = p.var("pseudonym", 1024)
+        nym = p.var("pseudonym", MAX_RECORD_BYTES)
         p.finish()
         if nym:
             Pseudonym.decode(nym)  # checked now: a corrupt one fails here, not in the middle of a round
