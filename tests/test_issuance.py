@@ -396,3 +396,27 @@ def test_a_pseudonym_record_round_trips_pending_finished_and_with_mates():
         pseudonym.Pseudonym.decode(bad.encode())
     with pytest.raises(pseudonym.DecodeError, match="version 1"):
         pseudonym.Pseudonym.decode(b"\x01" + done.encode()[1:])
+
+
+class _SwapsItsRequest(Participant):
+    """Commits to one request in its advertisement and sends another B in its OT request."""
+
+    def _on_advertise_list(self, s, m):
+        s, out = super()._on_advertise_list(s, m)
+        g = get_group()
+        other = pseudonym.pending(g, pseudonym.request(g, s.nym.epoch), g.element_from_bytes(s.nym.key))
+        return dataclasses.replace(s, nym=other), out
+
+
+def test_the_ps_evaluates_only_the_request_the_advertisement_committed_to():
+    class Swapper:
+        role, pids = "participant", (3,)
+
+        def make(self, *a, **kw):
+            return _SwapsItsRequest(*a, **kw)
+
+    iss = EpochIssuer("ristretto255", 1)
+    r = shuffle(_models(1), T=1, seed=1, epoch_key=iss, identities=IDS, adversaries=[Swapper()],
+                raise_on_failure=False)
+    assert any(e.sender == 3 and "did not commit to" in str(e.error) for e in r.errors)
+    assert IDS[3] not in iss.requests and 3 not in r.positions and len(r.positions) == 9

@@ -49,7 +49,9 @@ from reshuffle.crypto import voprf
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group, get_group
 from reshuffle.crypto.rand import RandomSource, as_source
-from reshuffle.crypto.signatures import SIG_BYTES, Certificate, CertificateAuthority, SigningKey, VerifyKey
+from reshuffle.crypto.signatures import (
+    ROLE_PARTICIPANT, SIG_BYTES, Certificate, CertificateAuthority, SigningKey, VerifyKey,
+)
 from reshuffle.errors import ConfigError, DecodeError, ProtocolError, Refused, UnexpectedMessage
 from reshuffle.wire import Parser, Writer
 
@@ -355,7 +357,7 @@ class NymEvidence:
     def verify(self, ca: CertificateAuthority) -> int:
         """The named member's id; Refused (or InvalidSignature) unless the CA certified its key, both
         commitments are its signed ones under the same epoch key, and they differ."""
-        ca.verify(self.cert)
+        ca.verify(self.cert, role=ROLE_PARTICIPANT)
         pid = self.cert.subject
         for c, sig in (self.first, self.second):
             if len(c) != DIGEST_BYTES:
