@@ -507,6 +507,7 @@ class Explorer:
             if req.nym_request is not None:
                 # Every branch issues anew: the explorer's issuer keeps no record between branches.
                 self.r.nyms.issued.discard(i)
+                self.r.nyms.requests.pop(i, None)
                 nym_ev, nym_proof = self.r.nyms.issue(i, req.nym_request, rng)
             out.append((i, self.r.sign(msg.OTResponseMsg(T, 0, SERVER_ID, ans.encode(), proof.encode(g), ev,
                                                          cproof.encode(g), resolved, nym_ev, nym_proof))))

@@ -411,6 +411,9 @@ class DCServer:
             raise Refused(f"participant {sender} takes part with another model or other parameters")
         if m.epoch_key != pseudonym.key_digest(self.nyms.epoch, self.nyms.key):
             raise pseudonym.EpochKeyMismatch(f"participant {sender} signs another epoch key")
+        if m.nym_request is not None and m.nym_commit != pseudonym.request_digest(self.nyms.epoch,
+                                                                                   m.nym_request.to_bytes()):
+            raise Refused(f"participant {sender} asks for a pseudonym its key does not commit to")
 
     def _on_vectors(self, sender: int, m: msg.MaskedInput) -> None:
         if m.m != self.m or m.h != self._h or m.rows != 1 or len(m.words) != 4 * self.params.n:
@@ -458,11 +461,11 @@ class DCServer:
             nym_eval, nym_proof = None, b""
             if k.nym_request is not None:
                 try:
-                    # Recorded as issued once the member answers with its first count vector (it holds it).
+                    # Its B recorded now (a re-ask gets the same); noted as held at its first count vector.
                     nym_eval, nym_proof = self.nyms.evaluate(self._identity[i], k.nym_request)
                     self._nym_sent.add(i)
                 except ProtocolError as exc:
-                    # A second request of one identity in an epoch: no pseudonym, so the member refuses.
+                    # Another B than the identity's first of the epoch: no pseudonym, so the member refuses.
                     self.errors.append(ErrorRecord("setup", i, exc))
             reply = msg.DCKeys(self.T, 1, SERVER_ID, relayed, ev, proof.encode(self.group), nym_eval, nym_proof)
             if common is None:
@@ -613,13 +616,13 @@ class DCParticipant:
         self.params: RoundParams | None = None
         self.ctx = Context()
         self.nym = nym
-        self.nym_issued = False
+        self.nym_issued = False  # an evaluation arrived in this round
 
     @property
     def pseudonym(self) -> pseudonym.Pseudonym | None:
-        """Its pseudonym of the epoch, to keep for the epoch's next rounds: one it held, or one issued in this
-        round once it checked it and answered DC_KEYS with its first count vector (the PS records the issuance
-        only at that vector, so a round that ends earlier costs the member that round, never the epoch)."""
+        """Its pseudonym record of the epoch, to keep for the epoch's next rounds (§7.3): one it held, or the
+        request drawn at DC_START (kept before the DC_KEY that carries it leaves), with z once the PS's
+        evaluation verified, and with its group mates' signed commitments."""
         return self.nym
 
     def fork(self) -> "DCParticipant":
@@ -681,7 +684,8 @@ class DCParticipant:
             raise Refused(f"decoys={p.decoys} below this member's floor {floor_decoys}")
         if p.N - 1 < 1 or p.R_max > 16:
             raise Refused("parameters out of range")
-        self.nym = pseudonym.held_for(self.nym, m.epoch, m.nym_key)
+        # §7.3: the record of this epoch (a request drawn now if it holds none), kept before DC_KEY leaves.
+        self.nym = pseudonym.record_for(self.nym, p.group_obj(), m.epoch, m.nym_key, self._nym_rng)
         self.params, self.ctx = p, Context(p.group_obj(), p)
         self._server_vk = m.server_cert.key
         self._roster_keys = {pid: c.key for pid, c in m.roster}
@@ -695,10 +699,10 @@ class DCParticipant:
         self._cred_r = self._rng.bytes(credential.R_BYTES)
         self._cred_blind, B = voprf.blind(s, credential.cred_input(self.T, self._cred_r), self._rng)
         self._cred_B = B
-        self._nym_req = None if self.nym is not None else pseudonym.request(g, m.epoch, self._nym_rng)
-        key = msg.DCKey(self.T, 0, self.pid, self._hash, p.digest(), pseudonym.key_digest(m.epoch, m.nym_key),
-                        self._Y, self._rng.bytes(msg.DC_NONCE_BYTES), B,
-                        None if self._nym_req is None else self._nym_req.blinded)
+        ek, commit = pseudonym.key_digest(m.epoch, m.nym_key), self.nym.commitment()
+        key = msg.DCKey(self.T, 0, self.pid, self._hash, p.digest(), ek, self._Y, self._rng.bytes(msg.DC_NONCE_BYTES),
+                        B, self.nym.blinded_element() if self.nym.pending else None, commit,
+                        pseudonym.sign_commitment(self._sk, self.pid, ek, commit))
         self._key = key
         self.state = DCState.AWAIT_KEYS
         return [key]
@@ -714,6 +718,9 @@ class DCParticipant:
             mine = (self.T, self._hash, p.digest(), self._key.epoch_key)
             if (k.T, k.global_hash, k.params_hash, k.epoch_key) != mine:
                 raise Refused(f"member {k.sender}'s key is of another round, model, parameters or epoch key")
+            if k.nym_request is not None and k.nym_commit != pseudonym.request_digest(self._start.epoch,
+                                                                                       k.nym_request.to_bytes()):
+                raise Refused(f"member {k.sender} asks for a pseudonym its key does not commit to")
             keys[k.sender] = k
         if sorted(keys) != list(self.members):
             raise Refused(f"keys of {sorted(keys)} relayed, the group is {list(self.members)}: all or none")
@@ -724,11 +731,16 @@ class DCParticipant:
         (y,) = voprf.finalize(s, [credential.cred_input(self.T, self._cred_r)], [self._cred_blind], [m.cred_eval],
                               [self._cred_B], self._start.cred_key, voprf.Proof.decode(g, m.cred_proof))
         self._cred = credential.Credential(self._cred_r, y)
-        nym = self.nym
-        if self._nym_req is not None:
+        # §7.3: a group mate that signs another pseudonym request than earlier in the epoch was issued (or asks)
+        # twice: the group is not continued (IssuanceChanged, with both signed commitments).
+        nym = pseudonym.check_mates(self.nym, self._key.epoch_key, dict(self._start.roster),
+                                    {j: (k.nym_commit, k.nym_sig) for j, k in keys.items()},
+                                    set(self.members) - {self.pid})
+        asked = nym.pending
+        if asked:
             if m.nym_eval is None:
                 raise Refused("the PS answered without the pseudonym this member asked for")
-            nym = pseudonym.finish(g, self._nym_req, self._start.nym_key, m.nym_eval, m.nym_proof)
+            nym = pseudonym.finish(g, nym, self._start.nym_key, m.nym_eval, m.nym_proof)
         elif m.nym_eval is not None:
             raise UnexpectedMessage("a pseudonym evaluation this member did not ask for")
         self._pairs = {j: pair_secret(self._y, k.dh_key) for j, k in keys.items() if j != self.pid}
@@ -740,7 +752,7 @@ class DCParticipant:
         vector = self._vector()
         # Kept from here on: every member's key signed the same P, and the vector it answers with is what the
         # PS records the issuance at.
-        self.nym, self.nym_issued = nym, self._nym_req is not None
+        self.nym, self.nym_issued = nym, asked
         return [vector]
 
     def _vector(self) -> msg.MaskedInput:

@@ -496,6 +496,7 @@ class GroupedParticipant:
             raise ConfigError(f"participant {pid} was handed participant {membership.pid}'s stable group")
         # Built now: it checks the model (NaN/Inf) before anything is sent, and draws nothing yet.
         self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng, floors=self.floors)
+        self.inner.group_round = True  # every round it takes part in is its group's (§7.3: mates' commitments)
         self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache, min_group, self.floors.draw,
                                        self.floors.federation if federation is None else federation)
         self.min_group = self.client.min_group
@@ -511,7 +512,7 @@ class GroupedParticipant:
     def _dc_handle(self, data: bytes) -> list[bytes]:
         if self.dc is None:
             inner = self.inner
-            held = inner.state.nym if inner.state.nym_held else None
+            held = inner.state.nym  # the record it was handed (DC_START comes instead of a ROUND_START)
             self.dc = self.dc_class(self.pid, self.T, self._sk, self._cert, self._ca, self._gh,
                                     substream(self._rng, b"dc-participant"), self._membership.members,
                                     lambda: inner._model, floors=self.floors, min_group=self.min_group, nym=held)
@@ -519,7 +520,7 @@ class GroupedParticipant:
         nym = self.dc.pseudonym
         if self.dc.params is not None and nym is not self.inner.pseudonym:
             # What it keeps for the epoch is read from the inner participant by every driver: the DC round's
-            # (one issued in it, or None where DC_START opened a later epoch than the one it held).
+            # record (the one held, or the request drawn at DC_START, with z once issued and its mates' commitments).
             self.inner.state = replace(self.inner.state, nym=nym, nym_held=False, nym_certified=nym is not None)
         return out
     # --- end DC-net ---
