@@ -79,13 +79,13 @@ def test_no_member_with_default_floors_is_drawn_from_a_list_below_2g(others, g):
 # --------------------------------------------------------------------------- issuance in the epoch's first round
 # The shipped participant under the protocol's rule: tests/test_explorer.py's complete searches run these
 # checks too (no honest member silenced, never asks twice) and find nothing.
-def test_it_finds_the_lockout_when_the_ps_records_at_the_ot_answer():
-    # The rule before: recorded at the answer, a round the PS stops before any certificate leaves every
-    # honest member recorded and holding nothing.
+def test_a_ps_that_records_at_the_ot_answer_silences_nobody():
+    # Issuance is idempotent and the member keeps its request from the moment it draws it: whenever the PS
+    # records (here at the answer, the rule that once locked groups out), a round it stops leaves every
+    # recorded member holding the request that gets it the same pseudonym next time.
     r = explore(ExploreConfig(announce=False, forge=False, issuance="answer", budget=150))
-    silenced = [v for v in r.violations if v.check == "no honest member silenced"]
-    assert {v.pid for v in silenced} == {1, 2, 3}
-    assert silenced[0].schedule[-1] == "OT_RESPONSE"
+    assert not [v for v in r.violations if v.check in ("no honest member silenced", "never asks twice")]
+    assert r.states > 1
 
 
 def test_it_finds_a_member_that_keeps_its_pseudonym_too_late():

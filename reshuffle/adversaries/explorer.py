@@ -49,8 +49,8 @@ so commuting deliveries are explored once.
    checker accepts is a break. Knowledge only grows along a path, so the leaves cover every state.
 5. *No honest member silenced* (the round is the first of its epoch, §7.3): at every state, where
    the PS may stop, every honest participant it records as issued (``issuance``: at the certificate
-   carrying the member's consent, the protocol's rule, or at the OT answer, the rule before) keeps
-   its pseudonym; else every later round of the epoch refuses its second request.
+   carrying the member's consent, or at the OT answer) keeps its pseudonym or the request that gets
+   it again; else every later round of the epoch refuses its second request.
 6. *Never asks twice*: a participant whose model list carried its pseudonym keeps it (a second
    request would name it as the owner of the pseudonym that vanished).
 

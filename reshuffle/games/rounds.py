@@ -347,8 +347,10 @@ def reissue_trial(g: int, c: int, dcnet: bool, keeps_state: bool = True) -> floa
     r1 = shuffle(_epoch_models(1, g), T=1, groups=group, epoch_key=iss, identities=list(range(g)),
                  raise_on_failure=False, dcnet=dcnet)
     held = {i: n for i, n in r1.held.items() if n is not None and (keeps_state or i != target)}
-    # This PS forgets what it issued: it answers every request of round 2, and what it records then is who asked.
+    # This PS forgets what it issued and the requests it evaluated (an honest issuer refuses a second element of
+    # one identity): it answers every request of round 2, and what it records then is who asked.
     iss.issued.clear()
+    iss.requests.clear()
     r2 = shuffle(_epoch_models(2, g), T=2, groups=group, epoch_key=iss, identities=list(range(g)), pseudonyms=held,
                  raise_on_failure=False, dcnet=dcnet)
     asked = sorted(iss.issued)
