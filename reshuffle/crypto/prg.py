@@ -9,6 +9,7 @@ array through one reusable scratch buffer, which is the masking hot path.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 import numpy as np
@@ -171,3 +172,46 @@ def accumulate_streams(
                 np.add(part, ks, out=part)
             else:
                 np.subtract(part, ks, out=part)
+
+
+def mask_rows(
+    out: np.ndarray, streams, fill=None, chunk_bytes: int = CHUNK_BYTES, scratch: bytearray | None = None,
+) -> list[bytes]:
+    """The fused per-byte pass: every row of ``out`` written, masked and hashed one chunk at a time.
+
+    ``out`` is a contiguous (rows, words) unsigned array, ``streams[ρ]`` row ρ's ``(key, sign)`` list. For each
+    chunk of row ρ, ``fill(ρ, first_word, part)`` (if given) writes the row's plaintext words into ``part`` (a
+    view of ``out``; left as it is otherwise), each stream is added with its sign, and the masked chunk is fed
+    to the row's SHA-256 while it is still in cache. Returns the rows' SHA-256 digests. The words equal filling
+    each row, then :func:`accumulate_streams` on it (each row's streams start at counter 0), and the digests
+    are SHA-256 of the masked rows; no temporary beyond one chunk of keystream.
+    """
+    if out.ndim != 2 or not out.flags.c_contiguous or out.dtype.kind != "u":
+        raise ConfigError("output must be a contiguous 2-D unsigned array")
+    if len(streams) != out.shape[0]:
+        raise ConfigError(f"{len(streams)} stream lists for {out.shape[0]} rows")
+    item = out.dtype.itemsize
+    chunk = max(16, chunk_bytes - chunk_bytes % 16)
+    if scratch is None or len(scratch) < chunk + 15:
+        scratch = bytearray(chunk + 15)
+    digests = []
+    for row, (words, keyed) in enumerate(zip(out, streams)):
+        flat = words.view(np.uint8)
+        encs = [(Cipher(algorithms.AES(k), _CTR_ZERO).encryptor(), s >= 0) for k, s in keyed]
+        h = hashlib.sha256()
+        for start in range(0, flat.size, chunk):
+            nb = min(chunk, flat.size - start)
+            part = flat[start : start + nb].view(out.dtype)
+            if fill is not None:
+                fill(row, start // item, part)
+            ks = np.frombuffer(scratch, dtype=out.dtype, count=nb // item)
+            zeros = _ZEROS.view(nb)
+            for enc, positive in encs:
+                enc.update_into(zeros, scratch)
+                if positive:
+                    np.add(part, ks, out=part)
+                else:
+                    np.subtract(part, ks, out=part)
+            h.update(flat[start : start + nb])
+        digests.append(h.digest())
+    return digests

@@ -52,13 +52,14 @@ from reshuffle.crypto import voprf
 from reshuffle.crypto.channel import dh_shared
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group
-from reshuffle.crypto.prg import CHUNK_BYTES, KeyDeriver, accumulate_streams
+from reshuffle.crypto.prg import CHUNK_BYTES, KeyDeriver, accumulate_streams, mask_rows
 from reshuffle.crypto.rand import RandomSource, SeededRandom, as_source, substream
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
 from reshuffle.errors import (
     AlreadyAnswered,
     BelowThreshold,
     ConfigError,
+    EncodingError,
     ProtocolError,
     Refused,
     UnexpectedMessage,
@@ -155,6 +156,44 @@ def row_pad(keys: Mapping[int, bytes], i: int, length: int, dtype: np.dtype) -> 
     out = np.zeros(length, dtype=dtype)
     accumulate_streams(out, [(k, pair_sign(i, j)) for j, k in sorted(keys.items())])
     return out
+
+
+def plain_model_list(model: np.ndarray, p: RoundParams, pos: int, cred: credential.Credential,
+                     nym: pseudonym.Pseudonym, K: bytes, T: int) -> tuple[np.ndarray, int, bytes]:
+    """The unmasked model list of a member at ``pos``, built in separate passes (encode, row, list): what a
+    deviating member rewrites before masking, and the reference :func:`masked_upload` equals.
+    Returns (list, clipped coordinates, row tag)."""
+    lw = np.zeros((parties(p), p.row_words), dtype=p.codec.dtype)
+    enc = p.codec.encode(model)
+    row = credential.build_row(enc.words, ZERO_TOKEN, cred, nym, K, T, pos)
+    lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
+    return lw, enc.clipped, row[-credential.TAG_BYTES:]
+
+
+def masked_upload(model: np.ndarray, p: RoundParams, pos: int, cred: credential.Credential,
+                  nym: pseudonym.Pseudonym, K: bytes, T: int, i: int, pairs: Mapping[int, bytes], h: bytes,
+                  chunk_bytes: int = CHUNK_BYTES) -> tuple[np.ndarray, list[bytes], int, bytes]:
+    """Member i's masked model list in one pass per chunk: encode (its own row), the row tag, the pairwise
+    keystreams and the row hashes, with no temporary beyond one chunk. Returns (masked list, SHA-256 of each
+    row, clipped coordinates, row tag): bit for bit :func:`plain_model_list`, then :func:`mask_in_place`, then
+    the rows' hashes."""
+    if model.ndim != 1 or model.size != p.d:
+        raise EncodingError(f"a model of shape {model.shape} for a round of d={p.d}")
+    rows = parties(p)
+    lw = np.zeros((rows, p.row_words), dtype=p.codec.dtype)
+    writer = credential.RowWriter(model, p.codec, ZERO_TOKEN, cred, nym, K, T, pos)
+    if writer.row_bytes != lw[pos].nbytes:
+        raise EncodingError(f"a row of {writer.row_bytes} bytes for rows of {lw[pos].nbytes}")
+    keyed = [(row_keys(K_j, T, p.upload_m, i, j, h, rows), pair_sign(i, j)) for j, K_j in sorted(pairs.items())
+             if j != i]
+    streams = [[(keys[ρ], s) for keys, s in keyed] for ρ in range(rows)]
+
+    def fill(row: int, first_word: int, part: np.ndarray) -> None:
+        if row == pos:
+            writer.write(first_word, part)
+
+    hashes = mask_rows(lw, streams, fill, chunk_bytes)
+    return lw, hashes, writer.clipped, writer.tag
 
 
 def decoy_commit(T: int, seed: bytes) -> bytes:
@@ -793,22 +832,26 @@ class DCParticipant:
         if self.nym is None:
             raise Refused(f"participant {self.pid} holds no pseudonym of the epoch")
         rows = parties(p)
-        lw = np.zeros((rows, p.row_words), dtype=p.codec.dtype)
         pos = self.res.position(self.view.slot)
         self.view.position = pos
-        enc = p.codec.encode(model)
-        self.view.clipped = enc.clipped
-        row = credential.build_row(enc.words, ZERO_TOKEN, self._cred, self.nym, self._rng.bytes(credential.K_BYTES),
-                                   self.T, pos)
-        self.view.row_tags = (row[-credential.TAG_BYTES:],)
-        lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
-        lw = self._deviate(lw)
+        K = self._rng.bytes(credential.K_BYTES)
+        if type(self)._deviate is DCParticipant._deviate:
+            # The fused pass: encode, tag, pairwise keystreams and row hashes while each chunk is in cache.
+            lw, hashes, clipped, tag = masked_upload(model, p, pos, self._cred, self.nym, K, self.T, self.pid,
+                                                     self._pairs, self._h)
+        else:  # a deviating member rewrites the plain list before it is masked
+            lw, clipped, tag = plain_model_list(model, p, pos, self._cred, self.nym, K, self.T)
+            lw = self._deviate(lw)
+            mask_in_place(lw.reshape(-1), self.T, p.upload_m, self.pid, self._pairs, self._h, rows)
+            hashes = msg.row_hashes(lw.reshape(-1).view(np.uint8).data, rows)
+        self.view.clipped = clipped
+        self.view.row_tags = (tag,)
         flat = lw.reshape(-1)
-        mask_in_place(flat, self.T, p.upload_m, self.pid, self._pairs, self._h, rows)
         self.state = DCState.UPLOADED
         self.view.uploaded.add(p.upload_m)
         # The masked words travel as a view of the array (no copy before the message's own).
-        return [msg.MaskedInput(self.T, p.upload_m, self.pid, self._h, rows, flat.view(np.uint8).data)]
+        return [msg.MaskedInput.hashed(self.T, p.upload_m, self.pid, self._h, rows, flat.view(np.uint8).data,
+                                       hashes)]
 
     def _deviate(self, lw: np.ndarray) -> np.ndarray:
         """Hook: the model list as written (a jammer's subclass writes other words)."""
