@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -174,17 +175,38 @@ def accumulate_streams(
                 np.subtract(part, ks, out=part)
 
 
+def cores_available() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+_HASHER: list = []  # one lazily started thread that runs SHA-256 updates in submission order
+
+
+def _hasher():
+    if not _HASHER:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _HASHER.append(ThreadPoolExecutor(1, thread_name_prefix="reshuffle-sha256"))
+    return _HASHER[0]
+
+
 def mask_rows(
     out: np.ndarray, streams, fill=None, chunk_bytes: int = CHUNK_BYTES, scratch: bytearray | None = None,
+    overlap: bool = False,
 ) -> list[bytes]:
     """The fused per-byte pass: every row of ``out`` written, masked and hashed one chunk at a time.
 
-    ``out`` is a contiguous (rows, words) unsigned array, ``streams[ρ]`` row ρ's ``(key, sign)`` list. For each
-    chunk of row ρ, ``fill(ρ, first_word, part)`` (if given) writes the row's plaintext words into ``part`` (a
-    view of ``out``; left as it is otherwise), each stream is added with its sign, and the masked chunk is fed
-    to the row's SHA-256 while it is still in cache. Returns the rows' SHA-256 digests. The words equal filling
-    each row, then :func:`accumulate_streams` on it (each row's streams start at counter 0), and the digests
-    are SHA-256 of the masked rows; no temporary beyond one chunk of keystream.
+    ``out`` is a contiguous (rows, words) unsigned array of zeros, ``streams[ρ]`` row ρ's ``(key, sign)`` list.
+    For each chunk of row ρ, ``fill(ρ, first_word, part)`` writes the row's plaintext words into ``part`` (a
+    view of ``out``) and returns True, or returns False for a row left zero; each stream is added with its sign,
+    and the masked chunk is fed to the row's SHA-256 while it is still in cache. Returns the rows' SHA-256
+    digests. The words equal filling each row, then :func:`accumulate_streams` on it (each row's streams start
+    at counter 0; addition in the ring commutes, so a zero chunk takes its first stream's keystream straight
+    from AES); no temporary beyond one chunk of keystream.
     """
     if out.ndim != 2 or not out.flags.c_contiguous or out.dtype.kind != "u":
         raise ConfigError("output must be a contiguous 2-D unsigned array")
@@ -194,24 +216,47 @@ def mask_rows(
     chunk = max(16, chunk_bytes - chunk_bytes % 16)
     if scratch is None or len(scratch) < chunk + 15:
         scratch = bytearray(chunk + 15)
-    digests = []
-    for row, (words, keyed) in enumerate(zip(out, streams)):
-        flat = words.view(np.uint8)
+    whole = memoryview(out.reshape(-1).view(np.uint8))
+    row_bytes = out.shape[1] * item
+    # overlap: SHA-256 (it releases the GIL) of each finished chunk on one helper thread, in order, while the
+    # next chunk is masked; it gains only where a second core is idle (on 2 busy cores it measured slower).
+    pending = []
+    hashes = []
+    for row, keyed in enumerate(streams):
+        base = row * row_bytes
+        flat = out[row].view(np.uint8)
+        # A positive stream first: a zero chunk is then written by AES itself. If every sign is negative, a
+        # zero chunk takes the sum of the streams, negated once.
+        keyed = sorted(keyed, key=lambda ks: ks[1] < 0)
+        all_neg = bool(keyed) and keyed[0][1] < 0
         encs = [(Cipher(algorithms.AES(k), _CTR_ZERO).encryptor(), s >= 0) for k, s in keyed]
         h = hashlib.sha256()
-        for start in range(0, flat.size, chunk):
-            nb = min(chunk, flat.size - start)
+        for start in range(0, row_bytes, chunk):
+            nb = min(chunk, row_bytes - start)
             part = flat[start : start + nb].view(out.dtype)
-            if fill is not None:
-                fill(row, start // item, part)
-            ks = np.frombuffer(scratch, dtype=out.dtype, count=nb // item)
+            written = fill is not None and fill(row, start // item, part)
             zeros = _ZEROS.view(nb)
-            for enc, positive in encs:
+            at = base + start
+            rest, negate = encs, False
+            # update_into needs 15 bytes of room past the chunk; CTR writes exactly nb bytes.
+            if encs and not written and at + nb + 15 <= len(whole):
+                encs[0][0].update_into(zeros, whole[at : at + nb + 15])
+                rest = [(e, True) for e, _ in encs[1:]] if all_neg else encs[1:]
+                negate = all_neg
+            ks = np.frombuffer(scratch, dtype=out.dtype, count=nb // item)
+            for enc, positive in rest:
                 enc.update_into(zeros, scratch)
                 if positive:
                     np.add(part, ks, out=part)
                 else:
                     np.subtract(part, ks, out=part)
-            h.update(flat[start : start + nb])
-        digests.append(h.digest())
-    return digests
+            if negate:
+                np.negative(part, out=part)
+            if overlap:
+                pending.append(_hasher().submit(h.update, flat[start : start + nb]))
+            else:
+                h.update(flat[start : start + nb])
+        hashes.append(h)
+    for f in pending:
+        f.result()
+    return [h.digest() for h in hashes]

@@ -172,11 +172,12 @@ def plain_model_list(model: np.ndarray, p: RoundParams, pos: int, cred: credenti
 
 def masked_upload(model: np.ndarray, p: RoundParams, pos: int, cred: credential.Credential,
                   nym: pseudonym.Pseudonym, K: bytes, T: int, i: int, pairs: Mapping[int, bytes], h: bytes,
-                  chunk_bytes: int = CHUNK_BYTES) -> tuple[np.ndarray, list[bytes], int, bytes]:
+                  chunk_bytes: int = CHUNK_BYTES, overlap: bool = False
+                  ) -> tuple[np.ndarray, list[bytes], int, bytes]:
     """Member i's masked model list in one pass per chunk: encode (its own row), the row tag, the pairwise
     keystreams and the row hashes, with no temporary beyond one chunk. Returns (masked list, SHA-256 of each
     row, clipped coordinates, row tag): bit for bit :func:`plain_model_list`, then :func:`mask_in_place`, then
-    the rows' hashes."""
+    the rows' hashes. ``overlap``: the row hashes on a helper thread (:func:`~reshuffle.crypto.prg.mask_rows`)."""
     if model.ndim != 1 or model.size != p.d:
         raise EncodingError(f"a model of shape {model.shape} for a round of d={p.d}")
     rows = parties(p)
@@ -188,11 +189,13 @@ def masked_upload(model: np.ndarray, p: RoundParams, pos: int, cred: credential.
              if j != i]
     streams = [[(keys[ρ], s) for keys, s in keyed] for ρ in range(rows)]
 
-    def fill(row: int, first_word: int, part: np.ndarray) -> None:
-        if row == pos:
-            writer.write(first_word, part)
+    def fill(row: int, first_word: int, part: np.ndarray) -> bool:
+        if row != pos:
+            return False  # a zero row: it carries the pairwise keystreams alone
+        writer.write(first_word, part)
+        return True
 
-    hashes = mask_rows(lw, streams, fill, chunk_bytes)
+    hashes = mask_rows(lw, streams, fill, chunk_bytes, overlap=overlap)
     return lw, hashes, writer.clipped, writer.tag
 
 
