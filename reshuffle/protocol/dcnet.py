@@ -38,10 +38,12 @@ shows in the opening.
 
 from __future__ import annotations
 
+import collections
 import copy
 import enum
 import hashlib
 import hmac
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
@@ -326,6 +328,76 @@ def verify_dc_evidence(ev: DCEvidence, keys: Mapping, p: RoundParams, T: int) ->
         raise InvalidEvidence("the culprit's plaintext at that row is zero")
 
 
+# ------------------------------------------------------------------------------------------------ the pool
+class GroupPool:
+    """Runs the PS's groups side by side on ``workers`` threads, each group's work in the order it was handed.
+
+    The byte work of a group's upload step (summing, hashing, row tags: numpy, hashlib and AES release the GIL)
+    runs while other groups' runs; within a group nothing is reordered, so every group ends in the state the
+    serial path leaves. :meth:`submit` queues one call for group j; :meth:`wait` returns once every queued call
+    ran and raises the first error (in group order) a call raised; :meth:`run` runs one call per group at once
+    and returns each one's result or exception, by group.
+    """
+
+    def __init__(self, workers: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if workers < 2:
+            raise ConfigError(f"a pool needs at least 2 workers, got {workers}")
+        self.workers = workers
+        self._ex = ThreadPoolExecutor(workers, thread_name_prefix="reshuffle-group")
+        self._lock = threading.Lock()
+        self._queues: dict[int, collections.deque] = {}
+        self._running: set[int] = set()
+        self._futures: list = []
+        self._errors: dict[int, BaseException] = {}
+
+    def submit(self, j: int, fn: Callable, *args) -> None:
+        with self._lock:
+            self._queues.setdefault(j, collections.deque()).append((fn, args))
+            if j in self._running:
+                return
+            self._running.add(j)
+        self._futures.append(self._ex.submit(self._drain, j))
+
+    def _drain(self, j: int) -> None:
+        while True:
+            with self._lock:
+                q = self._queues[j]
+                if not q or j in self._errors:
+                    q.clear()
+                    self._running.discard(j)
+                    return
+                fn, args = q.popleft()
+            try:
+                fn(*args)
+            except BaseException as exc:  # handed to wait(), in the caller's thread
+                with self._lock:
+                    self._errors[j] = exc
+
+    def wait(self) -> None:
+        futures, self._futures = self._futures, []
+        for f in futures:
+            f.result()
+        if self._errors:
+            errors, self._errors = self._errors, {}
+            raise errors[min(errors)]
+
+    def run(self, calls: Mapping[int, Callable]) -> dict[int, tuple[object, BaseException | None]]:
+        self.wait()
+        futures = {j: self._ex.submit(fn) for j, fn in sorted(calls.items())}
+        out = {}
+        for j, f in futures.items():
+            try:
+                out[j] = (f.result(), None)
+            except Exception as exc:
+                out[j] = (None, exc)
+        return out
+
+    def close(self) -> None:
+        self._ex.shutdown(wait=True)
+
+
 # ------------------------------------------------------------------------------------------------ server
 class DCPhase(enum.Enum):
     KEYS = "keys"
@@ -397,6 +469,15 @@ class DCServer:
         self.silent: list[int] = []  # the members whose silence ended the group's round
 
     # -- the driver contract -- #
+    POOLED = frozenset({DCPhase.UPLOAD, DCPhase.BLAME})
+
+    @property
+    def pooled(self) -> bool:
+        """Whether this step's work touches the group's own state alone, so that a :class:`GroupPool` may run it
+        beside other groups' (the key and reservation steps draw on the epoch issuer that groups share, so they
+        run in order)."""
+        return self.phase in self.POOLED
+
     @property
     def done(self) -> bool:
         return self.phase is DCPhase.DONE
@@ -906,6 +987,6 @@ class DCParticipant:
 
 
 __all__ = [
-    "DCEvidence", "DCParticipant", "DCServer", "InvalidEvidence", "PS_TYPES", "Reservation", "dc_params",
+    "DCEvidence", "DCParticipant", "DCServer", "GroupPool", "InvalidEvidence", "PS_TYPES", "Reservation", "dc_params",
     "decoy_slots", "epoch_secret", "mask_in_place", "pair_secret", "row_keys", "verify_dc_evidence",
 ]
