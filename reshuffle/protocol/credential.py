@@ -88,7 +88,7 @@ def build_row(payload: np.ndarray, token: bytes, cred: Credential, nym: pseudony
 
 
 class RowWriter:
-    """:func:`build_row`'s bytes written one chunk at a time, for a fused pass (:func:`~reshuffle.crypto.prg.mask_rows`).
+    """:func:`build_row`'s bytes written one chunk at a time, for a fused pass (:func:`.prg.mask_rows`).
 
     ``write(first_word, part)`` fills words ``[first_word, first_word + part.size)`` of the row: the model's
     encoding (``codec.encode_into`` on that slice), then the padding and trailer; the tag is fed as the
@@ -167,7 +167,8 @@ def check_rows(
     passed: dict[int, tuple[bytes, bytes]] = {}
     failed: list[RowCheck] = []
     for pos in range(rows.shape[0]):
-        raw = memoryview(np.ascontiguousarray(rows[pos])).cast("B")  # fields are sliced out; the tag is fed from the row in place
+        # Fields are sliced out; the tag is fed from the row in place (no copy of the row).
+        raw = memoryview(np.ascontiguousarray(rows[pos])).cast("B")
         token = bytes(raw[off : off + TOKEN_BYTES])
         r = bytes(raw[off + TOKEN_BYTES : off + TOKEN_BYTES + R_BYTES])
         y = bytes(raw[off + TOKEN_BYTES + R_BYTES : at_nym])
