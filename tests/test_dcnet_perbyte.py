@@ -123,6 +123,19 @@ def test_encode_into_by_chunks_equals_encode(n, bits, split, seed):
                                               * codec.resolution).astype(np.float32))
 
 
+def test_encode_into_of_float64_extremes_and_non_finite_values_matches_encode():
+    codec = FixedPoint()
+    w = np.array([1e308, 1e308, -1e308, 3.0, -0.0, 5e-324] * 5000)  # the slice's sum overflows; nothing is NaN
+    out = np.empty(w.size, codec.dtype)
+    want = codec.encode(w)
+    assert codec.encode_into(w, out) == want.clipped and np.array_equal(out, want.words)
+    w[[7, 20000]] = [np.inf, np.nan]
+    with pytest.raises(EncodingError, match="2 non-finite"):
+        codec.encode_into(w, out)
+    with pytest.raises(EncodingError, match="2 non-finite"):
+        codec.encode(w)
+
+
 def test_decode_across_its_chunks_and_raw_words_encode_into():
     codec = FixedPoint()
     words = np.random.default_rng(0).integers(0, 2**32, size=DECODE_CHUNK * 2 + 5, dtype=np.uint64)
