@@ -208,6 +208,19 @@ def test_the_pool_keeps_each_groups_order_and_hands_back_the_first_error():
         GroupPool(1)
 
 
+def test_the_pools_backlog_is_bounded_so_queued_uploads_cannot_pile_up():
+    pool = GroupPool(2, backlog=3)
+    gate = threading.Event()
+    for k in range(3):  # two run (one per group), one waits behind its group's first
+        pool.submit(k % 2, gate.wait, 10)
+    # A fourth submit would block now: every slot is taken until a call finishes.
+    assert not pool._slots.acquire(blocking=False)
+    gate.set()
+    pool.wait()
+    assert all(pool._slots.acquire(blocking=False) for _ in range(3))  # every slot came back
+    pool.close()
+
+
 def _state(ps, out):
     """Everything a round leaves that the pool could disturb: outputs, errors, sums, blame, per group."""
     groups = {}

@@ -336,15 +336,18 @@ class GroupPool:
     runs while other groups' runs; within a group nothing is reordered, so every group ends in the state the
     serial path leaves. :meth:`submit` queues one call for group j; :meth:`wait` returns once every queued call
     ran and raises the first error (in group order) a call raised; :meth:`run` runs one call per group at once
-    and returns each one's result or exception, by group.
+    and returns each one's result or exception, by group. At most ``backlog`` calls (default 2·workers) wait or
+    run at a time: :meth:`submit` blocks beyond that, so queued uploads never hold more memory than the serial
+    path's one plus that many.
     """
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, backlog: int | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         if workers < 2:
             raise ConfigError(f"a pool needs at least 2 workers, got {workers}")
         self.workers = workers
+        self._slots = threading.Semaphore(backlog or 2 * workers)
         self._ex = ThreadPoolExecutor(workers, thread_name_prefix="reshuffle-group")
         self._lock = threading.Lock()
         self._queues: dict[int, collections.deque] = {}
@@ -353,6 +356,7 @@ class GroupPool:
         self._errors: dict[int, BaseException] = {}
 
     def submit(self, j: int, fn: Callable, *args) -> None:
+        self._slots.acquire()  # released once the call ran (or was dropped after its group's error)
         with self._lock:
             self._queues.setdefault(j, collections.deque()).append((fn, args))
             if j in self._running:
@@ -365,6 +369,8 @@ class GroupPool:
             with self._lock:
                 q = self._queues[j]
                 if not q or j in self._errors:
+                    for _ in range(len(q)):
+                        self._slots.release()
                     q.clear()
                     self._running.discard(j)
                     return
@@ -374,6 +380,8 @@ class GroupPool:
             except BaseException as exc:  # handed to wait(), in the caller's thread
                 with self._lock:
                     self._errors[j] = exc
+            finally:
+                self._slots.release()
 
     def wait(self) -> None:
         futures, self._futures = self._futures, []
