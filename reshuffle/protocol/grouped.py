@@ -131,6 +131,10 @@ class GroupedServer:
         is then ignored.
     sample : with ``stable``, the indices of the groups this round runs (default every group). A
         sampled group with a member missing from ``roster`` is not started: it delivers nothing.
+
+    ``workers`` (an attribute, default the cores available) is how many threads the DC-net groups' upload and
+    blame steps run on side by side (:class:`~reshuffle.protocol.dcnet.GroupPool`); 1 runs them group by group.
+    Either way every group ends in the same state.
     """
 
     def __init__(self, T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
