@@ -94,6 +94,22 @@ def test_the_overlapped_row_hashes_equal_the_inline_ones():
     assert np.array_equal(a[0], b[0]) and a[1:] == b[1:]
 
 
+def test_large_lists_hash_on_the_helper_thread_where_there_is_a_second_core(monkeypatch):
+    from reshuffle.crypto import prg
+
+    used = []
+    monkeypatch.setattr(prg, "OVERLAP_MIN_BYTES", 1 << 12)
+    monkeypatch.setattr(prg, "_hasher", lambda real=prg._hasher: used.append(1) or real())
+    streams = [[(os.urandom(32), 1)] for _ in range(2)]
+    for cores, big in ((2, True), (1, True), (2, False)):
+        monkeypatch.setattr(prg, "cores_available", lambda c=cores: c)
+        used.clear()
+        out = np.zeros((2, 2048 if big else 256), np.uint32)
+        digests = mask_rows(out, streams, chunk_bytes=1024)
+        assert bool(used) == (cores == 2 and big)
+        assert digests == [hashlib.sha256(out[r].tobytes()).digest() for r in range(2)]
+
+
 def test_a_model_of_another_length_or_with_nan_is_refused_before_anything_is_masked():
     p = dcnet.dc_params(5, 40)
     rng, cred, nym, K, h = _inputs(5, 5)

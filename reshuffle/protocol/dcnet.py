@@ -174,7 +174,7 @@ def plain_model_list(model: np.ndarray, p: RoundParams, pos: int, cred: credenti
 
 def masked_upload(model: np.ndarray, p: RoundParams, pos: int, cred: credential.Credential,
                   nym: pseudonym.Pseudonym, K: bytes, T: int, i: int, pairs: Mapping[int, bytes], h: bytes,
-                  chunk_bytes: int = CHUNK_BYTES, overlap: bool = False
+                  chunk_bytes: int = CHUNK_BYTES, overlap: bool | None = None
                   ) -> tuple[np.ndarray, list[bytes], int, bytes]:
     """Member i's masked model list in one pass per chunk: encode (its own row), the row tag, the pairwise
     keystreams and the row hashes, with no temporary beyond one chunk. Returns (masked list, SHA-256 of each
