@@ -561,9 +561,11 @@ class DCServer:
             raise UnexpectedMessage(f"upload of {sender}: another invocation, view or length")
         msg.check_rows(m, self.decoy_positions)
         t0, c0 = time.perf_counter(), time.thread_time()
+        up = np.frombuffer(m.words, dtype=p.codec.dtype)
         if self._sum is None:
-            self._sum = np.zeros(parties(p) * p.row_words, dtype=p.codec.dtype)
-        self._sum += np.frombuffer(m.words, dtype=p.codec.dtype)
+            self._sum = up.copy()  # the first upload starts the sum: one pass, no zeros to add to
+        else:
+            self._sum += up
         self.timings["ps_sum_s"] += time.perf_counter() - t0
         self.timings["ps_sum_cpu_s"] += time.thread_time() - c0
         size = len(m.words) // m.rows
