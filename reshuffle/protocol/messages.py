@@ -739,6 +739,15 @@ class MaskedInput(Message):
     rows: int
     words: bytes | memoryview  # decoded as a zero-copy view
 
+    @classmethod
+    def hashed(cls, T: int, m: int, sender: int, h: bytes, rows: int, words, hashes: list[bytes]) -> "MaskedInput":
+        """The message with its row hashes as the sender computed them while writing the words (one pass)."""
+        if len(hashes) != rows:
+            raise ValueError(f"{len(hashes)} row hashes for {rows} rows")
+        out = cls(T, m, sender, h, rows, words)
+        object.__setattr__(out, "_row_hashes", list(hashes))
+        return out
+
     def _hashes(self) -> list[bytes]:
         if getattr(self, "_row_hashes", None) is None:
             object.__setattr__(self, "_row_hashes", row_hashes(self.words, self.rows))
