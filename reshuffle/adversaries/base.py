@@ -60,9 +60,23 @@ class Behaviour:
     #: True when the PS deviates: then the round may fail, but no honest model may be exposed
     #: and the test is on the honest participants' views.
     culprits: tuple[int, ...] = ()
+    #: The DC-net round of stable groups (protocol/dcnet.py): the deviating member's
+    #: :class:`~reshuffle.protocol.dcnet.DCParticipant` or PS's :class:`~reshuffle.protocol.dcnet.DCServer`
+    #: subclass that plays this behaviour there, what holds against it (``dc_outcome``: "refused",
+    #: "named with evidence", "linked nobody", ...), or, where None, why it has no meaning there (``dc_absent``).
+    dc_class: ClassVar[type | None] = None
+    dc_outcome: ClassVar[str] = ""
+    dc_absent: ClassVar[str] = ""
 
     def holds(self, result: "ShuffleResult", honest: list[int]) -> Verdict:
         raise NotImplementedError
+
+    def dc_holds(self, result: "ShuffleResult", honest: list[int], server=None) -> Verdict:
+        """The verdict of a DC-net round of :data:`reshuffle.adversaries.dcteam.TWO` (``server``: its grouped PS,
+        to check evidence with the roster's keys)."""
+        from reshuffle.adversaries import dcteam
+
+        return dcteam.verdict(self, result, honest, server)
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
@@ -86,6 +100,12 @@ class ParticipantBehaviour(Behaviour):
         p.behaviour = self
         return p
 
+    def make_dc(self, *args, **kwargs):
+        """Its member of the DC-net round (``dc_class``, which must be set)."""
+        p = self.dc_class(*args, **kwargs)
+        p.behaviour = self
+        return p
+
 
 class PSBehaviour(Behaviour):
     """A deviating PS; ``server_class`` is its state machine."""
@@ -96,6 +116,13 @@ class PSBehaviour(Behaviour):
     def make(self, *args, **kwargs) -> "Server":
         s = self.server_class(*args, **kwargs)
         s.behaviour = self
+        return s
+
+    def make_dc(self, *args, **kwargs):
+        """The PS of one stable group's DC-net round (``dc_class``, which must be set)."""
+        s = self.dc_class(*args, **kwargs)
+        s.behaviour = self
+        self.dc_servers = [*getattr(self, "dc_servers", []), s]
         return s
 
 
