@@ -147,10 +147,25 @@ SERVER_HOOKS: tuple[str, ...] = (
 ) + _handlers(SERVER_TABLE) + tuple(sorted({s.closer for s in SCHEDULE}))
 
 
+def _dc_hooks() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What a deviating DC-net member and PS may override (``dc_class``): the entry points, the named hooks
+    (``_vector``, ``_deviate``, ``_opening``), every handler of the member's state table, and the PS's
+    per-step checks and closers."""
+    from reshuffle.protocol.dcnet import STEPS, DCParticipant
+
+    member = ("handle", "TABLE", "_vector", "_deviate", "_opening") + tuple(sorted(
+        {h for row in DCParticipant.TABLE.values() for h in row.values()}))
+    server = ("start", "receive", "close_phase") + tuple(sorted(
+        {st.closer for st in STEPS.values()} | {"_on_" + ph.name.lower() for ph in STEPS}))
+    return member, server
+
+
 def unlisted_overrides(cls: type) -> list[str]:
     """Methods (and upper-case class attributes) that ``cls``, a subclass of the honest participant or
-    PS, defines beyond the hooks of :data:`PARTICIPANT_HOOKS` or :data:`SERVER_HOOKS`: an override of a
-    renamed or removed hook, which the honest code would never call."""
+    PS (of either round), defines beyond the hooks of :data:`PARTICIPANT_HOOKS`, :data:`SERVER_HOOKS` or
+    their DC-net round's (:func:`_dc_hooks`): an override of a renamed or removed hook, which the honest
+    code would never call."""
+    from reshuffle.protocol.dcnet import DCParticipant, DCServer
     from reshuffle.protocol.participant import Participant
     from reshuffle.protocol.server import Server
 
@@ -158,8 +173,12 @@ def unlisted_overrides(cls: type) -> list[str]:
         hooks, base = PARTICIPANT_HOOKS, Participant
     elif issubclass(cls, Server):
         hooks, base = SERVER_HOOKS, Server
+    elif issubclass(cls, DCParticipant):
+        hooks, base = _dc_hooks()[0], DCParticipant
+    elif issubclass(cls, DCServer):
+        hooks, base = _dc_hooks()[1], DCServer
     else:
-        raise ConfigError(f"{cls.__name__} derives from neither Participant nor Server")
+        raise ConfigError(f"{cls.__name__} derives from neither a participant nor a PS")
     out = []
     for k in cls.__mro__[: cls.__mro__.index(base)]:
         for name, value in vars(k).items():

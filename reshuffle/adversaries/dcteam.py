@@ -66,7 +66,7 @@ def verdict(b, result, honest: list[int], server=None, claim: str | None = None)
     ps = b.role == "ps"
     culprits = () if ps else tuple(b.pids)
     target = getattr(b, "target", None)
-    attacked = {j for j, g in enumerate(TWO) if set(g) & {*culprits, *([target] if ps else [])}}
+    attacked = {j for j, g in enumerate(TWO) if set(g) & {*culprits, *([target] if ps and target is not None else [])}}
     control = [i for j, g in enumerate(TWO) if j not in attacked for i in g]
     got = sum(i in result.positions for i in control)
     wrong = sorted(set(result.blamed) & set(honest))
@@ -76,12 +76,17 @@ def verdict(b, result, honest: list[int], server=None, claim: str | None = None)
     evidence = bool(culprits) and named and server is not None and all(_evidence_checks(server, c) for c in culprits)
     if claim.startswith(NAMED):
         ok = ok and evidence
+    if claim.startswith(REFUSED) and culprits:
+        # The PS refused something the culprit sent (and recorded why).
+        ok = ok and any(e.sender in culprits for e in result.errors)
     if GROUP_LOST in claim:
         ok = ok and attacked <= set(result.failed_groups)
         if "names it silent" in claim:
             ok = ok and all(str(list(culprits)) in result.failed_groups[j] or f"[{c}]" in result.failed_groups[j]
                             for c in culprits for j in attacked if j in result.failed_groups)
     hit = getattr(b, "hit", None)
+    if claim.startswith("never delivered"):
+        ok = ok and hit is not None
     if hit is not None and result.output is not None:
         # A row it wrote over is never delivered; a decoy's names it.
         offs = result.output.offsets.get(0)
@@ -89,7 +94,7 @@ def verdict(b, result, honest: list[int], server=None, claim: str | None = None)
             ok = ok and offs + hit not in result.output.valid_positions
             if offs + hit in result.output.decoy_positions:
                 ok = ok and named and evidence
-    if ps:
+    if ps and target is not None:
         # Against a PS: the target never masked its model under a view the others did not share, so nothing of
         # it is delivered from a fork; refused means before its upload.
         errs = [type(e).__name__ for e in result.views[target].errors]
@@ -100,8 +105,11 @@ def verdict(b, result, honest: list[int], server=None, claim: str | None = None)
     detail = (f"named: {sorted(result.blamed)}{' (evidence checks)' if evidence else ''}; "
               f"suspects: {sorted(result.output.suspects) if result.output else []}; "
               f"groups failed: {sorted(result.failed_groups)}; delivered {len(result.positions)} of 10")
-    if ps:
+    if ps and target is not None:
         detail += f"; target errors: {[type(e).__name__ for e in result.views[target].errors]}"
+    refused = sorted({type(e.error).__name__ for e in result.errors if e.sender in culprits})
+    if refused:
+        detail += f"; the PS refused its messages: {refused}"
     if hit is not None:
         detail += f"; row hit: {hit}"
     return Verdict(ok, got, len(control), named or ps, wrong, b.stopped_by, detail)

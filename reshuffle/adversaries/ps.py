@@ -154,6 +154,23 @@ class _DCAcceptAll(DCServer):
         """Accepts every key."""
 
 
+class _DCForcedBlame(DCServer):
+    """A DC-net PS that starts the blame step on a clean round (of the decoys' rows, or of every row)."""
+
+    open_all = False
+
+    def _close_upload(self, got):
+        out = super()._close_upload(got)
+        if self.phase is not DCPhase.DONE:
+            return out  # a real blame step
+        p = self.params
+        self.output, self.phase = None, DCPhase.BLAME
+        rows = tuple(range(parties(p))) if self.open_all else tuple(self.decoy_positions)
+        vectors = tuple(msg.relay_bytes(v) for r in sorted(self.vectors) for v in self.vectors[r].values())
+        data = msg.DCBlame(self.T, p.upload_m, SERVER_ID, self._seed, rows, vectors).encode(self._sk)
+        return [(i, data) for i in sorted(self._roster)]
+
+
 @register_adversary("equivocate-u")
 class EquivocateU(_PSAttack):
     """Shows half the participants U_m and the other half U_m without the target, to get both share kinds."""
@@ -458,19 +475,10 @@ class FalseDecoyClaim(_PSAttack):
     stopped_by = "§9 audit: positions must be the decoys the opened seed gives; never one's own row"
     dc_outcome = REFUSED + " (the audit: only the decoys' rows are opened)"
 
-    class dc_class(DCServer):
+    class dc_class(_DCForcedBlame):
         """Starts the blame step on a clean round and asks every member to open every row."""
 
-        def _close_upload(self, got):
-            out = super()._close_upload(got)
-            if self.phase is not DCPhase.DONE:
-                return out  # a real blame step
-            p = self.params
-            self.output, self.phase = None, DCPhase.BLAME
-            vectors = tuple(msg.relay_bytes(v) for r in sorted(self.vectors) for v in self.vectors[r].values())
-            data = msg.DCBlame(self.T, p.upload_m, SERVER_ID, self._seed, tuple(range(parties(p))),
-                               vectors).encode(self._sk)
-            return [(i, data) for i in sorted(self._roster)]
+        open_all = True
 
     class server_class(_ForcedBlame):
         def _check_rows(self, st):
