@@ -174,7 +174,8 @@ def markdown(data: dict) -> str:
 def loss_table(data: dict) -> str:
     """The loss table as docs/results.md shows it: per population and sampling, per p, the share of the
     cohort's models delivered (with sets: the share lost only to a set), and the share of rounds lost; the last
-    column counts models lost although nobody of their set (their sender, without sets) dropped."""
+    column counts models lost although nobody of their set (their sender, without sets) dropped before unmask
+    (without sets, a round left below its threshold at the consent loses them all)."""
     out = ["| clients, sampled | sampling | p = 0 | p = 2 % | p = 5 % | p = 10 % | lost with no dropout in the set |",
            "|---|---|---|---|---|---|---|"]
     rows = data["losses"]

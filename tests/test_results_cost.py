@@ -31,9 +31,10 @@ def test_the_docs_loss_table_is_the_real_channel_runs_table_and_its_command_exis
     # The table is the script's rendering of those results, line for line.
     for line in script.loss_table(data).splitlines():
         assert line in docs, line
-    # Every cell of the grid was measured; no model was lost unless a member of its set (its sender) dropped.
+    # Every cell of the grid was measured; no model of a stable set was lost unless a member of its set dropped
+    # in that round (without sets a round below the Shamir-shared round's threshold loses every model).
     assert len(data["losses"]) == len(script.POPULATIONS) * len(script.SIZES) * len(script.RATES)
-    assert all(r["lost_unexplained"] == 0 for r in data["losses"])
+    assert all(r["lost_unexplained"] == 0 for r in data["losses"] if r["set_size"])
 
 
 def test_the_real_channel_cell_counts_every_model_of_the_cohort():
