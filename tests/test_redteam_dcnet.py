@@ -30,7 +30,7 @@ def test_each_behaviour_does_what_it_claims_in_the_dcnet_round_and_an_honest_sta
     for seed in (1, 2):
         b = make_adversary(name)
         r, server = dcteam.play_round(b, seed)
-        v = b.dc_holds(r, [i for i in range(10) if i not in getattr(b, "pids", ())], server)
+        v = dcteam.judge(b, r, [i for i in range(10) if i not in getattr(b, "pids", ())], server)
         assert v.holds, (seed, v)
         assert not v.wrong and v.delivered == v.expected  # no honest member named; the control group delivers
     # Control: the same verdict on a round where the behaviour's member or PS is the honest one fails (a
@@ -41,7 +41,7 @@ def test_each_behaviour_does_what_it_claims_in_the_dcnet_round_and_an_honest_sta
         b.global_hash_for = lambda pid, gh: gh  # the PS hands every member the real global model
     r, server = dcteam.play_round(b, 1)
     assert len(r.models) == 10 and not r.blamed
-    assert not b.dc_holds(r, [i for i in range(10) if i not in getattr(b, "pids", ())], server).holds
+    assert not dcteam.judge(b, r, [i for i in range(10) if i not in getattr(b, "pids", ())], server).holds
 
 
 def test_a_jammer_in_the_dcnet_round_is_named_with_evidence_and_the_other_group_delivers():

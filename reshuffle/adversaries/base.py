@@ -71,12 +71,11 @@ class Behaviour:
     def holds(self, result: "ShuffleResult", honest: list[int]) -> Verdict:
         raise NotImplementedError
 
-    def dc_holds(self, result: "ShuffleResult", honest: list[int], server=None) -> Verdict:
-        """The verdict of a DC-net round of :data:`reshuffle.adversaries.dcteam.TWO` (``server``: its grouped PS,
-        to check evidence with the roster's keys)."""
-        from reshuffle.adversaries import dcteam
-
-        return dcteam.verdict(self, result, honest, server)
+    def dc_holds(self, result: "ShuffleResult", honest: list[int], server=None) -> Verdict | None:
+        """Its own verdict of a DC-net round of :data:`reshuffle.adversaries.dcteam.TWO` (``server``: its grouped
+        PS, to check evidence with the roster's keys); None: the generic one of its ``dc_outcome``
+        (:func:`reshuffle.adversaries.dcteam.judge`)."""
+        return None
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

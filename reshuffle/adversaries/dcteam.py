@@ -115,6 +115,11 @@ def verdict(b, result, honest: list[int], server=None, claim: str | None = None)
     return Verdict(ok, got, len(control), named or ps, wrong, b.stopped_by, detail)
 
 
+def judge(b, result, honest: list[int], server=None) -> Verdict:
+    """``b``'s verdict of one DC-net round of :data:`TWO`: its own (``dc_holds``), else :func:`verdict`."""
+    return b.dc_holds(result, honest, server) or verdict(b, result, honest, server)
+
+
 def play(name: str, rounds: int):
     """(delivered, expected, culprit rounds right, honest named, holds, detail) of one row: ``dcnet-colluders``, or
     ``dcnet-<behaviour>``."""
@@ -129,7 +134,7 @@ def play(name: str, rounds: int):
     for seed in range(1, rounds + 1):
         b = make_adversary(base)
         r, server = play_round(b, seed)
-        v = b.dc_holds(r, honest, server)
+        v = judge(b, r, honest, server)
         got, want, right, wrong = got + v.delivered, want + v.expected, right + v.culprits_right, wrong + len(v.wrong)
         ok = ok and v.holds
         details.append(v.detail)
