@@ -3,6 +3,8 @@ an honest stand-in in its place makes the same verdict fail (so each verdict can
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import reshuffle
 from reshuffle.adversaries import adversary_names, make_adversary
@@ -49,6 +51,17 @@ def test_a_jammer_in_the_dcnet_round_is_named_with_evidence_and_the_other_group_
     r, server = dcteam.play_round(b, 3)
     assert set(r.blamed) == {1} and "decoy row" in r.blamed[1]
     assert sorted(r.positions) == [5, 6, 7, 8, 9]
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 2**32), st.sampled_from(["jam", "false-opening", "silent", "wrong-length", "count-abuse"]),
+       st.integers(0, 9))
+def test_whatever_the_seed_and_the_deviating_member_no_honest_member_is_named(seed, name, pid):
+    b = make_adversary(name, pids=(pid,))
+    r, server = dcteam.play_round(b, seed)
+    v = dcteam.judge(b, r, [i for i in range(10) if i != pid], server)
+    assert v.holds and not v.wrong, v
+    assert set(r.blamed) <= {pid}
 
 
 def test_a_silent_member_costs_its_group_the_round_and_is_named_silent_not_blamed():

@@ -24,6 +24,7 @@ reads no honest member alone and every model is delivered.
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -82,14 +83,15 @@ def verdict(b, result, honest: list[int], server=None, claim: str | None = None)
     if GROUP_LOST in claim:
         ok = ok and attacked <= set(result.failed_groups)
         if "names it silent" in claim:
-            ok = ok and all(str(list(culprits)) in result.failed_groups[j] or f"[{c}]" in result.failed_groups[j]
-                            for c in culprits for j in attacked if j in result.failed_groups)
+            silent = {int(i) for j in attacked for ids in re.findall(r"\[([\d, ]+)\]", result.failed_groups.get(j, ""))
+                      for i in ids.split(",")}
+            ok = ok and set(culprits) <= silent
     hit = getattr(b, "hit", None)
     if claim.startswith("never delivered"):
         ok = ok and hit is not None
     if hit is not None and result.output is not None:
         # A row it wrote over is never delivered; a decoy's names it.
-        offs = result.output.offsets.get(0)
+        offs = result.output.offsets.get(min(attacked)) if attacked else None
         if offs is not None:
             ok = ok and offs + hit not in result.output.valid_positions
             if offs + hit in result.output.decoy_positions:
@@ -101,7 +103,7 @@ def verdict(b, result, honest: list[int], server=None, claim: str | None = None)
         if claim.startswith(REFUSED):
             ok = ok and bool(errs) and not result.views[target].uploaded
         if claim.startswith("its fork"):
-            ok = ok and not set(result.positions) & set(TWO[0])
+            ok = ok and not any(set(result.positions) & set(TWO[j]) for j in attacked)
     detail = (f"named: {sorted(result.blamed)}{' (evidence checks)' if evidence else ''}; "
               f"suspects: {sorted(result.output.suspects) if result.output else []}; "
               f"groups failed: {sorted(result.failed_groups)}; delivered {len(result.positions)} of 10")
