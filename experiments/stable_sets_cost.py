@@ -87,9 +87,11 @@ def losses(clients: int, fraction: float, k: int | None, p: float, rounds: int, 
         # A model lost although neither its sender nor (with sets) a member of its set dropped before unmask.
         gone = {i for ph, ids in drops.items() if ph != UNMASK for i in ids}
         hit = {i for g in groups if set(g) & gone for i in g} if sets else gone
-        unexplained += sum(1 for i in cohort if i not in hit and i not in set(d.senders))
+        sent = {int(i) for i in d.senders}
+        unexplained += sum(1 for i in cohort if i not in hit and i not in sent)
     return {"clients": clients, "fraction": fraction, "set_size": k, "p": p, "rounds": rounds, "shuffle": shuffle,
-            "models": cohort_models, "lost_unexplained": unexplained, "delivered": delivered, "lost_own_dropout": own, "lost_to_sets": to_sets,
+            "models": cohort_models, "lost_unexplained": unexplained, "delivered": delivered, "lost_own_dropout": own,
+            "lost_to_sets": to_sets,
             "rounds_lost": lost_rounds, "delivered_frac": delivered / cohort_models,
             "lost_to_sets_frac": to_sets / cohort_models, "rounds_lost_frac": lost_rounds / rounds,
             # a member's model survives with 1 − 0.8 p (4 of 5 phases lose it); a set of k with that to the k
@@ -227,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     stem = "results" if args.shuffle == "ideal" else "results-real"
     (OUT / f"{stem}.json").write_text(json.dumps(data, indent=2) + "\n")
-    text = markdown(data) + "\nAs docs/results.md shows it (delivered (lost to sets); rounds lost):\n\n" + loss_table(data)
+    text = (markdown(data) + "\nAs docs/results.md shows it (delivered (lost to sets); rounds lost):\n\n"
+            + loss_table(data))
     (OUT / f"{stem}.md").write_text(text)
     print(text)
     return 0
