@@ -23,7 +23,7 @@ def test_every_behaviour_either_plays_in_the_dcnet_round_or_says_why_not():
     assert {"jam", "tamper-one-row", "false-opening", "replay", "malformed-after-upload", "multi-slot", "count-abuse",
             "silent", "wrong-length", "invalid-element", "equivocate-u", "fork-position", "tagged-ot",
             "per-participant-key", "per-participant-epoch-key", "different-global-model", "false-decoy-claim",
-            "forge-evidence", "replayed-start"} <= set(PLAYED)
+            "forge-evidence", "replayed-start", "garbage-upload"} <= set(PLAYED)
     assert all(make_adversary(n).dc_outcome for n in PLAYED)
 
 
@@ -54,7 +54,8 @@ def test_a_jammer_in_the_dcnet_round_is_named_with_evidence_and_the_other_group_
 
 
 @settings(max_examples=8, deadline=None)
-@given(st.integers(1, 2**32), st.sampled_from(["jam", "false-opening", "silent", "wrong-length", "count-abuse"]),
+@given(st.integers(1, 2**32), st.sampled_from(["jam", "garbage-upload", "false-opening", "silent", "wrong-length",
+                                                 "count-abuse"]),
        st.integers(0, 9))
 def test_whatever_the_seed_and_the_deviating_member_no_honest_member_is_named(seed, name, pid):
     b = make_adversary(name, pids=(pid,))

@@ -591,3 +591,30 @@ class InvalidElement(ParticipantBehaviour):
 
     def holds(self, result, honest) -> Verdict:
         return _silent_verdict(self, result, honest, self.stopped_by)
+
+
+@register_adversary("garbage-upload")
+class GarbageUpload(ParticipantBehaviour):
+    """Uploads random bytes of the right length in place of its masked model list, signed under its own key
+    (no mask at all, unlike ``jam``, which masks random words)."""
+
+    stopped_by = "decoy rows opened after the upload: its signed upload minus its own opened keys is nonzero"
+    dc_outcome = NAMED
+
+    class participant_class(Participant):
+        def _seal(self, m: msg.Message) -> list[bytes]:
+            if m.TYPE == MsgType.MASKED_INPUT and m.m == self.params.upload_m:
+                m = dataclasses.replace(m, words=self._rng.bytes(len(m.words)))
+            return super()._seal(m)
+
+    class dc_class(DCParticipant):
+        def _on_upload_request(self, m):
+            (up,) = super()._on_upload_request(m)
+            return [dataclasses.replace(up, words=self._rng.bytes(len(up.words)))]
+
+    def __init__(self, pids=(1,)) -> None:
+        super().__init__(pids)
+        self.culprits = self.pids
+
+    def holds(self, result, honest) -> Verdict:
+        return _blame_verdict(self, result, honest, self.stopped_by, must_name=True)
