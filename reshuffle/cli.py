@@ -549,7 +549,9 @@ def cmd_redteam(args: argparse.Namespace) -> int:
     from reshuffle.adversaries import adversary_names, dcteam
 
     names = args.only or [*adversary_names(), LINKER, *dcteam.ROWS]
-    with _Steps("behaviours", len(names), enabled=not args.quiet) as steps:
+    # A behaviour's name gives two rows (its Shamir-shared and its DC-net round); the others one.
+    total = sum(1 if n == LINKER or n.startswith(dcteam.PREFIX) else 2 for n in names)
+    with _Steps("rows", total, enabled=not args.quiet) as steps:
         rows = run_redteam(rounds=args.rounds, N=args.N or 8, names=names,
                            on_row=lambda r: steps.step(f"{r.behaviour}: {'holds' if r.holds else 'FAILS'}"))
     if args.json:
