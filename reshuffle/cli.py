@@ -567,10 +567,12 @@ def cmd_redteam(args: argparse.Namespace) -> int:
 
     if args.explore:
         return cmd_explore(args)
-    from reshuffle.adversaries import adversary_names
+    from reshuffle.adversaries import adversary_names, dcteam
 
-    names = args.only or [*adversary_names(), LINKER]
-    with _Steps("behaviours", len(names), enabled=not args.quiet) as steps:
+    names = args.only or [*adversary_names(), LINKER, *dcteam.ROWS]
+    # A behaviour's name gives two rows (its Shamir-shared and its DC-net round); the others one.
+    total = sum(1 if n == LINKER or n.startswith(dcteam.PREFIX) else 2 for n in names)
+    with _Steps("rows", total, enabled=not args.quiet) as steps:
         rows = run_redteam(rounds=args.rounds, N=args.N or 8, names=names,
                            on_row=lambda r: steps.step(f"{r.behaviour}: {'holds' if r.holds else 'FAILS'}"))
     if args.json:
@@ -581,12 +583,16 @@ def cmd_redteam(args: argparse.Namespace) -> int:
         from rich.table import Table
 
         t = Table(title=f"reshuffle redteam (N={args.N or 8}, {args.rounds} rounds each)")
-        for col in ("behaviour", "role", "rounds", "honest delivered", "culprit named", "honest named",
-                    "detected by", "extra s", "result"):
+        for col in ("behaviour", "round", "role", "rounds", "honest delivered", "culprit named", "honest named",
+                    "what holds", "extra s", "result"):
             t.add_column(col)
         for r in rows:
-            t.add_row(escape(r.behaviour), r.role, str(r.rounds), f"{r.delivered}/{r.expected}",
-                      f"{r.culprit_right}/{r.rounds}", str(r.wrong), escape(r.detected_by), f"{r.extra_s:+.3f}",
+            if not r.rounds:  # no form in this round: the row says why
+                t.add_row(escape(r.behaviour), r.round, r.role, "0", "-", "-", "-", escape(r.detail), "-", "n/a")
+                continue
+            t.add_row(escape(r.behaviour), r.round, r.role, str(r.rounds), f"{r.delivered}/{r.expected}",
+                      f"{r.culprit_right}/{r.rounds}", str(r.wrong),
+                      escape(r.outcome if r.round == "dcnet" else r.detected_by), f"{r.extra_s:+.3f}",
                       "holds" if r.holds else "FAILS")
         Console(width=220).print(t)
         for r in rows:
@@ -742,7 +748,8 @@ def build_parser() -> argparse.ArgumentParser:
     red.add_argument("--rounds", type=_positive(int), default=2, help="rounds per behaviour (seeds 1..R)")
     red.add_argument("--N", type=_positive(int), default=None,
                      help="participants per round (>= 4; default 8, or 4 with --explore)")
-    red.add_argument("--only", nargs="+", metavar="NAME", help="only these behaviours")
+    red.add_argument("--only", nargs="+", metavar="NAME",
+                     help="only these behaviours (each in both rounds; dcnet-NAME: in the DC-net round alone)")
     red.add_argument("--json", action="store_true", help="print JSON")
     red.add_argument("--quiet", action="store_true", help="no progress line (on stderr)")
     ex = red.add_argument_group("explorer of PS schedules (--explore)")

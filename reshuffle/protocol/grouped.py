@@ -372,8 +372,10 @@ class GroupedServer:
             rng = SeededRandom(self._rng.bytes(32), b"group-server") if self._rng is not OS_RANDOM else None
             if self.dcnet:  # --- DC-net round of a stable group ---
                 p = dc_params(len(members), self._d, c=c, **self.overrides, **a.binding(j))
-                s = DCServer(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
-                             self._hash, rng, **self._dc_options)
+                opts = dict(self._dc_options)
+                make_dc = opts.pop("make", None) or DCServer  # a deviating PS's subclass (reshuffle.adversaries)
+                s = make_dc(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
+                            self._hash, rng, **opts)
             else:
                 p = RoundParams.default(len(members), self._d, c=c, **self.overrides, **a.binding(j))
                 s = self._make(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
