@@ -112,11 +112,10 @@ def test_the_simulator_plays_a_behaviour_in_the_dcnet_round_of_its_stable_sets()
         assert {i for i in r.lost} == mine
 
 
-@pytest.mark.xfail(strict=True, reason="the DC-net round does not attribute a jammed count vector: the reservation's "
-                   "signed vectors are opened only in a blame step after the upload, and a reservation whose counts "
-                   "fail ends the group's round with nobody named, so one member can silence its group every round")
 @pytest.mark.parametrize("name", ["count-abuse", "multi-slot"])
 def test_a_member_that_jams_the_reservation_is_named(name):
-    r, _ = dcteam.play_round(make_adversary(name), 1)
-    assert list(r.failed_groups) == [0]  # the attack works: its group delivers nothing
-    assert set(r.blamed) == {1}  # and it is named (it is not)
+    r, server = dcteam.play_round(make_adversary(name), 1)
+    assert list(r.failed_groups) == [0]  # its group delivers nothing this round
+    assert set(r.blamed) == {1} and "count vector" in r.blamed[1]  # but it is named, alone
+    assert dcteam._evidence_checks(server, 1)  # with evidence the roster's keys check
+    assert sorted(r.positions) == [5, 6, 7, 8, 9]

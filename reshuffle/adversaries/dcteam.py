@@ -86,19 +86,20 @@ def _pads(member, j: int, keys, rows: int, width: int, dtype) -> np.ndarray:
     return np.stack([dcnet.row_pad({j: keys[ρ]}, member.pid, width, dtype) for ρ in range(rows)])
 
 
+def _fake_keys(member):
+    """(the partner it lies about, the per-row keys it uses for that partner instead of K_ij's)."""
+    p = member.params
+    j = min(i for i in member.members if i != member.pid)
+    return j, dcnet.row_keys(b"\x01" * 32, member.T, p.upload_m, member.pid, j, member._h, dcnet.parties(p))
+
+
 class PairLiar(dcnet.DCParticipant):
     """Masks every row but its own with another key than K_ij gives for one partner (the lowest other member), and
     opens that key: its own plaintext at a decoy row is zero, the pair's two openings disagree."""
 
-    def _fake(self):
-        p = self.params
-        j = min(i for i in self.members if i != self.pid)
-        fake = dcnet.row_keys(b"\x01" * 32, self.T, p.upload_m, self.pid, j, self._h, dcnet.parties(p))
-        return j, fake
-
     def _deviate(self, lw):
         p = self.params
-        j, fake = self._fake()
+        j, fake = _fake_keys(self)
         true = dcnet.row_keys(self._pairs[j], self.T, p.upload_m, self.pid, j, self._h, dcnet.parties(p))
         delta = _pads(self, j, fake, len(lw), lw.shape[1], lw.dtype) - _pads(self, j, true, len(lw), lw.shape[1],
                                                                              lw.dtype)
@@ -106,9 +107,16 @@ class PairLiar(dcnet.DCParticipant):
         return lw + delta
 
     def _opening(self, op):
-        j, fake = self._fake()
+        j, fake = _fake_keys(self)
         return msg.DCOpening(op.T, op.m, op.sender, op.h,
                              tuple((pos, i, fake[pos] if i == j else k) for pos, i, k in op.keys))
+
+
+def _other_keys(member, j: int):
+    """member's per-row keys with partner j over another transcript than its h_M."""
+    p = member.params
+    return dcnet.row_keys(member._pairs[j], member.T, p.upload_m, member.pid, j,
+                          hashlib.sha256(b"other" + member._h).digest(), dcnet.parties(p))
 
 
 class WrongTranscript(dcnet.DCParticipant):
@@ -117,24 +125,19 @@ class WrongTranscript(dcnet.DCParticipant):
 
     consistent = True
 
-    def _other(self, j: int):
-        p = self.params
-        return dcnet.row_keys(self._pairs[j], self.T, p.upload_m, self.pid, j, hashlib.sha256(b"other" + self._h)
-                              .digest(), dcnet.parties(p))
-
     def _deviate(self, lw):
         p = self.params
         lw = lw.copy()
         for j in self._pairs:
             true = dcnet.row_keys(self._pairs[j], self.T, p.upload_m, self.pid, j, self._h, dcnet.parties(p))
-            lw += _pads(self, j, self._other(j), len(lw), lw.shape[1], lw.dtype)
+            lw += _pads(self, j, _other_keys(self, j), len(lw), lw.shape[1], lw.dtype)
             lw -= _pads(self, j, true, len(lw), lw.shape[1], lw.dtype)
         return lw
 
     def _opening(self, op):
         if not self.consistent:
             return op
-        other = {j: self._other(j) for j in self._pairs}
+        other = {j: _other_keys(self, j) for j in self._pairs}
         return msg.DCOpening(op.T, op.m, op.sender, op.h, tuple((pos, j, other[j][pos]) for pos, j, _ in op.keys))
 
 

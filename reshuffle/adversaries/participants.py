@@ -158,7 +158,7 @@ class MultiSlot(ParticipantBehaviour):
             self.view.position = None
             return lw.reshape(-1), max(len(S), 1)
 
-    dc_outcome = GROUP_LOST + "; nobody named"
+    dc_outcome = NAMED + "; " + GROUP_LOST
 
     class dc_class(DCParticipant):
         """Marks three free slots in every count vector (the DC-net round's reservation has no OT candidates)."""
@@ -215,7 +215,7 @@ class CountAbuse(ParticipantBehaviour):
                 v[others[int.from_bytes(self._rng.bytes(4), "big") % len(others)]] = np.uint32(2**32 - 1)
             return s, v, rows
 
-    dc_outcome = GROUP_LOST + "; nobody named"
+    dc_outcome = NAMED + "; " + GROUP_LOST
 
     class dc_class(DCParticipant):
         """The same abuse in its count vector of iteration ``iteration``."""
