@@ -233,9 +233,9 @@ def test_the_project_server_app_keeps_its_groups_through_a_kill(tmp_path):
     server_app.main(lg, Context(run_id=7, node_id=1, node_config={}, state=RecordDict(),
                                 run_config={**cfg, "resume": str(tmp_path), "out-dir": ""}))
     after = checkpoint.load(tmp_path, kind="flower").state["federation"]
-    # The same groups, and the same epoch: the PS's epoch key and its numbering survive the kill.
+    # The same groups; a new epoch, numbered above the saved one (nodes that restarted may hold no pseudonym).
     assert after["groups"] == saved
-    assert {k: after["pseudonyms"][k] for k in ("base", "first")} == {k: fed["pseudonyms"][k] for k in ("base", "first")}
+    assert after["pseudonyms"]["base"] + after["pseudonyms"]["first"] > fed["pseudonyms"]["base"] + 2
     firsts = [msg.peek_type(m.content[RECORD]["data"][0]) for m in lg.sent[sent:]
               if RECORD in m.content and m.content[RECORD]["stage"] == "protocol"]
     assert MsgType.GROUP_OPEN not in firsts

@@ -64,11 +64,16 @@ class Federation:
     seed : a simulated run's seed: rows whose channel recovered no pseudonym carry the ideal one of their
         sender (None: no ideal names, as on Flower, where no one knows a row's sender).
     group_size : on Flower, the size of the groups the nodes form (None: no groups).
+    resume_epochs : a resumed run continues the saved epoch, its key and its pseudonyms (a simulation, which
+        plays its clients and keeps what they hold). False: it opens a new epoch numbered above the saved one
+        (a Flower ServerApp, whose nodes may have restarted without theirs: under the saved issuance record
+        they could not ask again until the epoch ends).
     """
 
     def __init__(self, *, sets: StableSets | None = None, book: EpochBook | None = None, seed: int | None = None,
-                 group_size: int | None = None) -> None:
+                 group_size: int | None = None, resume_epochs: bool = True) -> None:
         self.sets, self.seed, self.group_size = sets, seed, group_size
+        self.resume_epochs = resume_epochs
         self.book = book if book is not None else EpochBook()
         #: Flower's groups: one Assignment per formation (the first round's, then each newcomers'), and the
         #: node each member (participant id) answered from.
@@ -215,5 +220,12 @@ class Federation:
             if not isinstance(saved["groups"], Mapping):
                 raise ConfigError(f"stable groups saved as {type(saved['groups']).__name__}")
             self.restore_groups(saved["groups"])
-        if saved.get("pseudonyms") is not None:
+        if saved.get("pseudonyms") is not None and self.resume_epochs:
             self.book.restore(saved["pseudonyms"])
+        elif isinstance(saved.get("pseudonyms"), Mapping):
+            # A new epoch above the saved one's number: a fresh book opens its first at the next round, and its
+            # base must exceed the saved base (a clock set back would otherwise number an epoch again).
+            base = saved["pseudonyms"].get("base")
+            if isinstance(base, int) and not isinstance(base, bool) and self.book.base <= base:
+                raise ConfigError(f"the checkpoint's epochs are numbered from {base}, above this run's "
+                                  f"{self.book.base}: is the clock set back?")

@@ -148,9 +148,11 @@ class _Run:
         self.model = build_model(sim.model, self.ds.input_shape, self.ds.num_classes, seed=sim.seed, dataset=sim.dataset)
         self.layout = FlatLayout.of(self.model)
         # The groups the nodes form and the epoch pseudonyms, kept across rounds and in the checkpoint; the
-        # epochs are numbered above every earlier run's (its nodes keep their pseudonyms).
+        # epochs are numbered above every earlier run's (its nodes keep their pseudonyms). A resumed app keeps
+        # the groups and opens a new epoch: a node that restarted meanwhile may hold no pseudonym, and under the
+        # saved issuance record could not ask for one until the epoch ended.
         federation = Federation(book=EpochBook(sim.group, base=run_base()),
-                                group_size=sim.set_size if sim.stable_sets else sim.group_size)
+                                group_size=sim.set_size if sim.stable_sets else sim.group_size, resume_epochs=False)
         self.rounds = FLRound(make_step(sim, statistics=self.layout.statistics(self.model)), sim.sampler(),
                               self.layout.get(self.model), federation)
         self.initial = self.evaluate(self.W_g).accuracy
