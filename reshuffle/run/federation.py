@@ -152,7 +152,7 @@ class Federation:
         recovered none (a simulation's). Applying it twice changes nothing."""
         d = delivery
         if SET in d.meta:
-            d = self._all_or_none(d)
+            d = self._all_or_none(d, cohort or ())
         sets = self.members()
         if cohort is not None and sets:
             of = {i: j for j, s in enumerate(sets) for i in s}
@@ -162,7 +162,7 @@ class Federation:
             d = dataclasses.replace(d, meta={**d.meta, PSEUDONYM: names})
         return d
 
-    def _all_or_none(self, d: Delivery) -> Delivery:
+    def _all_or_none(self, d: Delivery, cohort: Sequence[int]) -> Delivery:
         sets = self.members()
         index = {tuple(s): j for j, s in enumerate(sets)}
         rows: dict[int, list[int]] = {}
@@ -178,7 +178,8 @@ class Federation:
         # The cause names a member that is missing for a cause of its own; the others lost it to their set.
         own = {i: why for i, why in lost.items() if not _set_caused(why)}
         drop: list[int] = []
-        for j in sorted(set(rows) | {of[i] for i in lost if i in of}):
+        # The sets drawn: those of the cohort, of a row, or of a model lost.
+        for j in sorted(set(rows) | {of[i] for i in (*lost, *cohort) if i in of}):
             got = len(rows.get(j, ()))
             if got == len(sets[j]):
                 continue
