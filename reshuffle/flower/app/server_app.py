@@ -85,9 +85,23 @@ def _model_of(reply: Message, size: int) -> tuple[np.ndarray, bool | None] | Non
     return W.ravel(), None if label is None else label == 1
 
 
-def make_grid(grid: Grid, s: FlowerSettings, federation: Federation) -> ReshuffleGrid:
+def run_federation(s: FlowerSettings) -> Federation:
+    """A run's cross-round state: the groups its nodes form and the epoch pseudonyms, kept across rounds and in
+    the checkpoint.
+
+    Its epochs are numbered above every earlier run's (its nodes keep their pseudonyms). A resumed app keeps the
+    groups and opens a new epoch: a node that restarted meanwhile may hold no pseudonym, and under the saved
+    issuance record could not ask for one again before the epoch ended.
+    """
+    sim = s.sim
+    return Federation(book=EpochBook(sim.group, base=run_base()),
+                      group_size=sim.set_size if sim.stable_sets else sim.group_size, resume_epochs=False)
+
+
+def make_grid(grid: Grid, s: FlowerSettings, federation: Federation | None = None) -> ReshuffleGrid:
     """The run's ReshuffleGrid over the FL round's ``federation`` (its groups, kept by a resumed run, and its
-    pseudonym book)."""
+    pseudonym book; default: a fresh one, :func:`run_federation`)."""
+    federation = run_federation(s) if federation is None else federation
     extra = {"R_max": s.r_max} if s.r_max is not None else {}
     # Stable sets (the default) are the grid's stable groups; without them, one group per round (or group_size's).
     size = None if federation.assignments else s.sim.set_size if s.sim.stable_sets else s.sim.group_size
@@ -147,14 +161,8 @@ class _Run:
         self.ds = load_dataset(sim.dataset, sim.data_dir)
         self.model = build_model(sim.model, self.ds.input_shape, self.ds.num_classes, seed=sim.seed, dataset=sim.dataset)
         self.layout = FlatLayout.of(self.model)
-        # The groups the nodes form and the epoch pseudonyms, kept across rounds and in the checkpoint; the
-        # epochs are numbered above every earlier run's (its nodes keep their pseudonyms). A resumed app keeps
-        # the groups and opens a new epoch: a node that restarted meanwhile may hold no pseudonym, and under the
-        # saved issuance record could not ask for one until the epoch ended.
-        federation = Federation(book=EpochBook(sim.group, base=run_base()),
-                                group_size=sim.set_size if sim.stable_sets else sim.group_size, resume_epochs=False)
         self.rounds = FLRound(make_step(sim, statistics=self.layout.statistics(self.model)), sim.sampler(),
-                              self.layout.get(self.model), federation)
+                              self.layout.get(self.model), run_federation(s))
         self.initial = self.evaluate(self.W_g).accuracy
         self.records: list[RoundRecord] = []
         self.reports: list[dict] = []
