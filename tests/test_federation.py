@@ -225,3 +225,23 @@ def test_both_drivers_deliver_the_same_whole_sets_under_the_same_incomplete_set_
         assert len(f.lost) == len(s.lost) == 5
         assert not set(f.meta[SET][0]) & set(f.lost) and not set(s.meta[SET][0]) & set(s.lost)
     assert all(why.startswith(INCOMPLETE) for why in flower[0].lost.values())
+
+
+def test_a_flower_checkpoint_of_the_earlier_layout_restores_its_groups_and_the_round_draws_them_whole():
+    from reshuffle.protocol.groups import Assignment
+    from reshuffle.run.sampling import UniformSampler
+
+    a = Assignment.draw(1, 0, 5, list(range(10)), bytes(32))
+    old = Federation(group_size=5)
+    assert old.adopt(a, {pid: 1000 + pid for pid in range(10)}) and not old.adopt(a, {})
+    legacy = {"round": 1, "banned": {}, "groups": old.group_state()}  # what a ServerApp saved before
+    fed = Federation(group_size=5)
+    fed.restore(legacy)
+    assert fed.members() == old.members() and len(fed.members()) == 2
+    nodes = [1000 + i for i in range(10)]
+    for T in range(2, 6):
+        assert tuple(fed.cohort(UniformSampler(1, fraction=0.5), T, nodes)) in fed.members()
+    # A node in no group (it joined later) is sent every round, to form a group with other newcomers.
+    assert 2000 in fed.cohort(UniformSampler(1, fraction=0.5), 2, nodes + [2000])
+    with pytest.raises(ConfigError, match="stable groups saved as list"):
+        Federation().restore({"groups": ["00"]})
