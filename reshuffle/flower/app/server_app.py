@@ -245,9 +245,9 @@ class _Run:
         self.reports.append({"round": T, **{k: v for k, v in asdict(rep).items() if k != "T"},
                              "rejected": rejected, "outcome": outcome})
         if rec.skipped:
-            print(f"[reshuffle] round {T}: {len(d.models)} usable models; W_g kept ({rec.skipped})", flush=True)
+            print(f"[reshuffle] round {T}: {rec.models_received} usable models; W_g kept ({rec.skipped})", flush=True)
         else:
-            print(f"[reshuffle] round {T}: accuracy {rec.accuracy:.4f}, models {len(d.models)}/{self.nodes}, "
+            print(f"[reshuffle] round {T}: accuracy {rec.accuracy:.4f}, models {rec.models_received}/{self.nodes}, "
                   f"accepted {rec.models_accepted}, blamed {rep.blamed or 'none'}", flush=True)
 
     def outputs(self) -> dict:
