@@ -127,13 +127,15 @@ class Uploads:
         """client → cause, for every client whose model is lost to a dropout (a drop at ``unmask`` is recovered)."""
         return {i: f"dropout at {ph}" for ph, ids in self.drops().items() if ph != UNMASK for i in ids}
 
-    def set_column(self, rows: dict[int, int], n: int) -> dict[str, list]:
-        """The :data:`SET` column of ``n`` rows (``rows``: client → row), where the cohort is in sets; else none.
+    def set_column(self, rows: dict[int, int], n: int, stable: Sequence[Sequence[int]] | None = None) -> dict:
+        """The :data:`SET` column of ``n`` rows (``rows``: client → row), where the cohort is in sets (``stable``,
+        default ``groups``); else none.
 
         The PS knows it: each set runs a round of its own, and a row is in its set's part of the output."""
-        if not self.groups:
+        stable = self.groups if stable is None else stable
+        if not stable:
             return {}
-        of = {i: tuple(sorted(int(x) for x in s)) for s in self.groups for i in s}
+        of = {i: tuple(sorted(int(x) for x in s)) for s in stable for i in s}
         col: list = [None] * n
         for i, r in rows.items():
             col[r] = of[i]
@@ -261,7 +263,7 @@ class RealShuffle:
                            blamed={cohort[j]: why for j, why in r.blamed.items()}, failure=r.failure,
                            seconds={ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()},
                            bytes={"per_participant": per_p, "ps_total": ps},
-                           meta={PSEUDONYM: list(r.pseudonyms), **up.set_column(rows, len(r.models))})
+                           meta={PSEUDONYM: list(r.pseudonyms), **up.set_column(rows, len(r.models), stable)})
 
 
 class _Functionality:
