@@ -3,6 +3,7 @@
     python experiments/stable_sets_cost.py                 # both tables (a few minutes on one core)
     python experiments/stable_sets_cost.py --rounds 500    # fewer rounds per cell
     python experiments/stable_sets_cost.py --seeds         # without the accuracy runs
+    python experiments/stable_sets_cost.py --shuffle real --rounds 50 --seeds   # the loss table on the real channel
 
 1. **Losses.** The simulator's own pieces, without training (who is delivered
    depends only on who drops): the partition (:func:`reshuffle.run.sets.form_sets`),
@@ -23,7 +24,14 @@
    batch 64, FedAvg, 30 rounds, the ideal shuffle, no dropouts: per-client
    sampling against stable sets of 5, one run per seed.
 
-Writes ``experiments/stable_sets/results.json`` and ``results.md``.
+With ``--shuffle real`` the loss table is measured on the simulator's real channel
+(:class:`reshuffle.run.delivery.RealShuffle`: the protocol in process, the DC-net round
+in each stable set, the Shamir-shared round of the whole cohort without sets, epoch
+pseudonyms kept across a cell's rounds), and a model lost although nobody of its set
+dropped is counted.
+
+Writes ``experiments/stable_sets/results.json`` and ``results.md`` (``results-real.*`` with
+``--shuffle real``).
 """
 
 from __future__ import annotations
@@ -45,26 +53,30 @@ MLP_D = 199_210  # the MNIST MLP's parameters
 ACCURACY = (("mnist", "iid"), ("mnist", "dirichlet"), ("fashion-mnist", "dirichlet"))
 
 
-def losses(clients: int, fraction: float, k: int | None, p: float, rounds: int, seed: int = 11) -> dict:
-    """Delivered, lost-to-sets and lost rounds over ``rounds`` rounds (see the module's docstring)."""
-    from reshuffle.protocol.schedule import PHASES
-    from reshuffle.run.delivery import UNMASK, IdealShuffle, Uploads
+def losses(clients: int, fraction: float, k: int | None, p: float, rounds: int, seed: int = 11,
+           shuffle: str = "ideal") -> dict:
+    """Delivered, lost-to-sets and lost rounds over ``rounds`` rounds (see the module's docstring); ``shuffle``
+    "real" delivers through the simulator's real channel (the protocol in process, epoch pseudonyms kept
+    across the rounds) instead of the ideal one."""
+    from reshuffle.protocol.schedule import STAGES
+    from reshuffle.run.delivery import UNMASK, IdealShuffle, RealShuffle, Uploads
+    from reshuffle.run.pseudonyms import EpochBook
     from reshuffle.run.sampling import DROPOUT, SetSampler, UniformSampler, seed_of
     from reshuffle.run.sets import INCOMPLETE, form_sets
 
     sets = form_sets(range(clients), k, seed) if k else None
     sampler = SetSampler(seed, sets, fraction) if sets else UniformSampler(seed, fraction)
-    channel = IdealShuffle(seed)
+    channel = RealShuffle(epochs=EpochBook()) if shuffle == "real" else IdealShuffle(seed)
     of = {i: j for j, s in enumerate(sets or ()) for i in s}
     W_g = np.zeros(4, np.float32)
     models = {i: np.full(4, 0.01 * i, np.float32) for i in range(clients)}
-    cohort_models = delivered = to_sets = own = lost_rounds = 0
+    cohort_models = delivered = to_sets = own = lost_rounds = unexplained = 0
     for T in range(1, rounds + 1):
         cohort = sampler.cohort(T, range(clients))
         rng = np.random.default_rng(seed_of(seed, T, DROPOUT, int(p * 1000)))
         drops: dict[str, list[int]] = {}
         for i in np.asarray(cohort)[rng.random(len(cohort)) < p].tolist():
-            drops.setdefault(PHASES[int(rng.integers(len(PHASES)))], []).append(i)
+            drops.setdefault(STAGES[int(rng.integers(len(STAGES)))], []).append(i)
         groups = tuple(sets[j] for j in sorted({of[i] for i in cohort})) if sets else ()
         d = channel.deliver(Uploads(T, W_g, {i: models[i] for i in cohort}, drops, {}, frozenset(), (), groups))
         cohort_models += len(cohort)
@@ -72,8 +84,14 @@ def losses(clients: int, fraction: float, k: int | None, p: float, rounds: int, 
         to_sets += sum(1 for why in d.lost.values() if why.startswith(INCOMPLETE))
         own += sum(len(ids) for ph, ids in drops.items() if ph != UNMASK)
         lost_rounds += len(d.models) < 2
-    return {"clients": clients, "fraction": fraction, "set_size": k, "p": p, "rounds": rounds,
-            "models": cohort_models, "delivered": delivered, "lost_own_dropout": own, "lost_to_sets": to_sets,
+        # A model lost although neither its sender nor (with sets) a member of its set dropped before unmask.
+        gone = {i for ph, ids in drops.items() if ph != UNMASK for i in ids}
+        hit = {i for g in groups if set(g) & gone for i in g} if sets else gone
+        sent = {int(i) for i in d.senders}
+        unexplained += sum(1 for i in cohort if i not in hit and i not in sent)
+    return {"clients": clients, "fraction": fraction, "set_size": k, "p": p, "rounds": rounds, "shuffle": shuffle,
+            "models": cohort_models, "lost_unexplained": unexplained, "delivered": delivered, "lost_own_dropout": own,
+            "lost_to_sets": to_sets,
             "rounds_lost": lost_rounds, "delivered_frac": delivered / cohort_models,
             "lost_to_sets_frac": to_sets / cohort_models, "rounds_lost_frac": lost_rounds / rounds,
             # a member's model survives with 1 − 0.8 p (4 of 5 phases lose it); a set of k with that to the k
@@ -115,9 +133,11 @@ def counted(n: int, d: int = MLP_D) -> float:
 
 
 def markdown(data: dict) -> str:
-    out = ["# What stable anonymity sets cost", "", f"`python experiments/stable_sets_cost.py` ({data['date']}).", "",
+    channel = "real channel (the protocol in process)" if data.get("shuffle") == "real" else "ideal channel"
+    out = ["# What stable anonymity sets cost", "",
+           f"`{data.get('command', 'python experiments/stable_sets_cost.py')}` ({data['date']}).", "",
            "Models and rounds lost: each member of a round's cohort drops out with probability p at one of the five "
-           "phases (a drop at unmask is recovered); the simulator's sampler, partition and ideal channel, "
+           f"stages (a drop at unmask is recovered); the simulator's sampler, partition and {channel}, "
            f"{data['rounds']} rounds per cell. Delivered: share of the cohort's models delivered; lost to sets: share "
            "lost only because another member of their set dropped; rounds lost: rounds that delivered fewer than 2.",
            "", "| clients, sampled | sampling | p | delivered | lost to sets | rounds lost | (1 − 0.8p)^k |",
@@ -153,24 +173,66 @@ def markdown(data: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def loss_table(data: dict) -> str:
+    """The loss table as docs/results.md shows it: per population and sampling, per p, the share of the
+    cohort's models delivered (with sets: the share lost only to a set), and the share of rounds lost; the last
+    column counts models lost although nobody of their set (their sender, without sets) dropped before unmask
+    (without sets, a round left below its threshold at the consent loses them all)."""
+    out = ["| clients, sampled | sampling | p = 0 | p = 2 % | p = 5 % | p = 10 % | lost with no dropout in the set |",
+           "|---|---|---|---|---|---|---|"]
+    rows = data["losses"]
+    for clients, fraction in POPULATIONS:
+        for k in SIZES:
+            cells = [r for r in rows if (r["clients"], r["fraction"], r["set_size"]) == (clients, fraction, k)]
+            if not cells:
+                continue
+            per_round = round(fraction * clients)
+            who = f"{clients}, {'all' if fraction == 1 else f'{per_round} per round'}"
+            mode = "per client" if k is None else f"sets of {k} ({per_round // k} per round)"
+            vals = []
+            for r in sorted(cells, key=lambda r: r["p"]):
+                sets = "" if k is None else f" ({100 * r['lost_to_sets_frac']:.1f} %)"
+                vals.append(f"{100 * r['delivered_frac']:.1f} %{sets}; {100 * r['rounds_lost_frac']:.1f} %")
+            out.append(f"| {who} | {mode} | " + " | ".join(vals)
+                       + f" | {sum(r.get('lost_unexplained', 0) for r in cells)} |")
+    return "\n".join(out) + "\n"
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=2000, help="rounds per cell of the loss table")
     ap.add_argument("--seeds", type=int, nargs="*", default=[11, 12, 13], help="seeds of the accuracy runs (none: skip)")
+    ap.add_argument("--shuffle", choices=("ideal", "real"), default="ideal",
+                    help="the loss table's channel: the ideal one, or the real protocol in process (results-real.*)")
     ap.add_argument("--data-root", type=Path, default=ROOT / "data")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     t0 = time.time()
-    rows = [losses(n, f, k, p, args.rounds) for n, f in POPULATIONS for k in SIZES for p in RATES]
+    rows = []
+    for n, f in POPULATIONS:
+        for k in SIZES:
+            for p in RATES:
+                c0 = time.time()
+                rows.append(losses(n, f, k, p, args.rounds, shuffle=args.shuffle))
+                print(f"{n} clients, {'per client' if k is None else f'sets of {k}'}, p = {p:g}: "
+                      f"{100 * rows[-1]['delivered_frac']:.1f} % delivered ({time.time() - c0:.0f} s)", flush=True)
     ups = [upload(20, g) for g in (None, 10, 5)]
     acc = [accuracy(ds, part, stable, seed, args.data_root) for ds, part in ACCURACY
            for stable in (False, True) for seed in args.seeds]
-    data = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "rounds": args.rounds, "losses": rows, "upload": ups,
-            "upload_mlp": {str(n): counted(n) for n in (5, 10, 20, 100)}, "seeds": args.seeds, "accuracy": acc,
-            "wall_s": round(time.time() - t0, 1)}
+    data = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "rounds": args.rounds, "shuffle": args.shuffle,
+            "command": "python experiments/stable_sets_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "losses": rows, "upload": ups, "upload_mlp": {str(n): counted(n) for n in (5, 10, 20, 100)},
+            "seeds": args.seeds, "accuracy": acc, "wall_s": round(time.time() - t0, 1)}
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "results.json").write_text(json.dumps(data, indent=2) + "\n")
-    (OUT / "results.md").write_text(markdown(data))
-    print(markdown(data))
+    stem = "results" if args.shuffle == "ideal" else "results-real"
+    (OUT / f"{stem}.json").write_text(json.dumps(data, indent=2) + "\n")
+    text = (markdown(data) + "\nAs docs/results.md shows it (delivered (lost to sets); rounds lost):\n\n"
+            + loss_table(data))
+    (OUT / f"{stem}.md").write_text(text)
+    print(text)
     return 0
 
 

@@ -489,7 +489,8 @@ def cmd_games(args: argparse.Namespace) -> int:
 #: ``reshuffle redteam --explore --weak NAME``: participants of reshuffle.adversaries.weak, each with one fix undone
 WEAK_PARTICIPANTS = {"reopens-after-upload": "ReopensAfterUpload", "answers-every-complaint": "AnswersEveryComplaint",
                      "trusts-announced-parameters": "TrustsAnnouncedParameters",
-                     "opens-without-view": "OpensWithoutView"}
+                     "opens-without-view": "OpensWithoutView",
+                     "keeps-pseudonym-only-when-done": "KeepsPseudonymOnlyWhenDone"}
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
@@ -520,7 +521,8 @@ def cmd_explore(args: argparse.Namespace) -> int:
             print(f"VIOLATION {v}")
         if not r.violations:
             print("no violation: no key masked two plaintexts, no uploader revealed its slot phase, nothing linked"
-                  + (", no forged evidence accepted" if cfg.forge else ""))
+                  + (", no forged evidence accepted" if cfg.forge else "")
+                  + "; every pseudonym recorded as issued is held, and no uploader would ask twice")
     if args.weak != "none" or args.no_dcnet:
         return 1 if r.violations else 0
     # The DC-net round of a stable group of 5, two colluders: its own explorer (reshuffle/adversaries/dcexplore.py).
@@ -537,8 +539,27 @@ def cmd_explore(args: argparse.Namespace) -> int:
         for v in dc.violations:
             print(f"VIOLATION {v}")
         if not dc.violations:
-            print("no violation: no key masked two plaintexts, no real row opened, no honest member read alone")
-    return 1 if r.violations or dc.violations else 0
+            print("no violation: no key masked two plaintexts, no real row opened, no honest member read alone, "
+                  "every pseudonym recorded as issued is held")
+    # The group assignment and the round it starts: its own explorer (reshuffle/adversaries/assignexplore.py).
+    from reshuffle.adversaries.assignexplore import AssignExploreConfig, explore_assignment
+
+    acfg = AssignExploreConfig(budget=min(args.budget, 3000), depth=min(args.depth, 14), seed=args.seed)
+    ga = explore_assignment(acfg)
+    if args.json:
+        print(json.dumps({"assignment": ga.as_dict()}, indent=2))
+    else:
+        done = "all reachable states" if ga.complete else f"stopped at {ga.states} states"
+        print(f"group assignment of {acfg.N} (groups of {acfg.g}, {len(acfg.colluders)} colluder): explored "
+              f"{ga.states} states and {ga.schedules} schedules ({done}), {ga.assigned} with every honest member "
+              f"assigned, {ga.rounds_started} with a round started, in {ga.seconds:.1f} s; moves accepted: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(ga.kinds.items())))
+        for v in ga.violations:
+            print(f"VIOLATION {v}")
+        if not ga.violations:
+            print("no violation: no group below a member's floor, no draw from a list the PS chose, one partition "
+                  "per draw, no round without a group")
+    return 1 if r.violations or dc.violations or ga.violations else 0
 
 
 def cmd_redteam(args: argparse.Namespace) -> int:
@@ -546,10 +567,12 @@ def cmd_redteam(args: argparse.Namespace) -> int:
 
     if args.explore:
         return cmd_explore(args)
-    from reshuffle.adversaries import adversary_names
+    from reshuffle.adversaries import adversary_names, dcteam
 
-    names = args.only or [*adversary_names(), LINKER]
-    with _Steps("behaviours", len(names), enabled=not args.quiet) as steps:
+    names = args.only or [*adversary_names(), LINKER, *dcteam.ROWS]
+    # A behaviour's name gives two rows (its Shamir-shared and its DC-net round); the others one.
+    total = sum(1 if n == LINKER or n.startswith(dcteam.PREFIX) else 2 for n in names)
+    with _Steps("rows", total, enabled=not args.quiet) as steps:
         rows = run_redteam(rounds=args.rounds, N=args.N or 8, names=names,
                            on_row=lambda r: steps.step(f"{r.behaviour}: {'holds' if r.holds else 'FAILS'}"))
     if args.json:
@@ -560,12 +583,16 @@ def cmd_redteam(args: argparse.Namespace) -> int:
         from rich.table import Table
 
         t = Table(title=f"reshuffle redteam (N={args.N or 8}, {args.rounds} rounds each)")
-        for col in ("behaviour", "role", "rounds", "honest delivered", "culprit named", "honest named",
-                    "detected by", "extra s", "result"):
+        for col in ("behaviour", "round", "role", "rounds", "honest delivered", "culprit named", "honest named",
+                    "what holds", "extra s", "result"):
             t.add_column(col)
         for r in rows:
-            t.add_row(escape(r.behaviour), r.role, str(r.rounds), f"{r.delivered}/{r.expected}",
-                      f"{r.culprit_right}/{r.rounds}", str(r.wrong), escape(r.detected_by), f"{r.extra_s:+.3f}",
+            if not r.rounds:  # no form in this round: the row says why
+                t.add_row(escape(r.behaviour), r.round, r.role, "0", "-", "-", "-", escape(r.detail), "-", "n/a")
+                continue
+            t.add_row(escape(r.behaviour), r.round, r.role, str(r.rounds), f"{r.delivered}/{r.expected}",
+                      f"{r.culprit_right}/{r.rounds}", str(r.wrong),
+                      escape(r.outcome if r.round == "dcnet" else r.detected_by), f"{r.extra_s:+.3f}",
                       "holds" if r.holds else "FAILS")
         Console(width=220).print(t)
         for r in rows:
@@ -721,7 +748,8 @@ def build_parser() -> argparse.ArgumentParser:
     red.add_argument("--rounds", type=_positive(int), default=2, help="rounds per behaviour (seeds 1..R)")
     red.add_argument("--N", type=_positive(int), default=None,
                      help="participants per round (>= 4; default 8, or 4 with --explore)")
-    red.add_argument("--only", nargs="+", metavar="NAME", help="only these behaviours")
+    red.add_argument("--only", nargs="+", metavar="NAME",
+                     help="only these behaviours (each in both rounds; dcnet-NAME: in the DC-net round alone)")
     red.add_argument("--json", action="store_true", help="print JSON")
     red.add_argument("--quiet", action="store_true", help="no progress line (on stderr)")
     ex = red.add_argument_group("explorer of PS schedules (--explore)")
@@ -740,8 +768,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "allow)")
     ex.add_argument("--no-forge", action="store_true", help="skip forging evidence at the leaves")
     ex.add_argument("--no-dcnet", action="store_true",
-                    help="skip the explorer of the DC-net round of stable groups (run after the round's, at most "
-                         "2,000 states)")
+                    help="skip the explorers of stable groups, run after the round's: the DC-net round's (at most "
+                         "2,000 states) and the group assignment's (about 100 states)")
     red.set_defaults(func=cmd_redteam)
 
     games = sub.add_parser("games", help="run the security games (docs/security/)",

@@ -11,6 +11,7 @@ def test_bench_crypto_json_keys(capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["prg"]["words_per_s"] > 0
     assert out["prg"]["ratio_to_keystream"] > 0  # a ratio of two timings: the benchmark prints it
+    assert out["upload"]["fused_over_keystream"] > 0 and out["upload"]["unfused_over_keystream"] > 0
     for backend in ("ristretto255", "secp256k1"):
         assert out["group"][backend]["mul_per_s"] > 0
     for key in ("ps_table_s", "ps_per_request_s", "receiver_s"):

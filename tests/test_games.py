@@ -25,7 +25,7 @@ def test_every_game_meets_its_expected_relation(results):
     for needle in ("ddh", "ot receiver", "ot sender", "B^A vs CT-CDH", "shamir", "B^A vs PRG", "B^A vs DDH",
                    "source anonymity", "channel IND-CPA", "B_DDH^A + B_AEAD^A", "row credential", "epoch pseudonym",
                    "B^A vs one-more DH", "dleq soundness", "dleq special soundness",
-                   "DC-net group"):
+                   "DC-net group", "PS picks the draw's candidates", "epoch pseudonyms"):
         assert needle in names
 
 
@@ -33,7 +33,7 @@ def test_weak_instances_show_a_clear_advantage(results):
     # Rows that play an adversary against a weak instance (reduction rows check a
     # relation instead, and their "bound" is that relation's slack).
     weak = [r for r in results if "weak" in r.game and (r.expected.startswith(">") or r.bound == 0)]
-    assert len(weak) == 19
+    assert len(weak) == 22
     assert all(r.advantage - r.bound > 0 if r.bound else r.advantage == 1 for r in weak)
 
 

@@ -19,6 +19,7 @@ import pytest
 import reshuffle.adversaries
 import reshuffle.games
 from reshuffle.adversaries.base import PARTICIPANT_HOOKS, SERVER_HOOKS, unlisted_overrides
+from reshuffle.protocol.dcnet import DCParticipant, DCServer
 from reshuffle.errors import ConfigError
 from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.server import Server
@@ -37,7 +38,7 @@ def _deviations() -> list[type]:
     for pkg in (reshuffle.adversaries, reshuffle.games):
         for mod in pkgutil.iter_modules(pkg.__path__):
             importlib.import_module(f"{pkg.__name__}.{mod.name}")
-    return sorted({c for base in (Participant, Server) for c in _subclasses(base)
+    return sorted({c for base in (Participant, Server, DCParticipant, DCServer) for c in _subclasses(base)
                    if c.__module__.startswith(("reshuffle.adversaries", "reshuffle.games"))},
                   key=lambda c: (c.__module__, c.__qualname__))
 
@@ -61,6 +62,9 @@ def test_every_override_in_the_adversaries_and_games_is_a_listed_hook():
     overridden = {name for c in classes for name in vars(c)}
     assert {"_seal", "_reservation_vector", "_model_list", "TABLE", "_open_invocation", "_check_view",
             "_on_ot_request", "_close_masked", "handle"} <= overridden
+    # And the DC-net round's: its members' named hooks and handlers, its PS's closers.
+    assert {"_deviate", "_vector", "_opening", "_on_upload_request", "start", "_close_keys", "_close_vectors",
+            "_close_upload", "_on_keys"} <= overridden
     assert len(classes) >= 25
 
 
@@ -113,6 +117,9 @@ def test_a_renamed_hook_is_named():
     assert unlisted_overrides(stale) == ["Stale._seal_message"]
     assert unlisted_overrides(stale_table) == ["StaleTable.STATE_TABLE"]
     assert unlisted_overrides(type("Deeper", (stale,), {"_seal": lambda self, m: []})) == ["Stale._seal_message"]
+    stale_dc = type("StaleDC", (DCParticipant,), {"_model_list": lambda self, s: None})  # the hook is _deviate
+    assert unlisted_overrides(stale_dc) == ["StaleDC._model_list"]
+    assert unlisted_overrides(type("DCPS", (DCServer,), {"_close_keys": lambda self, got: []})) == []
     with pytest.raises(ConfigError, match="neither"):
         unlisted_overrides(type("Mine", (), {}))
 

@@ -277,7 +277,8 @@ def test_bench_round_runs_the_simulators_stable_sets(capsys):
 def test_redteam_and_the_explorer_show_progress_on_stderr(capsys):
     assert main(["redteam", "--only", "jam", "--rounds", "1", "--json"]) == 0
     o, e = capsys.readouterr()
-    assert json.loads(o)[0]["behaviour"] == "jam" and "behaviours 1/1" in e and "jam: holds" in e
+    assert [r["behaviour"] for r in json.loads(o)] == ["jam", "dcnet-jam"] and "rows 2/2" in e
+    assert "jam: holds" in e and "dcnet-jam: holds" in e
     assert main(["redteam", "--explore", "--budget", "120", "--quiet"]) == 0
     assert capsys.readouterr().err == ""
     assert main(["redteam", "--explore", "--budget", "120"]) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from flwr.app import RecordDict
@@ -146,3 +147,66 @@ def test_the_state_folder_setting_is_checked():
     assert _state_dir(Ctx()) is None
     Ctx.node_config = {}
     assert _state_dir(Ctx()).name == "reshuffle-state"
+
+
+def _dies_once(lg, node, kind, forget_request=False):
+    """A mod: node ``node``'s process dies on the first protocol message holding a ``kind`` message, before it
+    handles it (no reply; its Context is wiped, its folder kept). With ``forget_request`` its folder keeps its
+    group but not its pseudonym record, as before the record was written ahead of the request."""
+    from reshuffle.flower import mod, reserved
+    from reshuffle.protocol.messages import peek_type
+
+    fired = []
+
+    def dies(msg, ctx, call_next):
+        if not fired and ctx.node_id == node and reserved.is_train(msg.metadata.message_type):
+            rec = reserved.record_of(msg.content)
+            if reserved.field(rec, "stage", str) == reserved.STAGE_PROTOCOL and any(
+                    peek_type(d) is kind for d in reserved.data_list(rec)):
+                fired.append(node)
+                ctx.state = lg.contexts[node].state = RecordDict()
+                mod._LIVE.clear()
+                if forget_request:
+                    (path,) = Path(ctx.node_config["reshuffle-state-dir"]).glob("state-*.bin")
+                    group, _ = mod._read_state(path, node - 1000)
+                    mod._write_state(path, group, b"")
+                raise RuntimeError("the node's process died")
+        return mod.reshuffle_mod(msg, ctx, call_next)
+    return dies, fired
+
+
+def _restart_after_the_request(tmp_path, forget_request):
+    """A new epoch's first round is the stable groups' DC-net round; node 1002 dies after its DC_KEY left (it never
+    reads its evaluation), then takes part in the next round. The replies of both rounds and the grid."""
+    from reshuffle.protocol.messages import MsgType
+
+    cfg = lambda i: {"partition-id": i, "num-partitions": 10, "reshuffle-state-dir": str(tmp_path / f"n{i}")}  # noqa
+    first = ReshuffleGrid(LoopbackGrid(toy_client_app(same_reply_every_round), 10, node_config=cfg),
+                          phase_timeout=5, group_size=5)
+    assert len(_round(first, 1)) == 10
+    box = {}
+    lg = LoopbackGrid(toy_client_app(same_reply_every_round, mods=[lambda m, c, n: box["mod"](m, c, n)]), 10,
+                      node_config=cfg)
+    box["mod"], fired = _dies_once(lg, 1002, MsgType.DC_KEYS, forget_request)
+    grid = ReshuffleGrid(lg, phase_timeout=5, groups=first.group_state())
+    one = _round(grid, 1)
+    assert fired == [1002] and len(one) == 5  # its group delivers nothing in that round
+    return one, _round(grid, 2), grid
+
+
+def test_a_node_that_dies_after_its_request_asks_again_with_it_and_gets_the_same_pseudonym(tmp_path):
+    # The record is written to the folder before the DC_KEY that carries B leaves: the restarted node sends the
+    # same B, the PS answers with the same evaluation, and its group mates see the commitment they kept.
+    _, two, grid = _restart_after_the_request(tmp_path, forget_request=False)
+    assert len(two) == 10 and not grid.rounds[-1].errors
+    iss = grid.pseudonym_keys.issuer(2)
+    assert len(iss.requests) == 10 and len(iss.issued) == 10
+
+
+def test_the_control_a_node_that_kept_no_request_silences_its_group_for_the_epoch(tmp_path):
+    # Without the written-ahead record the node draws a fresh request: the PS refuses it (it recorded the first
+    # B) and its group mates refuse a changed commitment, so the group is silenced for the epoch.
+    _, two, grid = _restart_after_the_request(tmp_path, forget_request=True)
+    assert len(two) == 5
+    errs = " ".join(str(e) for e in grid.rounds[-1].errors)
+    assert "OtherRequest" in errs and errs.count("IssuanceChanged: group mate 2 signed another pseudonym") == 4

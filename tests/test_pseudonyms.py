@@ -229,6 +229,9 @@ def test_an_evaluation_under_another_key_fails_the_participants_proof_check():
             self.real, self.other = real, EpochIssuer(real.group_name, real.epoch)
             self.epoch, self.key, self.group_name, self.issued = real.epoch, real.key, real.group_name, real.issued
 
+        def check(self, who, blinded):
+            self.real.check(who, blinded)
+
         def evaluate(self, who, blinded, rng=None):
             return self.other.evaluate(who, blinded, rng)
 

@@ -13,7 +13,8 @@ from reshuffle.errors import ConfigError
 
 def test_every_registered_behaviour_holds():
     rows = run_redteam(rounds=1, N=6)
-    assert {r.behaviour for r in rows} == {*adversary_names(), LINKER, "dcnet-colluders", "dcnet-jam"}
+    names = adversary_names()
+    assert {r.behaviour for r in rows} == {*names, *(f"dcnet-{n}" for n in names), LINKER, "dcnet-colluders"}
     bad = [r for r in rows if not r.holds]
     assert not bad, bad
     assert all(r.wrong == 0 for r in rows)  # no honest participant is ever named
@@ -37,7 +38,8 @@ def test_registry_rejects_unknown_and_bad_options():
 def test_cli_json_and_exit_code(capsys):
     assert main(["redteam", "--rounds", "1", "--N", "6", "--only", "replay", "tagged-ot", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["behaviour"] for r in rows] == ["replay", "tagged-ot"] and all(r["holds"] for r in rows)
+    assert [r["behaviour"] for r in rows] == ["replay", "dcnet-replay", "tagged-ot", "dcnet-tagged-ot"]
+    assert all(r["holds"] for r in rows) and [r["round"] for r in rows] == ["shamir", "dcnet"] * 2
 
 
 def test_a_marked_global_model_is_refused_before_anything_is_revealed():

@@ -73,3 +73,30 @@ def test_round_trips_are_reported_from_the_executed_steps():
     assert 0 < r["participant_after_training_s"] <= r["participant_critical_s"] + r["ps_s"]
     mc = r["reservation_monte_carlo"]
     assert abs(sum(mc["iterations"].values()) - 1) < 1e-9 and 1 <= mc["mean_iterations"] <= mc["R_max"]
+
+
+def test_stable_bench_prints_trips_upload_and_the_pools_speedup_per_run(capsys, monkeypatch):
+    # Prepare: two stable groups of 5 and a PS with two threads whatever the machine has.
+    monkeypatch.setattr(round_bench, "cores_available", lambda: 2)
+    # Execute
+    res = round_bench.bench_stable(10, 4000, 5, seeds=(1,))
+    round_bench.print_stable({"10": res})
+    # Assert: one message after training, the upload a multiple of d, the pooled PS compared with the serial one.
+    (x,) = res["runs"]
+    assert (x["round_trips"], x["round_trips_after_training"]) == (3, 1)
+    assert 6 < x["upload_over_d"] < 7  # 5 members + 1 decoy row, each d words plus its trailer
+    assert x["ps_workers"] == 2 and x["ps_after_training_s"] > 0 and x["ps_after_training_serial_s"] > 0
+    assert x["ps_group_speedup"] == x["ps_after_training_serial_s"] / x["ps_after_training_s"]
+    line = capsys.readouterr().out
+    assert "3 round trips (1 after training" in line and "on 2 thread(s)" in line and "speedup" in line
+
+
+def test_the_upload_bench_compares_fused_separate_and_keystream_in_one_run():
+    from reshuffle.bench.crypto import bench_upload
+
+    r = bench_upload(300, 5, 1, chunk_bytes=256)
+    assert r["rows"] == 6 and r["keystream_MB"] > 0
+    for k in ("keystream_s", "sha256_s", "unfused_s", "fused_s", "fused_overlap_s"):
+        assert r[k] > 0
+    assert r["fused_over_keystream"] == r["fused_s"] / r["keystream_s"]
+    assert r["speedup_fused"] == r["unfused_s"] / r["fused_s"]

@@ -60,9 +60,22 @@ class Behaviour:
     #: True when the PS deviates: then the round may fail, but no honest model may be exposed
     #: and the test is on the honest participants' views.
     culprits: tuple[int, ...] = ()
+    #: The DC-net round of stable groups (protocol/dcnet.py): the deviating member's
+    #: :class:`~reshuffle.protocol.dcnet.DCParticipant` or PS's :class:`~reshuffle.protocol.dcnet.DCServer`
+    #: subclass that plays this behaviour there, what holds against it (``dc_outcome``: "refused",
+    #: "named with evidence", "linked nobody", ...), or, where None, why it has no meaning there (``dc_absent``).
+    dc_class: ClassVar[type | None] = None
+    dc_outcome: ClassVar[str] = ""
+    dc_absent: ClassVar[str] = ""
 
     def holds(self, result: "ShuffleResult", honest: list[int]) -> Verdict:
         raise NotImplementedError
+
+    def dc_holds(self, result: "ShuffleResult", honest: list[int], server=None) -> Verdict | None:
+        """Its own verdict of a DC-net round of :data:`reshuffle.adversaries.dcteam.TWO` (``server``: its grouped
+        PS, to check evidence with the roster's keys); None: the generic one of its ``dc_outcome``
+        (:func:`reshuffle.adversaries.dcteam.judge`)."""
+        return None
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
@@ -86,6 +99,12 @@ class ParticipantBehaviour(Behaviour):
         p.behaviour = self
         return p
 
+    def make_dc(self, *args, **kwargs):
+        """Its member of the DC-net round (``dc_class``, which must be set)."""
+        p = self.dc_class(*args, **kwargs)
+        p.behaviour = self
+        return p
+
 
 class PSBehaviour(Behaviour):
     """A deviating PS; ``server_class`` is its state machine."""
@@ -96,6 +115,13 @@ class PSBehaviour(Behaviour):
     def make(self, *args, **kwargs) -> "Server":
         s = self.server_class(*args, **kwargs)
         s.behaviour = self
+        return s
+
+    def make_dc(self, *args, **kwargs):
+        """The PS of one stable group's DC-net round (``dc_class``, which must be set)."""
+        s = self.dc_class(*args, **kwargs)
+        s.behaviour = self
+        self.dc_servers = [*getattr(self, "dc_servers", []), s]
         return s
 
 
@@ -120,10 +146,25 @@ SERVER_HOOKS: tuple[str, ...] = (
 ) + _handlers(SERVER_TABLE) + tuple(sorted({s.closer for s in SCHEDULE}))
 
 
+def _dc_hooks() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What a deviating DC-net member and PS may override (``dc_class``): the entry points, the named hooks
+    (``_vector``, ``_deviate``, ``_opening``), every handler of the member's state table, and the PS's
+    per-step checks and closers."""
+    from reshuffle.protocol.dcnet import STEPS, DCParticipant
+
+    member = ("handle", "TABLE", "_vector", "_deviate", "_opening") + tuple(sorted(
+        {h for row in DCParticipant.TABLE.values() for h in row.values()}))
+    server = ("start", "receive", "close_phase") + tuple(sorted(
+        {st.closer for st in STEPS.values()} | {"_on_" + ph.name.lower() for ph in STEPS}))
+    return member, server
+
+
 def unlisted_overrides(cls: type) -> list[str]:
     """Methods (and upper-case class attributes) that ``cls``, a subclass of the honest participant or
-    PS, defines beyond the hooks of :data:`PARTICIPANT_HOOKS` or :data:`SERVER_HOOKS`: an override of a
-    renamed or removed hook, which the honest code would never call."""
+    PS (of either round), defines beyond the hooks of :data:`PARTICIPANT_HOOKS`, :data:`SERVER_HOOKS` or
+    their DC-net round's (:func:`_dc_hooks`): an override of a renamed or removed hook, which the honest
+    code would never call."""
+    from reshuffle.protocol.dcnet import DCParticipant, DCServer
     from reshuffle.protocol.participant import Participant
     from reshuffle.protocol.server import Server
 
@@ -131,8 +172,12 @@ def unlisted_overrides(cls: type) -> list[str]:
         hooks, base = PARTICIPANT_HOOKS, Participant
     elif issubclass(cls, Server):
         hooks, base = SERVER_HOOKS, Server
+    elif issubclass(cls, DCParticipant):
+        hooks, base = _dc_hooks()[0], DCParticipant
+    elif issubclass(cls, DCServer):
+        hooks, base = _dc_hooks()[1], DCServer
     else:
-        raise ConfigError(f"{cls.__name__} derives from neither Participant nor Server")
+        raise ConfigError(f"{cls.__name__} derives from neither a participant nor a PS")
     out = []
     for k in cls.__mro__[: cls.__mro__.index(base)]:
         for name, value in vars(k).items():

@@ -23,7 +23,10 @@ ProtocolError. (2) *One key, one plaintext*: no member sends two different vecto
 (m, h), the inputs of its keys. (3) *Opening never touches a real row*: no member opens a row
 that a member of its view wrote. (4) *No link*: at every leaf the coalition unmasks every set
 of honest members it can, vectors and uploads (:mod:`~reshuffle.adversaries.dclinker`); a
-set of one is a break.
+set of one is a break. (5) *No honest member silenced* (the epoch's first round, §7.3): at
+every state, where the PS may stop, every honest member it records as issued (at its first
+count vector) keeps its pseudonym, and (6) *never asks twice*: a member whose upload carried
+its pseudonym keeps it (asking again would name it as the owner of the one that vanished).
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class _World:
     sent: tuple  # (pid, bytes) of every delivery
     keys: dict  # pid -> its DC_KEY
     vectors: dict  # (m, h) -> {pid: MaskedInput}
+    recorded: frozenset = frozenset()  # members the PS records as issued: at their first count vector (§7.3)
     path: tuple = ()
 
     def key(self) -> bytes:
@@ -137,6 +141,7 @@ class DCExplorer:
         self._cache: dict = {}
         self._signed: dict = {}
         self._evals: dict = {}
+        self._flagged: set = set()
         self.report = DCExploreReport()
 
     def sign(self, m: msg.Message) -> bytes:
@@ -187,6 +192,7 @@ class DCExplorer:
         if m.TYPE is MsgType.DC_KEY:
             w.keys[pid] = m
         elif m.TYPE is MsgType.MASKED_INPUT:
+            w.recorded = w.recorded | {pid}
             prior = w.vectors.setdefault((m.m, bytes(m.h)), {}).get(pid)
             if prior is not None and bytes(prior.words) != bytes(m.words):
                 self._violate(f"one key, one plaintext: member {pid} sent two vectors under (m={m.m}, one h)", w)
@@ -199,6 +205,18 @@ class DCExplorer:
 
     def _violate(self, text: str, w: _World) -> None:
         self.report.violations.append(f"{text}\n  schedule: {' → '.join(w.path)}")
+
+    def _check(self, w: _World) -> None:
+        """At every state (the PS may stop anywhere): what each honest member keeps matches the PS's record."""
+        for i in self.honest:
+            kept = w.parts[i].pseudonym is not None
+            if i in w.recorded and not kept and ("silenced", i) not in self._flagged:
+                self._flagged.add(("silenced", i))
+                self._violate(f"no honest member silenced: member {i} is recorded as issued at its first count "
+                              "vector and keeps no pseudonym (every later round of the epoch refuses it)", w)
+            if w.parts[i].view.uploaded and not kept and ("twice", i) not in self._flagged:
+                self._flagged.add(("twice", i))
+                self._violate(f"never asks twice: member {i}'s upload carried its pseudonym and it keeps none", w)
 
     # -- moves -- #
     def _to(self, name: str, data_for) -> list:
@@ -315,6 +333,7 @@ class DCExplorer:
         while stack:
             w = stack.pop()
             self.report.max_depth = max(self.report.max_depth, len(w.path))
+            self._check(w)
             children = []
             if len(w.path) < self.cfg.depth:
                 for name, deliveries in self.moves(w):

@@ -47,6 +47,12 @@ so commuting deliveries are explored once.
 4. *Nobody honest named*: at every leaf the PS forges evidence of every kind against every
    honest participant from what it holds (:mod:`~reshuffle.adversaries.forger`); evidence a
    checker accepts is a break. Knowledge only grows along a path, so the leaves cover every state.
+5. *No honest member silenced* (the round is the first of its epoch, §7.3): at every state, where
+   the PS may stop, every honest participant it records as issued (``issuance``: at the certificate
+   carrying the member's consent, or at the OT answer) keeps its pseudonym or the request that gets
+   it again; else every later round of the epoch refuses its second request.
+6. *Never asks twice*: a participant whose model list carried its pseudonym keeps it (a second
+   request would name it as the owner of the pseudonym that vanished).
 
 :func:`explore` reports the states and schedules (leaves) it covered, and every
 violation with the schedule that reached it.
@@ -83,6 +89,9 @@ from reshuffle.protocol.schedule import PS_SENDS
 
 T = 1
 REASON = "the PS asks"
+#: When the explored PS records a pseudonym as issued (docs/protocol.md §7.3): at the certificate it sends a
+#: member whose consent the certificate carries (the protocol's rule), or at the OT answer (the rule before).
+ISSUANCE = {"certificate": "at the certificate carrying the member's consent", "answer": "at the OT answer"}
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,8 @@ class ExploreConfig:
     ``forge``: at every leaf, forged evidence against every honest participant. ``depth``
     bounds the moves on one path, ``budget`` the distinct states visited. ``until_all_linked``:
     stop at the first leaf that links every honest model (no schedule can do better; the
-    anonymity game's adversary wants the best schedule, not the whole map).
+    anonymity game's adversary wants the best schedule, not the whole map). ``issuance``: when the
+    PS records a pseudonym as issued (:data:`ISSUANCE`; the checks hold it to what members keep).
     """
 
     N: int = 4
@@ -115,6 +125,7 @@ class ExploreConfig:
     forge: bool = True
     until_all_linked: bool = False
     seed: int = 1
+    issuance: str = "certificate"
 
     def params(self) -> RoundParams:
         return RoundParams.default(self.N, self.d, n=self.n, k=self.k, R_max=self.R_max, decoys=self.decoys,
@@ -143,6 +154,8 @@ class ExploreConfig:
                               "participant ids below N (the guarantees assume no more)")
         if self.depth < 1 or self.budget < 1:
             raise ConfigError(f"depth and budget must be >= 1, got {self.depth} and {self.budget}")
+        if self.issuance not in ISSUANCE:
+            raise ConfigError(f"issuance must be one of {sorted(ISSUANCE)}, got {self.issuance!r}")
         return self
 
 
@@ -254,6 +267,8 @@ class _World:
     phases: int  # slot phases drawn (0 is the one of SHARE_DELIVERY)
     events: dict[int, tuple]  # pid -> what it sent that the checks follow: ("vec", m, phase) / ("reveal", r, phase)
     asked: dict = field(default_factory=dict)  # (pid, m) -> the U_m it accepted to sign
+    evaluated: frozenset = frozenset()  # pids sent their pseudonym's evaluation (§7.3)
+    recorded: frozenset = frozenset()  # pids the PS records as issued, under the configured rule
     path: tuple[str, ...] = ()
 
     def key(self) -> bytes:
@@ -338,6 +353,7 @@ class Explorer:
             digest = hashlib.sha256(data).digest()
             if digest in out.got[pid]:
                 continue
+            self._record(out, pid, data)  # the PS records when it sends, accepted or not
             res = self._deliver(out, pid, data)
             if res is None:
                 continue
@@ -354,6 +370,20 @@ class Explorer:
             return None
         out.path = w.path + (name,)
         return out
+
+    def _record(self, w: _World, pid: int, data: bytes) -> None:
+        """The PS's issuance record (§7.3), under :attr:`ExploreConfig.issuance`."""
+        t = msg.peek_type(data)
+        if t is MsgType.OT_RESPONSE:
+            m = self._decode(w, data)
+            if m is not None and m.nym_eval is not None:
+                w.evaluated = w.evaluated | {pid}
+                if self.cfg.issuance == "answer":
+                    w.recorded = w.recorded | {pid}
+        elif t is MsgType.CERTIFICATE and pid in w.evaluated:
+            m = self._decode(w, data)
+            if m is not None and pid in {j for j, _ in m.signatures}:
+                w.recorded = w.recorded | {pid}
 
     def _absorb(self, w: _World, pid: int, data: bytes, replies: list[bytes]) -> None:
         t = msg.peek_type(data)
@@ -477,6 +507,7 @@ class Explorer:
             if req.nym_request is not None:
                 # Every branch issues anew: the explorer's issuer keeps no record between branches.
                 self.r.nyms.issued.discard(i)
+                self.r.nyms.requests.pop(i, None)
                 nym_ev, nym_proof = self.r.nyms.issue(i, req.nym_request, rng)
             out.append((i, self.r.sign(msg.OTResponseMsg(T, 0, SERVER_ID, ans.encode(), proof.encode(g), ev,
                                                          cproof.encode(g), resolved, nym_ev, nym_proof))))
@@ -652,6 +683,15 @@ class Explorer:
             if opened:
                 self._violate("no reveal about an uploaded slot", pid,
                               f"revealed x of iteration(s) {opened} of the slot phase of its model list", w)
+            # The round may end here (the PS stops): what the member keeps must match what the PS recorded.
+            kept = w.parts[pid].pseudonym is not None
+            if pid in w.recorded and not kept:
+                self._violate("no honest member silenced", pid, "recorded as issued "
+                              f"{ISSUANCE[self.cfg.issuance]}, it keeps no pseudonym: every later round of the "
+                              "epoch refuses its second request", w)
+            if phases_up and not kept:
+                self._violate("never asks twice", pid, "its model list carried its pseudonym and it keeps none: "
+                              "its second request names it as the owner of the one that vanished", w)
 
     def _violate(self, check: str, pid: int, detail: str, w: _World) -> None:
         if not any(v.check == check and v.pid == pid for v in self.report.violations):

@@ -34,7 +34,7 @@ import numpy as np
 
 from reshuffle.adversaries.base import Verdict, register_adversary
 from reshuffle.adversaries.linker import PSView, secrets_of
-from reshuffle.adversaries.ps import LinkingPS, _ForcedBlame, colluder_secrets
+from reshuffle.adversaries.ps import LinkingPS, _DCForcedBlame, _ForcedBlame, colluder_secrets
 from reshuffle.crypto import voprf
 from reshuffle.crypto.rand import OS_RANDOM, SeededRandom
 from reshuffle.errors import ProtocolError
@@ -379,6 +379,20 @@ class ForgeEvidence(LinkingPS):
         self.tried = 0
         self.forged: list[Forgery] = []
 
+    dc_outcome = "linked nobody; no forged DCEvidence checks against an honest member"
+
+    class dc_class(_DCForcedBlame):
+        """Forces the blame step of the decoys' rows on a clean round (every member opens its keys there)."""
+
+    def dc_holds(self, result, honest, server=None) -> Verdict:
+        from reshuffle.adversaries.dcteam import verdict
+
+        v = verdict(self, result, honest, server, claim="linked nobody")
+        tried, forged = dc_forge(server, [i for i in honest if i not in self.colluders])
+        v.holds = v.holds and tried > 0 and not forged
+        v.detail += f"; DCEvidence candidates against honest members: {tried}, accepted: {forged or 'none'}"
+        return v
+
     class server_class(_ForcedBlame):
         _opened = False
 
@@ -418,3 +432,36 @@ class ForgeEvidence(LinkingPS):
             f": {'; '.join(kinds[:6])}" if kinds else "")
         return v
 
+
+
+def dc_forge(server, honest) -> tuple[int, list[tuple[int, str]]]:
+    """DCEvidence the PS assembles against each honest member from what it holds after a DC-net round's blame
+    step (every upload, its kept decoy rows, every signed opening): the member's own statement and opening at
+    each decoy row, and each field changed to another value it holds (another row, position, h, member's
+    opening, a flipped byte). (candidates tried, the (member, candidate) the checker accepted)."""
+    from reshuffle.protocol import dcnet
+
+    tried, forged = 0, []
+    for s in server.servers.values():
+        keys = {i: c.key for i, c in s._roster.items()}
+        ops = {i: msg.relay_bytes(op) for i, op in s.openings.items()}
+        for i in (j for j in honest if j in s._kept and j in ops):
+            header, h, hashes, sig, rows = s._kept[i]
+            base = dcnet.DCEvidence(i, 0, header, h, hashes, sig, b"", ops[i])
+            cands = []
+            for pos, row in rows.items():
+                cands.append(dataclasses.replace(base, position=pos, row=row))
+                cands.append(dataclasses.replace(base, position=pos, row=bytes([row[0] ^ 1]) + row[1:]))
+                cands += [dataclasses.replace(base, position=pos, row=row, opening=o) for j, o in ops.items() if j != i]
+                cands += [dataclasses.replace(base, position=pos, row=r2) for j, (*_, rs) in s._kept.items()
+                          if j != i for r2 in rs.values()]
+                cands.append(dataclasses.replace(base, position=pos, row=row, h=bytes(len(h))))
+                cands += [dataclasses.replace(base, position=q, row=row) for q in range(len(hashes)) if q != pos]
+            for ev in cands:
+                tried += 1
+                try:
+                    dcnet.verify_dc_evidence(ev, keys, s.params, s.T)
+                    forged.append((i, f"position {ev.position}"))
+                except (dcnet.InvalidEvidence, ProtocolError):
+                    pass
+    return tried, forged

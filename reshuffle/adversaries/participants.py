@@ -10,8 +10,13 @@ import numpy as np
 
 from reshuffle.adversaries.base import ParticipantBehaviour, Verdict, register_adversary
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol.dcnet import DCParticipant
 from reshuffle.protocol.messages import MsgType
 from reshuffle.protocol.participant import Participant
+
+REFUSED = "refused"
+NAMED = "named with evidence"
+GROUP_LOST = "its group delivers nothing this round"
 
 
 def _delivered(result, honest) -> tuple[int, int]:
@@ -68,6 +73,15 @@ class MalformedAfterUpload(ParticipantBehaviour):
                 out.append(out[0][:40])
             return out
 
+    dc_outcome = REFUSED
+
+    class dc_class(DCParticipant):
+        def handle(self, data):
+            out = super().handle(data)
+            if msg.peek_type(data) is MsgType.DC_UPLOAD_REQUEST and out:
+                out.append(out[0][:40])
+            return out
+
     def holds(self, result, honest) -> Verdict:
         return verdict_all_honest_delivered(self, result, honest, self.stopped_by)
 
@@ -84,6 +98,20 @@ class Replay(ParticipantBehaviour):
             if m.TYPE == MsgType.MASKED_INPUT and m.m == 1:
                 self._first = out[0]
             if m.TYPE == MsgType.MASKED_INPUT and m.m == 2:
+                return [self._first] + out + out
+            return out + out
+
+    dc_outcome = REFUSED
+
+    class dc_class(DCParticipant):
+        """Sends every reply twice, and its count vector of iteration 1 again in place of its upload first."""
+
+        def handle(self, data):
+            out = super().handle(data)
+            t = msg.peek_type(data)
+            if t is MsgType.DC_KEYS and out:
+                self._first = out[0]
+            if t is MsgType.DC_UPLOAD_REQUEST and out and hasattr(self, "_first"):
                 return [self._first] + out + out
             return out + out
 
@@ -129,6 +157,16 @@ class MultiSlot(ParticipantBehaviour):
                     lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
             self.view.position = None
             return lw.reshape(-1), max(len(S), 1)
+
+    dc_outcome = GROUP_LOST + "; nobody named"
+
+    class dc_class(DCParticipant):
+        """Marks three free slots in every count vector (the DC-net round's reservation has no OT candidates)."""
+
+        def _vector(self):
+            if self.view.slot is not None or not hasattr(self, "res"):
+                return super()._vector()
+            return _dc_vector(self, lambda v, free, pick: v.__setitem__(free[:3], 1))
 
     def holds(self, result, honest) -> Verdict:
         v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
@@ -176,6 +214,26 @@ class CountAbuse(ParticipantBehaviour):
                 others = [j for j in range(self.params.n) if j != res.pick]
                 v[others[int.from_bytes(self._rng.bytes(4), "big") % len(others)]] = np.uint32(2**32 - 1)
             return s, v, rows
+
+    dc_outcome = GROUP_LOST + "; nobody named"
+
+    class dc_class(DCParticipant):
+        """The same abuse in its count vector of iteration ``iteration``."""
+
+        def _vector(self):
+            b = self.behaviour
+            if self.m != b.iteration or getattr(self, "_abused", False):
+                return super()._vector()
+            self._abused = True
+
+            def abuse(v, free, pick):
+                if b.mode == "k-hot":
+                    v[free[:3]] = 1
+                elif b.mode == "large":
+                    v[pick] = 5
+                else:
+                    v[free[-1]] = np.uint32(2**32 - 1)
+            return _dc_vector(self, abuse)
 
     def holds(self, result, honest) -> Verdict:
         v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
@@ -226,6 +284,9 @@ class FalseObjection(ParticipantBehaviour):
             slot = pick if pick is not None else min(s.slots.reservation.candidates)
             return replace(nxt, phase=PPhase.OBJECTED), [msg.Objection(self.T, m.m, self.pid, slot, nxt.inv.h[m.m])]
 
+    dc_absent = ("no objections: a member that doubts the counts refuses, and its group delivers nothing, as for a "
+                 "silent member (row dcnet-silent)")
+
     def holds(self, result, honest) -> Verdict:
         v = verdict_all_honest_delivered(self, result, honest, self.stopped_by)
         if result.failure is not None and "reservation had ended" in result.failure:
@@ -252,6 +313,14 @@ class Jam(ParticipantBehaviour):
             lw, rows = super()._model_list(s)
             lw[:] = np.frombuffer(self._rng.bytes(lw.nbytes), dtype=lw.dtype)
             return lw, rows
+
+    dc_outcome = NAMED
+
+    class dc_class(DCParticipant):
+        """Random words in every row of its model list, decoy rows included (masked as honest members mask)."""
+
+        def _deviate(self, lw):
+            return np.frombuffer(self._rng.bytes(lw.nbytes), dtype=lw.dtype).reshape(lw.shape).copy()
 
     def holds(self, result, honest) -> Verdict:
         return _blame_verdict(self, result, honest, self.stopped_by, must_name=True)
@@ -281,6 +350,22 @@ class TamperOneRow(ParticipantBehaviour):
                 grid[victim, : p.d] += np.frombuffer(self._rng.bytes(4 * p.d), dtype=grid.dtype)[: p.d]
                 self.behaviour.hit = victim
             return lw, rows
+
+    dc_outcome = "never delivered; " + NAMED + " when the row hit is a decoy's"
+
+    class dc_class(DCParticipant):
+        """Adds noise into one row of its model list that is not its own (a member's or a decoy's)."""
+
+        def _deviate(self, lw):
+            from reshuffle.crypto.ot import uniform_below
+
+            lw = lw.copy()
+            others = [r for r in range(lw.shape[0]) if r != self.view.position]
+            victim = others[uniform_below(len(others), self._rng)]
+            d = self.params.d
+            lw[victim, :d] += np.frombuffer(self._rng.bytes(lw.itemsize * d), dtype=lw.dtype)
+            self.behaviour.hit = victim
+            return lw
 
     def holds(self, result, honest) -> Verdict:
         v = _blame_verdict(self, result, honest, self.stopped_by, must_name=False)
@@ -316,6 +401,16 @@ class FalseOpening(Jam):
             op = replace(op, rows=tuple(rows))
             return replace(s, opening=op), [op]
 
+    dc_outcome = NAMED + "; the partner it lied about a suspect, never named"
+
+    class dc_class(Jam.dc_class):
+        """Jams, then opens a wrong key towards its first partner at every decoy row."""
+
+        def _opening(self, op):
+            first = min(j for _, j, _ in op.keys)
+            keys = tuple((p, j, bytes(b ^ 0xFF for b in k) if j == first else k) for p, j, k in op.keys)
+            return msg.DCOpening(op.T, op.m, op.sender, op.h, keys)
+
     def holds(self, result, honest) -> Verdict:
         return _blame_verdict(self, result, honest, self.stopped_by, must_name=True)
 
@@ -331,6 +426,7 @@ class BadShare(ParticipantBehaviour):
     """
 
     stopped_by = "§6.4 batched Feldman check, public complaint answer"
+    dc_absent = "no shares: the DC-net round's masks are pairwise keys agreed from the members' signed epoch keys"
 
     def __init__(self, pids=(1,), victim: int | None = None, index: int = 0, delta: int = 1) -> None:
         super().__init__(pids)
@@ -379,6 +475,7 @@ class FalseComplaint(ParticipantBehaviour):
     """
 
     stopped_by = "§6.4 public answers (a false complaint costs the dealers one message)"
+    dc_absent = "no shares and no complaints in the DC-net round"
 
     class participant_class(Participant):
         def _seal(self, m):
@@ -389,3 +486,135 @@ class FalseComplaint(ParticipantBehaviour):
 
     def holds(self, result, honest) -> Verdict:
         return verdict_all_honest_delivered(self, result, honest, self.stopped_by)
+
+
+def _dc_vector(member: DCParticipant, write: Callable) -> msg.MaskedInput:
+    """A DC-net member's count vector with its honest pick, then ``write(v, other free slots, pick)`` applied,
+    masked as an honest vector is."""
+    from reshuffle.protocol.dcnet import _below, mask_in_place
+
+    p = member.params
+    v = np.zeros(p.n, dtype=np.uint32)
+    free = member.res.free()
+    member._pick = free[_below(member._rng, len(free))] if member.view.slot is None else None
+    if member._pick is not None:
+        v[member._pick] = 1
+    write(v, [s for s in free if s != member._pick], member._pick if member._pick is not None else free[0])
+    mask_in_place(v, member.T, member.m, member.pid, member._pairs, member._h, 1)
+    return msg.MaskedInput(member.T, member.m, member.pid, member._h, 1, v.tobytes())
+
+
+def _silent_verdict(b: ParticipantBehaviour, result, honest, detected_by: str) -> Verdict:
+    """A member that sends nothing (or nothing the PS accepts) from some step on: no honest member is named and
+    every honest model that had to be is delivered (in the Shamir-shared round its own is lost, the others
+    recovered)."""
+    v = verdict_all_honest_delivered(b, result, honest, detected_by)
+    v.detail = f"named: {sorted(result.blamed)}; round: {result.failure or 'completed'}"
+    return v
+
+
+@register_adversary("silent")
+class Silent(ParticipantBehaviour):
+    """Takes part until the upload, then sends nothing more (a member that stops its group on purpose).
+
+    In a round without stable groups its model is lost and the others are recovered
+    from the shares. In the DC-net round the masks cancel only in the full sum, so its
+    group delivers nothing this round; the PS names it as the silent member of the
+    failed group (``failed_groups``), and the other groups deliver.
+    """
+
+    stopped_by = "§6 dropout tolerance (Shamir-shared round); all or none by arithmetic (DC-net round)"
+    dc_outcome = GROUP_LOST + "; the PS names it silent"
+
+    class participant_class(Participant):
+        def _seal(self, m: msg.Message) -> list[bytes]:
+            if m.TYPE == MsgType.MASKED_INPUT and m.m == self.params.upload_m or getattr(self, "_quiet", False):
+                self._quiet = True
+                return []
+            return super()._seal(m)
+
+    class dc_class(DCParticipant):
+        def handle(self, data):
+            if msg.peek_type(data) is MsgType.DC_UPLOAD_REQUEST:
+                self._quiet = True
+            return [] if getattr(self, "_quiet", False) else super().handle(data)
+
+    def holds(self, result, honest) -> Verdict:
+        return _silent_verdict(self, result, honest, self.stopped_by)
+
+
+@register_adversary("wrong-length")
+class WrongLength(ParticipantBehaviour):
+    """Uploads a model list one row short, correctly masked and signed under its own key."""
+
+    stopped_by = "the PS checks every upload's rows and length against the settled parties"
+    dc_outcome = REFUSED + "; " + GROUP_LOST + "; the PS names it silent"
+
+    class participant_class(Participant):
+        def _model_list(self, s):
+            lw, rows = super()._model_list(s)
+            return lw[: (rows - 1) * self.params.row_words].copy(), rows - 1
+
+    class dc_class(DCParticipant):
+        def _on_upload_request(self, m):
+            (up,) = super()._on_upload_request(m)
+            size = len(up.words) // up.rows
+            return [msg.MaskedInput(up.T, up.m, up.sender, up.h, up.rows - 1, bytes(up.words)[:-size])]
+
+    def holds(self, result, honest) -> Verdict:
+        return _silent_verdict(self, result, honest, self.stopped_by)
+
+
+@register_adversary("invalid-element")
+class InvalidElement(ParticipantBehaviour):
+    """Sends its first message with a public key that is no group element (its channel key in the Shamir-shared
+    round, its epoch key Y_i in the DC-net round)."""
+
+    stopped_by = "every received element decoded and checked before use"
+    dc_outcome = REFUSED + "; " + GROUP_LOST + "; the PS names it silent"
+
+    class participant_class(Participant):
+        def _seal(self, m: msg.Message) -> list[bytes]:
+            out = super()._seal(m)
+            if m.TYPE == MsgType.ADVERTISE:
+                e = m.enc_key.to_bytes()
+                return [d.replace(e, b"\xff" * len(e), 1) for d in out]
+            return out
+
+    class dc_class(DCParticipant):
+        def handle(self, data):
+            out = super().handle(data)
+            if msg.peek_type(data) is MsgType.DC_START and out and self.params is not None:
+                e = self._Y.to_bytes()
+                out = [d.replace(e, b"\xff" * len(e), 1) for d in out]
+            return out
+
+    def holds(self, result, honest) -> Verdict:
+        return _silent_verdict(self, result, honest, self.stopped_by)
+
+
+@register_adversary("garbage-upload")
+class GarbageUpload(ParticipantBehaviour):
+    """Uploads random bytes of the right length in place of its masked model list, signed under its own key
+    (no mask at all, unlike ``jam``, which masks random words)."""
+
+    stopped_by = "decoy rows opened after the upload: its signed upload minus its own opened keys is nonzero"
+    dc_outcome = NAMED
+
+    class participant_class(Participant):
+        def _seal(self, m: msg.Message) -> list[bytes]:
+            if m.TYPE == MsgType.MASKED_INPUT and m.m == self.params.upload_m:
+                m = dataclasses.replace(m, words=self._rng.bytes(len(m.words)))
+            return super()._seal(m)
+
+    class dc_class(DCParticipant):
+        def _on_upload_request(self, m):
+            (up,) = super()._on_upload_request(m)
+            return [dataclasses.replace(up, words=self._rng.bytes(len(up.words)))]
+
+    def __init__(self, pids=(1,)) -> None:
+        super().__init__(pids)
+        self.culprits = self.pids
+
+    def holds(self, result, honest) -> Verdict:
+        return _blame_verdict(self, result, honest, self.stopped_by, must_name=True)

@@ -19,6 +19,7 @@ from reshuffle.adversaries.base import PSBehaviour, Verdict, register_adversary
 from reshuffle.adversaries.linker import PSView, correct_links, link
 from reshuffle.crypto.signatures import SERVER_ID
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol.dcnet import DCPhase, DCServer, parties
 from reshuffle.protocol.messages import ShareKind
 from reshuffle.protocol.participant import Participant
 from reshuffle.protocol.reservation import settled_slots
@@ -136,6 +137,40 @@ class _PSAttack(LinkingPS):
         self.target = target
 
 
+REFUSED = "refused"
+FORKED = "its fork leaves noise: nothing of the group delivered, nobody linked"
+
+
+def _dc_reply(server: DCServer, out, target: int, change) -> list:
+    """``out`` with the PS message to ``target`` decoded, changed by ``change(message)`` and signed again."""
+    return [(i, change(msg.decode(d, server._ctx)).encode(server._sk) if i == target else d) for i, d in out]
+
+
+class _DCAcceptAll(DCServer):
+    """A DC-net PS that takes every member's key, whatever model, parameters or epoch key it signs (it is the one
+    that handed out the forks)."""
+
+    def _on_keys(self, sender, m):
+        """Accepts every key."""
+
+
+class _DCForcedBlame(DCServer):
+    """A DC-net PS that starts the blame step on a clean round (of the decoys' rows, or of every row)."""
+
+    open_all = False
+
+    def _close_upload(self, got):
+        out = super()._close_upload(got)
+        if self.phase is not DCPhase.DONE:
+            return out  # a real blame step
+        p = self.params
+        self.output, self.phase = None, DCPhase.BLAME
+        rows = tuple(range(parties(p))) if self.open_all else tuple(self.decoy_positions)
+        vectors = tuple(msg.relay_bytes(v) for r in sorted(self.vectors) for v in self.vectors[r].values())
+        data = msg.DCBlame(self.T, p.upload_m, SERVER_ID, self._seed, rows, vectors).encode(self._sk)
+        return [(i, data) for i in sorted(self._roster)]
+
+
 @register_adversary("equivocate-u")
 class EquivocateU(_PSAttack):
     """Shows half the participants U_m and the other half U_m without the target, to get both share kinds."""
@@ -177,6 +212,17 @@ class EquivocateU(_PSAttack):
             out = [(i, alt.encode(self._sk)) for i in sigs] + [(i, main.encode(self._sk)) for i in st.consents]
             return UnmaskStep(st.sum, st.online, st.dropped), out
 
+    dc_outcome = REFUSED + " (all or none: every member's key relayed)"
+
+    class dc_class(DCServer):
+        """Relays the target every member's key but one (the DC-net round's online set), the others all."""
+
+        def _close_keys(self, got):
+            out = super()._close_keys(got)
+            t = self.behaviour.target
+            return _dc_reply(self, out, t, lambda m: dataclasses.replace(m, keys=m.keys[:-1] if t != max(
+                self.keys) else m.keys[1:]))
+
 
 @register_adversary("fork-position")
 class ForkPosition(_PSAttack):
@@ -205,6 +251,21 @@ class ForkPosition(_PSAttack):
             forked = msg.MaskRequest(self.T, m, SERVER_ID, tuple(fake)).encode(self._sk)
             return st, [(i, forked if i == self.behaviour.target else d) for i, d in out]
 
+    dc_outcome = FORKED
+
+    class dc_class(DCServer):
+        """Shows the target other final counts in its upload request: one settled slot moved to a free one."""
+
+        def _close_vectors(self, got):
+            out = super()._close_vectors(got)
+            if self.phase is not DCPhase.UPLOAD:
+                return out
+            pub = list(self.res.history[-1])
+            free = pub.index(0)
+            last = max(s for s, c in enumerate(pub) if c == 1)
+            pub[free], pub[last] = 1, 0
+            return _dc_reply(self, out, self.behaviour.target, lambda m: dataclasses.replace(m, counts=tuple(pub)))
+
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
         # A forked participant's vectors never cancel: its model cannot be delivered.
@@ -229,6 +290,18 @@ class TaggedOT(_PSAttack):
                 fake = OTResponse(self.T, tuple(a**beta2 for a in req.blinded))
                 good = st.answers[sender]
                 st.answers[sender] = dataclasses.replace(good, response=fake.encode())
+
+    dc_outcome = REFUSED + " (the credential's DLEQ proof against C)"
+
+    class dc_class(DCServer):
+        """Evaluates the target's credential request under another key, to recognise its credential later."""
+
+        def _close_keys(self, got):
+            out = super()._close_keys(got)
+            t = self.behaviour.target
+            beta2 = self.group.random_scalar(self._rng)
+            return _dc_reply(self, out, t, lambda m: dataclasses.replace(
+                m, cred_eval=self.keys[t].cred_request**beta2))
 
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
@@ -271,6 +344,16 @@ class PerParticipantKey(_PSAttack):
             finally:
                 self._gamma, self.cred_key = gamma, key
 
+    dc_outcome = REFUSED + " (the credential's DLEQ proof against the C every member signs into h)"
+
+    class dc_class(DCServer):
+        """Sends the target a DC_START with its own credential key C'."""
+
+        def start(self):
+            out = super().start()
+            C2 = self.group.base_mul(self.group.random_scalar(self._rng))
+            return _dc_reply(self, out, self.behaviour.target, lambda m: dataclasses.replace(m, cred_key=C2))
+
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
         v.holds = v.holds and self.target not in result.positions
@@ -296,6 +379,16 @@ class PerParticipantEpochKey(_PSAttack):
             if sender in st.adverts:
                 return super()._on_advertise(st, sender, a)
             st.adverts[sender] = a  # the target's advertisement signs its own key: relayed anyway
+
+    dc_outcome = REFUSED + " (every DC_KEY signs the epoch key; each member compares them)"
+
+    class dc_class(_DCAcceptAll):
+        """Sends the target a DC_START with its own epoch key P', and relays every key as it is."""
+
+        def start(self):
+            out = super().start()
+            P2 = self.group.base_mul(self.group.random_scalar(self._rng))
+            return _dc_reply(self, out, self.behaviour.target, lambda m: dataclasses.replace(m, nym_key=P2))
 
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
@@ -332,6 +425,17 @@ class DifferentGlobalModel(_PSAttack):
                 return super()._on_advertise(st, sender, a)
             st.adverts[sender] = a  # any model: it is the one that forked them
 
+    dc_outcome = REFUSED + " (every DC_KEY signs H(W_g); each member compares them)"
+
+    class dc_class(_DCAcceptAll):
+        """Sends the target a DC_START with H(W_g'), and relays every key as it is."""
+
+        def start(self):
+            out = super().start()
+            b = self.behaviour
+            return _dc_reply(self, out, b.target, lambda m: dataclasses.replace(
+                m, global_hash=b.global_hash_for(b.target, m.global_hash)))
+
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
         v.holds = v.holds and self.target not in result.positions
@@ -344,6 +448,7 @@ class BothShares(_PSAttack):
     """After the upload's certificate, asks again with the target declared dropped (both share kinds)."""
 
     stopped_by = "answer-once per invocation; one signed statement per (T, m)"
+    dc_absent = "no shares to ask for twice: a member that uploaded answers nothing but DC_BLAME"
 
     class server_class(CuriousServer):
         def _close_consent(self, st):
@@ -368,12 +473,28 @@ class FalseDecoyClaim(_PSAttack):
     """Starts the blame step on a clean round and claims every row is a decoy, to open the participants'."""
 
     stopped_by = "§9 audit: positions must be the decoys the opened seed gives; never one's own row"
+    dc_outcome = REFUSED + " (the audit: only the decoys' rows are opened)"
+
+    class dc_class(_DCForcedBlame):
+        """Starts the blame step on a clean round and asks every member to open every row."""
+
+        open_all = True
 
     class server_class(_ForcedBlame):
         def _check_rows(self, st):
             out = super()._check_rows(st)
             st.sum.blame.positions = list(range(len(settled_slots(self.counts))))
             return out
+
+    def dc_holds(self, result, honest, server=None) -> Verdict:
+        from reshuffle.adversaries.dcteam import TWO, verdict
+
+        # The members upload in a clean round, then refuse to open: judged as any PS, plus every refusal.
+        v = verdict(self, result, honest, server, claim="linked nobody")
+        refused = [i for i in TWO[0] if any(type(e).__name__ == "Refused" for e in result.views[i].errors)]
+        v.holds = v.holds and refused == TWO[0] and not result.blamed
+        v.detail += f"; refused to open: {refused}"
+        return v
 
     def holds(self, result, honest) -> Verdict:
         v = self.verdict(result, honest, self.stopped_by)
@@ -388,6 +509,7 @@ class ForgedDispute(_PSAttack):
     """Forces a blame step and shows the target a forged 'conflicting opening' to extract K_ij."""
 
     stopped_by = "§9: K_ij only against the partner's validly signed, conflicting opening"
+    dc_absent = "no disputes: two openings of one pair that differ make both members suspects, never named"
 
     class server_class(_ForcedBlame):
         def _close_blame(self, st):
@@ -412,4 +534,30 @@ class ForgedDispute(_PSAttack):
         errs = [type(e).__name__ for e in result.views[self.target].errors]
         v.holds = v.holds and any(e in ("InvalidSignature", "Refused") for e in errs)
         v.detail += f"; target errors: {errs}"
+        return v
+
+
+@register_adversary("replayed-start")
+class ReplayedStart(_PSAttack):
+    """Sends the target its round's start twice, the second a verbatim replay, hoping for a second key message
+    (the DC-net round) or a second advertisement (the Shamir-shared round) under one view."""
+
+    stopped_by = "one start per round: a replayed start is refused before anything is masked or revealed"
+    dc_outcome = REFUSED
+
+    class server_class(CuriousServer):
+        def start(self):
+            out = super().start()
+            return out + [(i, d) for i, d in out if i == self.behaviour.target]
+
+    class dc_class(DCServer):
+        def start(self):
+            out = super().start()
+            return out + [(i, d) for i, d in out if i == self.behaviour.target]
+
+    def holds(self, result, honest) -> Verdict:
+        v = self.verdict(result, honest, self.stopped_by)
+        errs = [type(e).__name__ for e in result.views[self.target].errors]
+        v.holds = v.holds and bool(errs) and result.params.upload_m not in result.views[self.target].uploaded
+        v.detail += f"; target errors: {errs}; round: {result.failure or 'completed'}"
         return v

@@ -10,8 +10,16 @@ The row ``cross-round-linker`` is a passive PS over many real rounds of a synthe
 federation in stable anonymity sets (:func:`linker_row`): it holds when the linker names
 no more senders than a linker that knows the true chains would by guessing within each
 anonymity set, plus 10 points; its detail says how many it names, and how many it names
-when clients are sampled one by one. The rows ``dcnet-*`` play the DC-net round of stable
-groups (:mod:`~reshuffle.adversaries.dcteam`); their ``extra_s`` is the rows' whole time.
+when clients are sampled one by one.
+
+Each behaviour is played in both rounds: its row ``NAME`` in the Shamir-shared round
+(N participants, no groups) and its row ``dcnet-NAME`` in the DC-net round of two stable
+groups of 5 (:mod:`~reshuffle.adversaries.dcteam`), where group 1 is the control that must
+deliver every model; a behaviour with no form there (no shares, complaints, objections or
+disputes in that round) gets a row that says why and plays nothing. ``outcome`` says what
+holds: refused, named with evidence, its group delivers nothing, linked nobody. The row
+``dcnet-colluders`` is the DC-net round's curious PS with 2 and 3 colluders. A DC-net row's
+``extra_s`` is its whole time per round.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ class RedTeamRow:
     extra_s: float
     holds: bool
     detail: str
+    round: str = "shamir"  # "shamir": the Shamir-shared round; "dcnet": the DC-net round of stable groups
+    outcome: str = ""  # what holds: refused, named with evidence, its group delivers nothing, linked nobody
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -54,53 +64,81 @@ def _updates(N: int, d: int, seed: int) -> list[np.ndarray]:
 
 def run_redteam(rounds: int = 2, N: int = 8, d: int = 16, names: list[str] | None = None,
                 on_row: Callable[[RedTeamRow], None] | None = None) -> list[RedTeamRow]:
-    """Play each behaviour ``rounds`` times (seeds 1..rounds) among N participants; ``on_row`` hears of each
-    behaviour's row as it is done."""
+    """Play each behaviour ``rounds`` times (seeds 1..rounds): among N participants in the Shamir-shared round,
+    then in the DC-net round of two stable groups of 5; ``on_row`` hears of each row as it is done. A name
+    ``dcnet-NAME`` plays NAME in the DC-net round alone."""
     if rounds < 1 or N < 4:
         raise ConfigError(f"the red team needs rounds >= 1 and N >= 4, got rounds={rounds}, N={N}")
     from reshuffle.adversaries import dcteam
 
     names = names or [*adversary_names(), LINKER, *dcteam.ROWS]
     rows = []
+
+    def add(row: RedTeamRow) -> None:
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+
     for name in names:
         if name == LINKER:
-            rows.append(linker_row())
-            if on_row is not None:
-                on_row(rows[-1])
-            continue
-        if name in dcteam.ROWS:  # the DC-net round of stable groups of 5 (N = 10)
-            t0 = time.perf_counter()
-            got, want, right, wrong, ok, detail = dcteam.play(name, rounds)
-            rows.append(RedTeamRow(name, "ps" if name == "dcnet-colluders" else "participant", rounds, got, want,
-                                   right, wrong, dcteam.STOPPED_BY[name], (time.perf_counter() - t0) / rounds, ok,
-                                   detail))
-            continue
-        b0 = make_adversary(name)
-        controlled = set(getattr(b0, "pids", ())) | set(getattr(b0, "colluders", ()))
-        honest = [i for i in range(N) if i not in controlled]
-        got = want = right = wrong = 0
-        extra, ok, details = 0.0, True, []
-        for seed in range(1, rounds + 1):
-            ups = _updates(N, d, seed)
-            t0 = time.perf_counter()
-            shuffle(ups, seed=seed)
-            clean = time.perf_counter() - t0
-            b = make_adversary(name)
-            t0 = time.perf_counter()
-            r = shuffle(ups, seed=seed, adversaries=[b], raise_on_failure=False)
-            extra += time.perf_counter() - t0 - clean
-            v = b.holds(r, honest)
-            got, want = got + v.delivered, want + v.expected
-            right += v.culprits_right
-            wrong += len(v.wrong)
-            ok = ok and v.holds
-            if v.detail:
-                details.append(v.detail)
-        rows.append(RedTeamRow(name, b0.role, rounds, got, want, right, wrong, b0.stopped_by,
-                               extra / rounds, ok, "; ".join(dict.fromkeys(details))))
-        if on_row is not None:
-            on_row(rows[-1])
+            add(linker_row())
+        elif name in dcteam.ROWS:
+            (got, want, right, wrong, ok, detail), secs = dcteam.timed(name, rounds)
+            add(RedTeamRow(name, "ps", rounds, got, want, right, wrong, dcteam.STOPPED_BY[name], secs, ok, detail,
+                           "dcnet", "linked nobody"))
+        elif name.startswith(dcteam.PREFIX) and name[len(dcteam.PREFIX):] in adversary_names():
+            add(dc_row(name[len(dcteam.PREFIX):], rounds))
+        else:
+            add(shamir_row(name, rounds, N, d))
+            add(dc_row(name, rounds))
     return rows
+
+
+def shamir_row(name: str, rounds: int, N: int, d: int) -> RedTeamRow:
+    """``name`` in the Shamir-shared round among N participants."""
+    b0 = make_adversary(name)
+    controlled = set(getattr(b0, "pids", ())) | set(getattr(b0, "colluders", ()))
+    honest = [i for i in range(N) if i not in controlled]
+    got = want = right = wrong = 0
+    extra, ok, details = 0.0, True, []
+    for seed in range(1, rounds + 1):
+        ups = _updates(N, d, seed)
+        t0 = time.perf_counter()
+        shuffle(ups, seed=seed)
+        clean = time.perf_counter() - t0
+        b = make_adversary(name)
+        t0 = time.perf_counter()
+        r = shuffle(ups, seed=seed, adversaries=[b], raise_on_failure=False)
+        extra += time.perf_counter() - t0 - clean
+        v = b.holds(r, honest)
+        got, want = got + v.delivered, want + v.expected
+        right += v.culprits_right
+        wrong += len(v.wrong)
+        ok = ok and v.holds
+        if v.detail:
+            details.append(v.detail)
+    if b0.role == "ps":
+        outcome = "linked nobody"
+    elif b0.culprits and right == rounds:
+        outcome = "named with evidence"
+    else:
+        outcome = "refused or tolerated: every honest model delivered"
+    return RedTeamRow(name, b0.role, rounds, got, want, right, wrong, b0.stopped_by, extra / rounds, ok,
+                      "; ".join(dict.fromkeys(details)), "shamir", outcome)
+
+
+def dc_row(name: str, rounds: int) -> RedTeamRow:
+    """``name`` in the DC-net round of two stable groups of 5, or the row that says why it has no form there."""
+    from reshuffle.adversaries import dcteam
+
+    b0 = make_adversary(name)
+    row = dcteam.PREFIX + name
+    if b0.dc_class is None:
+        return RedTeamRow(row, b0.role, 0, 0, 0, 0, 0, "", 0.0, True, b0.dc_absent or "not played in this round",
+                          "dcnet", "no such step")
+    (got, want, right, wrong, ok, detail), secs = dcteam.timed(row, rounds)
+    return RedTeamRow(row, b0.role, rounds, got, want, right, wrong, "DC-net round: " + b0.dc_outcome, secs, ok,
+                      detail, "dcnet", b0.dc_outcome)
 
 
 #: The red team's row of the passive cross-round linker.

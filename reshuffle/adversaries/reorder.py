@@ -32,6 +32,8 @@ class OpenAfterUpload(LinkingPS):
     """Collects the upload, then opens the last reservation iteration and restarts the slot phase."""
 
     stopped_by = "one key, one plaintext: no opening, objection or restart after the upload"
+    dc_absent = ("the reservation ends before the upload request, and a member that uploaded answers nothing but "
+                 "a DC_BLAME of the decoys' rows (row dcnet-false-decoy-claim)")
 
     class server_class(CuriousServer):
         _reordered = False
@@ -65,6 +67,7 @@ class ObjectAtUpload(LinkingPS):
     """The shipped PS with one colluder that objects falsely at the upload (an opening follows)."""
 
     stopped_by = "after the reservation ended, an objection ends the round"
+    dc_absent = "no objections: a member refuses counts that fail its checks (rows dcnet-count-abuse, dcnet-silent)"
     colluders = (1,)
     colluder_class = _FalseObjector
 
@@ -79,6 +82,7 @@ class ComplainForShares(LinkingPS):
     """
 
     stopped_by = "a dealer answers complaints once, for at most t − 1 − c complainers (§6.4)"
+    dc_absent = "no shares and no complaints: colluders hand the PS their keys instead (row dcnet-colluders)"
 
     class server_class(CuriousServer):
         def _on_ot_request(self, st, sender, m):

@@ -25,6 +25,8 @@ class AnnounceC(LinkingPS):
     """
 
     stopped_by = "each participant's own floor on c and t (§11): a ROUND_START below it is refused"
+    dc_absent = ("no threshold: the DC-net round has no c or t to announce, and any number of colluders reads only "
+                 "the honest members' sum (row dcnet-colluders)")
 
     def __init__(self, c: int | None = 0, colluders: tuple[int, ...] = (1,)) -> None:
         super().__init__()

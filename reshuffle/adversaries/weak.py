@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from reshuffle.protocol import messages as msg
+from reshuffle.protocol.dcnet import DCParticipant
+from reshuffle.protocol.grouped import GroupedParticipant
 from reshuffle.protocol.messages import MsgType
 from reshuffle.protocol.participant import Opened, Participant
 from reshuffle.protocol.phases import PARTICIPANT_TABLE, PPhase, handler_name
@@ -74,4 +76,40 @@ class OpensWithoutView(Participant):
         return replace(s, opening=op), [op]
 
 
-__all__ = ["AnswersEveryComplaint", "OpensWithoutView", "ReopensAfterUpload", "TrustsAnnouncedParameters"]
+class KeepsPseudonymOnlyWhenDone(Participant):
+    """Before the fix: a member keeps the pseudonym issued in its round only once the round is done (as a
+    node that writes it to its state folder after a delivered round). The PS records the issuance at the
+    certificate, so a round that ends in between leaves it recorded and held by nobody."""
+
+    @property
+    def pseudonym(self):
+        s = self.state
+        done = s.phase in (PPhase.DONE, PPhase.OPENED, PPhase.DONE_BLAME)
+        return s.nym if s.nym is not None and (s.nym_held or done) else None
+
+
+class DCKeepsPseudonymOnlyAfterUpload(DCParticipant):
+    """The DC-net member before the fix: it keeps the pseudonym issued in its round only once it sent its
+    upload, while the PS records the issuance at its first count vector."""
+
+    @property
+    def pseudonym(self):
+        return self.nym if self.view.uploaded else None
+
+
+class TakesUngroupedRounds(GroupedParticipant):
+    """A member without the group floor's default (an opted-in node): it takes part in a round bound to no
+    group while it holds none, so a PS that never forms groups names it by its presence across rounds."""
+
+    def handle(self, data: bytes) -> list[bytes]:
+        if not self._started and self.client.phase.name == "AWAIT_OPEN" and self._membership is None \
+                and msg.peek_type(data) is MsgType.ROUND_START:
+            m = msg.decode(data, msg.Context())
+            if not m.params.assignment:
+                self._started = True
+                return self.inner.handle(data)
+        return super().handle(data)
+
+
+__all__ = ["AnswersEveryComplaint", "DCKeepsPseudonymOnlyAfterUpload", "KeepsPseudonymOnlyWhenDone", "OpensWithoutView",
+           "ReopensAfterUpload", "TakesUngroupedRounds", "TrustsAnnouncedParameters"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import numpy as np
@@ -12,7 +13,7 @@ from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Ristretto255, available_groups, get_group
 from reshuffle.crypto.ot import OTReceiver, OTSender
-from reshuffle.crypto.prg import PRG, derive_key
+from reshuffle.crypto.prg import PRG, cores_available, derive_key
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.crypto.shamir import Shamir, _lagrange_at_zero
 
@@ -52,6 +53,82 @@ def bench_prg(n_words: int, repeat: int) -> dict:
         "ratio_to_keystream": t_ks / t_prg,
         "ratio_to_pcg64": t_pcg / t_prg,
     }
+
+
+def bench_upload(d: int, g: int = 5, repeat: int = 3, chunk_bytes: int | None = None) -> dict:
+    """A DC-net member's upload of a d-word model in a group of g (g + 1 rows, g − 1 pairwise streams per row),
+    timed in one run: the raw AES-256-CTR keystream of the same bytes (the floor), SHA-256 of the uploaded
+    bytes (the row hashes the upload signs), the separate passes (encode, row, list, mask, hash) and the fused
+    pass; each as a ratio to the keystream."""
+    import hashlib
+    import os
+
+    from reshuffle.crypto.prg import CHUNK_BYTES, _ZEROS
+    from reshuffle.protocol import credential, dcnet
+    from reshuffle.protocol import messages as msg
+    from reshuffle.protocol.pseudonym import ROW_BYTES
+
+    chunk = chunk_bytes or CHUNK_BYTES
+    p = dcnet.dc_params(g, d)
+    rows = dcnet.parties(p)
+    row_bytes = p.row_words * p.codec.dtype.itemsize
+    gen = np.random.Generator(np.random.PCG64(d))  # model values only
+    model = (gen.normal(size=d) * 0.05).astype(np.float32)
+    cred = credential.Credential(os.urandom(credential.R_BYTES), os.urandom(credential.Y_BYTES))
+
+    class _Nym:
+        def row_bytes(self, _b=os.urandom(ROW_BYTES)) -> bytes:
+            return _b
+
+    K, h, T, i, pos = os.urandom(credential.K_BYTES), os.urandom(32), 1, 0, rows // 2
+    pairs = {j: os.urandom(32) for j in range(1, g)}
+    keys = [derive_key(bytes(32), label("bench/upload", j)) for j in range(g - 1)]
+    scratch = bytearray(chunk + 15)
+
+    def keystream():  # the floor: (g − 1) AES-256-CTR streams over every row, into one reused chunk
+        for _ in range(rows):
+            for k in keys:
+                enc = Cipher(algorithms.AES(k), modes.CTR(bytes(16))).encryptor()
+                for a in range(0, row_bytes, chunk):
+                    enc.update_into(_ZEROS.view(min(chunk, row_bytes - a)), scratch)
+
+    blob = os.urandom(rows * row_bytes)
+
+    def sha():  # the row hashes alone
+        for r in range(rows):
+            hashlib.sha256(memoryview(blob)[r * row_bytes:(r + 1) * row_bytes]).digest()
+
+    def unfused():
+        lw, _, _ = dcnet.plain_model_list(model, p, pos, cred, _Nym(), K, T)
+        dcnet.mask_in_place(lw.reshape(-1), T, p.upload_m, i, pairs, h, rows)
+        msg.row_hashes(lw.reshape(-1).view(np.uint8).data, rows)
+
+    def fused():
+        dcnet.masked_upload(model, p, pos, cred, _Nym(), K, T, i, pairs, h, chunk, overlap=False)
+
+    def fused_overlap():  # the row hashes on a helper thread
+        dcnet.masked_upload(model, p, pos, cred, _Nym(), K, T, i, pairs, h, chunk, overlap=True)
+
+    fns = {"keystream": keystream, "sha256": sha, "unfused": unfused, "fused": fused, "fused_overlap": fused_overlap}
+    t = dict.fromkeys(fns, float("inf"))
+    cpu = dict.fromkeys(fns, float("inf"))  # this thread's CPU seconds: what a busy machine disturbs least
+    for _ in range(repeat):  # interleaved, so that machine noise hits every one alike
+        for name, fn in fns.items():
+            t0, c0 = time.perf_counter(), time.thread_time()
+            fn()
+            t[name] = min(t[name], time.perf_counter() - t0)
+            cpu[name] = min(cpu[name], time.thread_time() - c0)
+    ks_bytes = (g - 1) * rows * row_bytes
+    out = {"d": d, "g": g, "rows": rows, "keystream_MB": ks_bytes / 1e6, "cores": cores_available()}
+    out.update({f"{name}_s": v for name, v in t.items()})
+    out.update({f"{name}_over_keystream": v / t["keystream"] for name, v in t.items() if name != "keystream"})
+    # CPU ratios of the single-threaded passes (the overlapped hashes run on another thread: wall only).
+    out.update({f"{name}_over_keystream_cpu": cpu[name] / cpu["keystream"] for name in ("sha256", "unfused", "fused")})
+    out["fused_over_keystream_and_sha256_cpu"] = cpu["fused"] / (cpu["keystream"] + cpu["sha256"])
+    out["speedup_fused"] = t["unfused"] / t["fused"]
+    out["speedup_fused_cpu"] = cpu["unfused"] / cpu["fused"]
+    out["speedup_fused_overlap"] = t["unfused"] / t["fused_overlap"]
+    return out
 
 
 def bench_group(name: str, n_ops: int) -> dict:
@@ -237,6 +314,7 @@ def run(quick: bool = False, on_step: Callable[[str], None] | None = None) -> di
     rep = 3 if quick else 7
     parts = {
         "prg": lambda: bench_prg(n_words, rep),
+        "upload": lambda: bench_upload(1 << (16 if quick else 20), 5, 3 if quick else 5),
         "group": lambda: {name: bench_group(name, 50 if quick else 300) for name in available_groups()},
         "ot": lambda: bench_ot(400, 8, rep),
         "shamir": lambda: {str(N): bench_shamir(N, N // 2 + 1, 2 if quick else 3) for N in (100, 1000)},

@@ -70,7 +70,7 @@ from reshuffle.crypto.group import get_group
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.crypto import feldman, voprf
 from reshuffle.crypto.ot import OTReceiver, OTSender
-from reshuffle.crypto.prg import accumulate_streams
+from reshuffle.crypto.prg import accumulate_streams, cores_available
 from reshuffle.crypto.signatures import SigningKey
 from reshuffle.protocol import credential
 from reshuffle.protocol import messages as msg
@@ -599,20 +599,36 @@ def bench_stable(N: int, d: int, group_size: int = 5, seeds=(1, 2, 3), train_mod
     ups = [(gen.normal(size=d) * 0.05).astype(np.float32) for _ in range(N)]
     groups = stable_groups(N, group_size)
     runs = []
-    for seed in seeds:
+    cores = cores_available()
+
+    def one(seed: int, workers: int):
         t0, c0 = time.perf_counter(), time.process_time()
         pr = reshuffle.prepare(N, d, seed=seed, groups=groups)
         offline, offline_cpu = time.perf_counter() - t0, time.process_time() - c0
+        pr._server.workers = workers  # the PS's threads for its groups' upload steps
         t0, c0 = time.perf_counter(), time.process_time()
         r = pr.upload(ups)
         online, online_cpu = time.perf_counter() - t0, time.process_time() - c0
         if len(r.models) != N:
             raise AssertionError(f"stable-group round lost participants: {len(r.models)} of {N}")
+        return r, offline, offline_cpu, online, online_cpu
+
+    for seed in seeds:
+        # The PS's groups in turn (1 thread), then side by side on every core, on the same seed: the PS's
+        # seconds after training in each give the pool's speedup (process CPU counts every thread).
+        serial = one(seed, 1)[0] if cores > 1 else None
+        r, offline, offline_cpu, online, online_cpu = one(seed, cores)
         st = {ph: v for ph, v in r.stats.items() if isinstance(v, dict) and "ps_s" in v}
         up = st["upload"]["participant_bytes_sent"]
         crit = sum(v["ps_s"] + v["participant_max_s"] for v in st.values())
         after = sum(st[ph]["ps_s"] + st[ph]["participant_max_s"] for ph in ONLINE_STAGES)
+        ps_after = sum(st[ph]["ps_s"] for ph in ONLINE_STAGES)
+        ps_after_serial = ps_after if serial is None else sum(
+            serial.stats[ph]["ps_s"] for ph in ONLINE_STAGES if ph in serial.stats)
         runs.append({"seed": seed, "round_trips": r.round_trips["round_trips"],
+                     "ps_workers": cores, "ps_after_training_s": ps_after,
+                     "ps_after_training_serial_s": ps_after_serial,
+                     "ps_group_speedup": ps_after_serial / ps_after if ps_after > 0 else 1.0,
                      "round_trips_after_training": r.round_trips["round_trips_after_training"],
                      "steps": " ".join(r.round_trips["steps"]),
                      "upload_over_d": up / (d * 4), "offline_wall_s": offline, "after_training_wall_s": online,
@@ -624,12 +640,18 @@ def bench_stable(N: int, d: int, group_size: int = 5, seeds=(1, 2, 3), train_mod
     out = {"N": N, "d": d, "group_size": group_size, "groups": len(groups), "runs": runs,
            "max_round_trips": max(x["round_trips"] for x in runs),
            "max_round_trips_after_training": max(x["round_trips_after_training"] for x in runs),
-           "upload_over_d": runs[0]["upload_over_d"]}
+           "upload_over_d": runs[0]["upload_over_d"],
+           # The least disturbed of each: a busy machine only ever adds time to a run.
+           "ps_group_speedup_best": min(x["ps_after_training_serial_s"] for x in runs)
+           / min(x["ps_after_training_s"] for x in runs)}
     if train_model is not None:
         tr = training_time(train_model, N)
         out["training"] = tr
         out["protocol_over_training"] = min(x["protocol_wall_s"] for x in runs) / tr["training_s"]
         out["protocol_over_training_cpu"] = min(x["protocol_cpu_s"] for x in runs) / tr["training_cpu_s"]
+        for x in runs:
+            x["protocol_over_training"] = x["protocol_wall_s"] / tr["training_s"]
+            x["protocol_over_training_cpu"] = x["protocol_cpu_s"] / tr["training_cpu_s"]
     return out
 
 
@@ -652,7 +674,15 @@ def print_stable(results: dict) -> None:
                   f"upload {x['upload_over_d']:.2f}·d, "
                   f"protocol {x['protocol_wall_s']:.2f} s in process ({x['after_training_wall_s']:.2f} s after "
                   f"training; CPU {x['protocol_cpu_s']:.2f} s, {x['after_training_cpu_s']:.2f} s), "
-                  f"critical path {x['critical_path_s']:.2f} s ({x['after_training_critical_s']:.2f} s after training)")
+                  f"critical path {x['critical_path_s']:.2f} s ({x['after_training_critical_s']:.2f} s after "
+                  "training); "
+                  f"PS after training {x['ps_after_training_s']:.2f} s on {x['ps_workers']} thread(s) vs "
+                  f"{x['ps_after_training_serial_s']:.2f} s group by group: speedup {x['ps_group_speedup']:.2f}"
+                  + (f"; protocol / training {x['protocol_over_training']:.2f} (CPU "
+                     f"{x['protocol_over_training_cpu']:.2f})" if "protocol_over_training" in x else ""))
+        if len(res["runs"]) > 1:
+            print(f"N={N:>4}: PS after training, best of {len(res['runs'])} seeds: group by group / "
+                  f"{res['runs'][0]['ps_workers']} thread(s) = {res['ps_group_speedup_best']:.2f}")
         if "training" in res:
             tr = res["training"]
             print(f"N={N:>4}: training {tr['model']} (d={tr['d']:,}) {tr['training_s']:.2f} s for {N} clients "

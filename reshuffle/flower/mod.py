@@ -17,12 +17,13 @@
   round that formed it). Every later round is a round of exactly that group: the node refuses
   a new assignment, a ROUND_START whose roster or binding differs, and an online set that
   lacks a member of its group.
-  Once its participant holds an epoch pseudonym (docs/protocol.md §7.3), the node keeps
-  it in ``context.state`` for the epoch's next rounds. Both are also kept in the node's
+  Its participant's epoch pseudonym record (docs/protocol.md §7.3: the request, drawn
+  before the message that carries it, then z and the group mates' commitments) is kept
+  in ``context.state`` for the epoch's next rounds. Both are also kept in the node's
   state folder (:data:`NODE_STATE_DIR`, on by default), one file per federation (the CA
-  key and the PS key it certifies) and participant: a restarted node reads them back
-  and never asks for a second pseudonym, and a new run of the federation cannot draw
-  it into a new group.
+  key and the PS key it certifies) and participant, written before the replies leave: a
+  restarted node reads them back and asks again only with the element it sent, and a
+  new run of the federation cannot draw it into a new group.
 - The node takes part only in rounds bound to its stable group (or the assignment that
   forms it), unless its own config opts in to ungrouped rounds (``reshuffle-ungrouped``),
   and refuses an assignment listing fewer than two groups' worth of candidates.
@@ -73,7 +74,7 @@ from reshuffle.protocol.grouped import GroupedParticipant
 from reshuffle.protocol.groups import Membership
 from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import global_model_hash
-from reshuffle.protocol.pseudonym import Pseudonym
+from reshuffle.protocol.pseudonym import MAX_RECORD_BYTES, Pseudonym
 from reshuffle.protocol.session import LiveSessions, SessionState
 from reshuffle.wire import Parser, Writer
 
@@ -278,7 +279,7 @@ def _read_state(path: Path, pid: int) -> tuple[bytes, bytes]:
         p = Parser(path.read_bytes(), "node state")
         if (v := p.u8("version")) != _STATE_VERSION:
             raise DecodeError(f"version {v}, expected {_STATE_VERSION}")
-        group, nym = p.var("membership", 1 << 20), p.var("pseudonym", 1024)
+        group, nym = p.var("membership", 1 << 20), p.var("pseudonym", MAX_RECORD_BYTES)
         p.finish()
         membership = Membership.decode(group)
         if nym:

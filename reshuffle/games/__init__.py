@@ -52,7 +52,7 @@ def _always(game, assumption, e: Estimate, text: str) -> Result:
 
 
 #: Rows ``run_games`` returns (a progress display's total; tests/test_games.py checks it).
-GAME_ROWS = 52
+GAME_ROWS = 58
 
 
 class _Rows(list):
@@ -171,9 +171,45 @@ def run_games(quick: bool = False, on_result: Callable[[Result], None] | None = 
     e = ungrouped_game(5, 1, n_ungrouped, opted_in=True)
     out.append(_detected("source anonymity, PS never forms groups [weak: participants take ungrouped rounds]",
                          "none", e, 3 / 4))  # every chain named: 1 − 1/h
+    out += _epoch_games(quick)
     out += _dcnet_games(quick)
     out += _blame_games(quick)
     return list(out)
+
+
+def _epoch_games(quick: bool) -> list[Result]:
+    """The PS picks the epoch's first rounds: whom the draw lists (and redraws), and when a pseudonym counts as
+    issued (docs/security/anonymity.md, "The PS picks the epoch's first rounds")."""
+    from reshuffle.games.rounds import draw_game, issuance_game, reissue_game
+    from reshuffle.protocol.params import TrustFloors
+
+    n_draw, n_nym = (12, 2) if quick else (120, 12)
+    out = []
+    # N = 20, c = 4 (the members' own floor), g = 5: a list of exactly g is the target and its four colluders.
+    e = draw_game(20, 5, 4, n_draw)
+    out.append(_secure("source anonymity, PS picks the draw's candidates [N=20, g=5, c=4: g, 2g padded, redraws]",
+                       "the candidate floor held by each participant", e,
+                       "abs(adv) ≤ bound (adv over 1/3: 2g padded with every colluder)"))
+    e = draw_game(20, 5, 4, n_draw, TrustFloors(draw=1))
+    out.append(_detected("source anonymity, PS picks the draw's candidates [weak: no candidate floor, draw=1]",
+                         "none", e, 2 / 3))  # the target alone with its colluders: 1 − 1/3
+    # One colluder drops in the epoch's first round (before any consent, or before its upload): its group
+    # delivers nothing that round; the weak node loses what it was issued, so only the late drop tells.
+    e = issuance_game(5, 1, n_nym)
+    out.append(Result("epoch pseudonyms, a colluder's drop in the epoch's first round [g=5, c=1: both rounds, before consent or upload]",
+                      "none (the issuance rule)", e.advantage, 0.0,
+                      "= 0 (no honest member silenced after the round its member dropped)", e.advantage == 0))
+    e = issuance_game(5, 1, n_nym, kept_after_failure=False, stages=("upload",))
+    out.append(_always("epoch pseudonyms, a colluder's drop [weak: a pseudonym kept only once delivered]", "none", e,
+                       "= 1 (4 of 4 honest members silenced for the epoch)"))
+    # The target restarts before round 2; this PS issues to whoever asks.
+    e = reissue_game(5, 1, n_nym)
+    out.append(_secure("epoch pseudonyms, PS issues again to whoever asks [g=5, c=1, a member restarts]",
+                       "the pseudonym the node keeps", e, "abs(adv) ≤ bound (adv over 1/h)"))
+    e = reissue_game(5, 1, n_nym, keeps_state=False, baseline=0.0)  # the rate it names the target
+    out.append(_always("epoch pseudonyms, PS issues again [weak: the restarted node lost its pseudonym]", "none", e,
+                       "= 1 (the target named in every trial)"))
+    return out
 
 
 def _dcnet_games(quick: bool) -> list[Result]:

@@ -152,15 +152,13 @@ def build_round(
     per round), ``identities_of[i]`` the identity participant i is issued under, and
     ``held[i]`` the pseudonym participant i holds from an earlier round of the epoch.
     Stable groups run the DC-net round (docs/protocol.md, "The DC-net round"); ``dcnet=False`` runs the
-    Shamir-shared round in them instead, and so does a round with ``adversaries`` (the behaviours of
-    :mod:`reshuffle.adversaries` deviate in the Shamir-shared round; the DC-net round's are
-    :mod:`reshuffle.adversaries.dcteam`'s) unless ``dcnet=True``.
+    Shamir-shared round in them instead, and so does a round with ``adversaries`` of which one has no
+    form in the DC-net round (its ``dc_class`` is None; ``dcnet=True`` then refuses it).
     """
     ident = identities(len(updates), seed)
     participant_cls = participant_cls or Participant
     hostile, ps_behaviour = _split_adversaries(adversaries, len(updates))
-    if dcnet is None and (hostile or ps_behaviour is not None):
-        dcnet = False
+    dcnet = _dc_round(hostile, ps_behaviour, groups is not None, dcnet)
     stable = _stable(groups, len(updates)) if groups is not None else None
     if stable is not None:
         group_size = stable.group_size
@@ -178,12 +176,28 @@ def build_round(
             membership=None if stable is None else Membership.of(stable, i))
         if held and held.get(i) is not None:
             getattr(participants[i], "inner", participants[i]).hold_pseudonym(held[i])
+        if dcnet and i in hostile and getattr(hostile[i], "dc_class", None) is not None:
+            participants[i].dc_class = hostile[i].make_dc  # its member of the DC-net round
     make_server = ps_behaviour.make if ps_behaviour is not None else Server
     names = None if identities_of is None else dict(enumerate(identities_of))
     server = make_ps(T, ident.roster, ident.ps_key, ident.ps_cert, ca, gh, params=p, overrides=overrides,
                      group_size=group_size, collusion=group_collusion, rng=ident.server_rng, make_server=make_server,
-                     stable=stable, pseudonyms=epoch_key, identities=names, dcnet=dcnet)
+                     stable=stable, pseudonyms=epoch_key, identities=names, dcnet=dcnet,
+                     make_dc_server=ps_behaviour.make_dc if dcnet and ps_behaviour is not None else None)
     return server, participants
+
+
+def _dc_round(hostile: dict, ps, stable: bool, dcnet: bool | None) -> bool | None:
+    """Whether stable groups run the DC-net round with these behaviours: by default yes when each one plays
+    there (``dc_class``), else the Shamir-shared round; ConfigError when asked for one that has no meaning there."""
+    played = {id(b): b for b in [*hostile.values(), ps] if b is not None and not isinstance(b, _Colluder)}
+    if not played:
+        return dcnet
+    absent = [b for b in played.values() if getattr(b, "dc_class", None) is None]
+    if dcnet and stable and absent:
+        b = absent[0]
+        raise ConfigError(f"{b.name!r} does not play in the DC-net round: {b.dc_absent or 'no DC-net form'}")
+    return dcnet if dcnet is not None else (stable and not absent) or False
 
 
 def _stable(groups: Sequence[Sequence[int]], N: int) -> Assignment:

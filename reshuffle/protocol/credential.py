@@ -61,8 +61,12 @@ def row_bytes(d_bytes: int) -> int:
     return d_bytes + pad_bytes(d_bytes) + TRAILER_BYTES
 
 
-def _tag(K: bytes, T: int, position: int, body: bytes) -> bytes:
-    return hmac.new(K, label("row/tag", T, position) + body, hashlib.sha256).digest()[:TAG_BYTES]
+def _tag(K: bytes, T: int, position: int, *body) -> bytes:
+    """HMAC-SHA256(K, label ‖ body)[:16]; ``body`` may come in pieces (buffers are fed without a copy)."""
+    h = hmac.new(K, label("row/tag", T, position), hashlib.sha256)
+    for piece in body:
+        h.update(piece)
+    return h.digest()[:TAG_BYTES]
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,53 @@ def build_row(payload: np.ndarray, token: bytes, cred: Credential, nym: pseudony
         + bytes(K)
     )
     return body + _tag(K, T, position, body)
+
+
+class RowWriter:
+    """:func:`build_row`'s bytes written one chunk at a time, for a fused pass (:func:`.prg.mask_rows`).
+
+    ``write(first_word, part)`` fills words ``[first_word, first_word + part.size)`` of the row: the model's
+    encoding (``codec.encode_into`` on that slice), then the padding and trailer; the tag is fed as the
+    chunks pass, in order, so the row is never built apart. The words equal ``build_row(codec.encode(model)
+    .words, ...)``; ``clipped`` counts the clipped coordinates, ``tag`` is the row's tag once written.
+    """
+
+    def __init__(self, model: np.ndarray, codec, token: bytes, cred: Credential, nym: pseudonym.Pseudonym,
+                 K: bytes, T: int, position: int) -> None:
+        self.model, self.codec = model, codec
+        item = codec.dtype.itemsize
+        self.d_bytes = model.size * item
+        body = bytes(pad_bytes(self.d_bytes)) + bytes(token) + cred.r + cred.y + nym.row_bytes() + bytes(K)
+        self._tail = np.frombuffer(body, dtype=np.uint8)  # the row's bytes after Enc(W), tag excluded
+        self._mac = hmac.new(K, label("row/tag", T, position), hashlib.sha256)
+        self.row_bytes = self.d_bytes + len(body) + TAG_BYTES
+        self._item = item
+        self._at = 0  # next byte expected: chunks come in order
+        self.clipped = 0
+        self.tag: bytes | None = None
+
+    def write(self, first_word: int, part: np.ndarray) -> None:
+        a = first_word * self._item
+        b = a + part.nbytes
+        if a != self._at or b > self.row_bytes:
+            raise ValueError(f"row bytes [{a}, {b}) out of order (next is {self._at} of {self.row_bytes})")
+        raw = part.view(np.uint8)
+        d_end = min(b, self.d_bytes)
+        if a < d_end:
+            n = (d_end - a) // self._item
+            self.clipped += self.codec.encode_into(self.model[first_word : first_word + n], part[:n])
+            self._mac.update(raw[: d_end - a])
+        tag_at = self.row_bytes - TAG_BYTES
+        lo, hi = max(a, self.d_bytes), min(b, tag_at)
+        if lo < hi:
+            raw[lo - a : hi - a] = self._tail[lo - self.d_bytes : hi - self.d_bytes]
+            self._mac.update(raw[lo - a : hi - a])
+        if b > tag_at:
+            if self.tag is None:
+                self.tag = self._mac.digest()[:TAG_BYTES]
+            lo = max(a, tag_at)
+            raw[lo - a :] = np.frombuffer(self.tag, dtype=np.uint8)[lo - tag_at : b - tag_at]
+        self._at = b
 
 
 @dataclass(frozen=True)
@@ -116,18 +167,19 @@ def check_rows(
     passed: dict[int, tuple[bytes, bytes]] = {}
     failed: list[RowCheck] = []
     for pos in range(rows.shape[0]):
-        raw = rows[pos].tobytes()
-        token = raw[off : off + TOKEN_BYTES]
-        r = raw[off + TOKEN_BYTES : off + TOKEN_BYTES + R_BYTES]
-        y = raw[off + TOKEN_BYTES + R_BYTES : at_nym]
-        rho = raw[at_nym : at_nym + pseudonym.NONCE_BYTES]
-        z = raw[at_nym + pseudonym.NONCE_BYTES : at_nym + NYM_BYTES]
-        K = raw[-TAG_BYTES - K_BYTES : -TAG_BYTES]
+        # Fields are sliced out; the tag is fed from the row in place (no copy of the row).
+        raw = memoryview(np.ascontiguousarray(rows[pos])).cast("B")
+        token = bytes(raw[off : off + TOKEN_BYTES])
+        r = bytes(raw[off + TOKEN_BYTES : off + TOKEN_BYTES + R_BYTES])
+        y = bytes(raw[off + TOKEN_BYTES + R_BYTES : at_nym])
+        rho = bytes(raw[at_nym : at_nym + pseudonym.NONCE_BYTES])
+        z = bytes(raw[at_nym + pseudonym.NONCE_BYTES : at_nym + NYM_BYTES])
+        K = bytes(raw[-TAG_BYTES - K_BYTES : -TAG_BYTES])
         if not hmac.compare_digest(token, tokens[pos]):
             failed.append(RowCheck(pos, "token"))
         elif not hmac.compare_digest(y, voprf.evaluate(s, sk, cred_input(T, r))):
             failed.append(RowCheck(pos, "credential"))
-        elif not hmac.compare_digest(raw[-TAG_BYTES:], _tag(K, T, pos, raw[:-TAG_BYTES])):
+        elif not hmac.compare_digest(bytes(raw[-TAG_BYTES:]), _tag(K, T, pos, raw[:-TAG_BYTES])):
             failed.append(RowCheck(pos, "tag"))
         elif not _nym_ok(nyms, rho, z):
             failed.append(RowCheck(pos, "pseudonym"))

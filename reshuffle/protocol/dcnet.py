@@ -38,10 +38,12 @@ shows in the opening.
 
 from __future__ import annotations
 
+import collections
 import copy
 import enum
 import hashlib
 import hmac
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
@@ -52,13 +54,14 @@ from reshuffle.crypto import voprf
 from reshuffle.crypto.channel import dh_shared
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.group import Element, Group
-from reshuffle.crypto.prg import CHUNK_BYTES, KeyDeriver, accumulate_streams
+from reshuffle.crypto.prg import CHUNK_BYTES, KeyDeriver, accumulate_streams, mask_rows
 from reshuffle.crypto.rand import RandomSource, SeededRandom, as_source, substream
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
 from reshuffle.errors import (
     AlreadyAnswered,
     BelowThreshold,
     ConfigError,
+    EncodingError,
     ProtocolError,
     Refused,
     UnexpectedMessage,
@@ -155,6 +158,47 @@ def row_pad(keys: Mapping[int, bytes], i: int, length: int, dtype: np.dtype) -> 
     out = np.zeros(length, dtype=dtype)
     accumulate_streams(out, [(k, pair_sign(i, j)) for j, k in sorted(keys.items())])
     return out
+
+
+def plain_model_list(model: np.ndarray, p: RoundParams, pos: int, cred: credential.Credential,
+                     nym: pseudonym.Pseudonym, K: bytes, T: int) -> tuple[np.ndarray, int, bytes]:
+    """The unmasked model list of a member at ``pos``, built in separate passes (encode, row, list): what a
+    deviating member rewrites before masking, and the reference :func:`masked_upload` equals.
+    Returns (list, clipped coordinates, row tag)."""
+    lw = np.zeros((parties(p), p.row_words), dtype=p.codec.dtype)
+    enc = p.codec.encode(model)
+    row = credential.build_row(enc.words, ZERO_TOKEN, cred, nym, K, T, pos)
+    lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
+    return lw, enc.clipped, row[-credential.TAG_BYTES:]
+
+
+def masked_upload(model: np.ndarray, p: RoundParams, pos: int, cred: credential.Credential,
+                  nym: pseudonym.Pseudonym, K: bytes, T: int, i: int, pairs: Mapping[int, bytes], h: bytes,
+                  chunk_bytes: int = CHUNK_BYTES, overlap: bool | None = None
+                  ) -> tuple[np.ndarray, list[bytes], int, bytes]:
+    """Member i's masked model list in one pass per chunk: encode (its own row), the row tag, the pairwise
+    keystreams and the row hashes, with no temporary beyond one chunk. Returns (masked list, SHA-256 of each
+    row, clipped coordinates, row tag): bit for bit :func:`plain_model_list`, then :func:`mask_in_place`, then
+    the rows' hashes. ``overlap``: the row hashes on a helper thread (:func:`~reshuffle.crypto.prg.mask_rows`)."""
+    if model.ndim != 1 or model.size != p.d:
+        raise EncodingError(f"a model of shape {model.shape} for a round of d={p.d}")
+    rows = parties(p)
+    lw = np.zeros((rows, p.row_words), dtype=p.codec.dtype)
+    writer = credential.RowWriter(model, p.codec, ZERO_TOKEN, cred, nym, K, T, pos)
+    if writer.row_bytes != lw[pos].nbytes:
+        raise EncodingError(f"a row of {writer.row_bytes} bytes for rows of {lw[pos].nbytes}")
+    keyed = [(row_keys(K_j, T, p.upload_m, i, j, h, rows), pair_sign(i, j)) for j, K_j in sorted(pairs.items())
+             if j != i]
+    streams = [[(keys[ρ], s) for keys, s in keyed] for ρ in range(rows)]
+
+    def fill(row: int, first_word: int, part: np.ndarray) -> bool:
+        if row != pos:
+            return False  # a zero row: it carries the pairwise keystreams alone
+        writer.write(first_word, part)
+        return True
+
+    hashes = mask_rows(lw, streams, fill, chunk_bytes, overlap=overlap)
+    return lw, hashes, writer.clipped, writer.tag
 
 
 def decoy_commit(T: int, seed: bytes) -> bytes:
@@ -284,6 +328,84 @@ def verify_dc_evidence(ev: DCEvidence, keys: Mapping, p: RoundParams, T: int) ->
         raise InvalidEvidence("the culprit's plaintext at that row is zero")
 
 
+# ------------------------------------------------------------------------------------------------ the pool
+class GroupPool:
+    """Runs the PS's groups side by side on ``workers`` threads, each group's work in the order it was handed.
+
+    The byte work of a group's upload step (summing, hashing, row tags: numpy, hashlib and AES release the GIL)
+    runs while other groups' runs; within a group nothing is reordered, so every group ends in the state the
+    serial path leaves. :meth:`submit` queues one call for group j; :meth:`wait` returns once every queued call
+    ran and raises the first error (in group order) a call raised; :meth:`run` runs one call per group at once
+    and returns each one's result or exception, by group. At most ``backlog`` calls (default 2·workers) wait or
+    run at a time: :meth:`submit` blocks beyond that, so queued uploads never hold more memory than the serial
+    path's one plus that many.
+    """
+
+    def __init__(self, workers: int, backlog: int | None = None) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if workers < 2:
+            raise ConfigError(f"a pool needs at least 2 workers, got {workers}")
+        self.workers = workers
+        self._slots = threading.Semaphore(backlog or 2 * workers)
+        self._ex = ThreadPoolExecutor(workers, thread_name_prefix="reshuffle-group")
+        self._lock = threading.Lock()
+        self._queues: dict[int, collections.deque] = {}
+        self._running: set[int] = set()
+        self._futures: list = []
+        self._errors: dict[int, BaseException] = {}
+
+    def submit(self, j: int, fn: Callable, *args) -> None:
+        self._slots.acquire()  # released once the call ran (or was dropped after its group's error)
+        with self._lock:
+            self._queues.setdefault(j, collections.deque()).append((fn, args))
+            if j in self._running:
+                return
+            self._running.add(j)
+        self._futures.append(self._ex.submit(self._drain, j))
+
+    def _drain(self, j: int) -> None:
+        while True:
+            with self._lock:
+                q = self._queues[j]
+                if not q or j in self._errors:
+                    for _ in range(len(q)):
+                        self._slots.release()
+                    q.clear()
+                    self._running.discard(j)
+                    return
+                fn, args = q.popleft()
+            try:
+                fn(*args)
+            except BaseException as exc:  # handed to wait(), in the caller's thread
+                with self._lock:
+                    self._errors[j] = exc
+            finally:
+                self._slots.release()
+
+    def wait(self) -> None:
+        futures, self._futures = self._futures, []
+        for f in futures:
+            f.result()
+        if self._errors:
+            errors, self._errors = self._errors, {}
+            raise errors[min(errors)]
+
+    def run(self, calls: Mapping[int, Callable]) -> dict[int, tuple[object, BaseException | None]]:
+        self.wait()
+        futures = {j: self._ex.submit(fn) for j, fn in sorted(calls.items())}
+        out = {}
+        for j, f in futures.items():
+            try:
+                out[j] = (f.result(), None)
+            except Exception as exc:
+                out[j] = (None, exc)
+        return out
+
+    def close(self) -> None:
+        self._ex.shutdown(wait=True)
+
+
 # ------------------------------------------------------------------------------------------------ server
 class DCPhase(enum.Enum):
     KEYS = "keys"
@@ -355,6 +477,15 @@ class DCServer:
         self.silent: list[int] = []  # the members whose silence ended the group's round
 
     # -- the driver contract -- #
+    POOLED = frozenset({DCPhase.UPLOAD, DCPhase.BLAME})
+
+    @property
+    def pooled(self) -> bool:
+        """Whether this step's work touches the group's own state alone, so that a :class:`GroupPool` may run it
+        beside other groups' (the key and reservation steps draw on the epoch issuer that groups share, so they
+        run in order)."""
+        return self.phase in self.POOLED
+
     @property
     def done(self) -> bool:
         return self.phase is DCPhase.DONE
@@ -411,6 +542,9 @@ class DCServer:
             raise Refused(f"participant {sender} takes part with another model or other parameters")
         if m.epoch_key != pseudonym.key_digest(self.nyms.epoch, self.nyms.key):
             raise pseudonym.EpochKeyMismatch(f"participant {sender} signs another epoch key")
+        if m.nym_request is not None and m.nym_commit != pseudonym.request_digest(self.nyms.epoch,
+                                                                                   m.nym_request.to_bytes()):
+            raise Refused(f"participant {sender} asks for a pseudonym its key does not commit to")
 
     def _on_vectors(self, sender: int, m: msg.MaskedInput) -> None:
         if m.m != self.m or m.h != self._h or m.rows != 1 or len(m.words) != 4 * self.params.n:
@@ -430,9 +564,11 @@ class DCServer:
             raise UnexpectedMessage(f"upload of {sender}: another invocation, view or length")
         msg.check_rows(m, self.decoy_positions)
         t0, c0 = time.perf_counter(), time.thread_time()
+        up = np.frombuffer(m.words, dtype=p.codec.dtype)
         if self._sum is None:
-            self._sum = np.zeros(parties(p) * p.row_words, dtype=p.codec.dtype)
-        self._sum += np.frombuffer(m.words, dtype=p.codec.dtype)
+            self._sum = up.copy()  # the first upload starts the sum: one pass, no zeros to add to
+        else:
+            self._sum += up
         self.timings["ps_sum_s"] += time.perf_counter() - t0
         self.timings["ps_sum_cpu_s"] += time.thread_time() - c0
         size = len(m.words) // m.rows
@@ -458,11 +594,11 @@ class DCServer:
             nym_eval, nym_proof = None, b""
             if k.nym_request is not None:
                 try:
-                    # Recorded as issued once the member answers with its first count vector (it holds it).
+                    # Its B recorded now (a re-ask gets the same); noted as held at its first count vector.
                     nym_eval, nym_proof = self.nyms.evaluate(self._identity[i], k.nym_request)
                     self._nym_sent.add(i)
                 except ProtocolError as exc:
-                    # A second request of one identity in an epoch: no pseudonym, so the member refuses.
+                    # Another B than the identity's first of the epoch: no pseudonym, so the member refuses.
                     self.errors.append(ErrorRecord("setup", i, exc))
             reply = msg.DCKeys(self.T, 1, SERVER_ID, relayed, ev, proof.encode(self.group), nym_eval, nym_proof)
             if common is None:
@@ -613,13 +749,13 @@ class DCParticipant:
         self.params: RoundParams | None = None
         self.ctx = Context()
         self.nym = nym
-        self.nym_issued = False
+        self.nym_issued = False  # an evaluation arrived in this round
 
     @property
     def pseudonym(self) -> pseudonym.Pseudonym | None:
-        """Its pseudonym of the epoch, to keep for the epoch's next rounds: one it held, or one issued in this
-        round once it checked it and answered DC_KEYS with its first count vector (the PS records the issuance
-        only at that vector, so a round that ends earlier costs the member that round, never the epoch)."""
+        """Its pseudonym record of the epoch, to keep for the epoch's next rounds (§7.3): one it held, or the
+        request drawn at DC_START (kept before the DC_KEY that carries it leaves), with z once the PS's
+        evaluation verified, and with its group mates' signed commitments."""
         return self.nym
 
     def fork(self) -> "DCParticipant":
@@ -681,7 +817,8 @@ class DCParticipant:
             raise Refused(f"decoys={p.decoys} below this member's floor {floor_decoys}")
         if p.N - 1 < 1 or p.R_max > 16:
             raise Refused("parameters out of range")
-        self.nym = pseudonym.held_for(self.nym, m.epoch, m.nym_key)
+        # §7.3: the record of this epoch (a request drawn now if it holds none), kept before DC_KEY leaves.
+        self.nym = pseudonym.record_for(self.nym, p.group_obj(), m.epoch, m.nym_key, self._nym_rng)
         self.params, self.ctx = p, Context(p.group_obj(), p)
         self._server_vk = m.server_cert.key
         self._roster_keys = {pid: c.key for pid, c in m.roster}
@@ -695,10 +832,10 @@ class DCParticipant:
         self._cred_r = self._rng.bytes(credential.R_BYTES)
         self._cred_blind, B = voprf.blind(s, credential.cred_input(self.T, self._cred_r), self._rng)
         self._cred_B = B
-        self._nym_req = None if self.nym is not None else pseudonym.request(g, m.epoch, self._nym_rng)
-        key = msg.DCKey(self.T, 0, self.pid, self._hash, p.digest(), pseudonym.key_digest(m.epoch, m.nym_key),
-                        self._Y, self._rng.bytes(msg.DC_NONCE_BYTES), B,
-                        None if self._nym_req is None else self._nym_req.blinded)
+        ek, commit = pseudonym.key_digest(m.epoch, m.nym_key), self.nym.commitment()
+        key = msg.DCKey(self.T, 0, self.pid, self._hash, p.digest(), ek, self._Y, self._rng.bytes(msg.DC_NONCE_BYTES),
+                        B, self.nym.blinded_element() if self.nym.pending else None, commit,
+                        pseudonym.sign_commitment(self._sk, self.pid, ek, commit))
         self._key = key
         self.state = DCState.AWAIT_KEYS
         return [key]
@@ -714,6 +851,9 @@ class DCParticipant:
             mine = (self.T, self._hash, p.digest(), self._key.epoch_key)
             if (k.T, k.global_hash, k.params_hash, k.epoch_key) != mine:
                 raise Refused(f"member {k.sender}'s key is of another round, model, parameters or epoch key")
+            if k.nym_request is not None and k.nym_commit != pseudonym.request_digest(self._start.epoch,
+                                                                                       k.nym_request.to_bytes()):
+                raise Refused(f"member {k.sender} asks for a pseudonym its key does not commit to")
             keys[k.sender] = k
         if sorted(keys) != list(self.members):
             raise Refused(f"keys of {sorted(keys)} relayed, the group is {list(self.members)}: all or none")
@@ -724,11 +864,16 @@ class DCParticipant:
         (y,) = voprf.finalize(s, [credential.cred_input(self.T, self._cred_r)], [self._cred_blind], [m.cred_eval],
                               [self._cred_B], self._start.cred_key, voprf.Proof.decode(g, m.cred_proof))
         self._cred = credential.Credential(self._cred_r, y)
-        nym = self.nym
-        if self._nym_req is not None:
+        # §7.3: a group mate that signs another pseudonym request than earlier in the epoch was issued (or asks)
+        # twice: the group is not continued (IssuanceChanged, with both signed commitments).
+        nym = pseudonym.check_mates(self.nym, self._key.epoch_key, dict(self._start.roster),
+                                    {j: (k.nym_commit, k.nym_sig) for j, k in keys.items()},
+                                    set(self.members) - {self.pid})
+        asked = nym.pending
+        if asked:
             if m.nym_eval is None:
                 raise Refused("the PS answered without the pseudonym this member asked for")
-            nym = pseudonym.finish(g, self._nym_req, self._start.nym_key, m.nym_eval, m.nym_proof)
+            nym = pseudonym.finish(g, nym, self._start.nym_key, m.nym_eval, m.nym_proof)
         elif m.nym_eval is not None:
             raise UnexpectedMessage("a pseudonym evaluation this member did not ask for")
         self._pairs = {j: pair_secret(self._y, k.dh_key) for j, k in keys.items() if j != self.pid}
@@ -740,7 +885,7 @@ class DCParticipant:
         vector = self._vector()
         # Kept from here on: every member's key signed the same P, and the vector it answers with is what the
         # PS records the issuance at.
-        self.nym, self.nym_issued = nym, self._nym_req is not None
+        self.nym, self.nym_issued = nym, asked
         return [vector]
 
     def _vector(self) -> msg.MaskedInput:
@@ -793,22 +938,26 @@ class DCParticipant:
         if self.nym is None:
             raise Refused(f"participant {self.pid} holds no pseudonym of the epoch")
         rows = parties(p)
-        lw = np.zeros((rows, p.row_words), dtype=p.codec.dtype)
         pos = self.res.position(self.view.slot)
         self.view.position = pos
-        enc = p.codec.encode(model)
-        self.view.clipped = enc.clipped
-        row = credential.build_row(enc.words, ZERO_TOKEN, self._cred, self.nym, self._rng.bytes(credential.K_BYTES),
-                                   self.T, pos)
-        self.view.row_tags = (row[-credential.TAG_BYTES:],)
-        lw[pos] = np.frombuffer(row, dtype=p.codec.dtype)
-        lw = self._deviate(lw)
+        K = self._rng.bytes(credential.K_BYTES)
+        if type(self)._deviate is DCParticipant._deviate:
+            # The fused pass: encode, tag, pairwise keystreams and row hashes while each chunk is in cache.
+            lw, hashes, clipped, tag = masked_upload(model, p, pos, self._cred, self.nym, K, self.T, self.pid,
+                                                     self._pairs, self._h)
+        else:  # a deviating member rewrites the plain list before it is masked
+            lw, clipped, tag = plain_model_list(model, p, pos, self._cred, self.nym, K, self.T)
+            lw = self._deviate(lw)
+            mask_in_place(lw.reshape(-1), self.T, p.upload_m, self.pid, self._pairs, self._h, rows)
+            hashes = msg.row_hashes(lw.reshape(-1).view(np.uint8).data, rows)
+        self.view.clipped = clipped
+        self.view.row_tags = (tag,)
         flat = lw.reshape(-1)
-        mask_in_place(flat, self.T, p.upload_m, self.pid, self._pairs, self._h, rows)
         self.state = DCState.UPLOADED
         self.view.uploaded.add(p.upload_m)
         # The masked words travel as a view of the array (no copy before the message's own).
-        return [msg.MaskedInput(self.T, p.upload_m, self.pid, self._h, rows, flat.view(np.uint8).data)]
+        return [msg.MaskedInput.hashed(self.T, p.upload_m, self.pid, self._h, rows, flat.view(np.uint8).data,
+                                       hashes)]
 
     def _deviate(self, lw: np.ndarray) -> np.ndarray:
         """Hook: the model list as written (a jammer's subclass writes other words)."""
@@ -860,6 +1009,6 @@ class DCParticipant:
 
 
 __all__ = [
-    "DCEvidence", "DCParticipant", "DCServer", "InvalidEvidence", "PS_TYPES", "Reservation", "dc_params",
+    "DCEvidence", "DCParticipant", "DCServer", "GroupPool", "InvalidEvidence", "PS_TYPES", "Reservation", "dc_params",
     "decoy_slots", "epoch_secret", "mask_in_place", "pair_secret", "row_keys", "verify_dc_evidence",
 ]

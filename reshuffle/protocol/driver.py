@@ -80,7 +80,8 @@ def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cer
             overrides: dict | None = None, group_size: int | None = None, collusion: float | None = None,
             rng: RandomSource | int | None = None, make_server: Callable[..., Server] = Server,
             stable: Assignment | None = None, sample=None, pseudonyms: EpochIssuer | None = None,
-            identities: Mapping[int, int] | None = None, dcnet: bool | None = None) -> PS:
+            identities: Mapping[int, int] | None = None, dcnet: bool | None = None,
+            make_dc_server: Callable | None = None) -> PS:
     """The PS of a round, for every driver (in process, parallel, Flower): one :class:`Server` with
     ``params`` (default: ``RoundParams.default(N, d, **overrides)``), or a :class:`GroupedServer` of groups
     of at least ``group_size`` (each group's parameters from its size and ``overrides``), or of the
@@ -88,11 +89,12 @@ def make_ps(T: int, roster: dict[int, Certificate], signing_key: SigningKey, cer
     is the epoch key the driver keeps across the epoch's rounds and ``identities`` the identity each roster
     id is issued under (docs/protocol.md §7.3); every group's PS shares them. ``dcnet``: stable groups run the
     DC-net round (docs/protocol.md, "The DC-net round"); default: yes unless ``make_server`` is a deviating
-    PS of the Shamir-shared round."""
+    PS of the Shamir-shared round; ``make_dc_server`` builds each group's DC-net PS (a deviating PS's; default
+    :class:`~reshuffle.protocol.dcnet.DCServer`)."""
     overrides = dict(overrides or {})
     if dcnet is None:
         dcnet = stable is not None and make_server is Server
-    dc_options = {"pseudonyms": pseudonyms, "identities": identities}
+    dc_options = {"pseudonyms": pseudonyms, "identities": identities, "make": make_dc_server}
     if pseudonyms is not None or identities is not None:
         make_server = functools.partial(make_server, pseudonyms=pseudonyms, identities=identities)
     if stable is not None:

@@ -32,12 +32,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from reshuffle.crypto.prg import cores_available
 from reshuffle.crypto.rand import OS_RANDOM, RandomSource, SeededRandom, as_source, substream
 from reshuffle.crypto.signatures import ROLE_SERVER, SERVER_ID, Certificate, CertificateAuthority, SigningKey
 from reshuffle.errors import AlreadyAnswered, BelowThreshold, ConfigError, ProtocolError, UnexpectedMessage
 from reshuffle.protocol import messages as msg
 from reshuffle.protocol.dcnet import PS_TYPES as DC_PS_TYPES
-from reshuffle.protocol.dcnet import DCParticipant, DCServer, dc_params
+from reshuffle.protocol.dcnet import DCParticipant, DCServer, GroupPool, dc_params
 from reshuffle.protocol.assignment import AssignmentClient, AssignmentCollector, CState, PSState
 from reshuffle.protocol.groups import (
     ASSIGNMENT_TYPES,
@@ -130,6 +131,10 @@ class GroupedServer:
         is then ignored.
     sample : with ``stable``, the indices of the groups this round runs (default every group). A
         sampled group with a member missing from ``roster`` is not started: it delivers nothing.
+
+    ``workers`` (an attribute, default the cores available) is how many threads the DC-net groups' upload and
+    blame steps run on side by side (:class:`~reshuffle.protocol.dcnet.GroupPool`); 1 runs them group by group.
+    Either way every group ends in the same state.
     """
 
     def __init__(self, T: int, roster: dict[int, Certificate], signing_key: SigningKey, cert: Certificate,
@@ -145,6 +150,9 @@ class GroupedServer:
         self.dcnet, self._dc_options = dcnet, dict(dc_options or {})
         self._held: dict[int, Outbox] = {}  # groups whose reservation is done, upload request held back
         self.others_offline: Callable[[], bool] = lambda: False  # a joint round's other parts still reserving
+        # Threads the groups' upload steps run on side by side (GroupPool); 1 runs every group in turn.
+        self.workers: int = cores_available()
+        self._pool: GroupPool | None = None
         # --- end DC-net ---
         for pid, c in roster.items():
             ca.verify(c, subject=pid)
@@ -246,7 +254,11 @@ class GroupedServer:
                     f"participant {sender} is in no group of this round")))
                 return
             if j not in self.failed:
-                self.servers[j].receive(sender, data)
+                srv = self.servers[j]
+                if self._pooled(srv):  # DC-net: the group's upload work, beside the other groups'
+                    self._group_pool().submit(j, srv.receive, sender, data)
+                else:
+                    srv.receive(sender, data)
             return
         t0 = time.perf_counter()
         try:
@@ -269,11 +281,20 @@ class GroupedServer:
                 self.assign_s += time.perf_counter() - t0
             return out + self._start_groups() if not self.assigning else out
         out: Outbox = []
-        for j, s in sorted(self.servers.items()):
-            if j in self.failed or s.done or j in self._held:
-                continue
+        live = {j: s for j, s in sorted(self.servers.items()) if j not in self.failed and not s.done
+                and j not in self._held}
+        # DC-net: the groups in an upload step close side by side (each after its queued messages); the rest,
+        # and the results, in group order.
+        closed = self._group_pool().run({j: s.close_phase for j, s in live.items() if self._pooled(s)}) \
+            if self._pool is not None or any(self._pooled(s) for s in live.values()) else {}
+        for j, s in live.items():
             try:
-                nxt = s.close_phase()
+                if j in closed:
+                    nxt, exc = closed[j]
+                    if exc is not None:
+                        raise exc
+                else:
+                    nxt = s.close_phase()
             except BelowThreshold as exc:
                 self.failed[j] = str(exc)
                 continue
@@ -286,12 +307,23 @@ class GroupedServer:
         out += self.release_held()
         # --- end DC-net ---
         if all(j in self.failed or s.done for j, s in self.servers.items()):
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
             self.output = _pool(self.assignment.groups, self.servers, self.failed, self.errors,
                                 self.assignment, self.assignment_log)
             if all(j in self.failed for j in self.sample):
                 raise BelowThreshold("every group failed: " + "; ".join(
                     f"group {j}: {why}" for j, why in sorted(self.failed.items())))
         return out
+
+    def _pooled(self, srv) -> bool:
+        return self.dcnet and self.workers > 1 and getattr(srv, "pooled", False)
+
+    def _group_pool(self) -> GroupPool:
+        if self._pool is None:
+            self._pool = GroupPool(self.workers)
+        return self._pool
 
     @property
     def reserving(self) -> bool:
@@ -340,8 +372,10 @@ class GroupedServer:
             rng = SeededRandom(self._rng.bytes(32), b"group-server") if self._rng is not OS_RANDOM else None
             if self.dcnet:  # --- DC-net round of a stable group ---
                 p = dc_params(len(members), self._d, c=c, **self.overrides, **a.binding(j))
-                s = DCServer(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
-                             self._hash, rng, **self._dc_options)
+                opts = dict(self._dc_options)
+                make_dc = opts.pop("make", None) or DCServer  # a deviating PS's subclass (reshuffle.adversaries)
+                s = make_dc(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
+                            self._hash, rng, **opts)
             else:
                 p = RoundParams.default(len(members), self._d, c=c, **self.overrides, **a.binding(j))
                 s = self._make(p, self.T, {i: self._roster[i] for i in members}, self._sk, self._cert, self._ca,
@@ -496,6 +530,7 @@ class GroupedParticipant:
             raise ConfigError(f"participant {pid} was handed participant {membership.pid}'s stable group")
         # Built now: it checks the model (NaN/Inf) before anything is sent, and draws nothing yet.
         self.inner = make(pid, T, model, signing_key, cert, ca, global_hash, self._rng, floors=self.floors)
+        self.inner.group_round = True  # every round it takes part in is its group's (§7.3: mates' commitments)
         self.client = AssignmentClient(pid, T, signing_key, cert, ca, self._rng, cache, min_group, self.floors.draw,
                                        self.floors.federation if federation is None else federation)
         self.min_group = self.client.min_group
@@ -511,7 +546,7 @@ class GroupedParticipant:
     def _dc_handle(self, data: bytes) -> list[bytes]:
         if self.dc is None:
             inner = self.inner
-            held = inner.state.nym if inner.state.nym_held else None
+            held = inner.state.nym  # the record it was handed (DC_START comes instead of a ROUND_START)
             self.dc = self.dc_class(self.pid, self.T, self._sk, self._cert, self._ca, self._gh,
                                     substream(self._rng, b"dc-participant"), self._membership.members,
                                     lambda: inner._model, floors=self.floors, min_group=self.min_group, nym=held)
@@ -519,7 +554,7 @@ class GroupedParticipant:
         nym = self.dc.pseudonym
         if self.dc.params is not None and nym is not self.inner.pseudonym:
             # What it keeps for the epoch is read from the inner participant by every driver: the DC round's
-            # (one issued in it, or None where DC_START opened a later epoch than the one it held).
+            # record (the one held, or the request drawn at DC_START, with z once issued and its mates' commitments).
             self.inner.state = replace(self.inner.state, nym=nym, nym_held=False, nym_certified=nym is not None)
         return out
     # --- end DC-net ---

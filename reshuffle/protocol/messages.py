@@ -31,7 +31,7 @@ from reshuffle.errors import DecodeError, ProtocolError
 from reshuffle.protocol.params import MAX_PARTICIPANTS, RoundParams
 from reshuffle.wire import Parser, Writer
 
-VERSION = 2
+VERSION = 3  # 3: ADVERTISE and DC_KEY carry the signed pseudonym request commitment (§7.3)
 HASH_BYTES = 32
 HEADER_BYTES = 18
 
@@ -399,6 +399,10 @@ class Advertise(Message):
     enc_key: Element
     commitments: tuple[tuple[Element, ...], ...]
     epoch_key: bytes  # pseudonym.key_digest(epoch, P) of the ROUND_START it received (§7.3)
+    # §7.3: c = pseudonym.request_digest(epoch, B) of its pseudonym request, the same in every round of the
+    # epoch, and its signature (context "nym") that a group mate keeps as evidence
+    nym_commit: bytes = bytes(HASH_BYTES)
+    nym_sig: bytes = bytes(SIG_BYTES)
 
     @property
     def seed_commits(self) -> tuple[Element, ...]:
@@ -411,7 +415,8 @@ class Advertise(Message):
     def _body(self, w: Writer) -> None:
         t = len(self.commitments[0])
         w.fixed(self.global_hash, HASH_BYTES).fixed(self.params_hash, HASH_BYTES)
-        w.raw(self.enc_key.to_bytes()).fixed(self.epoch_key, HASH_BYTES).u8(len(self.commitments) // 2).u16(t)
+        w.raw(self.enc_key.to_bytes()).fixed(self.epoch_key, HASH_BYTES)
+        w.fixed(self.nym_commit, HASH_BYTES).fixed(self.nym_sig, SIG_BYTES).u8(len(self.commitments) // 2).u16(t)
         for row in self.commitments:
             if len(row) != t:
                 raise ValueError("every commitment row has t elements")
@@ -425,6 +430,7 @@ class Advertise(Message):
         ph = p.fixed(HASH_BYTES, "params_hash")
         enc = _elem(p, g, "enc_key")
         ek = p.fixed(HASH_BYTES, "epoch_key")
+        nc, ns = p.fixed(HASH_BYTES, "nym_commit"), p.fixed(SIG_BYTES, "nym_sig")
         M, t = p.u8("M"), p.u16("t")
         if ctx.params is not None and (M, t) != (ctx.params.M, ctx.params.t):
             raise DecodeError(f"advertisement commits to {M} invocations at degree {t}, "
@@ -434,7 +440,7 @@ class Advertise(Message):
         size = g.element_size
         blob = p.fixed(2 * M * t * size, "commitments")
         com = tuple(_split_elements(g, blob[s * t * size : (s + 1) * t * size], f"C[{s}]") for s in range(2 * M))
-        a = cls(*hdr, gh, ph, enc, com, ek)
+        a = cls(*hdr, gh, ph, enc, com, ek, nc, ns)
         # What encode_commitments() would write, kept for the Feldman weights (they hash it).
         object.__setattr__(a, "_commitments_encoding", Writer().u16(2 * M).u16(t).bytes() + blob)
         return a
@@ -567,8 +573,8 @@ class ShareDelivery(Message):
 @dataclass(frozen=True)
 class OTRequestMsg(Message):
     """P_i → PS: blinded OT choices A_1..A_k, the blinded credential input, the dealers whose
-    shares failed its batched Feldman check (complaints, §6.4), and, from a participant without a
-    pseudonym of this epoch, its blinded pseudonym input (§7.3)."""
+    shares failed its batched Feldman check (complaints, §6.4), and, from a participant whose pseudonym
+    request of this epoch is pending, the blinded input B its ADVERTISE committed to (§7.3)."""
 
     TYPE: ClassVar[MsgType] = MsgType.OT_REQUEST
     request: bytes
@@ -732,6 +738,15 @@ class MaskedInput(Message):
     h: bytes
     rows: int
     words: bytes | memoryview  # decoded as a zero-copy view
+
+    @classmethod
+    def hashed(cls, T: int, m: int, sender: int, h: bytes, rows: int, words, hashes: list[bytes]) -> "MaskedInput":
+        """The message with its row hashes as the sender computed them while writing the words (one pass)."""
+        if len(hashes) != rows:
+            raise ValueError(f"{len(hashes)} row hashes for {rows} rows")
+        out = cls(T, m, sender, h, rows, words)
+        object.__setattr__(out, "_row_hashes", list(hashes))
+        return out
 
     def _hashes(self) -> list[bytes]:
         if getattr(self, "_row_hashes", None) is None:
@@ -1227,7 +1242,8 @@ class DCStart(Message):
 @dataclass(frozen=True)
 class DCKey(Message):
     """Member → PS (relayed to the group, signed): its epoch key Y_i, a fresh nonce for this round's keys, the
-    blinded credential input and, without a pseudonym of the epoch, the blinded pseudonym input."""
+    blinded credential input, its signed pseudonym request commitment of the epoch (§7.3) and, while its
+    request is pending, the blinded pseudonym input B it commits to."""
 
     TYPE: ClassVar[MsgType] = MsgType.DC_KEY
     global_hash: bytes
@@ -1237,11 +1253,14 @@ class DCKey(Message):
     nonce: bytes
     cred_request: Element
     nym_request: Element | None = None
+    nym_commit: bytes = bytes(HASH_BYTES)  # pseudonym.request_digest(epoch, B), as in ADVERTISE
+    nym_sig: bytes = bytes(SIG_BYTES)
 
     def _body(self, w: Writer) -> None:
         w.fixed(self.global_hash, HASH_BYTES).fixed(self.params_hash, HASH_BYTES).fixed(self.epoch_key, HASH_BYTES)
         w.raw(self.dh_key.to_bytes()).fixed(self.nonce, DC_NONCE_BYTES).raw(self.cred_request.to_bytes())
         _write_optional(w, self.nym_request)
+        w.fixed(self.nym_commit, HASH_BYTES).fixed(self.nym_sig, SIG_BYTES)
 
     @classmethod
     def _parse(cls, p, hdr, ctx):
@@ -1249,7 +1268,9 @@ class DCKey(Message):
         gh, ph, ek = (p.fixed(HASH_BYTES, f) for f in ("global_hash", "params_hash", "epoch_key"))
         Y = _elem(p, g, "dh_key")
         nonce = p.fixed(DC_NONCE_BYTES, "nonce")
-        return cls(*hdr, gh, ph, ek, Y, nonce, _elem(p, g, "cred_request"), _read_optional(p, g, "nym_request"))
+        cred, nym = _elem(p, g, "cred_request"), _read_optional(p, g, "nym_request")
+        return cls(*hdr, gh, ph, ek, Y, nonce, cred, nym, p.fixed(HASH_BYTES, "nym_commit"),
+                   p.fixed(SIG_BYTES, "nym_sig"))
 
 
 @_register

@@ -192,10 +192,10 @@ class ParticipantState:
     inv: Invocations = field(default_factory=Invocations)
     opened: Opened | None = None
     opening: msg.Opening | None = None  # its signed opening of the decoy rows (§9), kept for disputes
-    # §7.3: its pseudonym of the epoch (held from an earlier round, or issued in this one), a pending
-    # request, and whether a certificate of this round has confirmed the key it was issued under
+    # §7.3: its pseudonym record of the epoch (held from an earlier round, or drawn in this one; pending until
+    # the PS's evaluation), whether it was handed over, and whether a certificate of this round has confirmed
+    # the key it was issued under
     nym: pseudonym.Pseudonym | None = field(default=None, repr=False)
-    nym_req: pseudonym.Blinded | None = field(default=None, repr=False)
     nym_held: bool = False
     nym_certified: bool = False
 
@@ -281,6 +281,9 @@ class Participant:
         self._rng = as_source(rng)
         # Pseudonym issuance draws from its own stream, so that the round's other draws stay as they were.
         self._nym_rng = substream(self._rng, b"participant/pseudonym")
+        # Set by the group wrapper for a round of its anonymity group: the advertisements' pseudonym commitments
+        # are then checked against those its group mates signed earlier in the epoch (§7.3).
+        self.group_round = False
         self.state = ParticipantState(PPhase.AWAIT_START, Transcript(T).h)
         self.view = ParticipantView()
         if model is not None:
@@ -307,19 +310,19 @@ class Participant:
             raise ConfigError(f"participant {self.pid}: a pseudonym is handed over before the round starts")
         if nym is not None and not isinstance(nym, pseudonym.Pseudonym):
             raise ConfigError(f"a pseudonym must be a Pseudonym, got {type(nym).__name__}")
+        if nym is not None and not nym.blinded:
+            raise ConfigError(f"participant {self.pid}: the pseudonym handed over keeps no request to commit to")
         self.state = replace(self.state, nym=nym, nym_held=nym is not None)
 
     @property
     def pseudonym(self) -> pseudonym.Pseudonym | None:
-        """Its pseudonym of the round's epoch, to keep for the epoch's next rounds: one it held, or one issued
-        in this round once it consented to an online set (its consent may enter the certificate at which the
-        PS records the issuance, so it never asks again: a second request is refused, and would tell the PS
-        which pseudonym was its). One issued in a round that ended before its consent is dropped: the PS
-        records nothing for it, and it asks again. A kept one is confirmed by the next round (the same P,
-        then a certificate before any row carries it)."""
-        s = self.state
-        kept = s.nym_held or s.nym_certified or bool(s.inv.consented)
-        return s.nym if s.nym is not None and kept else None
+        """Its pseudonym record of the round's epoch, to keep for the epoch's next rounds (a driver stores it
+        before it sends the replies of the message that changed it): drawn at ROUND_START, before the
+        advertisement that commits to it leaves; with z once the PS's evaluation verified; with the
+        commitments its group mates signed. A pending one is asked for again with the same B, and gets the
+        same pseudonym (the PS records the first B of each identity). A kept one is confirmed by the round
+        that uses it (the same P, then a certificate before any row carries it)."""
+        return self.state.nym
 
     def fork(self) -> "Participant":
         """An independent copy in the same state (the state is a value; the randomness and the diary
@@ -406,9 +409,12 @@ class Participant:
         self._check_floors(p)
         if self._model is not None:
             self._check_model(self._model, p, Refused)
-        # §7.3: a pseudonym held for this epoch must be under the announced P; one of an earlier epoch is dropped.
-        nym = pseudonym.held_for(s.nym, m.epoch, m.nym_key)
         g = p.group_obj()
+        # §7.3: a record held for this epoch must be under the announced P; one of an earlier epoch is dropped
+        # and a request drawn, kept (the driver stores it) before the advertisement that commits to it leaves.
+        nym = pseudonym.record_for(s.nym, g, m.epoch, m.nym_key, self._nym_rng)
+        epoch_key = pseudonym.key_digest(m.epoch, m.nym_key)
+        commit = nym.commitment()
         keys = RoundKeys(
             DHKeyPair.generate(g, self._rng),
             tuple(DHKeyPair.generate(g, self._rng) for _ in range(p.M)),
@@ -418,12 +424,12 @@ class Participant:
         secrets = [v for m_ in range(p.M) for v in (keys.seeds[m_], keys.mask[m_].secret)]
         polys = tuple((sec, *(g.random_scalar(self._rng) for _ in range(p.t - 1))) for sec in secrets)
         commitments = tuple(tuple(g.base_mul(a) for a in poly) for poly in polys)
-        adv = msg.Advertise(self.T, 0, self.pid, self._hash, p.digest(), keys.enc.public, commitments,
-                            pseudonym.key_digest(m.epoch, m.nym_key))
+        adv = msg.Advertise(self.T, 0, self.pid, self._hash, p.digest(), keys.enc.public, commitments, epoch_key,
+                            commit, pseudonym.sign_commitment(self._sk, self.pid, epoch_key, commit))
         session = Session(p, Context(g, p), roster, m.server_cert.key, m.cred_key, keys, m.epoch, m.nym_key)
         h = Transcript.at(s.h).absorb("round-start", m.body())
         return replace(s, phase=PPhase.AWAIT_ADVERTS, h=h, session=session, dealing=Dealing(polys, adv), nym=nym,
-                       nym_held=nym is not None), [adv]
+                       nym_held=nym is s.nym), [adv]
 
     def _check_floors(self, p: RoundParams) -> None:
         """Hook: refuse ROUND_START parameters beyond this participant's floors (BelowFloor). Called before
@@ -458,6 +464,13 @@ class Participant:
             raise Refused("the PS did not relay this participant's own advertisement unchanged")
         if len(adverts) < p.t:
             raise Refused(f"only {len(adverts)} advertisements, threshold t={p.t}")
+        nym = s.nym
+        if self.group_round:
+            # §7.3: a group mate that signs another pseudonym request than earlier in the epoch was issued (or
+            # asks) twice; the group is not continued (IssuanceChanged, with both signed commitments).
+            nym = pseudonym.check_mates(nym, deal.advert.epoch_key, ses.roster,
+                                        {j: (a.nym_commit, a.nym_sig) for j, a in adverts.items()},
+                                        set(adverts) - {self.pid})
         shamir = Shamir(g.order, p.t)
         peers = sorted(adverts)
         xs = [j + 1 for j in peers]
@@ -474,7 +487,8 @@ class Participant:
         digest = msg.ShareBundle(self.T, 0, self.pid, cts).digest()
         bundle = msg.ShareBundle(self.T, 0, self.pid, cts, own_combined(deal.advert, digest, deal.polys))
         h = Transcript.at(s.h).absorb("adverts", m.body())
-        return replace(s, phase=PPhase.AWAIT_SHARES, h=h, dealing=deal, peers=Peers(adverts, channels)), [bundle]
+        return replace(s, phase=PPhase.AWAIT_SHARES, h=h, dealing=deal, peers=Peers(adverts, channels),
+                       nym=nym), [bundle]
 
     def _parse_shares(self, s: ParticipantState, owner: int, payload: bytes) -> tuple[int, ...]:
         g, p = s.session.ctx.group, s.session.params
@@ -518,8 +532,8 @@ class Participant:
         suite = credential.suite(ses.ctx.group)
         r = self._rng.bytes(credential.R_BYTES)
         blind, blinded = voprf.blind(suite, credential.cred_input(self.T, r), self._rng)
-        # §7.3: without a pseudonym of this epoch, ask for one (once: the PS issues one per epoch).
-        nym_req = None if s.nym is not None else pseudonym.request(ses.ctx.group, ses.epoch, self._nym_rng)
+        # §7.3: while its request is pending, the B its advertisement committed to (the same in every round).
+        nym_req = s.nym.blinded_element() if s.nym.pending else None
         h = Transcript.at(s.h).absorb("setup", m.common())
         # §5a: the first reservation vector rides on the OT request. It needs the candidate slots,
         # not their tokens, and it is unmasked only after the OT answers' proofs have been checked
@@ -527,10 +541,10 @@ class Participant:
         slots = SlotPhase(1, table, m.decoy_commit, ot, request, reservation=Reservation.start(ot.choices))
         h1 = Transcript.at(h).absorb_counts(1, (), ())
         s = replace(s, h=h1, held=held, dealers=dealers, cred=CredentialRequest(r, blind, blinded), slots=slots,
-                    inv=replace(s.inv, mask_set=tuple(sorted(U0))), nym_req=nym_req)
+                    inv=replace(s.inv, mask_set=tuple(sorted(U0))))
         s, first = self._masked_input(s, 1, h1)
         ot_req = msg.OTRequestMsg(self.T, 0, self.pid, request.encode(), blinded, tuple(complaints),
-                                  None if nym_req is None else nym_req.blinded)
+                                  nym_req)
         return replace(s, phase=PPhase.AWAIT_OT), [ot_req, first]
 
     # §6.4: a dealer answers complaints by publishing the disputed shares, signed: once, and for at most
@@ -558,10 +572,10 @@ class Participant:
             [s.cred.blinded], ses.cred_key, voprf.Proof.decode(g, m.cred_proof),
         )
         nym = s.nym
-        if s.nym_req is not None:
+        if nym.pending:
             if m.nym_eval is None:
                 raise Refused("the PS answered without the pseudonym this participant asked for")
-            nym = pseudonym.finish(g, s.nym_req, ses.nym_key, m.nym_eval, m.nym_proof)
+            nym = pseudonym.finish(g, nym, ses.nym_key, m.nym_eval, m.nym_proof)
         elif m.nym_eval is not None:
             raise UnexpectedMessage("a pseudonym evaluation that this participant did not ask for")
         slots = self._take_tokens(s, s.slots, m.response, m.ot_proof)
@@ -584,7 +598,7 @@ class Participant:
         # are the peers' advertisements (channel keys, g^b and X, for masking, audit and disputes) and
         # the held share values.
         return replace(s, phase=PPhase.AWAIT_FIRST, held=held, cred=replace(s.cred, value=credential.Credential(
-            s.cred.r, y)), slots=slots, dealing=None, dealers=None, nym=nym, nym_req=None), []
+            s.cred.r, y)), slots=slots, dealing=None, dealers=None, nym=nym), []
 
     # §5a: after complaints the PS abandons the first iteration (masked before the complaint step
     # could exclude a dealer): nothing of invocation 1 is ever revealed, the slot phase starts at 2.
@@ -713,7 +727,7 @@ class Participant:
             self.view.clipped = enc.clipped
             # A certificate of this round (t members signed h, which holds P) confirms the key of the pseudonym
             # it holds or was issued, also one kept from a round that ended before its certificate.
-            if s.nym is None or not s.nym_certified:
+            if s.nym is None or s.nym.pending or not s.nym_certified:
                 raise Refused(f"participant {self.pid} holds no confirmed pseudonym of epoch {s.session.epoch}")
             row = credential.build_row(
                 enc.words, slots.tokens[slot], s.cred.value, s.nym, self._rng.bytes(credential.K_BYTES), self.T, pos

@@ -589,12 +589,13 @@ class Server:
             raise Refused(f"complaints of {sender} name {list(m.complaints)}, not all other members of U_0")
         req = OTRequest.decode(self.group, m.request, self.params.k)
         answer = self.slots.ot.answer(sender, req)  # a second request: AlreadyAnswered, the first stands
-        who = self._identity[sender]
-        asked = {self._identity[j] for j in self._nym_requests}
-        if m.nym_request is not None and (who in self.nyms.issued or who in asked):
-            # §7.3: one pseudonym per identity per epoch; the asker is excluded, nothing is sent to it.
-            raise pseudonym.AlreadyIssued(f"participant {sender} asks for a second pseudonym of epoch "
-                                          f"{self.nyms.epoch}")
+        if m.nym_request is not None:
+            # §7.3: only the request its advertisement committed to (what its group mates keep), and only the
+            # identity's first B of the epoch (the same B again gets the same evaluation); otherwise the asker
+            # is excluded and nothing is sent to it.
+            if pseudonym.request_digest(self.nyms.epoch, m.nym_request.to_bytes()) != self.adverts[sender].nym_commit:
+                raise Refused(f"participant {sender} asks for a pseudonym its advertisement did not commit to")
+            self.nyms.check(self._identity[sender], m.nym_request)
         for dealer in m.complaints:
             st.complaints.setdefault(dealer, set()).add(sender)
         g = self.group
@@ -603,8 +604,7 @@ class Server:
             credential.suite(g), self._gamma, [m.cred_request], self.cred_key, self._rng
         )
         if m.nym_request is not None:
-            # Evaluated and recorded when its answer leaves (_ot_answers_out): a round that ends before
-            # that issues nothing, and its members may ask again.
+            # Evaluated, and its B recorded, when its answer leaves (_ot_answers_out).
             self._nym_requests[sender] = m.nym_request
         st.answers[sender] = msg.OTResponseMsg(
             self.T, 0, SERVER_ID, answer.encode(), proof.encode(g), cred_eval, cred_proof.encode(g)
@@ -673,7 +673,8 @@ class Server:
             resolved = tuple((d, resolved_by[d]) for d in sorted(resolved_by) if i in complaints[d])
             a = a.with_resolved(resolved)
             if i in self._nym_requests:
-                # §7.3: the pseudonym goes with the OT answer; recorded once the member holds it (a certificate).
+                # §7.3: the pseudonym goes with the OT answer, its B recorded now (a re-ask gets the same one);
+                # the member is noted as holding it at its certificate.
                 ev, proof = self.nyms.evaluate(self._identity[i], self._nym_requests.pop(i), self._nym_rng)
                 self._nym_sent.add(i)
                 a = dataclasses.replace(a, nym_eval=ev, nym_proof=proof)

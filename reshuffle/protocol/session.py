@@ -19,9 +19,10 @@ always the bytes: the memo only saves work.
 
 The seed determines every secret of the round (keys, shares, masks): it must
 stay on the node, like the signing key kept beside it, and is drawn from OS
-randomness for every round. ``pseudonym`` is the encoded epoch pseudonym the
-node holds from an earlier round (docs/protocol.md §7.3), handed to the
-participant before ROUND_START; empty if it holds none.
+randomness for every round. ``pseudonym`` is the encoded epoch pseudonym record the
+node holds from an earlier round (docs/protocol.md §7.3: pending or with z, with its
+group mates' commitments), handed to the participant before ROUND_START; empty if it
+holds none.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from reshuffle.crypto.signatures import Certificate, CertificateAuthority, Signi
 from reshuffle.errors import ConfigError, DecodeError
 from reshuffle.protocol.params import TrustFloors
 from reshuffle.protocol.participant import Participant
-from reshuffle.protocol.pseudonym import Pseudonym
+from reshuffle.protocol.pseudonym import MAX_RECORD_BYTES, Pseudonym
 from reshuffle.protocol.schedule import max_inbox
 from reshuffle.wire import Parser, Writer
 
@@ -71,7 +72,7 @@ class SessionState:
     seed: bytes = field(repr=False)
     inbox: tuple[bytes, ...] = ()
     words: bool = False
-    pseudonym: bytes = field(default=b"", repr=False)  # Pseudonym.encode() of the one it holds, or empty
+    pseudonym: bytes = field(default=b"", repr=False)  # Pseudonym.encode() of the record it holds, or empty
 
     @classmethod
     def new(
@@ -135,7 +136,7 @@ class SessionState:
         if n > _MAX_INBOX:
             raise DecodeError(f"participant session holds {n} messages, at most {_MAX_INBOX}")
         inbox = tuple(p.var("inbox message") for _ in range(n))
-        nym = p.var("pseudonym", 1024)
+        nym = p.var("pseudonym", MAX_RECORD_BYTES)
         p.finish()
         if nym:
             Pseudonym.decode(nym)  # checked now: a corrupt one fails here, not in the middle of a round

@@ -34,7 +34,8 @@ class SimConfig:
     attackers are sampled like every other client. ``adversary`` names a protocol
     adversary of :mod:`reshuffle.adversaries` played in every real round (by the
     first malicious client, or client 0, unless ``adversary_options`` says
-    otherwise); a participant it blames takes no part in later rounds. ``training`` is ``batched`` (all
+    otherwise): in the DC-net round of the stable sets where it has a form there,
+    else in the Shamir-shared round; a participant it blames takes no part in later rounds. ``training`` is ``batched`` (all
     clients in one stacked computation), ``sequential``, or ``auto`` (batched
     when it is faster: models without convolutions, with SGD). ``server_opt`` is the
     server optimiser that steps from the rule's aggregate (:mod:`reshuffle.server.optimizers`),

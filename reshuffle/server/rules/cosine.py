@@ -7,7 +7,9 @@ from typing import Callable
 import numpy as np
 
 from reshuffle.errors import ConfigError
-from reshuffle.server.rules.base import Decision, Rule, check_positive, check_round, check_updates, cosine_to
+from reshuffle.server.rules.base import (
+    Decision, Rule, check_positive, check_round, check_updates, column_median, cosine_to,
+)
 from reshuffle.server.rules.registry import register_rule
 
 
@@ -39,7 +41,7 @@ class CosineFilter(Rule):
     def select(self, updates: np.ndarray, *, round: int = 0) -> list[int]:
         check_round(round)
         U = check_updates(updates)
-        cos = cosine_to(U, np.median(U, axis=0))
+        cos = cosine_to(U, column_median(U))
         norms = np.linalg.norm(U, axis=1)
         ok = (cos >= self.threshold) & (norms <= self.norm_bound * np.median(norms))
         return np.flatnonzero(ok).tolist()

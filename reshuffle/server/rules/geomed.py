@@ -7,6 +7,7 @@ import numpy as np
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
     Decision, Rule, check_positive, check_positive_int, check_round, check_updates, clip_factors,
+    column_median,
 )
 from reshuffle.server.rules.registry import register_rule
 
@@ -68,7 +69,7 @@ class GeometricMedian(Rule):
         check_round(round)
         U = check_updates(updates)
         z0 = {"zero": lambda: np.zeros(U.shape[1]), "mean": lambda: U.mean(axis=0),
-              "median": lambda: np.median(U, axis=0)}[self.start]()
+              "median": lambda: column_median(U)}[self.start]()
         z = smoothed_weiszfeld(U, z0, self.nu, self.iterations, self.tol)
         r = np.linalg.norm(U - z, axis=1)
         bound = self.flag_ratio * float(np.median(r))

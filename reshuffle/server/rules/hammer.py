@@ -28,6 +28,7 @@ import numpy as np
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
     Decision, Rule, check_f, check_pseudonyms, check_round, check_updates, clip_factors, decide_in_context,
+    identical_rows,
 )
 from reshuffle.server.rules.compose import Composite
 from reshuffle.server.rules.coordinate import trim_columns
@@ -114,6 +115,8 @@ class HammerAnvil(Composite):
         if isinstance(signals, str) or not all(isinstance(x, str) for x in signals):
             raise ConfigError(f"hammer-anvil signals must be a list of rule names, got {signals!r}")
         self.signals = [make_rule(x, f, seed=seed, **dict((signal_options or {}).get(x, {}))) for x in signals]
+        for sig in self.signals:  # only their weights are read here: their own anvils would be computed for nothing
+            sig.weights_only = True
         self._set_parts([self.hammer] + ([self.filter] if self.filter is not None else []) + self.signals)
 
     def min_rows(self) -> int:
@@ -137,7 +140,7 @@ class HammerAnvil(Composite):
             decide_in_context(sig, U, round, **context)
             alpha = alpha * np.clip(np.asarray(sig.alpha, dtype=np.float64), 0.0, 1.0)
         # Kin by history, or the very same row this round (a copy whose target changed has no kin history yet).
-        group = join_groups(kin_groups(self.hammer, n), np.unique(U, axis=0, return_inverse=True)[1].ravel())
+        group = join_groups(kin_groups(self.hammer, n), identical_rows(U))
         M, wM, share = merge_groups(U, alpha, group)
         # Clipped after merging: copies do not move the bound S either.
         norms = np.linalg.norm(M, axis=1)

@@ -32,6 +32,7 @@ import numpy as np
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
     Decision, Rule, check_f, check_positive, check_pseudonyms, check_round, check_updates, clip_factors,
+    column_median,
 )
 from reshuffle.server.rules.coordinate import trim_columns
 from reshuffle.server.rules.flame import norms_and_cosines
@@ -305,7 +306,7 @@ class FoolsGold(HistoryRule):
 
     def weights(self, U: np.ndarray, h: History, idx: np.ndarray, age: np.ndarray) -> np.ndarray:
         """α per row, updating the histories in ``h``."""
-        c = np.median(U, axis=0) if self.center == "median" else 0.0
+        c = column_median(U) if self.center == "median" else 0.0
         H = self.aged(h.arrays["H"][idx], age) + (U - c)
         h.arrays["H"][idx] = H
         return self.similarity_weights(norms_and_cosines(H)[1])
@@ -488,7 +489,7 @@ class InfluenceBudget(HistoryRule):
         norms = np.linalg.norm(U, axis=1)
         k = clip_factors(norms, float(np.median(norms)))
         V = U * k[:, None]
-        m = np.median(V, axis=0)
+        m = column_median(V)
         X = V - m
         A = self.aged(h.arrays["A"][idx], age)
         bound = self.factor * float(np.median(np.linalg.norm(A + X, axis=1)))

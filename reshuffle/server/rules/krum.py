@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from reshuffle.errors import ConfigError
-from reshuffle.server.rules.base import Decision, Rule, check_f, check_round, check_updates, pairwise_sq_distances
+from reshuffle.server.rules.base import (
+    Decision, Rule, check_f, check_round, check_updates, column_median, pairwise_sq_distances,
+)
 from reshuffle.server.rules.registry import register_rule
 
 
@@ -152,7 +154,7 @@ class Bulyan(Rule):
             left[win] = False
         S = np.array(sorted(picked))
         X = U[S]
-        med = np.median(X, axis=0)
+        med = column_median(X)
         closest = np.argsort(np.abs(X - med), axis=0, kind="stable")[:beta]
         agg = np.take_along_axis(X, closest, axis=0).mean(axis=0)
         weights = np.zeros(n)

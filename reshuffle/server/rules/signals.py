@@ -45,7 +45,7 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
-    Decision, Rule, check_f, check_positive, check_round, check_updates, clip_factors,
+    Decision, Rule, check_f, check_positive, check_round, check_updates, clip_factors, column_median,
 )
 from reshuffle.server.rules.hammer import weighted_trim
 from reshuffle.server.rules.history import HistoryRule, check_share
@@ -79,7 +79,7 @@ def concentration(U: np.ndarray, share: float) -> np.ndarray:
     >>> concentration(U, 0.1).round(3).tolist()   # row 0 flat, row 1 on one coordinate, the rest the median
     [0.1, 1.0, 0.0, 0.0, 0.0]
     """
-    X = U - np.median(U, axis=0)
+    X = U - column_median(U)
     E = X * X
     k = max(1, int(round(share * U.shape[1])))
     top = -np.partition(-E, k - 1, axis=1)[:, :k]
@@ -106,7 +106,7 @@ def peer_distance_ratio(U: np.ndarray, classes: int, peers: float) -> np.ndarray
     V = U[:, :-classes]
     vn = np.linalg.norm(V, axis=1)
     V = np.divide(V, vn[:, None], out=np.zeros_like(V), where=vn[:, None] > 0)  # directions: norms are clipping's
-    dist = np.array([np.linalg.norm(V[i] - np.median(V[near[i]], axis=0)) for i in range(n)])
+    dist = np.array([np.linalg.norm(V[i] - column_median(V[near[i]])) for i in range(n)])
     ref = np.median(dist[near], axis=1)
     return np.divide(dist, ref, out=np.ones(n), where=ref > 0)
 
@@ -116,6 +116,8 @@ class SignalRule(Rule):
 
     detects = True
     f_param = "f"
+    #: Set by a rule that combines signals and reads only their weights (:func:`anvil`).
+    weights_only = False
 
     def __init__(self, f: int = 0, kappa: float = 3.0, accept: float = 0.5) -> None:
         self.f = check_f(f)
@@ -133,12 +135,15 @@ class SignalRule(Rule):
         U = check_updates(updates)
         alpha = self.signal(U) if len(U) >= 3 else np.ones(len(U))
         self.alpha = alpha  # the signal's own weights, for a rule that combines signals (hammer-signals)
-        return anvil(U, alpha, self.f, self.accept)
+        return anvil(U, alpha, self.f, self.accept, self.weights_only)
 
 
-def anvil(U: np.ndarray, alpha: np.ndarray, f: int, accept: float) -> Decision:
+def anvil(U: np.ndarray, alpha: np.ndarray, f: int, accept: float, weights_only: bool = False) -> Decision:
     """Clip every row to the median norm, trim min(f, ⌊(n − 1)/2⌋) at each end of every coordinate, average
-    the kept values with weights α; accepted: α ≥ ``accept``."""
+    the kept values with weights α; accepted: α ≥ ``accept``. ``weights_only``: the weights α and a zero
+    aggregate, for a rule that reads a signal's weights and aggregates itself (hammer-signals)."""
+    if weights_only:
+        return Decision(np.zeros(U.shape[1]), tuple(np.flatnonzero(alpha >= accept).tolist()), np.clip(alpha, 0.0, 1.0))
     n = len(U)
     t = min(f, (n - 1) // 2)
     norms = np.linalg.norm(U, axis=1)
@@ -211,6 +216,7 @@ class Persistence(HistoryRule):
     """
 
     f_param = "f"
+    weights_only = False
 
     def __init__(self, f: int = 0, decay: float = 0.9, kappa: float = 3.0, accept: float = 0.5,
                  epoch: int = 0) -> None:
@@ -225,7 +231,7 @@ class Persistence(HistoryRule):
 
     def judge(self, U, h, idx, age, round, **context: Any) -> Decision:
         g = self.gamma
-        m = np.median(U, axis=0)
+        m = column_median(U)
         X = U - m
         S = g * h.arrays["S"][idx] + (1 - g) * np.sign(X)
         xn, mn = np.linalg.norm(X, axis=1), float(np.linalg.norm(m))
@@ -236,7 +242,7 @@ class Persistence(HistoryRule):
         if len(U) >= 3:
             alpha = np.minimum(outlier_weights(np.abs(S).mean(axis=1), self.kappa), outlier_weights(np.abs(A), self.kappa))
         self._judged_alpha = alpha
-        return anvil(U, alpha, self.f, self.accept)
+        return anvil(U, alpha, self.f, self.accept, self.weights_only)
 
     def decide(self, updates: np.ndarray, *, round: int = 0, pseudonyms=None, **context: Any) -> Decision:
         self._judged_alpha = np.zeros(0)

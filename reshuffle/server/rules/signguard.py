@@ -9,7 +9,7 @@ import numpy as np
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
     Decision, Rule, check_positive, check_round, check_seed, check_updates, clip_factors, pairwise_sq_distances,
-    round_rng,
+    column_median, round_rng,
 )
 from reshuffle.server.rules.registry import register_rule
 
@@ -165,5 +165,5 @@ class SignOutliers(Rule):
         d = U.shape[1]
         cols = np.sort(rng.choice(d, size=max(1, math.ceil(self.fraction * d)), replace=False))
         F = sign_statistics(U[:, cols])
-        r = np.linalg.norm(F - np.median(F, axis=0), axis=1)
+        r = np.linalg.norm(F - column_median(F), axis=1)
         return Decision.mean_of(U, np.flatnonzero(r <= self.kappa * float(np.median(r))))
