@@ -135,7 +135,7 @@ def _handlers(*tables) -> tuple[str, ...]:
 #: ``_on_first_abandoned``).
 PARTICIPANT_HOOKS: tuple[str, ...] = (
     "handle", "TABLE", "_seal", "_check_floors", "_colluders", "_check_fresh", "_reservation_vector",
-    "_model_list", "_reveal",
+    "_model_list", "_reveal", "pseudonym",
 ) + _handlers(PARTICIPANT_TABLE)
 
 #: What a deviating :class:`~reshuffle.protocol.server.Server` may override: the driver's entry points,
@@ -148,11 +148,11 @@ SERVER_HOOKS: tuple[str, ...] = (
 
 def _dc_hooks() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What a deviating DC-net member and PS may override (``dc_class``): the entry points, the named hooks
-    (``_vector``, ``_deviate``, ``_opening``), every handler of the member's state table, and the PS's
+    (``_vector``, ``_deviate``, ``_opening``, ``pseudonym``), every handler of the member's state table, and the PS's
     per-step checks and closers."""
     from reshuffle.protocol.dcnet import STEPS, DCParticipant
 
-    member = ("handle", "TABLE", "_vector", "_deviate", "_opening") + tuple(sorted(
+    member = ("handle", "TABLE", "_vector", "_deviate", "_opening", "pseudonym") + tuple(sorted(
         {h for row in DCParticipant.TABLE.values() for h in row.values()}))
     server = ("start", "receive", "close_phase") + tuple(sorted(
         {st.closer for st in STEPS.values()} | {"_on_" + ph.name.lower() for ph in STEPS}))
