@@ -60,13 +60,17 @@ def losses(clients: int, fraction: float, k: int | None, p: float, rounds: int, 
     across the rounds) instead of the ideal one."""
     from reshuffle.protocol.schedule import STAGES
     from reshuffle.run.delivery import UNMASK, IdealShuffle, RealShuffle, Uploads
+    from reshuffle.run.federation import Federation
     from reshuffle.run.pseudonyms import EpochBook
     from reshuffle.run.sampling import DROPOUT, SetSampler, UniformSampler, seed_of
-    from reshuffle.run.sets import INCOMPLETE, form_sets
+    from reshuffle.run.sets import INCOMPLETE, StableSets, form_sets
 
     sets = form_sets(range(clients), k, seed) if k else None
     sampler = SetSampler(seed, sets, fraction) if sets else UniformSampler(seed, fraction)
-    channel = RealShuffle(epochs=EpochBook()) if shuffle == "real" else IdealShuffle(seed)
+    book = EpochBook()
+    channel = RealShuffle(epochs=book) if shuffle == "real" else IdealShuffle(seed)
+    # The FL round's all-or-none rule is the federation's: the channels deliver what the protocol did.
+    federation = Federation(sets=StableSets(sets) if sets else None, book=book, seed=seed)
     of = {i: j for j, s in enumerate(sets or ()) for i in s}
     W_g = np.zeros(4, np.float32)
     models = {i: np.full(4, 0.01 * i, np.float32) for i in range(clients)}
@@ -79,6 +83,7 @@ def losses(clients: int, fraction: float, k: int | None, p: float, rounds: int, 
             drops.setdefault(STAGES[int(rng.integers(len(STAGES)))], []).append(i)
         groups = tuple(sets[j] for j in sorted({of[i] for i in cohort})) if sets else ()
         d = channel.deliver(Uploads(T, W_g, {i: models[i] for i in cohort}, drops, {}, frozenset(), (), groups))
+        d = federation.receive(d, cohort)
         cohort_models += len(cohort)
         delivered += len(d.models)
         to_sets += sum(1 for why in d.lost.values() if why.startswith(INCOMPLETE))

@@ -169,7 +169,7 @@ def test_rule_aware_attackers_replay_the_rule_under_the_pseudonyms_the_deployed_
     sets = sim.sets.sets
     models = {i: np.full(sim.W_g.size, i / 10, np.float32) for i in range(10)}
     ideal = {i: sim.attackers.names(i) for i in range(10)}
-    delivery = sim._with_pseudonyms(sim.channel.deliver(Uploads(1, sim.W_g, models, {}, {}, frozenset(), (), sets)))
+    delivery = sim.rounds.receive(sim.channel.deliver(Uploads(1, sim.W_g, models, {}, {}, frozenset(), (), sets)))
     deployed = dict(zip((int(i) for i in delivery.senders), delivery.meta[PSEUDONYM]))
     assert sorted(deployed) == list(range(10))
     assert all(sim.attackers.names(i) == name != ideal[i] for i, name in deployed.items())

@@ -10,11 +10,12 @@ rank only, so units that share a rank stay independent of each other.
 
     0  errors                     the exceptions
     1  wire, registry             binary encoding; the table of named plug-ins
-    2  crypto, clients            building blocks; datasets, models, local training
+    2  crypto, clients, server    building blocks; datasets, models, local training; rules on unlinked
+                                  models (they import nothing of the protocol: a row is a row)
     3  protocol, privacy          the round as a deployment runs it; client-side DP (clipping, noise, accounting)
     4  harness                    the in-process drivers (``shuffle``, the runners)
-    5  reshuffle, adversaries,    the package API (``reshuffle.shuffle``); deviating
-       server                     parties and the explorer of PS schedules; rules on unlinked models
+    5  reshuffle, adversaries     the package API (``reshuffle.shuffle``); deviating parties and the
+                                  explorer of PS schedules
     6  attacks, games             poisoning (omniscient attacks run the rules); security games
                                   (the anonymity game's adversary searches schedules with the explorer)
     7  run                        one FL run for every driver: settings, the round over a delivery,
@@ -42,10 +43,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "reshuffle"
 RANKS: dict[str, int] = {
     "errors": 0,
     "wire": 1, "registry": 1,
-    "crypto": 2, "clients": 2,
+    "crypto": 2, "clients": 2, "server": 2,
     "protocol": 3, "privacy": 3,
     "harness": 4,
-    "reshuffle": 5, "adversaries": 5, "server": 5,
+    "reshuffle": 5, "adversaries": 5,
     "attacks": 6, "games": 6,
     "run": 7,
     "sim": 8, "flower": 8,

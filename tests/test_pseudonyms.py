@@ -391,8 +391,8 @@ def test_a_resumed_real_simulation_keeps_every_clients_pseudonym(tmp_path):
     checkpoint.restore_simulation(second, ck)
     # Execute: the resumed run's next round, its delivery as the PS's rule would read it
     got = {}
-    orig = second._with_pseudonyms
-    second._with_pseudonyms = lambda d: got.setdefault("d", orig(d))
+    orig = second.rounds.receive
+    second.rounds.receive = lambda d, cohort=None: got.setdefault("d", orig(d, cohort))
     second.step()
     # Assert: the same epoch key (no client asks again) and the same six pseudonyms on the rows
     assert second.channel.epochs.issuer(2).key == first.channel.epochs.issuer(2).key

@@ -149,12 +149,16 @@ def test_groups_and_group_size_exclude_each_other():
 
 def test_real_shuffle_passes_stable_groups_of_client_ids():
     from reshuffle.run.delivery import RealShuffle, Uploads
+    from reshuffle.run.federation import Federation
+    from reshuffle.run.sets import StableSets
 
     ups = make_updates(12, d=4, seed=13)
     clients = {10 + i: u for i, u in enumerate(ups)}
     stable = ((10, 12, 14, 16, 18, 20), (11, 13, 15, 17, 19, 21))
-    d = RealShuffle(groups=stable).deliver(Uploads(T=1, W_g=np.zeros(4, np.float32), models=clients,
-                                                   dropouts={"upload": [13]}))
+    # As the FL round takes it: the federation's all-or-none rule names why the group's other members lost theirs.
+    d = Federation(sets=StableSets(stable)).receive(
+        RealShuffle(groups=stable).deliver(Uploads(T=1, W_g=np.zeros(4, np.float32), models=clients,
+                                                   dropouts={"upload": [13]})))
     assert sorted(d.senders) == list(stable[0])  # the group of 13 delivers nothing
     assert d.lost[13] == "dropout at upload"  # its own cause; the others lose theirs to it
     assert all(d.lost[i] == "stable set incomplete: client 13 dropout at upload" for i in stable[1] if i != 13)

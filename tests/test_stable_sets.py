@@ -8,6 +8,7 @@ from reshuffle.errors import ConfigError
 from reshuffle.run import checkpoint
 from reshuffle.run.config import SimConfig
 from reshuffle.run.delivery import RealShuffle, UNMASK, IdealShuffle, Plaintext, Uploads
+from reshuffle.run.federation import Federation
 from reshuffle.run.sampling import SetSampler
 from reshuffle.run.sets import MIN_SET, INCOMPLETE, StableSets, all_or_none, form_sets
 from reshuffle.sim import Simulation
@@ -67,10 +68,16 @@ def _uploads(dropouts, groups, withheld=None):
     return Uploads(1, W_g, models, dropouts, withheld or {}, frozenset(), (), groups)
 
 
+def _delivered(channel, up):
+    """The channel's delivery as the FL round takes it: the federation's all-or-none rule applied."""
+    sets = StableSets(tuple(tuple(s) for s in up.groups)) if up.groups else None
+    return Federation(sets=sets).receive(channel.deliver(up))
+
+
 @pytest.mark.parametrize("channel", [IdealShuffle(5), Plaintext(), RealShuffle()])
 def test_a_set_with_a_member_that_dropped_before_upload_delivers_nothing(channel):
     groups = ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
-    d = channel.deliver(_uploads({"upload": [7]}, groups))
+    d = _delivered(channel, _uploads({"upload": [7]}, groups))
     assert sorted(d.senders) == [0, 1, 2, 3, 4]
     assert d.lost[7] == "dropout at upload"
     # (In the real round the set's members refuse to unmask a set that lacks one of them.)
@@ -81,14 +88,14 @@ def test_a_set_with_a_member_that_dropped_before_upload_delivers_nothing(channel
 @pytest.mark.parametrize("channel", [IdealShuffle(5), Plaintext(), RealShuffle()])
 def test_a_member_recovered_at_unmask_keeps_its_set_whole(channel):
     groups = ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
-    d = channel.deliver(_uploads({UNMASK: [7]}, groups))
+    d = _delivered(channel, _uploads({UNMASK: [7]}, groups))
     assert sorted(d.senders) == list(range(10))
     assert d.failure is None
 
 
 def test_every_set_incomplete_delivers_nothing_and_says_why():
     groups = ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
-    d = IdealShuffle(5).deliver(_uploads({"setup": [0]}, groups, withheld={9: "banned: blamed in round 1"}))
+    d = _delivered(IdealShuffle(5), _uploads({"setup": [0]}, groups, withheld={9: "banned: blamed in round 1"}))
     assert d.models == [] and "every stable set" in d.failure
     assert d.lost[5] == f"{INCOMPLETE}: client 9 banned: blamed in round 1"
 
@@ -133,7 +140,7 @@ def test_the_delivery_maps_each_client_to_its_stable_set():
     T = 1
     cohort = sim.rounds.cohort(T, range(12))
     up, _, _ = sim.uploads(T, cohort)
-    d = sim._with_sets(sim.channel.deliver(up), cohort)
+    d = sim.rounds.receive(sim.channel.deliver(up), cohort)
     assert d.groups == {i: sim.sets.of(i) for i in range(12)}
     assert len(set(d.groups.values())) == 3
 
@@ -181,7 +188,22 @@ def test_a_checkpoint_without_sets_is_refused_by_a_run_with_them(tmp_path):
     cfg = SimConfig(**SMALL, clients=10)
     sim = Simulation(cfg)
     arrays, state = sim.state()
-    state.pop("stable_sets")
+    state["federation"]["sets"] = None
+    with pytest.raises(ConfigError, match="no stable anonymity sets"):
+        Simulation(cfg).restore(arrays, state)
+
+
+def test_a_checkpoint_of_the_earlier_layout_still_restores_its_sets():
+    # Before the federation's state had a key of its own, the partition lay under "stable_sets".
+    cfg = SimConfig(**SMALL, clients=10)
+    sim = Simulation(cfg)
+    arrays, state = sim.state()
+    fed = state.pop("federation")
+    other = StableSets(((0, 2, 4, 6, 8), (1, 3, 5, 7, 9)))
+    legacy = {**state, "stable_sets": other.as_data(), "pseudonyms": fed["pseudonyms"]}
+    again = Simulation(cfg)
+    again.restore(arrays, legacy)
+    assert again.sets == other and again.rounds.sampler.sets == other.sets
     with pytest.raises(ConfigError, match="no stable anonymity sets"):
         Simulation(cfg).restore(arrays, state)
 

@@ -19,8 +19,9 @@ its offline steps before the nodes train.
    a phase in ``phase_timeout`` (the train push: ``train_timeout`` more) is a dropout.
 4. *Stable groups* (``group_size``): the first train round goes to every connected node,
    whatever the strategy sampled, and forms the anonymity groups by the commit-reveal
-   assignment among the nodes that claimed; the grid keeps them
-   (:attr:`ReshuffleGrid.epochs`, saved with the ServerApp's checkpoint) and every later
+   assignment among the nodes that claimed; the run's federation state keeps them
+   (:class:`~reshuffle.run.federation.Federation`, which the FL round holds and the
+   ServerApp's checkpoint saves; :attr:`ReshuffleGrid.epochs` reads them) and every later
    round runs whole groups with no new assignment. A strategy's sampled nodes are
    widened or narrowed to whole groups: a group runs when at least half its members
    were sampled and all its members' nodes are connected (its unsampled members get
@@ -31,6 +32,9 @@ its offline steps before the nodes train.
    by a new assignment among them alone (a new epoch), in the same round as the others'
    (:class:`~reshuffle.protocol.grouped.JointServer`). A group with a member that does
    not answer before its upload delivers nothing: its members refuse to unmask.
+   Each reply's group is known (:meth:`ReshuffleGrid.set_of`: its members' nodes), so
+   the FL round applies the same all-or-none rule to Flower's deliveries as to the
+   simulator's.
 5. *Replies*: each recovered model is decoded back into a RecordDict
    (:mod:`reshuffle.flower.records`, bit-exact) and becomes
    ``Message(content, reply_to=m)`` for a message ``m`` of a surviving node,
@@ -65,6 +69,7 @@ from reshuffle.protocol.grouped import JointServer, formed_groups
 from reshuffle.protocol.groups import MIN_GROUP, Assignment, check_collusion, check_group_size
 from reshuffle.protocol.params import GROUP_SIZE, RoundParams, TrustFloors, smallest_round
 from reshuffle.protocol.participant import global_model_hash
+from reshuffle.run.federation import Federation
 from reshuffle.run.pseudonyms import EpochBook, run_base
 
 ROUND_PARAMS = {"n", "k", "t", "c", "R_max", "group"}
@@ -258,13 +263,8 @@ class _Round:
     def _adopt(self) -> None:
         """Keep the groups a new assignment of this round formed, as a new epoch (the nodes keep theirs once it
         completed, whether or not the round then delivered), and which node each member answered from."""
-        g = self.g
         for a in formed_groups(self.server):
-            if any(a.digest == e.digest for e in g.epochs):
-                continue
-            g.epochs.append(a)
-            members = {i for grp in a.groups for i in grp}
-            g.group_nodes.update({pid: node for pid, node in self.node_of.items() if pid in members})
+            self.g.federation.adopt(a, self.node_of)
 
     def _finish(self, replies: list[Message]) -> None:
         self.replies = replies
@@ -372,13 +372,13 @@ class _Round:
         among the claimed participants in no group (if there are at least the nodes' draw floor,
         ``DRAW``·``group_size``)."""
         g = self.g
-        epoch_of = {pid: e for e, a in enumerate(g.epochs) for grp in a.groups for pid in grp}
+        formation_of = {pid: e for e, a in enumerate(g.epochs) for grp in a.groups for pid in grp}
         kw = {"d": self.d, "overrides": {"payload": "words", **g.round_params}, "collusion": g.group_collusion,
               "pseudonyms": g.pseudonym_keys.issuer(self.T)}  # one epoch key for every part of the round
         parts = []
         for e, sample in self.plan:
             if e == NEW:
-                new = {pid: c for pid, c in roster.items() if pid not in epoch_of}
+                new = {pid: c for pid, c in roster.items() if pid not in formation_of}
                 if len(new) < DRAW * g.group_size:
                     self.report.errors.append(f"[claim] {len(new)} participant(s) in no group claimed; a new draw "
                                               f"needs {DRAW * g.group_size}: they wait")
@@ -405,12 +405,13 @@ class _Round:
         self._report_groups(out)
         self.report.blamed = dict(out.blamed)
         self.report.errors += [str(e) for e in out.errors]
-        contents, names = [], []
+        contents, names, sets = [], [], []
         nyms = list(out.pseudonyms) if len(out.pseudonyms) == len(out.models) else [None] * len(out.models)
-        for words, nym in zip(out.models, nyms):
+        for words, nym, members in zip(out.models, nyms, self._row_sets(out)):
             try:
                 contents.append(records.from_words(words))
                 names.append(nym)
+                sets.append(members)
             except ProtocolError as exc:  # an anonymous row that does not decode is dropped
                 self.report.errors.append(f"[deliver] a recovered reply does not decode: {exc}")
         final = out.online[max(out.online)] if out.online else ()
@@ -424,7 +425,24 @@ class _Round:
         replies = [Message(c, reply_to=survivors[j]) for c, j in zip(contents, perm)]
         # Each reply's epoch pseudonym, the row's own (§7.3): it names no node, only a row's history.
         self.g._pseudonyms = [(m, n) for m, n in zip(replies, names) if n is not None]
+        self.g._sets = [(m, s) for m, s in zip(replies, sets) if s is not None]
         self._finish(replies)
+
+    def _row_sets(self, out) -> list[tuple[int, ...] | None]:
+        """Each recovered row's stable group, as its members' nodes (the PS knows which group's round a row came
+        from); None for every row where the round ran in no groups."""
+        outs = getattr(out, "group_outputs", None)
+        if not out.groups or outs is None:
+            return [None] * len(out.models)
+        nodes = self.g.federation.nodes
+        col: list[tuple[int, ...] | None] = []
+        for j in sorted(out.offsets):
+            members = tuple(sorted(nodes.get(pid, self.node_of.get(pid, -1)) for pid in out.groups[j]))
+            col += [members] * len(outs[j].models)
+        if len(col) != len(out.models):
+            self.report.errors.append(f"[deliver] {len(col)} rows placed in groups for {len(out.models)} models")
+            return [None] * len(out.models)
+        return col
 
 
 class ReshuffleGrid(Grid):
@@ -449,6 +467,9 @@ class ReshuffleGrid(Grid):
         default 0.2); with ``group_size`` only.
     groups : the stable groups of an earlier run (:meth:`group_state`'s dict, from a checkpoint): they are
         kept, and no new assignment runs but among nodes in none. ``group_size`` is then theirs.
+    federation : the run's cross-round state (:class:`~reshuffle.run.federation.Federation`), which keeps the
+        groups and the epoch pseudonyms; a ServerApp passes its FL round's, so that its checkpoint holds them
+        (default: the grid's own, one epoch numbered above every earlier run's).
     max_empty_rounds : when this many train rounds in a row delivered no reply and none before them did (nodes
         that never answer, a federation that cannot run a round), the train round's pull raises
         :class:`NothingTrained` naming the last round's cause, so the run fails instead of ending having
@@ -475,6 +496,7 @@ class ReshuffleGrid(Grid):
         group_collusion: float | None = None,
         groups: dict | None = None,
         max_empty_rounds: int | None = MAX_EMPTY_ROUNDS,
+        federation: Federation | None = None,
         **round_params,
     ) -> None:
         if not isinstance(grid, Grid):
@@ -483,9 +505,10 @@ class ReshuffleGrid(Grid):
         if max_empty_rounds is not None and (not isinstance(max_empty_rounds, int) or isinstance(max_empty_rounds, bool)
                                              or max_empty_rounds < 1):
             raise ConfigError(f"max_empty_rounds must be a positive int or None, got {max_empty_rounds!r}")
-        if group_collusion is not None and group_size is None and groups is None:
+        restored = groups is not None or (federation is not None and bool(federation.assignments))
+        if group_collusion is not None and group_size is None and not restored:
             raise ConfigError("group_collusion needs group_size (or stable groups)")
-        if group_size is not None or groups is not None:
+        if group_size is not None or restored:
             if group_size is not None:
                 check_group_size(group_size)
             fixed = set(round_params) & {"n", "k", "t", "c"}
@@ -508,12 +531,14 @@ class ReshuffleGrid(Grid):
         self.phase_timeout, self.poll_interval = float(phase_timeout), float(poll_interval)
         self._train_timeout, self.round_timeout = train_timeout, float(round_timeout)
         self.metrics_budget, self.round_params = metrics_budget, dict(round_params)
-        self.group_size, self.group_collusion = group_size, group_collusion
+        self.group_collusion = group_collusion
         self.max_empty_rounds = max_empty_rounds
-        #: The stable groups, one Assignment per epoch (the first train round's, then each newcomers' group
-        #: formation, or restored), and the node each member answered from.
-        self.epochs: list[Assignment] = []
-        self.group_nodes: dict[int, int] = {}
+        if federation is None:
+            # One epoch key for its life, numbered above every earlier run's (its nodes keep their pseudonyms)
+            federation = Federation(book=EpochBook(self.round_params.get("group", "ristretto255"), base=run_base()))
+        self.federation = federation
+        if not federation.assignments:
+            federation.group_size = group_size
         if groups is not None:
             self.restore_groups(groups)
         self.rounds: list[RoundReport] = []
@@ -522,8 +547,39 @@ class ReshuffleGrid(Grid):
         self._keys: tuple | None = None
         self._progress = 0  # phases closed so far: a pull that moved a round on is progress
         self._pseudonyms: list[tuple[Message, bytes]] = []  # the last round's replies and their pseudonyms
-        # One epoch key for its life, numbered above every earlier run's (its nodes keep their pseudonyms)
-        self.pseudonym_keys = EpochBook(self.round_params.get("group", "ristretto255"), base=run_base())
+        self._sets: list[tuple[Message, tuple[int, ...]]] = []  # the last round's replies and their groups
+
+    # --- the federation's state, by the names the round reads -------------------------------
+    @property
+    def epochs(self) -> list[Assignment]:
+        """The stable groups, one Assignment per formation (the first train round's, then each newcomers', or
+        restored): the federation's."""
+        return self.federation.assignments
+
+    @property
+    def group_nodes(self) -> dict[int, int]:
+        """The node each group member (participant id) answered from: the federation's."""
+        return self.federation.nodes
+
+    @property
+    def group_size(self) -> int | None:
+        return self.federation.group_size
+
+    @group_size.setter
+    def group_size(self, k: int | None) -> None:
+        self.federation.group_size = k
+
+    @property
+    def pseudonym_keys(self) -> EpochBook:
+        """The PS's epoch keys: the federation's pseudonym book."""
+        return self.federation.book
+
+    def set_of(self, reply: Message) -> tuple[int, ...] | None:
+        """The stable group of one of the last train round's replies, as its members' nodes (None: no groups).
+
+        The PS knows it (each group runs a round of its own); it says which group a reply came from, not which
+        member sent it."""
+        return next((s for m, s in self._sets if m is reply), None)
 
     def pseudonym_of(self, reply: Message) -> bytes | None:
         """The epoch pseudonym of one of the last train round's replies (the PS checked it in its row), or None.
@@ -569,22 +625,11 @@ class ReshuffleGrid(Grid):
     # --- stable groups ----------------------------------------------------------------
     def group_state(self) -> dict | None:
         """The stable groups as plain data for a checkpoint (``groups=`` restores them); None before any."""
-        if not self.epochs:
-            return None
-        return {"epochs": [a.encode().hex() for a in self.epochs],
-                "nodes": {str(pid): node for pid, node in sorted(self.group_nodes.items())}}
+        return self.federation.group_state()
 
     def restore_groups(self, state: dict) -> None:
         """Keep the stable groups of ``state`` (:meth:`group_state`); ConfigError if it is malformed."""
-        try:
-            epochs = [Assignment.decode(bytes.fromhex(h)) for h in state["epochs"]]
-            nodes = {int(pid): int(node) for pid, node in dict(state["nodes"]).items()}
-        except (KeyError, TypeError, ValueError, ProtocolError) as exc:
-            raise ConfigError(f"stable groups state is malformed: {exc}") from None
-        pids = [pid for a in epochs for grp in a.groups for pid in grp]
-        if not epochs or len(pids) != len(set(pids)):
-            raise ConfigError("stable groups state is malformed: no epoch, or a participant in two epochs")
-        self.epochs, self.group_nodes, self.group_size = epochs, nodes, epochs[0].group_size
+        self.federation.restore_groups(state)
 
     def _everyone(self, train: list[Message]) -> list[Message]:
         """The round that forms the groups goes to every connected node, whatever the strategy sampled: groups

@@ -28,7 +28,6 @@ from reshuffle.harness.api import ShuffleResult, ideal_round, shuffle
 from reshuffle.protocol import params
 from reshuffle.protocol.params import RoundParams
 from reshuffle.run.sampling import IDEAL, seed_of
-from reshuffle.run.sets import all_or_none
 from reshuffle.run.pseudonyms import EpochBook
 
 #: The phase before which nothing is sent: a client withheld from the round drops out here.
@@ -37,6 +36,9 @@ SETUP = "setup"
 UNMASK = "unmask"
 #: The Delivery column of each row's epoch pseudonym (16 bytes; what a rule with a per-pseudonym history reads).
 PSEUDONYM = "pseudonym"
+#: The Delivery column of each row's stable set (its members' sorted ids), which the FL round's all-or-none
+#: rule reads (:mod:`reshuffle.run.federation`).
+SET = "set"
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,8 @@ class Uploads:
     encoded); ``malicious`` the attackers among them, the ground truth the channel
     turns into row labels; ``adversaries`` the protocol adversaries of a real round,
     their participants numbered within the cohort; ``groups`` the cohort's stable
-    anonymity sets (client ids, covering the cohort; empty: none), each delivered
+    anonymity sets (client ids, covering the cohort; empty: none): each row then
+    carries its set in the :data:`SET` column, and the FL round delivers a set
     with all its members' models or none.
     """
 
@@ -124,9 +127,19 @@ class Uploads:
         """client → cause, for every client whose model is lost to a dropout (a drop at ``unmask`` is recovered)."""
         return {i: f"dropout at {ph}" for ph, ids in self.drops().items() if ph != UNMASK for i in ids}
 
-    def set_losses(self, stable: Sequence[Sequence[int]]) -> dict[int, str]:
-        """client → cause, for the members a stable set's missing member takes down with it."""
-        return all_or_none(stable, {**self.lost_before_unmask(), **self.withheld})
+    def set_column(self, rows: dict[int, int], n: int, stable: Sequence[Sequence[int]] | None = None) -> dict:
+        """The :data:`SET` column of ``n`` rows (``rows``: client → row), where the cohort is in sets (``stable``,
+        default ``groups``); else none.
+
+        The PS knows it: each set runs a round of its own, and a row is in its set's part of the output."""
+        stable = self.groups if stable is None else stable
+        if not stable:
+            return {}
+        of = {i: tuple(sorted(int(x) for x in s)) for s in stable for i in s}
+        col: list = [None] * n
+        for i, r in rows.items():
+            col[r] = of[i]
+        return {SET: col}
 
     def labels(self, rows: dict[int, int], n: int) -> list[bool | None]:
         """Per delivered row (``rows``: client → row of ``n``), whether an attacker sent it; None: no client's."""
@@ -244,16 +257,13 @@ class RealShuffle:
         per_p = sum(s["participant_bytes_sent"] + s["participant_bytes_received"] for s in stats)
         ps = sum(s["ps_bytes_sent"] + s["ps_bytes_received"] for s in stats)
         lost = {cohort[j]: why for j, why in loss_causes(r, len(cohort), drops).items()}
-        if stable:
-            # The members a stable set's missing member took down say so, as in the ideal channel.
-            for i, why in up.set_losses(stable).items():
-                if i in lost:
-                    lost[i] = why
         groups = {cohort[i]: g for g, members in enumerate(r.groups or ()) for i in members} or None
-        return up.delivery(r.models, {cohort[j]: row for j, row in r.positions.items()}, lost, groups=groups,
+        rows = {cohort[j]: row for j, row in r.positions.items()}
+        return up.delivery(r.models, rows, lost, groups=groups,
                            blamed={cohort[j]: why for j, why in r.blamed.items()}, failure=r.failure,
                            seconds={ph: s["ps_s"] + s["participant_max_s"] for ph, s in r.stats.items()},
-                           bytes={"per_participant": per_p, "ps_total": ps}, meta={PSEUDONYM: list(r.pseudonyms)})
+                           bytes={"per_participant": per_p, "ps_total": ps},
+                           meta={PSEUDONYM: list(r.pseudonyms), **up.set_column(rows, len(r.models), stable)})
 
 
 class _Functionality:
@@ -261,9 +271,9 @@ class _Functionality:
 
     A client that drops out before ``unmask`` loses its model; one that drops at
     ``unmask`` is recovered, as in the real round. With stable sets
-    (``Uploads.groups``) each set is a round of its own, delivered whole or not at
-    all: a set with a member lost delivers nothing, and a whole set always meets
-    its own threshold.
+    (``Uploads.groups``) each set is a round of its own (a whole set always meets
+    its own threshold) and each row carries its set: the FL round delivers a set
+    with a member lost not at all.
     """
 
     def __init__(self, group: str = "ristretto255") -> None:
@@ -275,13 +285,11 @@ class _Functionality:
     def deliver(self, up: Uploads) -> Delivery:
         cohort = up.cohort
         lost = up.lost_before_unmask()
-        if up.groups:
-            lost.update(up.set_losses(up.groups))
         alive = [i for i in cohort if i not in lost]
         t0 = time.perf_counter()
         d = up.W_g.size
         per_p = 4.0 * d
-        need = min(len(s) for s in up.groups) if up.groups else threshold(len(cohort))
+        need = 1 if up.groups else threshold(len(cohort))
         if len(alive) < need:
             why = ("every stable set of the round lacks a member" if up.groups else
                    f"{len(alive)} of {len(cohort)} clients alive, the shuffle needs {need}")
@@ -290,7 +298,8 @@ class _Functionality:
         got, rows = self._order(up, alive, RoundParams.default(max(len(cohort), params.smallest_round()), d,
                                                                      group=self.group).codec)
         return up.delivery(got, rows, lost, seconds={"shuffle": time.perf_counter() - t0},
-                           bytes={"per_participant": per_p, "ps_total": per_p * len(alive)})
+                           bytes={"per_participant": per_p, "ps_total": per_p * len(alive)},
+                           meta=up.set_column(rows, len(got)))
 
 
 class IdealShuffle(_Functionality):
@@ -313,10 +322,12 @@ class Plaintext(_Functionality):
         return [codec.roundtrip(up.models[i]) for i in alive], {i: row for row, i in enumerate(alive)}
 
 
-def make_channel(shuffle_mode: str, seed: int, group: str = "ristretto255", group_size: int | None = None) -> Channel:
-    """The channel of ``reshuffle simulate``'s ``shuffle`` setting: ``real``, ``ideal`` or ``none``."""
+def make_channel(shuffle_mode: str, seed: int, group: str = "ristretto255", group_size: int | None = None,
+                 epochs: EpochBook | None = None) -> Channel:
+    """The channel of ``reshuffle simulate``'s ``shuffle`` setting: ``real``, ``ideal`` or ``none``; ``epochs`` the
+    run's pseudonym book (the real channel issues from it)."""
     if shuffle_mode == "real":
-        return RealShuffle(group, group_size)
+        return RealShuffle(group, group_size, epochs=epochs)
     if shuffle_mode == "ideal":
         return IdealShuffle(seed, group)
     if shuffle_mode == "none":

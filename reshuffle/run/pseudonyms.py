@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-
+from dataclasses import dataclass
 from typing import Mapping
 
 from reshuffle.crypto.domain import label
@@ -24,11 +24,34 @@ from reshuffle.protocol.pseudonym import EpochIssuer, Pseudonym
 SIZE = 16
 
 
-def epoch_of(round: int, rounds: int = 0) -> int:
-    """The epoch of round T ≥ 1 when epochs last ``rounds`` rounds (0: one epoch, the whole run)."""
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-        raise ConfigError(f"an epoch lasts a non-negative int of rounds (0: the run), got {rounds!r}")
-    return 0 if rounds == 0 else (max(round, 1) - 1) // rounds
+@dataclass(frozen=True)
+class EpochSchedule:
+    """Which epoch a round is in: epochs of ``rounds`` rounds (0: one epoch, the whole run) from round ``first``.
+
+    The one place a run turns round numbers into epochs: the pseudonym book rotates its key at
+    :meth:`start`, and the federation's state (:mod:`reshuffle.run.federation`) names the epoch of a round.
+
+    >>> s = EpochSchedule(rounds=3)
+    >>> [s.epoch_of(T) for T in range(1, 8)], s.start(5), EpochSchedule(0, first=4).start(9)
+    ([0, 0, 0, 1, 1, 1, 2], 4, 4)
+    """
+
+    rounds: int = 0
+    first: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
+            raise ConfigError(f"an epoch lasts a non-negative int of rounds (0: the run), got {self.rounds!r}")
+        if isinstance(self.first, bool) or not isinstance(self.first, int) or self.first < 1:
+            raise ConfigError(f"an epoch schedule starts at a round number of at least 1, got {self.first!r}")
+
+    def epoch_of(self, T: int) -> int:
+        """The index of round T's epoch (0 for the epoch that opens at ``first``; rounds before it count as 0)."""
+        return 0 if self.rounds == 0 else max(T - self.first, 0) // self.rounds
+
+    def start(self, T: int) -> int:
+        """The round that opens round T's epoch."""
+        return self.first + self.epoch_of(T) * self.rounds
 
 
 def run_base(now: float | None = None) -> int:
@@ -78,31 +101,47 @@ class EpochBook:
     """
 
     def __init__(self, group: str = "ristretto255", rounds: int = 0, base: int = 0) -> None:
-        epoch_of(1, rounds)  # checks rounds
+        EpochSchedule(rounds)  # checks rounds
         if isinstance(base, bool) or not isinstance(base, int) or not 0 <= base < 2**63:
             raise ConfigError(f"an epoch base is an int in [0, 2^63), got {base!r}")
         self.group, self.rounds, self.base = group, rounds, base
+        #: The book's epochs: every ``rounds`` rounds from the first round it serves (None before one).
+        self.schedule: EpochSchedule | None = None
         self._issuer: EpochIssuer | None = None
         self.held: dict[int, Pseudonym] = {}
 
     def __repr__(self) -> str:
         return f"EpochBook(group={self.group!r}, rounds={self.rounds}, clients={len(self.held)})"
 
+    def epoch(self, T: int) -> int:
+        """The protocol's epoch number of round T: the base plus the round that opens T's epoch."""
+        if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+            raise ConfigError(f"round numbers start at 1, got {T!r}")
+        if self.schedule is None or T < self.schedule.first:
+            return self.base + T  # the round a fresh book would open its first epoch with
+        return self.base + self.schedule.start(T)
+
     def issuer(self, T: int) -> EpochIssuer:
         """The PS's epoch key of round T: the current one, or a fresh one when T opens an epoch.
 
-        An epoch is numbered by the round that opens it: the first round this book serves, then every
-        ``rounds`` rounds. A book started afresh (a resumed Flower ServerApp) opens a new epoch whose
-        number exceeds every earlier one, since round numbers only go up; members then drop their old
-        pseudonyms and ask for new ones.
+        An epoch is numbered by the round that opens it (:class:`EpochSchedule` from the first round
+        this book serves). A book started afresh (a resumed Flower ServerApp without its checkpoint's
+        book) opens a new epoch whose number exceeds every earlier one, since round numbers only go up;
+        members then drop their old pseudonyms and ask for new ones.
         """
-        if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-            raise ConfigError(f"round numbers start at 1, got {T!r}")
-        cur = self._issuer
-        start = None if cur is None else cur.epoch - self.base
-        if start is None or T < start or (self.rounds and T >= start + self.rounds):
-            self._issuer = EpochIssuer(self.group, self.base + T)
+        if self.schedule is None or T < self.schedule.first:
+            self.epoch(T)  # checks T
+            self.schedule = EpochSchedule(self.rounds, T)
+        number = self.epoch(T)
+        if self._issuer is None or self._issuer.epoch != number:
+            self._issuer = EpochIssuer(self.group, number)
         return self._issuer
+
+    def current(self, client: int, T: int) -> Pseudonym | None:
+        """The pseudonym ``client`` holds for round T's epoch (None: none, or one of an older epoch, which its
+        participant drops and replaces in round T)."""
+        nym = self.held.get(client)
+        return nym if nym is not None and nym.epoch == self.epoch(T) else None
 
     def pseudonyms(self, clients) -> dict[int, Pseudonym | None]:
         """Each client's pseudonym to hand its participant (None: it has none yet)."""
@@ -116,11 +155,15 @@ class EpochBook:
     def state(self) -> dict:
         """JSON data for a checkpoint (hex of the explicit encodings; no pickle)."""
         return {"group": self.group, "rounds": self.rounds, "base": self.base,
+                "first": None if self.schedule is None else self.schedule.first,
                 "issuer": None if self._issuer is None else self._issuer.encode().hex(),
                 "held": {str(i): nym.encode().hex() for i, nym in sorted(self.held.items())}}
 
     def restore(self, data: Mapping) -> None:
-        """Continue from :meth:`state`'s data (ConfigError if it is for another group or epoch length)."""
+        """Continue from :meth:`state`'s data, the same book: its base, schedule, key and names (ConfigError if
+        it is for another group or epoch length, or does not decode)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"checkpoint pseudonyms are not a JSON object: {type(data).__name__}")
         if data.get("group") != self.group or data.get("rounds") != self.rounds:
             raise ConfigError(f"checkpoint pseudonyms are for group {data.get('group')!r} with epochs of "
                               f"{data.get('rounds')!r} rounds, this run uses {self.group!r} and {self.rounds}")
@@ -131,6 +174,10 @@ class EpochBook:
         except (ProtocolError, ValueError, TypeError, AttributeError) as exc:
             raise ConfigError(f"checkpoint pseudonyms do not decode: {exc}") from None
         base = data.get("base", 0)
-        if isinstance(base, bool) or not isinstance(base, int) or base < 0:
+        if isinstance(base, bool) or not isinstance(base, int) or not 0 <= base < 2**63:
             raise ConfigError(f"checkpoint pseudonyms: epoch base {base!r}")
-        self._issuer, self.held, self.base = issuer, held, max(self.base, base)
+        first = data.get("first")
+        if first is None and issuer is not None:
+            first = issuer.epoch - base  # saved before the schedule was: its current epoch opened there
+        schedule = None if first is None else EpochSchedule(self.rounds, first)
+        self._issuer, self.held, self.base, self.schedule = issuer, held, base, schedule

@@ -15,8 +15,12 @@ models arrive and how the new global model is evaluated differ:
 
 A round never ends the run. :class:`FLRound` keeps what the next round depends on:
 W_g, the FL step's state (the server optimiser's arrays, checkpointed as
-``opt.<name>``), the last round run and the clients the protocol named with
-evidence (``banned``: a driver withholds them from later rounds).
+``opt.<name>``), the last round run, the clients the protocol named with
+evidence (``banned``: a driver withholds them from later rounds), and the
+federation's cross-round state (:class:`~reshuffle.run.federation.Federation`:
+stable sets, epochs, pseudonyms), whose all-or-none rule it applies to every
+delivery before the FL step. Drivers hand deliveries in as their channel made
+them and read the sets, epochs and pseudonyms from it; none amends a delivery.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 from reshuffle.run.delivery import PSEUDONYM, Delivery
+from reshuffle.run.federation import STATE as FEDERATION, Federation
 from reshuffle.run.record import RoundRecord
 from reshuffle.run.sampling import Sampler
 from reshuffle.server.aggregate import FLStep, row_counts
@@ -116,28 +121,37 @@ class FLRound:
     fl : the run's FL step (:func:`make_step`).
     sampler : draws each round's cohort (:mod:`reshuffle.run.sampling`).
     W_g : the initial global model (flat float32).
+    federation : the state the run keeps across rounds (default: no sets, one epoch).
     """
 
-    def __init__(self, fl: FLStep, sampler: Sampler, W_g: np.ndarray) -> None:
+    def __init__(self, fl: FLStep, sampler: Sampler, W_g: np.ndarray, federation: Federation | None = None) -> None:
         self.fl, self.sampler, self.W_g = fl, sampler, W_g
+        self.federation = federation if federation is not None else Federation()
         self.round = 0  # the last round run
         self.banned: dict[int, int] = {}  # client → round in which the protocol named it
 
     def cohort(self, T: int, population: Sequence[int]) -> list[int]:
-        """Round T's cohort out of ``population``, as the run's sampler draws it (sorted)."""
-        return self.sampler.cohort(T, population)
+        """Round T's cohort out of ``population``, as the run's sampler draws it over its sets (sorted)."""
+        return self.federation.cohort(self.sampler, T, population)
+
+    def receive(self, delivery: Delivery, cohort: Sequence[int] | None = None) -> Delivery:
+        """``delivery`` as the FL step takes it (:meth:`Federation.receive`: all or none per set); idempotent,
+        so a driver that reads the delivery first (to measure it) hands :meth:`step` the same."""
+        return self.federation.receive(delivery, cohort)
 
     def step(self, T: int, delivery: Delivery, evaluate: Callable[[np.ndarray], Evaluation], *, sampled: int,
              seconds: dict[str, float] | None = None, malicious_sampled: int | None = None,
-             attack_choices: dict | None = None) -> RoundRecord:
-        """Finish round T from ``delivery``: the FL step, the driver's ``evaluate(W_g)``, the record.
+             attack_choices: dict | None = None, cohort: Sequence[int] | None = None) -> RoundRecord:
+        """Finish round T from ``delivery``: the all-or-none rule, the FL step, the driver's ``evaluate(W_g)``,
+        the record.
 
-        ``sampled`` is the cohort's size; ``seconds`` the driver's own times before the
+        ``sampled`` is the cohort's size (``cohort`` the cohort, where the driver has it); ``seconds`` the driver's own times before the
         delivery (training); ``malicious_sampled`` and ``attack_choices`` what the
         driver knows of the attack (None where it knows nothing).
         """
         if T <= self.round:
             raise ConfigError(f"round {T} after round {self.round}: round numbers only go up")
+        delivery = self.receive(delivery, cohort)
         secs = {**(seconds or {}), **delivery.seconds}
         for i in delivery.blamed:
             self.banned.setdefault(i, T)
@@ -173,10 +187,11 @@ class FLRound:
         """What the next round depends on beyond the settings: (arrays, JSON data).
 
         Arrays: the global model and the server optimiser's ``opt.<name>``; data: the
-        last round run and the banned clients.
+        last round run, the banned clients and the federation's state.
         """
         arrays = {GLOBAL: self.W_g.copy(), **{OPT + k: v for k, v in self.fl.state().items()}}
-        return arrays, {"round": self.round, "banned": {str(i): T for i, T in self.banned.items()}}
+        return arrays, {"round": self.round, "banned": {str(i): T for i, T in self.banned.items()},
+                        FEDERATION: self.federation.state()}
 
     def restore(self, arrays: dict[str, np.ndarray], data: dict) -> None:
         """Continue after ``data["round"]`` from :meth:`state`'s output; a mismatch is a ConfigError."""
@@ -190,6 +205,7 @@ class FLRound:
             raise ConfigError(f"round state incomplete ({exc!r})") from None
         if not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 0:
             raise ConfigError(f"round state names round {rnd!r}")
+        self.federation.restore(data)
         self.fl.restore({k[len(OPT):]: v for k, v in arrays.items() if k.startswith(OPT)})
         self.W_g = W.copy()
         self.round, self.banned = rnd, banned

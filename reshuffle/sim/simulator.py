@@ -19,9 +19,9 @@ Per round T (docs/protocol.md §5), on the loop every driver shares
    output overflowed float32) cannot be encoded: its client takes no part in the
    round (a setup dropout) and the cause says why; so does a client the protocol
    named in an earlier round. With stable sets a set delivers all its members'
-   models or none: a member missing before ``unmask`` takes its set's models with
-   it (the ideal and plain channels apply the rule; in the real round the set's
-   honest members do);
+   models or none: a member missing takes its set's models with it (the FL
+   round applies the rule to every channel's delivery, :mod:`reshuffle.run.federation`;
+   in the real round the set's honest members already refuse to unmask);
 6. the FL step (:class:`reshuffle.server.aggregate.FLStep`, the same as the
    Flower ServerApp's): the PS sorts the recovered models into a canonical order
    (by hash, so the result cannot depend on the shuffle's permutation), forms
@@ -64,11 +64,12 @@ from reshuffle.run.plugins import load_plugins
 from reshuffle.run.provenance import provenance
 from reshuffle.run.record import RoundRecord
 from reshuffle.run.report import metrics
-from reshuffle.run.round import PSEUDONYM, FLRound, make_step
+from reshuffle.run.federation import Federation
+from reshuffle.run.pseudonyms import EpochBook
+from reshuffle.run.round import FLRound, make_step
 from reshuffle.run.sampling import DROPOUT, SETUP, SetSampler, seed_of
-from reshuffle.run.sets import SETS_STATE, StableSets, check_simulation as check_sets, set_losses
+from reshuffle.run.sets import StableSets, check_simulation as check_sets, set_losses
 from reshuffle.server.aggregate import canonical_order
-from reshuffle.run.pseudonyms import run_pseudonym
 from reshuffle.sim.attackers import Attackers, observed_updates, unencodable
 from reshuffle.sim.evaluation import Evaluator
 from reshuffle.sim.feasible import check_feasible
@@ -100,7 +101,8 @@ class Simulation:
     Its parts: ``training`` (the clients: data, models, local training),
     ``attackers``, ``evaluator``, ``channel`` (how models reach the PS) and
     ``rounds`` (the FL round every driver shares: W_g, the FL step, sampling,
-    the banned clients); with the options that ask for them, ``dp`` (client-side
+    the banned clients, and ``rounds.federation``: stable sets, epochs and
+    pseudonyms); with the options that ask for them, ``dp`` (client-side
     differential privacy on the honest clients' updates) and ``linking`` (the
     passive cross-round linker as a metric).
     """
@@ -123,9 +125,11 @@ class Simulation:
         check_feasible(cfg, fl.rule)
         check_sets(cfg)
         # Formed once per run; a resumed run takes the checkpoint's partition instead (restore).
-        self.sets = StableSets.form(cfg.clients, cfg.set_size, cfg.seed) if cfg.stable_sets else None
-        self.rounds = FLRound(fl, self._sampler(), t.layout.get(t.model))
-        self.channel = make_channel(cfg.shuffle, cfg.seed, cfg.group, cfg.group_size)
+        sets = StableSets.form(cfg.clients, cfg.set_size, cfg.seed) if cfg.stable_sets else None
+        federation = Federation(sets=sets, book=EpochBook(cfg.group), seed=cfg.seed)
+        self.rounds = FLRound(fl, cfg.sampler(), t.layout.get(t.model), federation)
+        self.rounds.sampler = self._sampler()
+        self.channel = make_channel(cfg.shuffle, cfg.seed, cfg.group, cfg.group_size, epochs=federation.book)
         # Rule-aware attackers replay the deployed rule under the names it sees (one source for both).
         self.attackers.names = self.pseudonym_of
         # The rows rule-aware attackers test pass through the protocol's encoding (among a round's cohort).
@@ -157,6 +161,11 @@ class Simulation:
     @property
     def data(self) -> Dataset:
         return self.training.data
+
+    @property
+    def sets(self) -> StableSets | None:
+        """The run's stable anonymity sets (the federation's; None without sets)."""
+        return self.rounds.federation.sets
 
     def _sampler(self):
         """Whole stable sets where the run has them, else the clients one by one (the sampler every driver uses)."""
@@ -219,27 +228,10 @@ class Simulation:
                      self.sets.within(cohort) if self.sets else ())
         return up, {"training": per_client, "training_total": total}, all_diverged
 
-    def _with_sets(self, delivery, cohort: list[int]):
-        """The delivery with ``groups`` mapping each client of the cohort to its stable set (the PS knows it)."""
-        if self.sets is None:
-            return delivery
-        return dataclasses.replace(delivery, groups={i: self.sets.of(i) for i in cohort})
-
     def pseudonym_of(self, client: int) -> bytes:
-        """The epoch pseudonym a row of ``client`` carries to the rule: the one it holds from the real
-        channel's issuance (the epoch book), else the ideal one (a keyed hash of the sender; one epoch per
-        run). A client that holds none yet gets a name no history holds, as its first row's will be."""
-        epochs = getattr(self.channel, "epochs", None)
-        held = epochs.held.get(client) if epochs is not None else None
-        return held.name if held is not None else run_pseudonym(self.cfg.seed, client)
-
-    def _with_pseudonyms(self, delivery):
-        """The delivery with each row's epoch pseudonym: the one the real shuffle recovered from the row, else
-        the ideal one (a keyed hash of the sender; one epoch per run)."""
-        if PSEUDONYM in delivery.meta or delivery.senders is None:
-            return delivery
-        names = [run_pseudonym(self.cfg.seed, int(i)) for i in delivery.senders]
-        return dataclasses.replace(delivery, meta={**delivery.meta, PSEUDONYM: names})
+        """The epoch pseudonym a row of ``client`` carries to the rule in the coming round (the federation's:
+        the one it holds from the real channel's issuance, else the ideal one)."""
+        return self.rounds.federation.pseudonym_of(client, self.rounds.round + 1)
 
     def _privatize(self, models: dict[int, np.ndarray], cohort: list[int], broken: dict[int, str]) -> None:
         """Client-side DP on every honest, encodable model of the cohort (attackers send what they like)."""
@@ -268,12 +260,13 @@ class Simulation:
         T = self.rounds.round + 1
         cohort = self.rounds.cohort(T, range(self.cfg.clients))
         up, seconds, all_diverged = self.uploads(T, cohort)
-        delivery = self._with_pseudonyms(self._with_sets(self.channel.deliver(up), cohort))
+        # As the FL round takes it (all or none per set, the rows' pseudonyms), so that the linker sees the same.
+        delivery = self.rounds.receive(self.channel.deliver(up), cohort)
         malicious = len(set(cohort) & set(self.malicious)) if self.attackers.attacked else 0
         extra_s, linking, eps = self._privacy_figures(delivery)
         rec = self.rounds.step(T, delivery, lambda W_g: self.evaluator(W_g, T, all_diverged), sampled=len(cohort),
                                seconds={**seconds, **extra_s}, malicious_sampled=malicious,
-                               attack_choices=self.attackers.choices)
+                               attack_choices=self.attackers.choices, cohort=cohort)
         return dataclasses.replace(rec, linking=linking, dp_epsilon=eps) if linking or eps is not None else rec
 
     def run(self, on_round: Callable[[RoundRecord], None] | None = None,
@@ -296,8 +289,8 @@ class Simulation:
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """What the next round depends on beyond the configuration: (arrays, JSON data).
 
-        The round's (:meth:`FLRound.state`: W_g, ``opt.<name>``, round, banned) and the
-        clients' and the PS's local entries (``local.<who>.<name>``). Every other
+        The round's (:meth:`FLRound.state`: W_g, ``opt.<name>``, round, banned, the
+        federation's sets, epochs and pseudonyms) and the clients' and the PS's local entries (``local.<who>.<name>``). Every other
         attribute is rebuilt from the configuration, and each round's randomness
         from ``(seed, T, ...)``; :mod:`reshuffle.run.checkpoint` saves this.
         """
@@ -306,16 +299,11 @@ class Simulation:
             arrays.update({f"{LOCAL}{who}.{k}": v.cpu().numpy().copy() for k, v in local.items()})
         if self.dp is not None:
             data["dp_uploads"] = {str(i): k for i, k in self.dp_uploads.items()}
-        if self.sets is not None:
-            data[SETS_STATE] = self.sets.as_data()
         data["notices"] = list(self.notices)  # a resumed run's metrics.json keeps the command line's too
         if self.linking is not None:
             more, extra = self.linking.state()
             arrays.update(more)
             data.update(extra)
-        epochs = getattr(self.channel, "epochs", None)
-        if epochs is not None:
-            data["pseudonyms"] = epochs.state()
         return arrays, data
 
     def restore(self, arrays: dict[str, np.ndarray], state: dict) -> None:
@@ -324,12 +312,8 @@ class Simulation:
             for name in local:
                 if f"{LOCAL}{who}.{name}" not in arrays:
                     raise ConfigError(f"checkpoint lacks {LOCAL}{who}.{name}, the local state this model keeps")
-        if self.sets is not None:
-            if SETS_STATE not in state:
-                raise ConfigError("the checkpoint holds no stable anonymity sets; it was saved by a run without them")
-            self.sets = StableSets.from_data(state[SETS_STATE], self.cfg.clients)
-            self.rounds.sampler = self._sampler()
         self.rounds.restore(arrays, state)
+        self.rounds.sampler = self._sampler()  # over the checkpoint's sets
         for who, local in self.training.local_states().items():
             for name, t in local.items():
                 t.copy_(torch.from_numpy(np.asarray(arrays[f"{LOCAL}{who}.{name}"])).to(t.device))
@@ -340,9 +324,6 @@ class Simulation:
             self.notices = list(notices)
         if self.linking is not None:
             self.linking.restore(arrays, state)
-        epochs = getattr(self.channel, "epochs", None)
-        if epochs is not None and "pseudonyms" in state:
-            epochs.restore(state["pseudonyms"])
 
     def result(self, records: list[RoundRecord]) -> dict:
         """The metrics.json object for ``records``."""

@@ -11,9 +11,12 @@ the FL step, canonical order, rule, server optimiser; the evaluation; the record
 report (roster, dropouts per phase, ``blamed``) and the round's ``outcome``.
 
 With ``group-size`` the first round runs every connected node and forms the stable
-anonymity groups; the grid keeps them, the checkpoint saves them (a resumed run keeps
-them), and every later round the sampler draws whole groups (its fraction, or its
-clients per round, counts groups), which run with no new assignment.
+anonymity groups; the FL round's federation state keeps them with the epoch pseudonyms
+(:class:`~reshuffle.run.federation.Federation`, which the grid fills and reads), the
+checkpoint saves it (a resumed run keeps both), and every later round the FL round
+draws whole groups (the sampler's fraction, or its clients per round, counts groups),
+which run with no new assignment. Each reply carries its group, and the FL round
+delivers a group all or none, as in the simulator; the app amends no delivery.
 
 A round that yields fewer usable models than the rule needs (every node's training
 diverged, too few nodes answered, the shuffle failed) is recorded with its reason
@@ -55,10 +58,12 @@ from reshuffle.flower.grid import ReshuffleGrid, RoundReport
 from reshuffle.protocol.params import smallest_round
 from reshuffle.run import checkpoint
 from reshuffle.run.config import SimConfig
-from reshuffle.run.delivery import PSEUDONYM, Delivery
+from reshuffle.run.delivery import PSEUDONYM, SET, Delivery
+from reshuffle.run.federation import Federation
+from reshuffle.run.pseudonyms import EpochBook, run_base
 from reshuffle.run.record import RoundRecord
 from reshuffle.run.report import claim_out_dir, metrics, write_outputs
-from reshuffle.run.round import Evaluation, FLRound, make_step
+from reshuffle.run.round import FEDERATION, Evaluation, FLRound, make_step
 
 app = ServerApp()
 
@@ -80,14 +85,29 @@ def _model_of(reply: Message, size: int) -> tuple[np.ndarray, bool | None] | Non
     return W.ravel(), None if label is None else label == 1
 
 
-def make_grid(grid: Grid, s: FlowerSettings, groups: dict | None = None) -> ReshuffleGrid:
-    """The run's ReshuffleGrid; ``groups``: the stable groups a resumed run kept (:meth:`ReshuffleGrid.group_state`)."""
+def run_federation(s: FlowerSettings) -> Federation:
+    """A run's cross-round state: the groups its nodes form and the epoch pseudonyms, kept across rounds and in
+    the checkpoint.
+
+    Its epochs are numbered above every earlier run's (its nodes keep their pseudonyms). A resumed app keeps the
+    groups and opens a new epoch: a node that restarted meanwhile may hold no pseudonym, and under the saved
+    issuance record could not ask for one again before the epoch ended.
+    """
+    sim = s.sim
+    return Federation(book=EpochBook(sim.group, base=run_base()),
+                      group_size=sim.set_size if sim.stable_sets else sim.group_size, resume_epochs=False)
+
+
+def make_grid(grid: Grid, s: FlowerSettings, federation: Federation | None = None) -> ReshuffleGrid:
+    """The run's ReshuffleGrid over the FL round's ``federation`` (its groups, kept by a resumed run, and its
+    pseudonym book; default: a fresh one, :func:`run_federation`)."""
+    federation = run_federation(s) if federation is None else federation
     extra = {"R_max": s.r_max} if s.r_max is not None else {}
     # Stable sets (the default) are the grid's stable groups; without them, one group per round (or group_size's).
-    size = None if groups is not None else s.sim.set_size if s.sim.stable_sets else s.sim.group_size
+    size = None if federation.assignments else s.sim.set_size if s.sim.stable_sets else s.sim.group_size
     # This app knows its number of rounds and fails a run in which none delivered (RunFailed): the grid never does
     return ReshuffleGrid(grid, key_dir=s.key_dir or None, phase_timeout=s.phase_timeout,
-                         train_timeout=s.train_timeout, group=s.sim.group, group_size=size, groups=groups,
+                         train_timeout=s.train_timeout, group=s.sim.group, group_size=size, federation=federation,
                          max_empty_rounds=None, **extra)
 
 
@@ -102,7 +122,7 @@ def grid_delivery(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarr
     content = RecordDict({ARRAYS: ArrayRecord([W_g]), CONFIG: ConfigRecord({"server-round": T})})
     msgs = [Message(content, dst_node_id=n, message_type="train", group_id=str(T)) for n in cohort]
     before = len(rgrid.rounds)
-    models, flags, nyms, rejected = [], [], [], 0
+    models, flags, nyms, sets, rejected = [], [], [], [], 0
     for r in rgrid.send_and_receive(msgs, timeout=s.round_timeout):
         got = None if r.has_error() else _model_of(r, W_g.size)
         if got is None:
@@ -111,6 +131,7 @@ def grid_delivery(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarr
         models.append(got[0])
         flags.append(got[1])
         nyms.append(rgrid.pseudonym_of(r))
+        sets.append(rgrid.set_of(r))
     # No node connected: no train message went out, so the grid ran no round.
     rep = rgrid.rounds[-1] if len(rgrid.rounds) > before else RoundReport(T, 0, failed="no node connected")
     failure = rep.failed or None
@@ -122,6 +143,9 @@ def grid_delivery(rgrid: ReshuffleGrid, s: FlowerSettings, T: int, W_g: np.ndarr
     labels = [bool(f) for f in flags] if any(f is not None for f in flags) else None
     # Every delivered row's epoch pseudonym, for the rules that keep a history (none: the rule runs without).
     meta = {PSEUDONYM: nyms} if nyms and all(n is not None for n in nyms) else {}
+    # Each row's group: the FL round delivers a group whose reply was rejected not at all, as any incomplete set.
+    if any(g is not None for g in sets):
+        meta[SET] = sets
     d = Delivery(models, labels, failure=failure, seconds=dict(rep.phase_seconds),
                  bytes={"ps_total": rep.protocol_bytes, "per_participant": rep.protocol_bytes / max(rep.roster, 1)},
                  meta=meta)
@@ -138,12 +162,11 @@ class _Run:
         self.model = build_model(sim.model, self.ds.input_shape, self.ds.num_classes, seed=sim.seed, dataset=sim.dataset)
         self.layout = FlatLayout.of(self.model)
         self.rounds = FLRound(make_step(sim, statistics=self.layout.statistics(self.model)), sim.sampler(),
-                              self.layout.get(self.model))
+                              self.layout.get(self.model), run_federation(s))
         self.initial = self.evaluate(self.W_g).accuracy
         self.records: list[RoundRecord] = []
         self.reports: list[dict] = []
         self.nodes = 0
-        self.groups: dict | None = None  # the grid's stable groups once formed (ReshuffleGrid.group_state)
         self.identity = resume_identity(s)
 
     @property
@@ -162,7 +185,7 @@ class _Run:
         T = data["round"]
         state = {"rounds": [asdict(r) for r in self.records], "reshuffle": self.reports,
                  "initial_accuracy": self.initial, "nodes": self.nodes, "started": max(T, started or 0),
-                 "banned": data["banned"], "groups": self.groups}
+                 "banned": data["banned"], FEDERATION: data[FEDERATION]}
         checkpoint.save(self.out_dir, checkpoint.Checkpoint(KIND, T, self.identity, arrays, state))
 
     def restore(self, folder: Path) -> int:
@@ -181,16 +204,16 @@ class _Run:
             self.initial = float(ck.state["initial_accuracy"])
             self.nodes = int(ck.state["nodes"])
             started = int(ck.state.get("started", ck.round))
-            self.groups = ck.state.get("groups")
-            if self.groups is not None and not isinstance(self.groups, dict):
-                raise TypeError(f"stable groups saved as {type(self.groups).__name__}")
         except (KeyError, TypeError, ValueError) as exc:
             raise checkpoint.CheckpointError(f"{where}: state incomplete ({exc})") from None
         if len(self.records) != ck.round or len(self.reports) != ck.round:
             raise checkpoint.CheckpointError(f"{where}: {len(self.records)} rounds recorded "
                                              f"for round {ck.round}")
         try:
-            self.rounds.restore(dict(ck.arrays), {"round": ck.round, "banned": ck.state.get("banned", {})})
+            # The federation's state, or (a checkpoint of an earlier version) the groups alone.
+            self.rounds.restore(dict(ck.arrays), {"round": ck.round, "banned": ck.state.get("banned", {}),
+                                                  FEDERATION: ck.state.get(FEDERATION),
+                                                  "groups": ck.state.get("groups")})
         except ConfigError as exc:
             raise checkpoint.CheckpointError(f"{where}: {exc}") from None
         if started > ck.round:
@@ -203,44 +226,28 @@ class _Run:
         return self.records[-1].round if self.records else 0
 
     # --- one round --------------------------------------------------------------------
-    def cohort(self, rgrid: ReshuffleGrid, T: int, nodes: list[int]) -> list[int]:
-        """Round T's nodes: the sampler's cohort; in groups, every node while none are formed (the round
-        forms them), then the nodes of the whole groups the sampler draws among the groups, and every node
-        in no group (enough of them form a new group)."""
-        if rgrid.group_size is None:
-            return self.rounds.cohort(T, nodes)
-        if not rgrid.epochs:
-            return sorted(nodes)
-        groups = [grp for a in rgrid.epochs for grp in a.groups]
-        drawn = self.rounds.cohort(T, list(range(len(groups))))
-        known = set(rgrid.group_nodes.values())
-        return sorted([rgrid.group_nodes[i] for j in drawn for i in groups[j] if i in rgrid.group_nodes]
-                      + [n for n in nodes if n not in known])
-
     def round(self, rgrid: ReshuffleGrid, T: int) -> None:
         nodes = list(rgrid.get_node_ids())
         self.nodes = len(nodes)
-        cohort = self.cohort(rgrid, T, nodes)
+        cohort = self.rounds.cohort(T, nodes)
         before = len(rgrid.rounds)
         try:
             d, rep, rejected = grid_delivery(rgrid, self.s, T, self.W_g, cohort)
         except ReShuffleError as exc:  # the grid ends the run (groups that cannot form): the round is recorded
             rep = rgrid.rounds[-1] if len(rgrid.rounds) > before else RoundReport(T, len(cohort), failed=str(exc))
-            self.groups = rgrid.group_state()
             self.records.append(self.rounds.interrupted(T, str(exc), self.evaluate(self.W_g)))
             self.reports.append({"round": T, **{k: v for k, v in asdict(rep).items() if k != "T"},
                                  "rejected": 0, "outcome": f"W_g kept: {exc}"})
             raise
-        self.groups = rgrid.group_state()
-        rec = self.rounds.step(T, d, self.evaluate, sampled=len(cohort))
+        rec = self.rounds.step(T, d, self.evaluate, sampled=len(cohort), cohort=cohort)
         self.records.append(rec)
         outcome = f"W_g kept: {rec.skipped}" if rec.skipped else COMPLETED
         self.reports.append({"round": T, **{k: v for k, v in asdict(rep).items() if k != "T"},
                              "rejected": rejected, "outcome": outcome})
         if rec.skipped:
-            print(f"[reshuffle] round {T}: {len(d.models)} usable models; W_g kept ({rec.skipped})", flush=True)
+            print(f"[reshuffle] round {T}: {rec.models_received} usable models; W_g kept ({rec.skipped})", flush=True)
         else:
-            print(f"[reshuffle] round {T}: accuracy {rec.accuracy:.4f}, models {len(d.models)}/{self.nodes}, "
+            print(f"[reshuffle] round {T}: accuracy {rec.accuracy:.4f}, models {rec.models_received}/{self.nodes}, "
                   f"accepted {rec.models_accepted}, blamed {rep.blamed or 'none'}", flush=True)
 
     def outputs(self) -> dict:
@@ -326,7 +333,7 @@ def _start(grid: Grid, context: Context) -> tuple[FlowerSettings, _Run, int, Res
         first = run.restore(Path(s.resume)) + 1
         print(f"[reshuffle] resuming {s.resume} after round {first - 1} of {s.sim.rounds}", flush=True)
         run.save()  # an interrupted round is recorded before the next starts
-    rgrid = make_grid(grid, s, run.groups)
+    rgrid = make_grid(grid, s, run.rounds.federation)
     if not rgrid.epochs:  # the groups form in the first round: enough nodes for one, as in the simulator
         _first_nodes(rgrid, s)
     return s, run, first, rgrid
