@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from reshuffle.adversaries.search import depth_first
 from reshuffle.crypto.rand import SeededRandom
 from reshuffle.crypto.signatures import SERVER_ID, CertificateAuthority
 from reshuffle.errors import ConfigError
@@ -397,37 +398,21 @@ class AssignExplorer:
         if w.started:
             self.report.rounds_started += 1
 
+    def _successors(self, w: _World):
+        return ((name, self._apply(w, name, deliveries)) for name, deliveries in self.moves(w))
+
+    def _schedule_end(self, w: _World) -> bool:
+        self.report.schedules += 1
+        return False
+
     def run(self) -> AssignExploreReport:
         t0 = time.perf_counter()
         N = self.cfg.N
         root = _World(dict(self.parts), {i: bytes(32) for i in range(N)}, {i: frozenset() for i in range(N)}, (),
                       {}, {}, {}, {}, {}, {})
-        seen = {root.key()}
-        stack = [root]
-        while stack:
-            w = stack.pop()
-            self.report.max_depth = max(self.report.max_depth, len(w.path))
-            self._check(w)
-            children = []
-            if len(w.path) < self.cfg.depth:
-                for name, deliveries in self.moves(w):
-                    child = self._apply(w, name, deliveries)
-                    if child is None:
-                        continue
-                    kind = " ".join(name.split()[:2]) if name.startswith("replay") else name.split()[0]
-                    self.report.kinds[kind] = self.report.kinds.get(kind, 0) + 1
-                    k = child.key()
-                    if k in seen:
-                        continue
-                    seen.add(k)
-                    children.append(child)
-            if not children:
-                self.report.schedules += 1
-            if len(seen) >= self.cfg.budget:
-                self.report.complete = False
-                break
-            stack.extend(reversed(children))
-        self.report.states = len(seen)
+        self.report.states = depth_first(root, self._successors, key=_World.key, check=self._check,
+                                         leaf=self._schedule_end, depth=self.cfg.depth, budget=self.cfg.budget,
+                                         report=self.report)
         self.report.seconds = time.perf_counter() - t0
         return self.report
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from reshuffle.adversaries.dclinker import _unmask
+from reshuffle.adversaries.search import depth_first
 from reshuffle.crypto import voprf
 from reshuffle.crypto.signatures import SERVER_ID, CertificateAuthority
 from reshuffle.errors import ConfigError
@@ -324,37 +325,21 @@ class DCExplorer:
                     self.report.links += 1
                     self._violate(f"no link: member {i}'s vector of invocation {m} read alone", w)
 
+    def _successors(self, w: _World):
+        return ((name, self._apply(w, name, deliveries)) for name, deliveries in self.moves(w))
+
+    def _schedule_end(self, w: _World) -> bool:
+        self.report.schedules += 1
+        self._leaf(w)
+        return False
+
     def run(self) -> DCExploreReport:
         t0 = time.perf_counter()
         root = _World(dict(self.parts), {i: bytes(32) for i in range(5)}, {i: frozenset() for i in range(5)}, (),
                       {}, {})
-        seen = {root.key()}
-        stack = [root]
-        while stack:
-            w = stack.pop()
-            self.report.max_depth = max(self.report.max_depth, len(w.path))
-            self._check(w)
-            children = []
-            if len(w.path) < self.cfg.depth:
-                for name, deliveries in self.moves(w):
-                    child = self._apply(w, name, deliveries)
-                    if child is None:
-                        continue
-                    kind = " ".join(name.split()[:2]) if name.startswith("replay") else name.split()[0]
-                    self.report.kinds[kind] = self.report.kinds.get(kind, 0) + 1
-                    k = child.key()
-                    if k in seen:
-                        continue
-                    seen.add(k)
-                    children.append(child)
-            if not children:
-                self.report.schedules += 1
-                self._leaf(w)
-            if len(seen) >= self.cfg.budget:
-                self.report.complete = False
-                break
-            stack.extend(reversed(children))
-        self.report.states = len(seen)
+        self.report.states = depth_first(root, self._successors, key=_World.key, check=self._check,
+                                         leaf=self._schedule_end, depth=self.cfg.depth, budget=self.cfg.budget,
+                                         report=self.report)
         self.report.seconds = time.perf_counter() - t0
         return self.report
 

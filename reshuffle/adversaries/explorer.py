@@ -70,6 +70,7 @@ import numpy as np
 from reshuffle.adversaries.forger import accepted as forged_evidence
 from reshuffle.adversaries.linker import PSView, correct_links, link, read_sum, secrets_of
 from reshuffle.adversaries.ps import colluder_secrets
+from reshuffle.adversaries.search import depth_first, move_kind
 from reshuffle.crypto import voprf
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.ot import OTRequest, OTSender
@@ -729,46 +730,27 @@ class Explorer:
     #: Called with the number of distinct states seen so far, every 100 states (a progress display).
     on_states: Callable[[int], None] | None = None
 
+    def _successors(self, w: _World):
+        for name, deliveries, chain in self.moves(w):
+            child = self._apply(w, name, deliveries, chain)
+            if child is not None and move_kind(name) == "ROUND_START":
+                self.report.announced = sorted({*self.report.announced, (child.p.c, child.p.t)})
+            yield name, child
+
+    def _schedule_end(self, w: _World) -> bool:
+        """Judge a schedule's end; True (stop) once every honest model is linked, if the search is for that."""
+        self._leaf(w)
+        linked, honest = self.report.best
+        return self.cfg.until_all_linked and 0 < honest == linked
+
     def run(self) -> ExploreReport:
         t0 = time.perf_counter()
         N = self.cfg.N
         root = _World(self.r.p, dict(self.r.parts), {i: bytes(32) for i in range(N)}, {i: frozenset() for i in range(N)},
                       PSView(self.r.p, T), (), {}, {}, {}, 1, {i: () for i in range(N)})
-        seen = {root.key()}
-        stack = [root]
-        while stack:
-            w = stack.pop()
-            self.report.max_depth = max(self.report.max_depth, len(w.path))
-            self._check(w)
-            children = []
-            if len(w.path) < self.cfg.depth:
-                for name, deliveries, chain in self.moves(w):
-                    child = self._apply(w, name, deliveries, chain)
-                    if child is None:
-                        continue
-                    kind = " ".join(name.split()[:2]) if name.startswith("replay") else name.split()[0]
-                    self.report.kinds[kind] = self.report.kinds.get(kind, 0) + 1
-                    if kind == "ROUND_START" and (child.p.c, child.p.t) not in self.report.announced:
-                        self.report.announced = sorted({*self.report.announced, (child.p.c, child.p.t)})
-                    k = child.key()
-                    if k in seen:
-                        continue
-                    seen.add(k)
-                    children.append(child)
-            if not children:
-                self._leaf(w)
-                linked, honest = self.report.best
-                if self.cfg.until_all_linked and 0 < honest == linked:
-                    self.report.complete = not stack
-                    break
-            if len(seen) >= self.cfg.budget:
-                self.report.complete = not stack and not children
-                stack.clear()
-                break
-            stack.extend(reversed(children))
-            if self.on_states is not None and len(seen) // 100 != (len(seen) - len(children)) // 100:
-                self.on_states(len(seen))
-        self.report.states = len(seen)
+        self.report.states = depth_first(root, self._successors, key=_World.key, check=self._check,
+                                         leaf=self._schedule_end, depth=self.cfg.depth, budget=self.cfg.budget,
+                                         report=self.report, on_states=self.on_states)
         self.report.seconds = time.perf_counter() - t0
         return self.report
 
