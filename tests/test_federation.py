@@ -246,3 +246,15 @@ def test_a_flower_checkpoint_of_the_earlier_layout_restores_its_groups_and_the_r
     assert 2000 in fed.cohort(UniformSampler(1, fraction=0.5), 2, nodes + [2000])
     with pytest.raises(ConfigError, match="stable groups saved as list"):
         Federation().restore({"groups": ["00"]})
+
+
+def test_a_set_left_with_one_live_model_delivers_nothing_and_names_every_loss():
+    # Three of a set's four members diverge (lr 1e4): the one live model never completes its set, so the round
+    # delivers nothing and every member's loss has a cause (before: the ideal shuffle refused one update).
+    cfg = SimConfig(dataset="digits", model="mlp", clients=4, set_size=3, rounds=2, malicious=0.25, attack="gaussian",
+                    rule="alignins", lr=1e4, batch_size=32, seed=0)
+    recs = Simulation(cfg).run()
+    assert [r.round for r in recs] == [1, 2]
+    for r in recs:
+        assert r.models_received == 0
+        assert set(r.lost) == {0, 1, 2, 3}

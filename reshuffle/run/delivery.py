@@ -29,6 +29,7 @@ from reshuffle.protocol import params
 from reshuffle.protocol.params import RoundParams
 from reshuffle.run.sampling import IDEAL, seed_of
 from reshuffle.run.pseudonyms import EpochBook
+from reshuffle.run.sets import INCOMPLETE
 
 #: The phase before which nothing is sent: a client withheld from the round drops out here.
 SETUP = "setup"
@@ -289,10 +290,13 @@ class _Functionality:
         t0 = time.perf_counter()
         d = up.W_g.size
         per_p = 4.0 * d
-        need = 1 if up.groups else threshold(len(cohort))
+        # A stable set has at least MIN_SET members, so one live model never completes one (the shuffle needs 2).
+        need = 2 if up.groups else threshold(len(cohort))
         if len(alive) < need:
             why = ("every stable set of the round lacks a member" if up.groups else
                    f"{len(alive)} of {len(cohort)} clients alive, the shuffle needs {need}")
+            if up.groups:  # a live member loses its model to its incomplete set
+                lost = {**lost, **{i: f"{INCOMPLETE}: {why}" for i in alive}}
             return up.delivery([], {}, lost, failure=why, seconds={"shuffle": time.perf_counter() - t0},
                                bytes={"per_participant": per_p, "ps_total": 0.0})
         got, rows = self._order(up, alive, RoundParams.default(max(len(cohort), params.smallest_round()), d,
