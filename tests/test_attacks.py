@@ -102,3 +102,16 @@ def test_min_sum_is_the_largest_allowed_step(h, seed):
 def test_omniscient_attacks_need_honest_updates():
     with pytest.raises(ConfigError, match="at least 2 honest"):
         make_attack("alie")(np.zeros((1, 3)), 2, RNG(0))
+
+
+def test_idle_attackers_train_nothing_and_upload_the_global_model():
+    from reshuffle.sim.attackers import Attackers
+
+    a = Attackers(make_attack("idle"), "idle", [1, 2], seed=3)
+    assert a.attacked and a.trained([0, 1, 2, 3]) == [0, 3]  # their data never enters a round
+    W_g = RNG(0).normal(size=6).astype(np.float32).astype(np.float64)
+    models = {i: W_g + RNG(i).normal(size=6) for i in range(4)}
+    honest = {i: models[i].copy() for i in (0, 3)}
+    assert a.apply(models, 1, W_g, {}, rule=None, codec=None, training=None) == {}
+    assert all(np.array_equal(models[i], W_g) for i in (1, 2))
+    assert all(np.array_equal(models[i], honest[i]) for i in (0, 3))

@@ -226,3 +226,28 @@ def test_the_class_an_attack_costs_most_is_measured_against_the_same_rule_withou
     # multi-krum's class 0 is 40 points below clean FedAvg's without attackers: a clean cost, not the attack's
     assert k["worst_class_drop"]["value"] == pytest.approx(0.03) and k["checks"]["class_drop"] is True
     assert "| median | 10.0 (alie) |" in "\n".join(worst_case_tables(s))
+
+
+def test_a_class_loss_is_measured_against_the_attackers_idle_where_the_grid_has_that_run(tmp_path):
+    import json
+
+    grid = GRID.__class__(**{**GRID.__dict__, "attacks": ("alie", "idle")})
+    _write_hand_cells(tmp_path)
+    # Class 2 is learned late: the idle attackers' missing share alone costs it 30 points; alie costs 2 more.
+    classes = {"none": [0.9, 0.9, 0.9], "idle": [0.9, 0.9, 0.6], "alie": [0.9, 0.91, 0.58]}
+    for attack, acc in classes.items():
+        for seed in (1, 2):
+            cell = Cell(SETTING, attack, "median", seed)
+            path = tmp_path / cell.relpath
+            rec = json.loads(path.read_text()) if path.exists() else _record(cell, 0.88, None, 0.0)
+            write_atomic(path, rec | {"class_accuracy": acc})
+    s = summarize(grid, load_records(grid.cells(), tmp_path))
+    alie = _by(s, "alie", "median")
+    assert alie["class_drop"]["mean"] == pytest.approx(0.02) and alie["class_reference"] == ["idle"]
+    # The reference adds nothing by definition: what its missing rows cost is in its accuracy drop.
+    assert _by(s, "idle", "median")["class_drop"] is None
+    assert _worst(s, "median")["worst_class_drop"] == {"value": pytest.approx(0.02), "attack": "alie"}
+    # Without the idle run, the same loss reads against the clean run.
+    s = summarize(GRID, load_records(GRID.cells(), tmp_path))
+    assert _by(s, "alie", "median")["class_drop"]["mean"] == pytest.approx(0.32)
+    assert _by(s, "alie", "median")["class_reference"] == ["none"]

@@ -22,6 +22,25 @@ class NoAttack(Attack):
         return check_observed(observed, m, self)
 
 
+@register_attack("idle")
+class Idle(Attack):
+    """Upload the global model unchanged (a zero update) and train nothing.
+
+    The reference for what an attack costs beyond the attackers' absence: with
+    ``idle`` the honest clients get what they would if the attackers added
+    nothing, so a class the attackers' own data carried loses its share here too.
+
+    >>> import numpy as np
+    >>> Idle()(np.ones((2, 3)), 2, None).tolist()
+    [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    """
+
+    uses_own_training = False
+
+    def __call__(self, observed: np.ndarray, m: int, rng: np.random.Generator) -> np.ndarray:
+        return np.zeros((m, np.asarray(observed).shape[1]))
+
+
 @register_attack("label-flip")
 class LabelFlip(NoAttack):
     """Train on flipped labels y → C − 1 − y, upload the resulting update (data poisoning).

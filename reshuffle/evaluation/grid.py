@@ -51,6 +51,9 @@ DEFAULT_RULES = ("fedavg", "multi-krum", "flame", "fltrust", "default")
 LONG_RULES = ("default",)
 #: The clean run and the rule every attack's impact is measured against.
 CLEAN, REFERENCE_RULE = "none", "fedavg"
+#: The run a class's loss to an attack is measured against, where the grid has it: the attackers upload zero
+#: updates (they add nothing; their own data's share of a class is missing from it as from every attack's run).
+CLASS_REFERENCE = "idle"
 #: SimConfig settings shared by every cell of the default grid.
 DEFAULT_BASE: dict[str, Any] = {
     "clients": 20, "malicious": 0.2, "rounds": 10, "shuffle": "ideal", "batch_size": 64, "lr": 0.1,

@@ -126,8 +126,8 @@ def worst_case_tables(summary: dict) -> list[str]:
         "Worst single-seed accuracy drop (points):", "", *table(seed), "",
         "Worst backdoor success over the backdoor attacks (%, mean over seeds):", "", *table(backdoor), "",
         "Clean FPR (honest rows flagged in the clean run, pooled over rounds, mean over seeds):", "", *table(fpr), "",
-        "Worst class-accuracy drop to an attack (points against the same rule without attackers, the class that "
-        "lost most, mean over seeds):", "",
+        "Worst class-accuracy drop to an attack (points against the same rule with the attackers idle, or without "
+        "attackers where the grid has no idle run; the class that lost most, mean over seeds):", "",
         *table(class_drop), "",
         f"Goal (worst backdoor success ≤ {100 * g['backdoor_max']:.0f} %, worst drop ≤ {g['drop_max_points']:g} points, "
         f"clean FPR ≤ {g['clean_fpr_max']:.2f}, no class losing more than "

@@ -16,7 +16,13 @@ Markdown. Definitions (per setting and seed s):
   largest seed-mean backdoor success over the backdoor attacks, over both
   horizons (the long horizon's drops are against clean FedAvg over as many
   rounds);
-* the goal: worst backdoor success ≤ 5 %, worst drop ≤ 2 points, clean FPR ≤ 0.10.
+* class_drop(attack, rule, s) = the most accuracy one class loses against the same
+  rule's run with the attackers ``idle`` (zero updates: they add nothing, and the
+  share of a class their own data carried is missing there too), or without
+  attackers where the grid has no idle run (none for the idle run itself: what
+  its missing rows cost shows in its accuracy drop);
+* the goal: worst backdoor success ≤ 5 %, worst drop ≤ 2 points, clean FPR ≤ 0.10,
+  no class drop above 5 points.
 """
 
 from __future__ import annotations
@@ -27,14 +33,15 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from reshuffle.evaluation.cell import read_cell, same_settings
-from reshuffle.evaluation.grid import CLEAN, REFERENCE_RULE, Cell, Grid
+from reshuffle.evaluation.grid import CLASS_REFERENCE, CLEAN, REFERENCE_RULE, Cell, Grid
 
 HARMLESS_POINTS = 1.0
 GOAL_BACKDOOR = 0.05
 GOAL_DROP_POINTS = 2.0
 GOAL_CLEAN_FPR = 0.10
-#: No class may lose more than this many points of accuracy to any attack (against the same rule without
-#: attackers): framing aimed at one class's holders shows there, not in the overall accuracy.
+#: No class may lose more than this many points of accuracy to any attack (against the same rule with the
+#: attackers idle, else without attackers): framing aimed at one class's holders shows there, not in the
+#: overall accuracy.
 GOAL_CLASS_POINTS = 5.0
 
 
@@ -85,14 +92,18 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
     for (setting, rounds, attack, rule), seeds in by_group.items():
         done = {s: r for s, r in seeds.items() if _done(r)}
         drops, impacts, class_drops = {}, {}, {}
+        class_refs: set[str] = set()
         for s in seeds:
-            # What the attack costs a class: against the same rule without attackers (a rule's own clean cost
-            # shows in the overall drop against clean FedAvg; per class, 10 rounds of two rules differ widely).
-            base_c, mine_c = per_class(setting, rounds, CLEAN, rule, s), per_class(setting, rounds, attack, rule, s)
-            if attack != CLEAN and base_c and mine_c and len(base_c) == len(mine_c):
-                gaps = [b - m for b, m in zip(base_c, mine_c) if b is not None and m is not None]
-                if gaps:
-                    class_drops[s] = max(gaps)
+            # What the attack costs a class: against the same rule (a rule's own clean cost shows in the overall
+            # drop against clean FedAvg; per class, 10 rounds of two rules differ widely) with the attackers idle
+            # where the grid has that run, else without attackers.
+            mine_c = per_class(setting, rounds, attack, rule, s)
+            ref = next((a for a in (CLASS_REFERENCE, CLEAN) if a != attack
+                        and per_class(setting, rounds, a, rule, s)), None)
+            gap = _class_gap(per_class(setting, rounds, ref, rule, s), mine_c) if ref and attack not in REFERENCES else None
+            if gap is not None:
+                class_drops[s] = gap
+                class_refs.add(ref)
             base = acc(setting, rounds, CLEAN, REFERENCE_RULE, s)
             mine, ref = acc(setting, rounds, attack, rule, s), acc(setting, rounds, attack, REFERENCE_RULE, s)
             if base is not None and mine is not None:
@@ -121,7 +132,7 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
             "projection": stats(r.get("attack_projection") for r in done.values()),
             "honest_downweighted": stats(r.get("honest_downweighted") for r in done.values()),
             "honest_zeroed": stats(r.get("honest_zeroed") for r in done.values()),
-            "class_drop": stats(class_drops.values()),
+            "class_drop": stats(class_drops.values()), "class_reference": sorted(class_refs),
             "drop": stats(drops.values()), "drop_by_seed": {str(s): d for s, d in sorted(drops.items())},
             "impact": imp, "harmless": harmless,
             "diverged": sum(r.get("diverged_at") is not None for r in done.values()),
@@ -153,6 +164,19 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
         "goal": {"backdoor_max": GOAL_BACKDOOR, "drop_max_points": GOAL_DROP_POINTS, "clean_fpr_max": GOAL_CLEAN_FPR,
                  "harmless_points": HARMLESS_POINTS, "class_drop_max_points": GOAL_CLASS_POINTS},
     }
+
+
+#: Runs no class drop is measured for: the clean run, and the idle one (it adds nothing by definition; what its
+#: missing rows cost shows in its accuracy drop).
+REFERENCES = (CLEAN, CLASS_REFERENCE)
+
+
+def _class_gap(base: list | None, mine: list | None) -> float | None:
+    """The most accuracy a class loses from ``base`` to ``mine`` (None where either is missing)."""
+    if not base or not mine or len(base) != len(mine):
+        return None
+    gaps = [b - m for b, m in zip(base, mine) if b is not None and m is not None]
+    return max(gaps) if gaps else None
 
 
 def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
