@@ -40,6 +40,10 @@ class InlineBackend:
             yield key, run_cell(settings, cell)
 
 
+#: Cells a worker process runs before a fresh one takes its place (a fresh worker imports torch again: ~5 s).
+WORKER_CELLS = 16
+
+
 def _worker_init() -> None:
     # The terminal's Ctrl-C reaches the whole process group: the driver alone handles it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -56,8 +60,9 @@ class ProcessBackend:
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Any, dict]]:
         before = {p.pid for p in mp.active_children()}
         # spawn: workers start without the driver's state (no forked torch or thread pools).
+        # A worker is replaced after WORKER_CELLS cells: one that lived for a whole grid grew to 4–5 GB.
         pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=mp.get_context("spawn"),
-                                   initializer=_worker_init)
+                                   initializer=_worker_init, max_tasks_per_child=WORKER_CELLS)
         futures = {}
         clean = False
         try:
