@@ -618,8 +618,10 @@ def cmd_grid(args: argparse.Namespace) -> int:
                     server_opt=args.server_opt, server_lr=args.server_lr, long_rounds=args.long_rounds)
     whole = sel.apply_base(whole)
     grid = validate(sel.apply(whole))
-    if any((args.datasets, args.partitions, args.attacks, args.rules, args.seeds, args.models)):
-        whole = None  # a subset named on the command line is summarised against its own cells
+    if not args.config and any((args.datasets, args.partitions, args.attacks, args.rules, args.seeds, args.models)):
+        # A subset named on the command line is summarised against its own cells; a configuration file names
+        # the grid, and the summary of a slice of it stays the whole grid's.
+        whole = None
     out = Path(args.out)
     data_root = Path(args.data_dir_root) if args.data_dir_root else default_data_root()
     if args.summary_only:
@@ -637,7 +639,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
             print(f"grid: rule(s) {', '.join(grid.skipped_rules)} not registered: left out", flush=True)
         for setting, why in grid.needs_data(data_root).items():
             print(f"grid: {setting.label} needs data, its cells wait: {why}", flush=True)
-        res = run_grid(grid, out, backend, data_root, summary_grid=whole, max_cells=args.max_cells, quiet=args.quiet)
+        res = run_grid(grid, out, backend, data_root, summary_grid=whole, max_cells=args.max_cells, quiet=args.quiet,
+                       docs=Path(args.docs) if args.docs else None)
         summary, interrupted = res.summary, res.interrupted
         print(f"grid: ran {res.ran} cells ({res.failed} failed) in {res.wall_seconds:.0f} s: "
               f"{res.core_seconds / 3600:.3f} core-hours measured" + (" (interrupted)" if interrupted else ""))
@@ -652,7 +655,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
     print(f"\ngrid: summary in {out / 'summary.md'}, {out / 'worst_case.md'}, {out / 'summary.json'}")
     if args.docs:
         update_docs(Path(args.docs), out)
-        print(f"grid: regenerated the grid section of {args.docs}")
+        print(f"grid: regenerated the {out.name} grid's section of {args.docs}")
     return 130 if interrupted else 0
 
 
@@ -827,7 +830,9 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--max-cells", type=_positive(int), metavar="N", help="run at most N cells, then stop")
     grid.add_argument("--summary-only", action="store_true", help="only rebuild the summary from the stored cells")
     grid.add_argument("--docs", metavar="FILE",
-                      help="then regenerate the section between the grid markers of FILE (docs/results.md)")
+                      help="keep the section between FILE's markers <!-- grid:begin NAME --> and "
+                           "<!-- grid:end NAME --> (NAME: the --out folder's name) generated from the summary, "
+                           "after every cell (docs/results.md)")
     grid.add_argument("--quiet", action="store_true", help="no progress output")
     grid.set_defaults(func=cmd_grid)
 

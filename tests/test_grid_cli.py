@@ -11,7 +11,7 @@ import pytest
 
 from reshuffle.cli import main
 from reshuffle.errors import ConfigError
-from reshuffle.evaluation.report import DOCS_BEGIN, DOCS_END, update_docs
+from reshuffle.evaluation.report import docs_markers, update_docs
 from reshuffle.evaluation.grid import DEFAULT_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,16 +96,28 @@ def test_tiny_grid_runs_resumes_and_retries_failed_cells(tmp_path):
     '''))
     (tmp_path / "marker").touch()
     out = tmp_path / "out"
+    docs = tmp_path / "results.md"
+    docs.write_text("# Results\n\n" + "\n".join(docs_markers("out")) + "\n\nHand-written.\n")
+    # A docs file without the grid's markers is refused before any cell runs
+    (tmp_path / "other.md").write_text("# Other\n" + "\n".join(docs_markers("grid")) + "\n")
+    refused = _grid(tmp_path, "--quiet", "--docs", str(tmp_path / "other.md"))
+    assert refused.returncode == 2 and "<!-- grid:begin out -->" in refused.stderr and not out.exists()
 
-    # Execute: stop after 3 of the 6 cells, on two worker processes
-    first = _grid(tmp_path, "--jobs", "2", "--max-cells", "3", "--quiet")
-    # Assert: 3 cells stored, the summary written
+    # Execute: stop after 3 of the 6 cells, on two worker processes, keeping the docs section current
+    first = _grid(tmp_path, "--jobs", "2", "--max-cells", "3", "--quiet", "--attacks", "sign-flip",
+                  "--docs", str(docs))
+    # Assert: 3 cells of the slice stored, the summary written: the configuration's whole grid, not the slice
     assert first.returncode == 0, first.stderr
     assert "ran 3 cells (0 failed)" in first.stdout
     done = _mtimes(out)
-    assert len(done) == 3
+    assert len(done) == 3 and not any("flaky" in k for k in done)
     for name in ("summary.md", "worst_case.md", "summary.json"):
         assert (out / name).is_file()
+    first_summary = json.loads((out / "summary.json").read_text())
+    assert first_summary["counts"]["total"] == 6 and first_summary["grid"]["config"] == str(tmp_path / "grid.toml")
+    text = docs.read_text()
+    assert "## The out grid" in text and "| done | 3 |" in text and text.endswith("Hand-written.\n")
+    assert f"`reshuffle grid --config {tmp_path / 'grid.toml'} --out {out}` runs the cells" in text
 
     # Execute: the rest; the flaky cells raise
     second = _grid(tmp_path, "--jobs", "1", "--quiet")
@@ -167,13 +179,16 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
                "goal": {"backdoor_max": 0.05, "drop_max_points": 2.0, "clean_fpr_max": 0.1, "harmless_points": 1.0}}
     (out / "summary.json").write_text(json.dumps(summary))
     docs = tmp_path / "results.md"
-    docs.write_text(f"# Results\n\nBefore.\n\n{DOCS_BEGIN}\nold hand-written table\n{DOCS_END}\n\nAfter.\n")
+    DOCS_BEGIN, DOCS_END = docs_markers("grid")
+    other = "\n".join(docs_markers("framing"))  # another grid's section, left alone
+    docs.write_text(f"# Results\n\nBefore.\n\n{DOCS_BEGIN}\nold hand-written table\n{DOCS_END}\n\nAfter.\n{other}\n")
     # Execute
     update_docs(docs, out)
     text = docs.read_text()
     # Assert: the old section is gone, the generated one holds the summary's numbers, the rest is unchanged
     assert "old hand-written table" not in text
-    assert text.startswith("# Results\n\nBefore.\n\n" + DOCS_BEGIN) and text.endswith(DOCS_END + "\n\nAfter.\n")
+    assert text.startswith("# Results\n\nBefore.\n\n" + DOCS_BEGIN) and text.endswith(DOCS_END + f"\n\nAfter.\n{other}\n")
+    assert "## The decision grid" in text
     assert "| none (clean) | 90.0 |" in text and "| fedavg | met |" in text
     assert "| digits-iid-logreg | 1 | 1.0 [1.0–1.0] |" in text
     # The commands it gives name the grid's rules (else they would run the default grid's rules too)
@@ -186,6 +201,11 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
     (out / "summary.json").write_text(json.dumps(summary))
     update_docs(docs, out)
     assert f"`reshuffle grid --out {out}` runs the cells" in docs.read_text()
+    # A grid read from a configuration file is named by it
+    summary["grid"]["config"] = "experiments/configs/x.toml"
+    (out / "summary.json").write_text(json.dumps(summary))
+    update_docs(docs, out)
+    assert f"`reshuffle grid --config experiments/configs/x.toml --out {out}` runs the cells" in docs.read_text()
     # A file without the markers is refused with the reason
     docs.write_text("# Results\n")
     with pytest.raises(ConfigError, match="grid:begin"):

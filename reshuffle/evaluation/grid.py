@@ -185,6 +185,8 @@ class Grid:
     #: Attacks that are no backdoor but run over the long horizon too (``frame-class``: a class that loses its
     #: holders' weight loses accuracy slowly).
     long_also: tuple[str, ...] = ()
+    #: The configuration file this grid was read from (None: the command line's), as given.
+    config: str | None = None
 
     @property
     def settings_list(self) -> list[Setting]:
@@ -303,7 +305,8 @@ class Grid:
                 "seeds": list(self.seeds), "base": dict(self.base), "skipped_rules": list(self.skipped_rules),
                 "long_rounds": self.long_rounds, "long_attacks": list(self.long_attacks[1:]),
                 "long_rules": list(self.long_rules_of(self.long_attacks[1])) if len(self.long_attacks) > 1 else [],
-                "extended_rounds": self.extended_rounds, "extended_attacks": list(self.extended_attacks)}
+                "extended_rounds": self.extended_rounds, "extended_attacks": list(self.extended_attacks),
+                "long_also": list(self.long_also), "config": self.config}
 
 
 def parse_setting(text: str) -> Setting:
@@ -437,7 +440,7 @@ def load_grid_toml(path: str | Path, base: Grid) -> Grid:
         if not isinstance(spec["base"], dict):
             raise ConfigError(f"{p}: [base] must be a table of simulate settings")
         over["base"] = tuple({**dict(base.base), **spec["base"]}.items())
-    grid = dataclasses.replace(base, **over)
+    grid = dataclasses.replace(base, **over, config=str(path))
     if grid.plugins:
         from reshuffle.run.config import load_plugins
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from reshuffle.evaluation.cell import write_atomic
 from reshuffle.evaluation.grid import Cell, Grid
-from reshuffle.evaluation.report import write_reports
+from reshuffle.evaluation.report import docs_parts, update_docs, write_reports
 from reshuffle.evaluation.summary import load_records, summarize
 
 HEATMAP_EVERY_S = 60.0
@@ -102,12 +102,15 @@ def _hms(s: float | None) -> str:
 
 def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, summary_grid: Grid | None = None,
              max_cells: int | None = None, quiet: bool = False, plots: bool = True,
-             stream: TextIO | None = None) -> RunResult:
+             stream: TextIO | None = None, docs: Path | None = None) -> RunResult:
     """Run ``grid``'s cells that are not done (at most ``max_cells``) on ``backend``.
 
     The summary covers ``summary_grid`` (default: ``grid``), so a run of a slice
-    keeps the other cells of a larger grid in its tables.
+    keeps the other cells of a larger grid in its tables. With ``docs``, the
+    grid's section of that file is regenerated with the summary, after every cell.
     """
+    if docs is not None:
+        docs_parts(docs, out)  # a file without the grid's markers is refused before any cell runs
     covered = cells_covered(grid, summary_grid)
     summary_grid = grid if summary_grid is None else summary_grid.union(grid)
     for tmp in out.glob("cells/**/.*.tmp"):  # left by a driver killed between write and rename
@@ -136,7 +139,7 @@ def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, s
                 progress.advance(cell, rec)
                 now = time.perf_counter()
                 draw = plots and now - last_plot >= HEATMAP_EVERY_S
-                write_reports(_summary(summary_grid, records, data_root), out, plots=draw)
+                _report(_summary(summary_grid, records, data_root), out, draw, docs)
                 last_plot = now if draw else last_plot
     except KeyboardInterrupt:
         result.interrupted = True
@@ -144,8 +147,14 @@ def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, s
         progress.close()
         result.wall_seconds = time.perf_counter() - t0
         result.summary = _summary(summary_grid, records, data_root)
-        write_reports(result.summary, out, plots=plots)
+        _report(result.summary, out, plots, docs)
     return result
+
+
+def _report(summary: dict[str, Any], out: Path, plots: bool, docs: Path | None) -> None:
+    write_reports(summary, out, plots=plots)
+    if docs is not None:
+        update_docs(docs, out)
 
 
 def _summary(grid: Grid, records, data_root: Path | None) -> dict[str, Any]:

@@ -1,0 +1,22 @@
+"""docs/results.md's framing-grid section is the rendering of the framing grid's committed summary, and that
+summary covers the whole configuration (not a slice that ran last)."""
+
+from pathlib import Path
+
+from reshuffle.evaluation.grid import default_grid, load_grid_toml
+from reshuffle.evaluation.report import docs_section
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = "experiments/configs/framing-grid.toml"
+OUT = Path("experiments/evaluation/framing")
+
+
+def test_the_docs_framing_section_is_generated_from_the_committed_summary(monkeypatch):
+    import json
+
+    monkeypatch.chdir(ROOT)  # the section names its paths relative to the repository, as the command writes them
+    summary = json.loads((OUT / "summary.json").read_text())
+    assert summary["grid"]["config"] == CONFIG
+    assert summary["counts"]["total"] == len(load_grid_toml(CONFIG, default_grid()).cells())
+    section = docs_section(summary, OUT, Path("docs/results.md"))
+    assert section in (ROOT / "docs" / "results.md").read_text()
