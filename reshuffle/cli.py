@@ -640,7 +640,7 @@ def cmd_grid(args: argparse.Namespace) -> int:
         for setting, why in grid.needs_data(data_root).items():
             print(f"grid: {setting.label} needs data, its cells wait: {why}", flush=True)
         res = run_grid(grid, out, backend, data_root, summary_grid=whole, max_cells=args.max_cells, quiet=args.quiet,
-                       docs=Path(args.docs) if args.docs else None)
+                       docs=[Path(d) for d in args.docs or ()])
         summary, interrupted = res.summary, res.interrupted
         print(f"grid: ran {res.ran} cells ({res.failed} failed) in {res.wall_seconds:.0f} s: "
               f"{res.core_seconds / 3600:.3f} core-hours measured" + (" (interrupted)" if interrupted else ""))
@@ -653,9 +653,9 @@ def cmd_grid(args: argparse.Namespace) -> int:
         if c["unmeasured_cells"]:
             print(f", {c['unmeasured_cells']} more cells not yet measured", end="")
     print(f"\ngrid: summary in {out / 'summary.md'}, {out / 'worst_case.md'}, {out / 'summary.json'}")
-    if args.docs:
-        update_docs(Path(args.docs), out)
-        print(f"grid: regenerated the {out.name} grid's section of {args.docs}")
+    for docs in args.docs or ():
+        update_docs(Path(docs), out)
+        print(f"grid: regenerated the {out.name} grid's section of {docs}")
     return 130 if interrupted else 0
 
 
@@ -829,10 +829,10 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--data-dir-root", metavar="DIR", help="folder holding a folder per dataset (default: data/)")
     grid.add_argument("--max-cells", type=_positive(int), metavar="N", help="run at most N cells, then stop")
     grid.add_argument("--summary-only", action="store_true", help="only rebuild the summary from the stored cells")
-    grid.add_argument("--docs", metavar="FILE",
-                      help="keep the section between FILE's markers <!-- grid:begin NAME --> and "
-                           "<!-- grid:end NAME --> (NAME: the --out folder's name) generated from the summary, "
-                           "after every cell (docs/results.md)")
+    grid.add_argument("--docs", metavar="FILE", action="append",
+                      help="keep the section between FILE's markers <!-- grid:begin NAME --> (or, for one table "
+                           "of the worst cases, <!-- grid:brief NAME -->) and <!-- grid:end NAME --> (NAME: the "
+                           "--out folder's name) generated from the summary, after every cell; repeatable")
     grid.add_argument("--quiet", action="store_true", help="no progress output")
     grid.set_defaults(func=cmd_grid)
 

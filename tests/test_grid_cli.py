@@ -206,7 +206,17 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
     (out / "summary.json").write_text(json.dumps(summary))
     update_docs(docs, out)
     assert f"`reshuffle grid --config experiments/configs/x.toml --out {out}` runs the cells" in docs.read_text()
-    # A file without the markers is refused with the reason
+    # The brief markers get one table of each rule's worst cases
+    brief_begin, _ = docs_markers("grid", brief=True)
+    docs.write_text(f"# Readme\n{brief_begin}\nold\n{DOCS_END}\nAfter.\n")
+    update_docs(docs, out)
+    text = docs.read_text()
+    assert "old" not in text and text.endswith(f"{DOCS_END}\nAfter.\n") and "## " not in text
+    assert "| fedavg | digits-iid-logreg | – | 0.0 (none) | – | 0.000 | met |" in text
+    # Both kinds of markers for one grid, or none, are refused with the reason
+    docs.write_text(f"{DOCS_BEGIN}\n{brief_begin}\n{DOCS_END}\n")
+    with pytest.raises(ConfigError, match="grid:begin"):
+        update_docs(docs, out)
     docs.write_text("# Results\n")
     with pytest.raises(ConfigError, match="grid:begin"):
         update_docs(docs, out)

@@ -1,10 +1,10 @@
-"""docs/results.md's framing-grid section is the rendering of the framing grid's committed summary, and that
-summary covers the whole configuration (not a slice that ran last)."""
+"""docs/results.md's framing-grid section and the README's brief one are the renderings of the framing grid's
+committed summary, and that summary covers the whole configuration (not a slice that ran last)."""
 
 from pathlib import Path
 
 from reshuffle.evaluation.grid import default_grid, load_grid_toml
-from reshuffle.evaluation.report import docs_section
+from reshuffle.evaluation.report import brief_section, docs_section
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "experiments/configs/framing-grid.toml"
@@ -20,3 +20,4 @@ def test_the_docs_framing_section_is_generated_from_the_committed_summary(monkey
     assert summary["counts"]["total"] == len(load_grid_toml(CONFIG, default_grid()).cells())
     section = docs_section(summary, OUT, Path("docs/results.md"))
     assert section in (ROOT / "docs" / "results.md").read_text()
+    assert brief_section(summary, OUT, Path("README.md")) in (ROOT / "README.md").read_text()

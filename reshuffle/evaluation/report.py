@@ -15,9 +15,10 @@ from reshuffle.errors import ConfigError
 from reshuffle.evaluation.cell import write_atomic
 from reshuffle.evaluation.grid import CLEAN, DEFAULT_RULES, REFERENCE_RULE
 
-def docs_markers(name: str) -> tuple[str, str]:
-    """The lines around a grid's generated section in a docs file; ``name`` is its output folder's name."""
-    return f"<!-- grid:begin {name} -->", f"<!-- grid:end {name} -->"
+def docs_markers(name: str, brief: bool = False) -> tuple[str, str]:
+    """The lines around a grid's generated section in a docs file; ``name`` is its output folder's name.
+    ``brief``: the worst case per rule in one table (a README's), else the whole section."""
+    return f"<!-- grid:{'brief' if brief else 'begin'} {name} -->", f"<!-- grid:end {name} -->"
 _MISSING, _FAILED = "–", "failed"
 
 
@@ -87,6 +88,39 @@ def _attack_label(c_ref: dict | None, attack: str) -> str:
     return imp + (" harmless" if c_ref["harmless"] else "")
 
 
+def _worst(key: str, points: bool = True):
+    """A worst-case entry's text: its value (points or %) and the attack, with the seed where it has one."""
+    def fmt(w: dict) -> str:
+        d = w.get(key)
+        if d is None:
+            return _MISSING
+        where = d["attack"] if "seed" not in d else f"{d['attack']}, seed {d['seed']}"
+        return f"{_pts(d['value'])}{'' if points else ' %'} ({where})"
+    return fmt
+
+
+def _fpr(w: dict) -> str:
+    return _MISSING if w["clean_fpr"] is None else f"{w['clean_fpr']:.3f}"
+
+
+def _goal(w: dict) -> str:
+    if w["goal_met"] is True:
+        return "met"
+    failed = [k.replace("_", " ") for k, v in w["checks"].items() if v is False]
+    if failed:
+        return "not met: " + ", ".join(failed)
+    return f"open ({w['cells_not_done']} cells not done)"
+
+
+def _marked(fmt, w: dict) -> str:
+    """``fmt(w)``, starred where some cells of that rule and setting are not done."""
+    text = fmt(w)
+    return text + " *" if w["cells_not_done"] and text != _MISSING else text
+
+
+NOT_DONE_NOTE = "\\* over the cells done so far: some cells of that rule and setting are not done."
+
+
 def worst_case_tables(summary: dict) -> list[str]:
     """Rows = rules, columns = settings: worst drop, worst seed, worst backdoor, clean FPR, the goal."""
     settings, rules = summary["settings"], summary["shown"]["rules"]
@@ -95,54 +129,40 @@ def worst_case_tables(summary: dict) -> list[str]:
 
     def table(fmt, mark: bool = True) -> list[str]:
         def entry(w):
-            text = fmt(w)
-            return text + " *" if mark and w["cells_not_done"] and text != _MISSING else text
+            return _marked(fmt, w) if mark else fmt(w)
 
         return _table(["rule", *settings], [[r, *(entry(wc[r, s]) if (r, s) in wc else _MISSING for s in settings)]
                                             for r in rules])
 
-    def drop(w):
-        d = w["worst_drop"]
-        return _MISSING if d is None else f"{_pts(d['value'])} ({d['attack']})"
-
-    def seed(w):
-        d = w["worst_drop_seed"]
-        return _MISSING if d is None else f"{_pts(d['value'])} ({d['attack']}, seed {d['seed']})"
-
-    def backdoor(w):
-        d = w["worst_backdoor"]
-        return _MISSING if d is None else f"{_pts(d['value'])} ({d['attack']})"
-
-    def fpr(w):
-        return _MISSING if w["clean_fpr"] is None else f"{w['clean_fpr']:.3f}"
-
-    def class_drop(w):
-        d = w.get("worst_class_drop")
-        return _MISSING if d is None else f"{_pts(d['value'])} ({d['attack']})"
-
-    def goal(w):
-        if w["goal_met"] is True:
-            return "met"
-        failed = [k.replace("_", " ") for k, v in w["checks"].items() if v is False]
-        if failed:
-            return "not met: " + ", ".join(failed)
-        return f"open ({w['cells_not_done']} cells not done)"
-
     lines = [
         "Worst accuracy drop against clean FedAvg (points, mean over seeds; the attack that caused it):", "",
-        *table(drop), "",
-        "Worst single-seed accuracy drop (points):", "", *table(seed), "",
-        "Worst backdoor success over the backdoor attacks (%, mean over seeds):", "", *table(backdoor), "",
-        "Clean FPR (honest rows flagged in the clean run, pooled over rounds, mean over seeds):", "", *table(fpr), "",
+        *table(_worst("worst_drop")), "",
+        "Worst single-seed accuracy drop (points):", "", *table(_worst("worst_drop_seed")), "",
+        "Worst backdoor success over the backdoor attacks (%, mean over seeds):", "",
+        *table(_worst("worst_backdoor")), "",
+        "Clean FPR (honest rows flagged in the clean run, pooled over rounds, mean over seeds):", "", *table(_fpr), "",
         "Worst class-accuracy drop to an attack (points against the same rule with the attackers idle, or without "
         "attackers where the grid has no idle run; the class that lost most, mean over seeds):", "",
-        *table(class_drop), "",
+        *table(_worst("worst_class_drop")), "",
         f"Goal (worst backdoor success ≤ {100 * g['backdoor_max']:.0f} %, worst drop ≤ {g['drop_max_points']:g} points, "
         f"clean FPR ≤ {g['clean_fpr_max']:.2f}, no class losing more than "
-        f"{g.get('class_drop_max_points', 5.0):g} points):", "", *table(goal, mark=False),
+        f"{g.get('class_drop_max_points', 5.0):g} points):", "", *table(_goal, mark=False),
     ]
     if any(w["cells_not_done"] for w in wc.values()):
-        lines += ["", "\\* over the cells done so far: some cells of that rule and setting are not done."]
+        lines += ["", NOT_DONE_NOTE]
+    return lines
+
+
+def brief_table(summary: dict) -> list[str]:
+    """One row per rule and setting: worst backdoor success, accuracy drop, class drop, clean FPR, the goal."""
+    rows = [[w["rule"], w["setting"], _marked(_worst("worst_backdoor", points=False), w),
+             _marked(_worst("worst_drop"), w), _marked(_worst("worst_class_drop"), w), _marked(_fpr, w), _goal(w)]
+            for r in summary["shown"]["rules"] for s in summary["settings"]
+            for w in summary["worst_case"] if w["rule"] == r and w["setting"] == s]
+    lines = _table(["rule", "setting", "worst backdoor success", "worst accuracy drop (points)",
+                    "worst class drop (points)", "clean FPR", "goal"], rows)
+    if any(w["cells_not_done"] for w in summary["worst_case"]):
+        lines += ["", NOT_DONE_NOTE]
     return lines
 
 
@@ -350,19 +370,38 @@ def update_docs(docs: Path, summary_dir: Path) -> None:
     src = summary_dir / "summary.json"
     if not src.is_file():
         raise ConfigError(f"{src} not found: run `reshuffle grid --out {summary_dir}` first")
-    head, tail = docs_parts(docs, summary_dir)
+    head, tail, brief = docs_parts(docs, summary_dir)
     summary: dict[str, Any] = json.loads(src.read_text())
-    _write_text(docs, head + docs_section(summary, summary_dir, docs) + tail)
+    section = brief_section if brief else docs_section
+    _write_text(docs, head + section(summary, summary_dir, docs) + tail)
 
 
-def docs_parts(docs: Path, summary_dir: Path) -> tuple[str, str]:
-    """The text of ``docs`` before and after the section of ``summary_dir``'s grid; a missing file or markers
-    raise ConfigError (checked before a grid runs, so that a long run does not end on it)."""
+def docs_parts(docs: Path, summary_dir: Path) -> tuple[str, str, bool]:
+    """The text of ``docs`` before and after the section of ``summary_dir``'s grid, and whether it is the brief
+    one; a missing file or markers raise ConfigError (checked before a grid runs, so that a long run does not
+    end on it)."""
     if not docs.is_file():
         raise ConfigError(f"{docs} not found")
     text = docs.read_text()
-    begin, end = docs_markers(summary_dir.name)
-    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        raise ConfigError(f"{docs} needs one {begin} line followed by one {end} line")
-    head, rest = text.split(begin, 1)
-    return head, rest.split(end, 1)[1]
+    (begin, end), (short, _) = docs_markers(summary_dir.name), docs_markers(summary_dir.name, brief=True)
+    brief = short in text
+    start = short if brief else begin
+    if text.count(start) != 1 or (brief and begin in text) or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ConfigError(f"{docs} needs one {begin} (or {short}) line followed by one {end} line")
+    head, rest = text.split(start, 1)
+    return head, rest.split(end, 1)[1], brief
+
+
+def brief_section(summary: dict, summary_dir: Path, docs: Path) -> str:
+    """The brief generated section: the grid's command, its progress and :func:`brief_table`."""
+    g, n, c = summary["grid"], summary["counts"], summary["cost"]
+    begin, end = docs_markers(summary_dir.name, brief=True)
+    pre, post = (f" --config {g['config']}", "") if g.get("config") else ("", _rules_flag(g))
+    return "\n".join([
+        begin,
+        f"<!-- Generated by `reshuffle grid{pre} --out {summary_dir}{post} --summary-only --docs {docs}` from "
+        f"summary.json ({summary['generated']}); edit the grid, not this section. -->",
+        f"Worst case per rule over the {summary_dir.name} grid (`reshuffle grid{pre} --out {summary_dir}{post}`: "
+        f"{n['done']} of {n['total']} cells done, {c['core_seconds'] / 3600:.1f} CPU-hours so far; worst backdoor "
+        "success over the backdoor attacks, accuracy drop against clean FedAvg, mean over seeds):", "",
+        *brief_table(summary), end])

@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
 
 from reshuffle.evaluation.cell import write_atomic
 from reshuffle.evaluation.grid import Cell, Grid
@@ -102,15 +102,15 @@ def _hms(s: float | None) -> str:
 
 def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, summary_grid: Grid | None = None,
              max_cells: int | None = None, quiet: bool = False, plots: bool = True,
-             stream: TextIO | None = None, docs: Path | None = None) -> RunResult:
+             stream: TextIO | None = None, docs: Sequence[Path] = ()) -> RunResult:
     """Run ``grid``'s cells that are not done (at most ``max_cells``) on ``backend``.
 
     The summary covers ``summary_grid`` (default: ``grid``), so a run of a slice
-    keeps the other cells of a larger grid in its tables. With ``docs``, the
-    grid's section of that file is regenerated with the summary, after every cell.
+    keeps the other cells of a larger grid in its tables. The grid's section of
+    each file in ``docs`` is regenerated with the summary, after every cell.
     """
-    if docs is not None:
-        docs_parts(docs, out)  # a file without the grid's markers is refused before any cell runs
+    for path in docs:
+        docs_parts(path, out)  # a file without the grid's markers is refused before any cell runs
     covered = cells_covered(grid, summary_grid)
     summary_grid = grid if summary_grid is None else summary_grid.union(grid)
     for tmp in out.glob("cells/**/.*.tmp"):  # left by a driver killed between write and rename
@@ -151,10 +151,10 @@ def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, s
     return result
 
 
-def _report(summary: dict[str, Any], out: Path, plots: bool, docs: Path | None) -> None:
+def _report(summary: dict[str, Any], out: Path, plots: bool, docs: Sequence[Path]) -> None:
     write_reports(summary, out, plots=plots)
-    if docs is not None:
-        update_docs(docs, out)
+    for path in docs:
+        update_docs(path, out)
 
 
 def _summary(grid: Grid, records, data_root: Path | None) -> dict[str, Any]:
