@@ -251,3 +251,37 @@ def test_a_class_loss_is_measured_against_the_attackers_idle_where_the_grid_has_
     s = summarize(GRID, load_records(GRID.cells(), tmp_path))
     assert _by(s, "alie", "median")["class_drop"]["mean"] == pytest.approx(0.32)
     assert _by(s, "alie", "median")["class_reference"] == ["none"]
+
+
+def test_the_choice_is_the_rule_whose_worst_miss_is_the_smallest_multiple_of_its_goal():
+    from reshuffle.evaluation.summary import choose
+
+    def wc(rule, setting, backdoor, drop, fpr, not_done=0, clean=0.01):
+        return {"rule": rule, "setting": setting, "cells_not_done": not_done, "clean_fpr": fpr, "clean_drop": clean,
+                "worst_backdoor": None if backdoor is None else {"value": backdoor, "attack": "badnets"},
+                "worst_drop": {"value": drop, "attack": "alie"}, "worst_class_drop": None}
+
+    worst = [wc("a", "s1", 0.04, 0.01, 0.0), wc("a", "s2", 0.10, 0.01, 0.0),   # backdoor 10 %: 2× its goal
+             wc("b", "s1", 0.01, 0.03, 0.05), wc("b", "s2", None, 0.01, 0.0)]  # drop 3 points: 1.5×
+    c = choose(worst, ["a", "b"])
+    assert c["rule"] == "b" and c["complete"] is True
+    assert [(r["rule"], r["entry"], r["setting"]) for r in c["ranking"]] == [
+        ("b", "worst_drop", "s1"), ("a", "worst_backdoor", "s2")]
+    assert c["ranking"][1]["ratio"] == pytest.approx(2.0) and c["ranking"][0]["ratio"] == pytest.approx(1.5)
+    # An exact tie goes to the smaller clean cost; cells not done leave the choice incomplete
+    tie = [wc("a", "s1", 0.10, 0.0, 0.0, clean=0.02), wc("b", "s1", 0.10, 0.0, 0.0, not_done=3, clean=0.01)]
+    c = choose(tie, ["a", "b"])
+    assert c["rule"] == "b" and c["complete"] is False
+
+
+def test_the_summary_chooses_among_the_rules_not_fedavg(tmp_path):
+    _write_hand_cells(tmp_path)
+    s = summarize(GRID, load_records(GRID.cells(), tmp_path))
+    assert {r["rule"] for r in s["choice"]["ranking"]} == {"multi-krum", "median"}
+    # median's worst is its drop under alie (1 point: 0.5× the goal); multi-krum's too (4.5 points: 2.25×)
+    assert s["choice"]["rule"] == "median"
+    assert [(r["rule"], r["entry"], r["attack"]) for r in s["choice"]["ranking"]] == [
+        ("median", "worst_drop", "alie"), ("multi-krum", "worst_drop", "alie")]
+    assert s["choice"]["ranking"][1]["ratio"] == pytest.approx(2.25)
+    from reshuffle.evaluation.report import brief_table
+    assert any(line.startswith("By worst case") and "`median`" in line for line in brief_table(s))

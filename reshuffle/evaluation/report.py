@@ -153,6 +153,33 @@ def worst_case_tables(summary: dict) -> list[str]:
     return lines
 
 
+_ENTRY = {"worst_backdoor": "backdoor success", "worst_drop": "accuracy drop", "clean_fpr": "clean FPR",
+          "worst_class_drop": "class drop"}
+
+
+def _miss(r: dict) -> str:
+    """One ranked rule's worst miss: the entry, its value and what caused it, as a multiple of its goal."""
+    v = r["value"]
+    value = f"{v:.3f}" if r["entry"] == "clean_fpr" else (
+        f"{_pts(v)} %" if r["entry"] == "worst_backdoor" else f"{_pts(v)} points")
+    cause = ", ".join(x for x in (r["attack"], r["setting"]) if x)
+    return f"{_ENTRY[r['entry']]} {value} ({cause}), {r['ratio']:.1f}× its goal"
+
+
+def choice_lines(summary: dict) -> list[str]:
+    """The rule whose worst case misses the goal least, and the others' worst misses."""
+    c = summary.get("choice")
+    if not c:
+        return []
+    best, rest = c["ranking"][0], c["ranking"][1:]
+    text = (f"By worst case (each rule's largest value over the goal's entries and settings, as a multiple of "
+            f"its goal; ties to the smaller clean cost): `{best['rule']}`, {_miss(best)}")
+    text += "".join(f"; then `{r['rule']}`, {_miss(r)}" for r in rest) + "."
+    if not c["complete"]:
+        text += " Over the cells done so far: the grid is not complete."
+    return [text]
+
+
 def brief_table(summary: dict) -> list[str]:
     """One row per rule and setting: worst backdoor success, accuracy drop, class drop, clean FPR, the goal."""
     rows = [[w["rule"], w["setting"], _marked(_worst("worst_backdoor", points=False), w),
@@ -163,7 +190,7 @@ def brief_table(summary: dict) -> list[str]:
                     "worst class drop (points)", "clean FPR", "goal"], rows)
     if any(w["cells_not_done"] for w in summary["worst_case"]):
         lines += ["", NOT_DONE_NOTE]
-    return lines
+    return lines + ["", *choice_lines(summary)] if summary.get("choice") else lines
 
 
 def setting_tables(summary: dict, setting: str, rounds: int | None = None) -> list[str]:
@@ -350,6 +377,8 @@ def docs_section(summary: dict, summary_dir: Path, docs: Path) -> str:
     if g["skipped_rules"]:
         md += [f"Rule(s) {', '.join(g['skipped_rules'])}: not registered when the summary was written, left out.", ""]
     md += ["### Worst case per rule", ""] + worst_case_tables(summary) + [""]
+    if summary.get("choice"):
+        md += choice_lines(summary) + [""]
     for setting in summary["settings"]:
         for rounds in _horizons(summary, setting):
             idx = _index(summary, rounds)

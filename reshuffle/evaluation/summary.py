@@ -161,6 +161,7 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
         "cost": cost(records),
         "cells": rows,
         "worst_case": worst,
+        "choice": choose(worst, [r for r in rules if r != REFERENCE_RULE]),
         "goal": {"backdoor_max": GOAL_BACKDOOR, "drop_max_points": GOAL_DROP_POINTS, "clean_fpr_max": GOAL_CLEAN_FPR,
                  "harmless_points": HARMLESS_POINTS, "class_drop_max_points": GOAL_CLASS_POINTS},
     }
@@ -239,6 +240,7 @@ def worst_case(rows: list[dict], setting: str, rule: str) -> dict[str, Any]:
     # The clean run's FPR at either horizon, the larger one.
     fprs = [r["fpr"]["mean"] for r in mine if r["attack"] == CLEAN and r["fpr"]]
     fpr = max(fprs) if fprs else None
+    clean = [r["drop"]["mean"] for r in mine if r["attack"] == CLEAN and r["drop"]]
     incomplete = sum(len(r["missing_seeds"]) + len(r["failed"]) for r in mine)
     # A backdoor attack whose cells are all missing is not known to be one: pending, not passed.
     checks = {
@@ -260,5 +262,42 @@ def worst_case(rows: list[dict], setting: str, rule: str) -> dict[str, Any]:
         "worst_drop_seed": None if seed is None else {"value": seed[0], "attack": seed[1][0], "seed": seed[1][1]},
         "worst_backdoor": None if bd is None else {"value": bd[0], "attack": bd[1]},
         "worst_class_drop": None if cls is None else {"value": cls[0], "attack": cls[1]},
-        "clean_fpr": fpr, "cells_not_done": incomplete, "checks": checks, "goal_met": met,
+        "clean_fpr": fpr, "clean_drop": max(clean) if clean else None, "cells_not_done": incomplete,
+        "checks": checks, "goal_met": met,
     }
+
+
+#: worst-case entry → (goal bound, the value's scale in the bound's unit): each miss is judged as a multiple of
+#: its goal, so that a backdoor's percent and a drop's points compare.
+_GOALS = {"worst_backdoor": (GOAL_BACKDOOR, 1.0), "worst_drop": (GOAL_DROP_POINTS, 100.0),
+          "clean_fpr": (GOAL_CLEAN_FPR, 1.0), "worst_class_drop": (GOAL_CLASS_POINTS, 100.0)}
+
+
+def choose(worst: list[dict], rules: list[str]) -> dict[str, Any] | None:
+    """The rule whose worst case misses the goal least: per rule, its largest value over settings and goal
+    entries as a multiple of that entry's bound (≤ 1: met); ties go to the smaller clean cost (the clean run's
+    drop against clean FedAvg). ``complete`` says whether every cell of those rules was done."""
+    ranking = []
+    for rule in rules:
+        mine = [w for w in worst if w["rule"] == rule]
+        misses = []
+        for w in mine:
+            for key, (bound, scale) in _GOALS.items():
+                v = w.get(key)
+                value = v if isinstance(v, (int, float)) or v is None else v["value"]
+                if value is not None:
+                    misses.append((scale * value / bound, key, w["setting"],
+                                   None if not isinstance(v, dict) else v["attack"], value))
+        if not misses:
+            continue
+        ratio, key, setting, attack, value = max(misses, key=lambda m: m[0])
+        clean = [w["clean_drop"] for w in mine if w.get("clean_drop") is not None]
+        ranking.append({"rule": rule, "ratio": ratio, "entry": key, "setting": setting, "attack": attack,
+                        "value": value, "clean_drop": max(clean) if clean else None,
+                        "cells_not_done": sum(w["cells_not_done"] for w in mine)})
+    if not ranking:
+        return None
+    ranking.sort(key=lambda r: (r["ratio"], r["clean_drop"] if r["clean_drop"] is not None else float("inf")))
+    return {"rule": ranking[0]["rule"], "complete": all(r["cells_not_done"] == 0 for r in ranking),
+            "ranking": ranking}
+
