@@ -210,14 +210,25 @@ def merge_groups(V: np.ndarray, alpha: np.ndarray, group: np.ndarray) -> tuple[n
     g = int(group.max()) + 1 if group.size else 0
     total = np.bincount(group, weights=alpha, minlength=g)
     count = np.bincount(group, minlength=g)
-    W = np.zeros((g, V.shape[1]))
-    np.add.at(W, group, V * alpha[:, None])
-    plain = np.zeros((g, V.shape[1]))
-    np.add.at(plain, group, V)
-    M = np.where((total > 0)[:, None], W / np.where(total > 0, total, 1.0)[:, None], plain / count[:, None])
+    # Each group's sums added row by row from 0.0 in row order (as np.add.at would, several times faster).
+    W = _group_sums(V * alpha[:, None], group, g)
+    some = total > 0
+    if some.all():
+        M = W / total[:, None]
+    else:
+        plain = _group_sums(V, group, g)
+        M = np.where(some[:, None], W / np.where(some, total, 1.0)[:, None], plain / count[:, None])
     wM = np.minimum(1.0, total)
     share = np.divide(alpha * wM[group], total[group], out=np.zeros_like(alpha), where=total[group] > 0)
     return M, wM, share
+
+
+def _group_sums(X: np.ndarray, group: np.ndarray, g: int) -> np.ndarray:
+    """Per group, 0.0 plus its rows of X one after another in row order."""
+    out = np.zeros((g, X.shape[1]))
+    for i, k in enumerate(group.tolist()):
+        np.add(out[k], X[i], out=out[k])
+    return out
 
 
 @register_rule("hammer-signals")

@@ -46,6 +46,7 @@ import numpy as np
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
     Decision, Rule, check_f, check_positive, check_round, check_updates, clip_factors, column_median,
+    column_median_of,
 )
 from reshuffle.server.rules.hammer import weighted_trim
 from reshuffle.server.rules.history import HistoryRule, check_share
@@ -106,7 +107,7 @@ def peer_distance_ratio(U: np.ndarray, classes: int, peers: float) -> np.ndarray
     V = U[:, :-classes]
     vn = np.linalg.norm(V, axis=1)
     V = np.divide(V, vn[:, None], out=np.zeros_like(V), where=vn[:, None] > 0)  # directions: norms are clipping's
-    dist = np.array([np.linalg.norm(V[i] - column_median(V[near[i]])) for i in range(n)])
+    dist = np.array([np.linalg.norm(V[i] - column_median_of(V, near[i])) for i in range(n)])
     ref = np.median(dist[near], axis=1)
     return np.divide(dist, ref, out=np.ones(n), where=ref > 0)
 
