@@ -31,7 +31,7 @@ from reshuffle.server.rules.base import (
     identical_rows,
 )
 from reshuffle.server.rules.compose import Composite
-from reshuffle.server.rules.coordinate import trim_columns
+from reshuffle.server.rules.coordinate import kept_by_rank
 from reshuffle.server.rules.registry import make_rule, register_rule
 
 #: The hammer's defaults: kinship (FoolsGold's histories of deviations from the round's median, remembered over
@@ -53,10 +53,11 @@ def weighted_trim(V: np.ndarray, alpha: np.ndarray, t: int) -> tuple[np.ndarray,
     >>> weighted_trim(V, np.array([1.0, 0.0, 1.0, 1.0, 0.0]), 1)[0].tolist()   # rows 1..3 kept, row 1 weighs 0
     [2.5]
     """
-    _, kept = trim_columns(V, t)
+    kept = kept_by_rank(V, t)
     w = kept * alpha[:, None]
     den = w.sum(axis=0)
-    agg = np.divide((w * V).sum(axis=0), den, out=np.zeros(V.shape[1]), where=den > 0)
+    w *= V  # w·V, in place
+    agg = np.divide(w.sum(axis=0), den, out=np.zeros(V.shape[1]), where=den > 0)
     return agg, kept
 
 
@@ -145,7 +146,8 @@ class HammerAnvil(Composite):
         # Clipped after merging: copies do not move the bound S either.
         norms = np.linalg.norm(M, axis=1)
         k = clip_factors(norms, float(np.median(norms)))
-        agg, kept = weighted_trim(M * k[:, None], wM, min(self.f, (len(M) - 1) // 2))
+        M *= k[:, None]  # clipped in place (M is this call's own array)
+        agg, kept = weighted_trim(M, wM, min(self.f, (len(M) - 1) // 2))
         w = np.clip(share * (k * kept.mean(axis=1))[group], 0.0, 1.0)
         return Decision(agg, tuple(np.flatnonzero(keep).tolist()), w)
 
@@ -211,10 +213,11 @@ def merge_groups(V: np.ndarray, alpha: np.ndarray, group: np.ndarray) -> tuple[n
     total = np.bincount(group, weights=alpha, minlength=g)
     count = np.bincount(group, minlength=g)
     # Each group's sums added row by row from 0.0 in row order (as np.add.at would, several times faster).
-    W = _group_sums(V * alpha[:, None], group, g)
+    W = _group_sums(V, group, g, alpha)
     some = total > 0
     if some.all():
-        M = W / total[:, None]
+        M = W
+        M /= total[:, None]
     else:
         plain = _group_sums(V, group, g)
         M = np.where(some[:, None], W / np.where(some, total, 1.0)[:, None], plain / count[:, None])
@@ -223,11 +226,12 @@ def merge_groups(V: np.ndarray, alpha: np.ndarray, group: np.ndarray) -> tuple[n
     return M, wM, share
 
 
-def _group_sums(X: np.ndarray, group: np.ndarray, g: int) -> np.ndarray:
-    """Per group, 0.0 plus its rows of X one after another in row order."""
+def _group_sums(X: np.ndarray, group: np.ndarray, g: int, alpha: np.ndarray | None = None) -> np.ndarray:
+    """Per group, 0.0 plus its rows of X (each times its α, if given) one after another in row order."""
     out = np.zeros((g, X.shape[1]))
+    row = np.empty(X.shape[1]) if alpha is not None else None
     for i, k in enumerate(group.tolist()):
-        np.add(out[k], X[i], out=out[k])
+        np.add(out[k], X[i] if alpha is None else np.multiply(X[i], alpha[i], out=row), out=out[k])
     return out
 
 

@@ -80,10 +80,12 @@ def concentration(U: np.ndarray, share: float) -> np.ndarray:
     >>> concentration(U, 0.1).round(3).tolist()   # row 0 flat, row 1 on one coordinate, the rest the median
     [0.1, 1.0, 0.0, 0.0, 0.0]
     """
-    X = U - column_median(U)
-    E = X * X
+    E = U - column_median(U)
+    E *= E  # X², in place
     k = max(1, int(round(share * U.shape[1])))
-    top = -np.partition(-E, k - 1, axis=1)[:, :k]
+    neg = -E
+    neg.partition(k - 1, axis=1)  # what np.partition(-E) does, without its copy
+    top = -neg[:, :k]
     total = E.sum(axis=1)
     return np.divide(top.sum(axis=1), total, out=np.zeros(len(U)), where=total > 0)
 
@@ -234,7 +236,12 @@ class Persistence(HistoryRule):
         g = self.gamma
         m = column_median(U)
         X = U - m
-        S = g * h.arrays["S"][idx] + (1 - g) * np.sign(X)
+        S = h.arrays["S"][idx]  # a new array (fancy indexing): in place, S = γ·S + (1 − γ)·sign(X)
+        S *= g
+        step = np.sign(X)
+        step *= 1 - g
+        S += step
+        del step
         xn, mn = np.linalg.norm(X, axis=1), float(np.linalg.norm(m))
         cos = np.divide(X @ m, xn * mn, out=np.zeros(len(U)), where=(xn > 0) & (mn > 0))
         A = g * h.arrays["A"][idx, 0] + cos
