@@ -213,25 +213,26 @@ def merge_groups(V: np.ndarray, alpha: np.ndarray, group: np.ndarray) -> tuple[n
     total = np.bincount(group, weights=alpha, minlength=g)
     count = np.bincount(group, minlength=g)
     # Each group's sums added row by row from 0.0 in row order (as np.add.at would, several times faster).
-    W = _group_sums(V, group, g, alpha)
+    M = _group_sums(V, group, g, alpha)
     some = total > 0
-    if some.all():
-        M = W
-        M /= total[:, None]
-    else:
-        plain = _group_sums(V, group, g)
-        M = np.where(some[:, None], W / np.where(some, total, 1.0)[:, None], plain / count[:, None])
+    M[some] /= total[some, None]
+    if not some.all():  # groups of weight 0: the plain mean of their rows
+        none = ~some
+        M[none] = _group_sums(V, group, g, rows=none[group])[none] / count[none, None]
     wM = np.minimum(1.0, total)
     share = np.divide(alpha * wM[group], total[group], out=np.zeros_like(alpha), where=total[group] > 0)
     return M, wM, share
 
 
-def _group_sums(X: np.ndarray, group: np.ndarray, g: int, alpha: np.ndarray | None = None) -> np.ndarray:
-    """Per group, 0.0 plus its rows of X (each times its α, if given) one after another in row order."""
+def _group_sums(X: np.ndarray, group: np.ndarray, g: int, alpha: np.ndarray | None = None,
+                rows: np.ndarray | None = None) -> np.ndarray:
+    """Per group, 0.0 plus its rows of X (each times its α, if given) one after another in row order; only the
+    rows where ``rows`` is True, if given (the other groups' sums are left 0)."""
     out = np.zeros((g, X.shape[1]))
     row = np.empty(X.shape[1]) if alpha is not None else None
     for i, k in enumerate(group.tolist()):
-        np.add(out[k], X[i] if alpha is None else np.multiply(X[i], alpha[i], out=row), out=out[k])
+        if rows is None or rows[i]:
+            np.add(out[k], X[i] if alpha is None else np.multiply(X[i], alpha[i], out=row), out=out[k])
     return out
 
 

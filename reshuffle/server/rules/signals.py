@@ -248,7 +248,8 @@ class Persistence(HistoryRule):
         h.arrays["S"][idx], h.arrays["A"][idx, 0] = S, A
         alpha = np.ones(len(U))
         if len(U) >= 3:
-            alpha = np.minimum(outlier_weights(np.abs(S).mean(axis=1), self.kappa), outlier_weights(np.abs(A), self.kappa))
+            np.abs(S, out=S)  # S is stored: |S| in place
+            alpha = np.minimum(outlier_weights(S.mean(axis=1), self.kappa), outlier_weights(np.abs(A), self.kappa))
         self._judged_alpha = alpha
         return anvil(U, alpha, self.f, self.accept, self.weights_only)
 
