@@ -193,11 +193,15 @@ class HistoryRule(Rule):
         self._store.pending = h
         return Decision(agg, accepted, weights)
 
-    def aged(self, A: np.ndarray, age: np.ndarray) -> np.ndarray:
-        """Accumulated rows A decayed by ``decay`` per round since the pseudonym's last row."""
+    def aged(self, A: np.ndarray, age: np.ndarray, in_place: bool = False) -> np.ndarray:
+        """Accumulated rows A decayed by ``decay`` per round since the pseudonym's last row (``in_place``: in A)."""
         if self.decay == 1.0:
             return A
-        return A * (self.decay ** np.maximum(age - 1, 0))[:, None]
+        factor = (self.decay ** np.maximum(age - 1, 0))[:, None]
+        if in_place:
+            A *= factor
+            return A
+        return A * factor
 
     def commit(self) -> None:
         if self._store.pending is not None:
@@ -317,7 +321,7 @@ class FoolsGold(HistoryRule):
     def weights(self, U: np.ndarray, h: History, idx: np.ndarray, age: np.ndarray) -> np.ndarray:
         """α per row, updating the histories in ``h``."""
         c = column_median(U) if self.center == "median" else 0.0
-        H = self.aged(h.arrays["H"][idx], age)  # a new array (fancy indexing): adding in place is H + (U - c)
+        H = self.aged(h.arrays["H"][idx], age, in_place=True)  # a new array (fancy indexing), aged and added to in place
         H += U - c
         h.arrays["H"][idx] = H
         return self.similarity_weights(norms_and_cosines(H)[1])
