@@ -127,9 +127,10 @@ class _Saturation:
 
     def __init__(self, H: np.ndarray, bbar: np.ndarray, level: float, sorted_h: np.ndarray | None = None) -> None:
         self.s = np.sort(H, axis=0) if sorted_h is None else sorted_h
-        self.bbar, self.up = bbar, bbar > 0
+        self.up, self.gain_weight = bbar > 0, np.abs(bbar)
         d = H.shape[1]
         self.e = np.where(self.up, _quantile_rows(self.s, np.full(d, level)), _quantile_rows(self.s, np.full(d, 1 - level)))
+        self.e2 = self.e * self.e
         self._median: np.ndarray | None = None
 
     def row(self, target: float, free: np.ndarray | None = None, base: np.ndarray | None = None) -> np.ndarray:
@@ -139,9 +140,9 @@ class _Saturation:
             m = self._median
         else:
             m = base
-        e, up, bbar = self.e, self.up, self.bbar
-        gain = np.abs(bbar) * np.where(up, e - m, m - e)
-        cost = e * e - m * m
+        e, up = self.e, self.up
+        gain = self.gain_weight * np.where(up, e - m, m - e)
+        cost = self.e2 - m * m
         ok = gain > 0
         if free is not None:
             ok &= free

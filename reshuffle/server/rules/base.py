@@ -138,7 +138,7 @@ def column_median(U: np.ndarray) -> np.ndarray:
 
 
 #: Row counts up to which :func:`column_median_of` selects with a min/max network instead of sorting.
-NETWORK_ROWS = 8
+NETWORK_ROWS = 12
 #: Columns per block of a network pass (a block of every row stays in cache).
 _BLOCK = 8192
 

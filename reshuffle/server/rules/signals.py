@@ -83,10 +83,10 @@ def concentration(U: np.ndarray, share: float) -> np.ndarray:
     E = U - column_median(U)
     E *= E  # X², in place
     k = max(1, int(round(share * U.shape[1])))
-    neg = -E
-    neg.partition(k - 1, axis=1)  # what np.partition(-E) does, without its copy
-    top = -neg[:, :k]
     total = E.sum(axis=1)
+    np.negative(E, out=E)
+    E.partition(k - 1, axis=1)  # what np.partition(-E) does, in place: E is spent
+    top = -E[:, :k]
     return np.divide(top.sum(axis=1), total, out=np.zeros(len(U)), where=total > 0)
 
 
