@@ -168,3 +168,14 @@ def test_identical_rows_never_joins_rows_whose_fingerprints_agree():
     U[1, 1], U[1, 2] = -1.0, 1.0
     U[3] = -0.0
     assert identical_rows(U).tolist() == [0, 1, 2, 2]
+
+
+def test_rules_bench_times_each_rule_and_checks_each_kernel(capsys):
+    from reshuffle.bench.rules import main
+
+    assert main(["--rows", "9", "--dim", "64", "--rounds", "1", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for line in ("clip-trim", "hammer-anvil", "hammer-signals", "median of", "trimming mask", "merging groups",
+                 "identical rows"):
+        assert line in out
+    assert " NO" not in out
