@@ -28,8 +28,8 @@ def trim_columns(U: np.ndarray, trim: int) -> tuple[np.ndarray, np.ndarray]:
 
     Ties are broken by row index as in a stable sort (the lower index ranks lower). Needs n > 2·trim.
     """
-    n = U.shape[0]
-    return np.where((kept := kept_by_rank(U, trim)), U, 0.0).sum(axis=0) / (n - 2 * trim), kept
+    kept = kept_by_rank(U, trim)
+    return np.where(kept, U, 0.0).sum(axis=0) / (U.shape[0] - 2 * trim), kept
 
 
 def kept_by_rank(U: np.ndarray, trim: int) -> np.ndarray:
@@ -42,6 +42,9 @@ def kept_by_rank(U: np.ndarray, trim: int) -> np.ndarray:
     n = U.shape[0]
     if trim == 0:
         return np.ones(U.shape, dtype=bool)
+    if n <= 2 * trim:  # nothing is kept; the ranks say so
+        ranks = coordinate_ranks(U)
+        return (ranks >= trim) & (ranks < n - trim)
     S = np.sort(U, axis=0)
     lo, hi = S[trim], S[n - 1 - trim]
     tie = (S[trim - 1] == lo) | (S[trim + 1] == lo) | (S[n - 2 - trim] == hi) | (S[n - trim] == hi)
