@@ -215,8 +215,10 @@ def merge_groups(V: np.ndarray, alpha: np.ndarray, group: np.ndarray) -> tuple[n
     # Each group's sums added row by row from 0.0 in row order (as np.add.at would, several times faster).
     M = _group_sums(V, group, g, alpha)
     some = total > 0
-    M[some] /= total[some, None]
-    if not some.all():  # groups of weight 0: the plain mean of their rows
+    if some.all():
+        M /= total[:, None]
+    else:  # groups of weight 0: the plain mean of their rows
+        M[some] /= total[some, None]
         none = ~some
         M[none] = _group_sums(V, group, g, rows=none[group])[none] / count[none, None]
     wM = np.minimum(1.0, total)
