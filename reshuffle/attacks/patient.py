@@ -118,22 +118,41 @@ def saturated_row(H: np.ndarray, bbar: np.ndarray, level: float, target: float, 
     >>> saturated_row(H, np.array([1.0, 1.0, -0.1]), 1.0, 4.5).tolist()   # m = (1, 2, −1): x₀ → ‖·‖² 9; x₁ would be 21
     [2.0, 2.0, -1.0]
     """
-    s = np.sort(H, axis=0)
-    m = _quantile_rows(s, np.full(H.shape[1], 0.5)) if base is None else base.copy()
-    up = bbar > 0
-    e = np.where(up, _quantile_rows(s, np.full(H.shape[1], level)), _quantile_rows(s, np.full(H.shape[1], 1 - level)))
-    gain = np.abs(bbar) * np.where(up, e - m, m - e)
-    cost = e * e - m * m
-    ok = gain > 0
-    if free is not None:
-        ok &= free
-    rank = np.where(cost > 0, gain / np.where(cost > 0, cost, 1.0), np.inf)
-    order = np.flatnonzero(ok)[np.argsort(-rank[ok], kind="stable")]
-    spent = float(m @ m) + np.cumsum(cost[order])
-    take = order[spent <= target * target]
-    row = m.copy()
-    row[take] = e[take]
-    return row
+    return _Saturation(H, bbar, level).row(target, free, base)
+
+
+class _Saturation:
+    """What :func:`saturated_row` computes from the honest rows, the payload and q alone (the sorted columns,
+    the q-extremes), once for every row of a round that shares them."""
+
+    def __init__(self, H: np.ndarray, bbar: np.ndarray, level: float, sorted_h: np.ndarray | None = None) -> None:
+        self.s = np.sort(H, axis=0) if sorted_h is None else sorted_h
+        self.up, self.gain_weight = bbar > 0, np.abs(bbar)
+        d = H.shape[1]
+        self.e = np.where(self.up, _quantile_rows(self.s, np.full(d, level)), _quantile_rows(self.s, np.full(d, 1 - level)))
+        self.e2 = self.e * self.e
+        self._median: np.ndarray | None = None
+
+    def row(self, target: float, free: np.ndarray | None = None, base: np.ndarray | None = None) -> np.ndarray:
+        if base is None:
+            if self._median is None:
+                self._median = _quantile_rows(self.s, np.full(self.s.shape[1], 0.5))
+            m = self._median
+        else:
+            m = base
+        e, up = self.e, self.up
+        gain = self.gain_weight * np.where(up, e - m, m - e)
+        cost = self.e2 - m * m
+        ok = gain > 0
+        if free is not None:
+            ok &= free
+        rank = np.where(cost > 0, gain / np.where(cost > 0, cost, 1.0), np.inf)
+        order = np.flatnonzero(ok)[np.argsort(-rank[ok], kind="stable")]
+        spent = float(m @ m) + np.cumsum(cost[order])
+        take = order[spent <= target * target]
+        row = m.copy()
+        row[take] = e[take]
+        return row
 
 
 def median_bound(H: np.ndarray, m: int) -> float:
@@ -158,8 +177,10 @@ class Saturate(Patient):
 
     def candidates(self, view, H, own, bbar):
         S = median_bound(H, own.shape[0])
+        s = np.sort(H, axis=0)
+        sat = {q: _Saturation(H, bbar, q, s) for q in self.levels}
         for eps, q in itertools.product(self.margins, self.levels):
-            row = saturated_row(H, bbar, q, (1 + eps) * S)
+            row = sat[q].row((1 + eps) * S)
             yield {"margin": eps, "level": q}, np.tile(row, (own.shape[0], 1))
 
 
@@ -204,14 +225,18 @@ class SaturateCover(Saturate):
         S = median_bound(H, m)
         payload = support_of(bbar, self.support)
         med = np.median(H, axis=0)
+        sat = _Saturation(H, bbar, self.levels[0])
+        covers: dict[str, np.ndarray] = {}  # each kind's cover rows, the same for every candidate of the round
         for kind, eps, delta in itertools.product(self.kinds, self.margins, self.covers):
             if delta == 0 and kind != self.kinds[0]:
                 continue  # no cover: the same rows whatever its kind
-            C = self.cover_rows(view, H, own, kind) if delta > 0 else np.zeros((m, H.shape[1]))
+            if delta > 0 and kind not in covers:
+                covers[kind] = self.cover_rows(view, H, own, kind)
+            C = covers[kind] if delta > 0 else np.zeros((m, H.shape[1]))
             rows = []
             for k in range(m):
                 base = med + delta * np.where(payload, 0.0, C[k])
-                rows.append(saturated_row(H, bbar, self.levels[0], (1 + eps) * S, free=payload, base=base))
+                rows.append(sat.row((1 + eps) * S, free=payload, base=base))
             R = np.stack(rows)
             # Rows longer than the bound (a large cover) are shortened to it: the payload pays for the cover.
             nr = np.linalg.norm(R, axis=1)

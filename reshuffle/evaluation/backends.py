@@ -42,6 +42,10 @@ class InlineBackend:
 
 #: Cells a worker process runs before a fresh one takes its place (a fresh worker imports torch again: ~5 s).
 WORKER_CELLS = 16
+#: OpenBLAS in the workers: two threads, the count the committed cells were computed with (a multi-threaded dot
+#: product rounds by its thread count, so another count changes a cell's last bits and, over rounds, its figures);
+#: the idle thread sleeps at once (same bits, about a third less CPU per call of the history rules).
+WORKER_BLAS = {"OPENBLAS_NUM_THREADS": "2", "OPENBLAS_THREAD_TIMEOUT": "4"}
 
 
 def _worker_init() -> None:
@@ -59,6 +63,10 @@ class ProcessBackend:
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Any, dict]]:
         before = {p.pid for p in mp.active_children()}
+        # Spawned workers load OpenBLAS before any initializer runs: what they need is set in the environment they
+        # inherit (a user's own values win).
+        for key, value in WORKER_BLAS.items():
+            os.environ.setdefault(key, value)
         # spawn: workers start without the driver's state (no forked torch or thread pools).
         # A worker is replaced after WORKER_CELLS cells: one that lived for a whole grid grew to 4–5 GB.
         pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=mp.get_context("spawn"),

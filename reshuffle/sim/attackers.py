@@ -131,17 +131,23 @@ class Attackers:
         last: dict[str, np.ndarray] = {}
 
         def decide(U: np.ndarray, pseudonyms=None):
-            U = np.array(U, dtype=np.float64)
+            U = np.asarray(U, dtype=np.float64)
             # Rows equal to the previous call's keep their rounded form (searches vary a few rows per call).
             prev = last.get("in")
-            todo = ~(U == prev).all(axis=1) if prev is not None and prev.shape == U.shape else np.ones(len(U), bool)
-            rows = last["out"] if prev is not None and prev.shape == U.shape else np.empty_like(U)
+            again = prev is not None and prev.shape == U.shape
+            todo = ~(U == prev).all(axis=1) if again else np.ones(len(U), bool)
+            rows = last["out"] if again else np.empty_like(U)
             if todo.any():
                 W = U[todo] + W_g
                 # The encoding clips to ±clip anyway; clipping first keeps float32 from overflowing.
                 W = np.clip(W, -codec.clip, codec.clip, out=W).astype(np.float32)
                 rows[todo] = codec.roundtrip(W.ravel()).reshape(W.shape).astype(np.float64) - W_g
-            last["in"], last["out"] = U, rows
+            # Our own copy of the rows: only the changed ones are copied (an unchanged row compares equal either way).
+            if again:
+                prev[todo] = U[todo]
+            else:
+                last["in"] = np.array(U)
+            last["out"] = rows
             return decide_in_context(rule, rows.copy(), T, pseudonyms=pseudonyms, global_model=W_g)
 
         names = None

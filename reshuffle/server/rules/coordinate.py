@@ -28,10 +28,32 @@ def trim_columns(U: np.ndarray, trim: int) -> tuple[np.ndarray, np.ndarray]:
 
     Ties are broken by row index as in a stable sort (the lower index ranks lower). Needs n > 2·trim.
     """
+    kept = kept_by_rank(U, trim)
+    return np.where(kept, U, 0.0).sum(axis=0) / (U.shape[0] - 2 * trim), kept
+
+
+def kept_by_rank(U: np.ndarray, trim: int) -> np.ndarray:
+    """The (n, d) mask of the values ranked ``trim`` .. n − 1 − ``trim`` in their column (ties by row index).
+
+    From one sort down the columns: where the values ranked ``trim`` and n − 1 − ``trim`` are each unique
+    in their column, the kept values are exactly those between them (inclusive); only the columns with a
+    tie at either edge need the ranks (a stable argsort of those columns alone, several times slower).
+    """
     n = U.shape[0]
-    ranks = coordinate_ranks(U)
-    kept = (ranks >= trim) & (ranks < n - trim)
-    return np.where(kept, U, 0.0).sum(axis=0) / (n - 2 * trim), kept
+    if trim == 0:
+        return np.ones(U.shape, dtype=bool)
+    if n <= 2 * trim:  # nothing is kept; the ranks say so
+        ranks = coordinate_ranks(U)
+        return (ranks >= trim) & (ranks < n - trim)
+    S = np.sort(U, axis=0)
+    lo, hi = S[trim], S[n - 1 - trim]
+    tie = (S[trim - 1] == lo) | (S[trim + 1] == lo) | (S[n - 2 - trim] == hi) | (S[n - trim] == hi)
+    kept = (U >= lo) & (U <= hi)
+    cols = np.flatnonzero(tie)
+    if cols.size:
+        ranks = coordinate_ranks(U[:, cols])
+        kept[:, cols] = (ranks >= trim) & (ranks < n - trim)
+    return kept
 
 
 @register_rule("fedavg")

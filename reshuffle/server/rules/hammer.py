@@ -31,7 +31,7 @@ from reshuffle.server.rules.base import (
     identical_rows,
 )
 from reshuffle.server.rules.compose import Composite
-from reshuffle.server.rules.coordinate import trim_columns
+from reshuffle.server.rules.coordinate import kept_by_rank
 from reshuffle.server.rules.registry import make_rule, register_rule
 
 #: The hammer's defaults: kinship (FoolsGold's histories of deviations from the round's median, remembered over
@@ -53,10 +53,11 @@ def weighted_trim(V: np.ndarray, alpha: np.ndarray, t: int) -> tuple[np.ndarray,
     >>> weighted_trim(V, np.array([1.0, 0.0, 1.0, 1.0, 0.0]), 1)[0].tolist()   # rows 1..3 kept, row 1 weighs 0
     [2.5]
     """
-    _, kept = trim_columns(V, t)
+    kept = kept_by_rank(V, t)
     w = kept * alpha[:, None]
     den = w.sum(axis=0)
-    agg = np.divide((w * V).sum(axis=0), den, out=np.zeros(V.shape[1]), where=den > 0)
+    w *= V  # w·V, in place
+    agg = np.divide(w.sum(axis=0), den, out=np.zeros(V.shape[1]), where=den > 0)
     return agg, kept
 
 
@@ -145,7 +146,8 @@ class HammerAnvil(Composite):
         # Clipped after merging: copies do not move the bound S either.
         norms = np.linalg.norm(M, axis=1)
         k = clip_factors(norms, float(np.median(norms)))
-        agg, kept = weighted_trim(M * k[:, None], wM, min(self.f, (len(M) - 1) // 2))
+        M *= k[:, None]  # clipped in place (M is this call's own array)
+        agg, kept = weighted_trim(M, wM, min(self.f, (len(M) - 1) // 2))
         w = np.clip(share * (k * kept.mean(axis=1))[group], 0.0, 1.0)
         return Decision(agg, tuple(np.flatnonzero(keep).tolist()), w)
 
@@ -210,14 +212,30 @@ def merge_groups(V: np.ndarray, alpha: np.ndarray, group: np.ndarray) -> tuple[n
     g = int(group.max()) + 1 if group.size else 0
     total = np.bincount(group, weights=alpha, minlength=g)
     count = np.bincount(group, minlength=g)
-    W = np.zeros((g, V.shape[1]))
-    np.add.at(W, group, V * alpha[:, None])
-    plain = np.zeros((g, V.shape[1]))
-    np.add.at(plain, group, V)
-    M = np.where((total > 0)[:, None], W / np.where(total > 0, total, 1.0)[:, None], plain / count[:, None])
+    # Each group's sums added row by row from 0.0 in row order (as np.add.at would, several times faster).
+    M = _group_sums(V, group, g, alpha)
+    some = total > 0
+    if some.all():
+        M /= total[:, None]
+    else:  # groups of weight 0: the plain mean of their rows
+        M[some] /= total[some, None]
+        none = ~some
+        M[none] = _group_sums(V, group, g, rows=none[group])[none] / count[none, None]
     wM = np.minimum(1.0, total)
     share = np.divide(alpha * wM[group], total[group], out=np.zeros_like(alpha), where=total[group] > 0)
     return M, wM, share
+
+
+def _group_sums(X: np.ndarray, group: np.ndarray, g: int, alpha: np.ndarray | None = None,
+                rows: np.ndarray | None = None) -> np.ndarray:
+    """Per group, 0.0 plus its rows of X (each times its α, if given) one after another in row order; only the
+    rows where ``rows`` is True, if given (the other groups' sums are left 0)."""
+    out = np.zeros((g, X.shape[1]))
+    row = np.empty(X.shape[1]) if alpha is not None else None
+    for i, k in enumerate(group.tolist()):
+        if rows is None or rows[i]:
+            np.add(out[k], X[i] if alpha is None else np.multiply(X[i], alpha[i], out=row), out=out[k])
+    return out
 
 
 @register_rule("hammer-signals")

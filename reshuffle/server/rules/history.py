@@ -178,7 +178,7 @@ class HistoryRule(Rule):
         agg = np.zeros(U.shape[1])
         self.judged = rows  # the rows judged, in the order of judge's arrays (for a rule built on this one)
         if rows.size:
-            d = self.judge(U[rows], h, idx, age, round, **context)
+            d = self.judge(_judged_rows(U, rows), h, idx, age, round, **context)
             weights[rows] = d.weights
             accepted = tuple(int(rows[i]) for i in d.accepted)
             agg = d.aggregate
@@ -193,11 +193,15 @@ class HistoryRule(Rule):
         self._store.pending = h
         return Decision(agg, accepted, weights)
 
-    def aged(self, A: np.ndarray, age: np.ndarray) -> np.ndarray:
-        """Accumulated rows A decayed by ``decay`` per round since the pseudonym's last row."""
+    def aged(self, A: np.ndarray, age: np.ndarray, in_place: bool = False) -> np.ndarray:
+        """Accumulated rows A decayed by ``decay`` per round since the pseudonym's last row (``in_place``: in A)."""
         if self.decay == 1.0:
             return A
-        return A * (self.decay ** np.maximum(age - 1, 0))[:, None]
+        factor = (self.decay ** np.maximum(age - 1, 0))[:, None]
+        if in_place:
+            A *= factor
+            return A
+        return A * factor
 
     def commit(self) -> None:
         if self._store.pending is not None:
@@ -225,6 +229,16 @@ class HistoryRule(Rule):
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({params})"
+
+
+def _judged_rows(U: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``U[rows]`` for :meth:`HistoryRule.judge`; when that is every row of a C-ordered U, a read-only view of U
+    (the same values in the same layout, without copying the round)."""
+    if len(rows) == len(U) and U.flags.c_contiguous and (rows == np.arange(len(U))).all():
+        V = U.view()
+        V.flags.writeable = False
+        return V
+    return U[rows]
 
 
 def _closest_kin(cos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -307,7 +321,8 @@ class FoolsGold(HistoryRule):
     def weights(self, U: np.ndarray, h: History, idx: np.ndarray, age: np.ndarray) -> np.ndarray:
         """α per row, updating the histories in ``h``."""
         c = column_median(U) if self.center == "median" else 0.0
-        H = self.aged(h.arrays["H"][idx], age) + (U - c)
+        H = self.aged(h.arrays["H"][idx], age, in_place=True)  # a new array (fancy indexing), aged and added to in place
+        H += U - c
         h.arrays["H"][idx] = H
         return self.similarity_weights(norms_and_cosines(H)[1])
 

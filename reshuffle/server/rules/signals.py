@@ -46,6 +46,7 @@ import numpy as np
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
     Decision, Rule, check_f, check_positive, check_round, check_updates, clip_factors, column_median,
+    column_median_of,
 )
 from reshuffle.server.rules.hammer import weighted_trim
 from reshuffle.server.rules.history import HistoryRule, check_share
@@ -79,11 +80,13 @@ def concentration(U: np.ndarray, share: float) -> np.ndarray:
     >>> concentration(U, 0.1).round(3).tolist()   # row 0 flat, row 1 on one coordinate, the rest the median
     [0.1, 1.0, 0.0, 0.0, 0.0]
     """
-    X = U - column_median(U)
-    E = X * X
+    E = U - column_median(U)
+    E *= E  # X², in place
     k = max(1, int(round(share * U.shape[1])))
-    top = -np.partition(-E, k - 1, axis=1)[:, :k]
     total = E.sum(axis=1)
+    np.negative(E, out=E)
+    E.partition(k - 1, axis=1)  # what np.partition(-E) does, in place: E is spent
+    top = -E[:, :k]
     return np.divide(top.sum(axis=1), total, out=np.zeros(len(U)), where=total > 0)
 
 
@@ -106,7 +109,7 @@ def peer_distance_ratio(U: np.ndarray, classes: int, peers: float) -> np.ndarray
     V = U[:, :-classes]
     vn = np.linalg.norm(V, axis=1)
     V = np.divide(V, vn[:, None], out=np.zeros_like(V), where=vn[:, None] > 0)  # directions: norms are clipping's
-    dist = np.array([np.linalg.norm(V[i] - column_median(V[near[i]])) for i in range(n)])
+    dist = np.array([np.linalg.norm(V[i] - column_median_of(V, near[i])) for i in range(n)])
     ref = np.median(dist[near], axis=1)
     return np.divide(dist, ref, out=np.ones(n), where=ref > 0)
 
@@ -233,14 +236,20 @@ class Persistence(HistoryRule):
         g = self.gamma
         m = column_median(U)
         X = U - m
-        S = g * h.arrays["S"][idx] + (1 - g) * np.sign(X)
+        S = h.arrays["S"][idx]  # a new array (fancy indexing): in place, S = γ·S + (1 − γ)·sign(X)
+        S *= g
+        step = np.sign(X)
+        step *= 1 - g
+        S += step
+        del step
         xn, mn = np.linalg.norm(X, axis=1), float(np.linalg.norm(m))
         cos = np.divide(X @ m, xn * mn, out=np.zeros(len(U)), where=(xn > 0) & (mn > 0))
         A = g * h.arrays["A"][idx, 0] + cos
         h.arrays["S"][idx], h.arrays["A"][idx, 0] = S, A
         alpha = np.ones(len(U))
         if len(U) >= 3:
-            alpha = np.minimum(outlier_weights(np.abs(S).mean(axis=1), self.kappa), outlier_weights(np.abs(A), self.kappa))
+            np.abs(S, out=S)  # S is stored: |S| in place
+            alpha = np.minimum(outlier_weights(S.mean(axis=1), self.kappa), outlier_weights(np.abs(A), self.kappa))
         self._judged_alpha = alpha
         return anvil(U, alpha, self.f, self.accept, self.weights_only)
 
