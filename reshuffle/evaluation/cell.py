@@ -8,6 +8,7 @@ model diverges is a result like any other (``diverged_at``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -33,28 +34,70 @@ def _one_thread() -> None:
         torch.set_num_threads(1)
 
 
+#: Key of a cell id (``run_cell``'s ``cell``) asking for the record of the same run at an earlier round too, and
+#: of the record that answers it.
+SHORT = "short_rounds"
+SHORT_RECORD = "short_record"
+
+
 def run_cell(settings: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
-    """Simulate ``settings`` and return the cell record (status ``done`` or ``failed``)."""
+    """Simulate ``settings`` and return the cell record (status ``done`` or ``failed``).
+
+    With ``cell[SHORT] = S``, the record also holds, under :data:`SHORT_RECORD`, the record of the same settings
+    over S rounds: nothing a round does depends on the rounds still to come, so the first S rounds are that
+    run's, with round S evaluated as its last (on the whole test set). It is the record a run of S rounds gives,
+    timings aside, and it is kept if a later round fails.
+    """
     _one_thread()
-    from reshuffle.attacks import Backdoor
     from reshuffle.run.config import from_mapping
     from reshuffle.sim.simulator import Simulation
 
+    cell = dict(cell)
+    short = cell.pop(SHORT, None)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     record: dict[str, Any] = {"format": FORMAT, "cell": cell, "config": dict(settings), "host": os.uname().nodename}
+    short_record = None
     try:
         sim = Simulation(from_mapping(settings, source=f"cell {cell}"))
-        data = sim.result(sim.run())
+        rounds = []
+        while sim.rounds.round < sim.cfg.rounds:
+            rounds.append(sim.step())
+            if sim.rounds.round == short and short < sim.cfg.rounds:
+                short_record = _short_record(sim, rounds, {**cell, SHORT: short}, wall0, cpu0)
+        data = sim.result(rounds)
     except Exception as exc:  # a cell never aborts the grid; it is retried next time
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}",
                       traceback="".join(traceback.format_exception(exc)[-6:]))
     else:
-        record.update(status="done", config=data["config"], backdoor=isinstance(sim.attackers.attack, Backdoor),
-                      malicious_clients=data.get("malicious_clients", []), **reduce_metrics(data),
-                      class_accuracy=sim.evaluator.per_class(sim.W_g))
+        record.update(_done(sim, data))
     record["wall_seconds"] = time.perf_counter() - wall0
     record["cpu_seconds"] = time.process_time() - cpu0
+    if short_record is not None:
+        record[SHORT_RECORD] = short_record
     return record
+
+
+def _done(sim, data: dict[str, Any]) -> dict[str, Any]:
+    from reshuffle.attacks import Backdoor
+
+    return {"status": "done", "config": data["config"], "backdoor": isinstance(sim.attackers.attack, Backdoor),
+            "malicious_clients": data.get("malicious_clients", []), **reduce_metrics(data),
+            "class_accuracy": sim.evaluator.per_class(sim.W_g)}
+
+
+def _short_record(sim, rounds: list, cell: dict[str, Any], wall0: float, cpu0: float) -> dict[str, Any]:
+    """The record of ``sim``'s settings over its rounds so far, as a run of that many rounds gives it."""
+    S = cell.pop(SHORT)
+    last = rounds[-1]
+    # Round S as a run of S rounds evaluates it; its divergence flag already holds what the subset saw.
+    ev = sim.evaluator(sim.W_g, S, diverged=last.diverged, last=True)
+    last = dataclasses.replace(last, accuracy=ev.accuracy, attack_success=ev.attack_success, diverged=ev.diverged,
+                               eval_samples=ev.samples)
+    data = sim.result([*rounds[:-1], last])
+    data["config"] = {**data["config"], "rounds": S}
+    return {"format": FORMAT, "cell": cell, "host": os.uname().nodename, **_done(sim, data),
+            "wall_seconds": time.perf_counter() - wall0, "cpu_seconds": time.process_time() - cpu0,
+            "shared_with": sim.cfg.rounds}
 
 
 def _lost_ids(r: dict) -> set[int]:

@@ -9,13 +9,14 @@ once a minute, and at the end).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from reshuffle.evaluation.cell import write_atomic
+from reshuffle.evaluation.cell import SHORT, SHORT_RECORD, write_atomic
 from reshuffle.evaluation.grid import Cell, Grid
 from reshuffle.evaluation.report import docs_parts, update_docs, write_reports
 from reshuffle.evaluation.summary import load_records, summarize
@@ -126,17 +127,24 @@ def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, s
     result = RunResult(0, 0, 0.0, 0.0, False, {})
     last_plot = time.perf_counter()
     t0 = time.perf_counter()
-    jobs = ((c, grid.cell_settings(c, data_root), _cell_id(c)) for c in todo)
+    shorts = short_twins(grid, todo, data_root)
+    paired = {short for short, _ in shorts.values()}
+    jobs = ((c, grid.cell_settings(c, data_root), _cell_id(c, shorts.get(c, (None, None))[1])) for c in todo
+            if c not in paired)
     try:
         with contextlib.closing(backend.run(jobs)) as finished:
             for cell, rec in finished:
-                write_atomic(out / cell.relpath, rec)
-                if cell in records:
-                    records[cell] = rec
-                result.ran += 1
-                result.failed += rec.get("status") != "done"
-                result.core_seconds += float(rec.get("cpu_seconds", 0.0))
-                progress.advance(cell, rec)
+                got = [(cell, rec)]
+                if SHORT_RECORD in rec:  # the short horizon's cell, from the same run
+                    got.append((shorts[cell][0], rec.pop(SHORT_RECORD)))
+                for c, r in got:
+                    write_atomic(out / c.relpath, r)
+                    if c in records:
+                        records[c] = r
+                    result.ran += 1
+                    result.failed += r.get("status") != "done"
+                    result.core_seconds += 0.0 if r.get("shared_with") else float(r.get("cpu_seconds", 0.0))
+                    progress.advance(c, r)
                 now = time.perf_counter()
                 draw = plots and now - last_plot >= HEATMAP_EVERY_S
                 _report(_summary(summary_grid, records, data_root), out, draw, docs)
@@ -162,9 +170,29 @@ def _summary(grid: Grid, records, data_root: Path | None) -> dict[str, Any]:
     return summarize(grid, records) | {"needs_data": {s.label: why for s, why in grid.needs_data(data_root).items()}}
 
 
-def _cell_id(c: Cell) -> dict[str, Any]:
-    return {"dataset": c.setting.dataset, "partition": c.setting.partition.label, "model": c.setting.model,
-            "attack": c.attack, "rule": c.rule, "seed": c.seed}
+def _cell_id(c: Cell, short_rounds: int | None = None) -> dict[str, Any]:
+    out = {"dataset": c.setting.dataset, "partition": c.setting.partition.label, "model": c.setting.model,
+           "attack": c.attack, "rule": c.rule, "seed": c.seed}
+    if short_rounds is not None:
+        out[SHORT] = short_rounds
+    return out
+
+
+def short_twins(grid: Grid, todo: list[Cell], data_root: Path | None) -> dict[Cell, tuple[Cell, int]]:
+    """Long-horizon cell → (the cell of its base horizon, its rounds), where both are to run and their settings
+    differ only in rounds (fewer for the base): one run gives both records
+    (:func:`reshuffle.evaluation.cell.run_cell`)."""
+    pending = set(todo)
+    out: dict[Cell, tuple[Cell, int]] = {}
+    for c in todo:
+        twin = dataclasses.replace(c, rounds=None)
+        if c.rounds is None or twin not in pending or any(t == twin for t, _ in out.values()):
+            continue
+        long, short = grid.cell_settings(c, data_root), grid.cell_settings(twin, data_root)
+        same = {k: v for k, v in long.items() if k != "rounds"} == {k: v for k, v in short.items() if k != "rounds"}
+        if same and isinstance(short.get("rounds"), int) and short["rounds"] < long["rounds"]:
+            out[c] = (twin, short["rounds"])
+    return out
 
 
 def summary_only(grid: Grid, out: Path, data_root: Path | None = None, whole: Grid | None = None,

@@ -185,7 +185,9 @@ def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
 
     A cell not done is estimated by the mean CPU time of the finished cells of
     its setting, else of its dataset and model; cells with neither are counted
-    as ``unmeasured_cells`` and left out of the estimate.
+    as ``unmeasured_cells`` and left out of the estimate. A base-horizon cell
+    whose long twin is not done either costs nothing more (one run gives both),
+    nor does a record taken from a longer run on the way (``shared_with``).
     """
     per_setting: dict[str, list[float]] = defaultdict(list)
     per_kind: dict[tuple[str, str, int | None], list[float]] = defaultdict(list)
@@ -194,13 +196,17 @@ def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
         if r is None:
             continue
         secs = float(r.get("cpu_seconds", 0.0))
-        spent["done" if _done(r) else "failed"] += secs
+        # A record taken from a longer run on the way (``shared_with``) cost nothing beyond that run's CPU.
+        spent["done" if _done(r) else "failed"] += 0.0 if r.get("shared_with") else secs
         if _done(r):
             per_setting[_cost_label(c)].append(secs)
             per_kind[c.setting.dataset, c.setting.model, c.rounds].append(secs)
     est, unmeasured = 0.0, 0
+    # A base-horizon cell whose long twin is not done either comes with that run (runner.short_twins).
+    long_pending = {(c.setting, c.attack, c.rule, c.seed) for c, r in records.items()
+                    if c.rounds is not None and not _done(r)}
     for c, r in records.items():
-        if _done(r):
+        if _done(r) or (c.rounds is None and (c.setting, c.attack, c.rule, c.seed) in long_pending):
             continue
         xs = per_setting.get(_cost_label(c)) or per_kind.get((c.setting.dataset, c.setting.model, c.rounds))
         if xs:

@@ -45,9 +45,10 @@ class Evaluator:
         t = self.training
         return predict(t.model, W_g, x, layout=t.layout, local=local)
 
-    def __call__(self, W_g: np.ndarray, T: int, diverged: bool = False) -> Evaluation:
-        """W_g after round T; ``diverged``: the driver already knows the run diverged (every client's training did)."""
-        x, y = self.test_set(last=T == self.cfg.rounds)
+    def __call__(self, W_g: np.ndarray, T: int, diverged: bool = False, last: bool | None = None) -> Evaluation:
+        """W_g after round T; ``diverged``: the driver already knows the run diverged (every client's training did);
+        ``last``: evaluate as the run's last round (the whole test set; default: whether T is the last round)."""
+        x, y = self.test_set(last=T == self.cfg.rounds if last is None else last)
         preds = [self.predict(W_g, x, local) for local in self.evaluators()]
         return Evaluation.of(W_g, preds, y, self._success(W_g, x, y), diverged)
 
