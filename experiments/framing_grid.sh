@@ -1,7 +1,8 @@
 #!/bin/sh
 # The framing grid, resumable (finished cells are skipped), at the lowest priority on two cores: the cells that
 # decide the default first (Fashion-MNIST, Flower's Dir(0.3), MLP, seed 1, framing and PoisonedFL; the idle runs
-# each class's loss is measured against; the rest of seed 1), the idle runs of every seed, then every cell of
+# each class's loss is measured against; the rest of seed 1), LeNet-5's seed 1 under the worst attacks so far, the
+# idle runs of every seed, then every cell of
 # experiments/configs/framing-grid.toml. Progress: experiments/evaluation/framing/grid.log; tables:
 # experiments/evaluation/framing/worst_case.md, docs/results.md ("The framing grid") and the README, after every cell.
 set -u
@@ -17,6 +18,7 @@ run() { nice -n 19 .venv/bin/reshuffle grid --config "$CFG" --out "$OUT" --jobs 
 run --partitions dirichlet:0.3 --models mlp --seeds 1 --attacks frame-ban frame-class poisonedfl
 run --models mlp --seeds 1 --attacks idle
 run --partitions dirichlet:0.3 --models mlp --seeds 1
+run --models lenet5 --seeds 1 --attacks idle frame-ban saturate-cover slow-drift
 run --models mlp --attacks idle
 run --partitions dirichlet:0.3 --models mlp
 run --models mlp
