@@ -63,7 +63,7 @@ def run_cell(settings: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
         while sim.rounds.round < sim.cfg.rounds:
             rounds.append(sim.step())
             if sim.rounds.round == short and short < sim.cfg.rounds:
-                short_record = _short_record(sim, rounds, {**cell, SHORT: short}, wall0, cpu0)
+                short_record = _short_record(sim, rounds, cell, wall0, cpu0)
         data = sim.result(rounds)
     except Exception as exc:  # a cell never aborts the grid; it is retried next time
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}",
@@ -87,7 +87,7 @@ def _done(sim, data: dict[str, Any]) -> dict[str, Any]:
 
 def _short_record(sim, rounds: list, cell: dict[str, Any], wall0: float, cpu0: float) -> dict[str, Any]:
     """The record of ``sim``'s settings over its rounds so far, as a run of that many rounds gives it."""
-    S = cell.pop(SHORT)
+    S = len(rounds)
     last = rounds[-1]
     # Round S as a run of S rounds evaluates it; its divergence flag already holds what the subset saw.
     ev = sim.evaluator(sim.W_g, S, diverged=last.diverged, last=True)
