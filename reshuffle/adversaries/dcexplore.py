@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from reshuffle.adversaries.dclinker import _unmask
-from reshuffle.adversaries.search import depth_first
+from reshuffle.adversaries.search import deliver_each, depth_first
 from reshuffle.crypto import voprf
 from reshuffle.crypto.signatures import SERVER_ID, CertificateAuthority
 from reshuffle.errors import ConfigError
@@ -167,23 +167,13 @@ class DCExplorer:
         return None if hit is None else (hit[0].fork(), hit[1])
 
     def _apply(self, w: _World, name: str, deliveries) -> _World | None:
-        out, ok = w.branch(), False
-        for pid, data in deliveries:
-            digest = hashlib.sha256(data).digest()
-            if digest in out.got[pid]:
-                continue
-            res = self._deliver(out, pid, data)
-            if res is None:
-                continue
-            ok = True
-            p, replies = res
-            out.parts[pid] = p
-            out.inbox[pid] = hashlib.sha256(out.inbox[pid] + digest).digest()
-            out.got[pid] = out.got[pid] | {digest}
-            out.sent = out.sent + ((pid, data),)
+        out = w.branch()
+
+        def absorb(pid: int, data: bytes, replies) -> None:
             for r in replies:
                 self._absorb(out, pid, r)
-        if not ok:
+
+        if not deliver_each(out, deliveries, self._deliver, absorb):
             return None
         out.path = w.path + (name,)
         return out

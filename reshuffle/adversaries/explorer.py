@@ -70,7 +70,7 @@ import numpy as np
 from reshuffle.adversaries.forger import accepted as forged_evidence
 from reshuffle.adversaries.linker import PSView, correct_links, link, read_sum, secrets_of
 from reshuffle.adversaries.ps import colluder_secrets
-from reshuffle.adversaries.search import depth_first, move_kind
+from reshuffle.adversaries.search import deliver_each, depth_first, move_kind
 from reshuffle.crypto import voprf
 from reshuffle.crypto.domain import label
 from reshuffle.crypto.ot import OTRequest, OTSender
@@ -343,31 +343,22 @@ class Explorer:
 
         ``chain_for``: (m, chain) for a MASK_REQUEST (the counts it publishes in which slot phase), or
         ("restart", phase) for a RESTART that begins slot phase ``phase``."""
-        out, any_ok = w.branch(), False
+        out = w.branch()
         if chain_for is not None and chain_for[0] == "start":
             # The PS's knowledge is read under the parameters it announced.
             out.p, out.view, chain_for = chain_for[1], PSView(chain_for[1], T), None
         restart = chain_for is not None and chain_for[0] == "restart"
         if restart:
             out.phases = max(out.phases, chain_for[1] + 1)
-        for pid, data in deliveries:
-            digest = hashlib.sha256(data).digest()
-            if digest in out.got[pid]:
-                continue
-            self._record(out, pid, data)  # the PS records when it sends, accepted or not
-            res = self._deliver(out, pid, data)
-            if res is None:
-                continue
-            any_ok = True
-            p, replies = res
-            out.parts[pid] = p
-            out.inbox[pid] = hashlib.sha256(out.inbox[pid] + digest).digest()
-            out.got[pid] = out.got[pid] | {digest}
-            out.sent = out.sent + ((pid, data),)
+        def absorb(pid: int, data: bytes, replies) -> None:
             if chain_for is not None and not restart:
                 out.pending[(pid, chain_for[0])] = chain_for[1]
             self._absorb(out, pid, data, replies)
-        if not any_ok:
+
+        def sent(pid: int, data: bytes) -> None:
+            self._record(out, pid, data)  # the PS records what it sends, accepted or not
+
+        if not deliver_each(out, deliveries, self._deliver, absorb, sent):
             return None
         out.path = w.path + (name,)
         return out

@@ -9,6 +9,7 @@ path and on the distinct states visited.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Callable, Hashable, Iterable, Protocol
 
 
@@ -21,6 +22,36 @@ class SearchReport(Protocol):
 def move_kind(name: str) -> str:
     """The kind of a move, as the reports count it: a replay by what it replays, any other by its message."""
     return " ".join(name.split()[:2]) if name.startswith("replay") else name.split()[0]
+
+
+def deliver_each(w: Any, deliveries: Iterable[tuple[int, bytes]],
+                 deliver: Callable[[Any, int, bytes], tuple[Any, Any] | None],
+                 absorb: Callable[[int, bytes, Any], None], sent: Callable[[int, bytes], None] | None = None) -> bool:
+    """Hand each (participant, message) of ``deliveries`` to ``deliver(w, pid, data)`` in the world ``w`` (a branch
+    the caller owns), each message at most once per participant; return whether any was accepted.
+
+    ``sent(pid, data)`` runs for every message handed over (the PS records what it sends, accepted or not); an
+    accepted one (``deliver`` gives (the participant's new state, its replies)) updates ``w.parts``, the hash
+    chain ``w.inbox``, ``w.got`` and ``w.sent``, then ``absorb(pid, data, replies)`` takes what it answered.
+    """
+    ok = False
+    for pid, data in deliveries:
+        digest = hashlib.sha256(data).digest()
+        if digest in w.got[pid]:
+            continue
+        if sent is not None:
+            sent(pid, data)
+        res = deliver(w, pid, data)
+        if res is None:
+            continue
+        ok = True
+        part, replies = res
+        w.parts[pid] = part
+        w.inbox[pid] = hashlib.sha256(w.inbox[pid] + digest).digest()
+        w.got[pid] = w.got[pid] | {digest}
+        w.sent = w.sent + ((pid, data),)
+        absorb(pid, data, replies)
+    return ok
 
 
 def depth_first(root: Any, successors: Callable[[Any], Iterable[tuple[str, Any]]], *,
