@@ -105,7 +105,7 @@ def test_the_sleeper_is_honest_until_it_wakes_then_saturates():
     assert atk.choices()["choice"] != "asleep" and atk.choices()["rounds"] == 2
 
 
-@pytest.mark.parametrize("attack", ["saturate", "saturate-cover", "slow-drift", "budget-edge", "sleeper"])
+@pytest.mark.parametrize("attack", ["saturate", "saturate-cover", "slow-drift", "budget-edge", "sleeper", "kin-spread"])
 def test_each_runs_against_a_pseudonymous_rule_on_its_copy_without_touching_the_deployed_history(attack):
     H = honest(h=9)
     own = H[:3] + 0.5
@@ -135,3 +135,33 @@ def test_options_out_of_range_are_refused():
         make_attack("sleeper", wake=-1)
     with pytest.raises(ConfigError, match="max_calls"):
         make_attack("slow-drift", scales=tuple(range(1, 12)), supports=(1.0, 0.5))
+    with pytest.raises(ConfigError, match="spreads"):
+        make_attack("kin-spread", spreads=(-0.5,))
+
+
+def test_kin_spread_gives_each_attacker_a_direction_of_its_own_every_round_orthogonal_to_the_payload():
+    H = honest(h=12, d=400)
+    own = H[:4] + 0.5
+
+    def decide(U, pseudonyms=None):
+        return make_rule("clip-trim", 4, seed=0).decide(U)
+
+    atk = make_attack("kin-spread", scales=(0.5,), spreads=(0.0, 2.0))
+    rng = np.random.default_rng(0)
+    atk.craft(view(H, own, decide), rng)
+    first = atk._own.copy()
+    atk.craft(view(H, own * 1.1, decide), rng)
+    assert np.array_equal(atk._own, first)  # the same directions in every round: histories keep them
+    cands = dict((label["spread"], rows) for label, rows in atk.candidates(None, H, own, atk._sum / atk._rounds))
+    p = atk._sum / np.linalg.norm(atk._sum)
+    extra = cands[2.0] - cands[0.0]
+    assert np.allclose(extra @ p, 0.0, atol=1e-9)  # orthogonal to the payload: the push along it is unchanged
+
+    def mean_cos(R):
+        X = R - np.median(H, axis=0)
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        C = X @ X.T
+        return C[np.triu_indices(len(R), 1)].mean()
+
+    assert mean_cos(cands[2.0]) < mean_cos(cands[0.0]) - 0.2  # the colluders' rows agree less
+

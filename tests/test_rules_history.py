@@ -327,3 +327,19 @@ def test_a_simulation_resumed_from_its_checkpoint_keeps_the_rules_history():
     resumed.restore(arrays, data)
     resumed.run()
     assert np.array_equal(resumed.W_g, whole.W_g)
+
+
+def test_a_steeper_kin_strength_reaches_a_copy_sooner_and_leaves_the_unalike_alone():
+    from reshuffle.server.rules.history import kin_strength
+
+    # Closest kin: nine unalike histories (0.3) and a group of three alike at 0.64 (the outlier threshold: 0.5).
+    cos = np.full((12, 12), 0.3)
+    cos[9:, 9:] = 0.64
+    np.fill_diagonal(cos, 1.0)
+    soft, steep = kin_strength(cos), kin_strength(cos, steep=4.0)
+    assert soft[9, 10] == pytest.approx(0.28) and steep[9, 10] == 1.0  # from 0.5 + 0.5/4 on: one source
+    assert not soft[:9].any() and not steep[:9].any()
+    r = make_rule("kinship", 0, steep=4.0)
+    assert r.similarity_weights(cos).round(3).tolist() == [1.0] * 9 + [0.333] * 3
+    with pytest.raises(ConfigError, match="steep"):
+        make_rule("kinship", 0, steep=0.5)

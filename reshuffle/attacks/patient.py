@@ -272,6 +272,42 @@ class SlowDrift(Patient):
             yield {"scale": lam, "support": support}, c + lam * s * p
 
 
+@register_attack("kin-spread")
+class KinSpread(SlowDrift):
+    r"""``slow-drift`` against a rule that weighs alike histories as one (``kinship``): attacker k adds
+    :math:`\sigma s n_k`, a direction of its own fixed for the whole run (orthogonal to the payload), so that
+    the colluders' histories agree less; the spread σ costs push, since clipping bounds the row. Candidates
+    ``scales`` λ × ``spreads`` σ, one rule call each."""
+
+    def __init__(self, target: int = 0, poison_fraction: float = 0.5, scales=(1 / 4, 1 / 2, 1.0),
+                 spreads=(0.0, 0.5, 1.0, 2.0), max_calls: int = 20) -> None:
+        super().__init__(target, poison_fraction, scales, (1.0,), max_calls)
+        if not (isinstance(spreads, (list, tuple)) and spreads and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 16 for x in spreads)):
+            raise ConfigError(f"{self.name} spreads must be a non-empty list of numbers in [0, 16], got {spreads!r}")
+        self.spreads = tuple(float(x) for x in spreads)
+        if len(self.scales) * len(self.spreads) > self.max_calls:
+            raise ConfigError(f"{self.name}: {len(self.scales)} scales × {len(self.spreads)} spreads exceed "
+                              f"max_calls={self.max_calls}")
+        self._own: np.ndarray | None = None
+
+    def craft(self, view: RoundView, rng: np.random.Generator) -> np.ndarray:
+        own, _ = check_view(view, self)
+        if self._own is None or self._own.shape != own.shape:
+            # Drawn once: a history that must look like its own pseudonym's needs the same direction every round.
+            self._own = rng.standard_normal(own.shape)
+        return super().craft(view, rng)
+
+    def candidates(self, view, H, own, bbar):
+        c = self.clean(own, H)
+        s = float(np.median(np.linalg.norm(H, axis=1)))
+        p = bbar / (np.linalg.norm(bbar) or 1.0)
+        n = self._own - np.outer(self._own @ p, p)
+        n /= np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-12)
+        for sigma, lam in itertools.product(self.spreads, self.scales):
+            yield {"scale": lam, "spread": sigma}, c + lam * s * p + sigma * s * n
+
+
 @register_attack("budget-edge")
 class BudgetEdge(SlowDrift):
     """``slow-drift`` over a fine geometric grid of λ (19 values from 1/64 to 4, full support): against a budget,

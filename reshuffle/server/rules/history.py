@@ -379,15 +379,16 @@ def shared_kin_weights(cos: np.ndarray, floor: float = 0.5, kappa: float = 3.0) 
     return 1.0 / (1.0 + kin_strength(cos, floor, kappa).sum(axis=1))
 
 
-def kin_strength(cos: np.ndarray, floor: float = 0.5, kappa: float = 3.0) -> np.ndarray:
-    """k_ij of :func:`shared_kin_weights`: 0 up to the outlier threshold τ, 1 for a copy, 0 on the diagonal."""
+def kin_strength(cos: np.ndarray, floor: float = 0.5, kappa: float = 3.0, steep: float = 1.0) -> np.ndarray:
+    """k_ij of :func:`shared_kin_weights`: 0 up to the outlier threshold τ, 1 for a copy (``steep`` = s > 1: from
+    τ + (1 − τ)/s on), 0 on the diagonal."""
     n = cos.shape[0]
     if n == 1:
         return np.zeros((1, 1))
     cs, v = _closest_kin(cos)
     med = float(np.median(v))
     tau = min(0.999, max(floor, med + kappa * 1.4826 * float(np.median(np.abs(v - med)))))
-    return np.clip((cs - tau) / (1.0 - tau), 0.0, 1.0)
+    return np.clip((cs - tau) * steep / (1.0 - tau), 0.0, 1.0)
 
 
 #: How kinship weighs alike histories: ``share`` (a group of alike rows weighs one row) or ``cut`` (each
@@ -424,10 +425,14 @@ class Kinship(FoolsGold):
     """
 
     def __init__(self, center: str = "median", decay: float = 0.9, floor: float = 0.5, kappa: float = 3.0,
-                 accept: float = 0.5, epoch: int = 0, ban_after: int = 0, mode: str = "share") -> None:
+                 accept: float = 0.5, epoch: int = 0, ban_after: int = 0, mode: str = "share",
+                 steep: float = 1.0) -> None:
         super().__init__(center, decay, accept, epoch, ban_after)
         self.floor = check_share(floor, "kinship floor")
         self.kappa = check_positive(kappa, "kinship kappa")
+        self.steep = check_positive(steep, "kinship steep")
+        if self.steep < 1.0:
+            raise ConfigError(f"kinship steep must be at least 1 (1: kin from the threshold to a copy), got {steep!r}")
         if mode not in KIN_MODES:
             raise ConfigError(f"kinship mode must be one of {', '.join(KIN_MODES)}, got {mode!r}")
         self.mode = mode
@@ -437,7 +442,7 @@ class Kinship(FoolsGold):
             self.kin = None
             return kinship_weights(cos, self.floor, self.kappa)
         # Kept for a rule built on this one (hammer-anvil merges each group of kin into one row).
-        self.kin = kin_strength(cos, self.floor, self.kappa)
+        self.kin = kin_strength(cos, self.floor, self.kappa, self.steep)
         return 1.0 / (1.0 + self.kin.sum(axis=1))
 
 
