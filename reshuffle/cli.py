@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from reshuffle.errors import ReShuffleError
+from reshuffle.errors import ConfigError, ReShuffleError
 
 
 def _parse_ids(spec: str) -> list[int]:
@@ -618,6 +618,15 @@ def cmd_grid(args: argparse.Namespace) -> int:
                     server_opt=args.server_opt, server_lr=args.server_lr, long_rounds=args.long_rounds)
     whole = sel.apply_base(whole)
     grid = validate(sel.apply(whole))
+    if args.config:
+        # A slice of a configuration is summarised as the whole configuration: it must stay inside it.
+        inside = set(whole.cells())
+        outside = [c for c in grid.cells() if c not in inside]
+        if outside:
+            names = sorted({c.setting.label for c in outside} | {c.attack for c in outside if c.attack not in
+                                                                 whole.all_attacks})
+            raise ConfigError(f"the selection names {len(outside)} cells outside {args.config} ({', '.join(names)}); "
+                              "narrow it to the configuration's settings (--datasets, --partitions, --models)")
     if not args.config and any((args.datasets, args.partitions, args.attacks, args.rules, args.seeds, args.models)):
         # A subset named on the command line is summarised against its own cells; a configuration file names
         # the grid, and the summary of a slice of it stays the whole grid's.

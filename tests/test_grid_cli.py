@@ -102,6 +102,10 @@ def test_tiny_grid_runs_resumes_and_retries_failed_cells(tmp_path):
     (tmp_path / "other.md").write_text("# Other\n" + "\n".join(docs_markers("grid")) + "\n")
     refused = _grid(tmp_path, "--quiet", "--docs", str(tmp_path / "other.md"))
     assert refused.returncode == 2 and "<!-- grid:begin out -->" in refused.stderr and not out.exists()
+    # A slice summarised as the configuration must stay inside it: a partition it does not hold is refused
+    outside = _grid(tmp_path, "--quiet", "--partitions", "dirichlet:0.5")
+    assert outside.returncode == 2 and "cells outside" in outside.stderr and "digits-dir0.5-logreg" in outside.stderr
+    assert not out.exists()
 
     # Execute: stop after 3 of the 6 cells, on two worker processes, keeping the docs section current
     first = _grid(tmp_path, "--jobs", "2", "--max-cells", "3", "--quiet", "--attacks", "sign-flip",
