@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from reshuffle.bench.rules import add_at_merge
 from reshuffle.server.rules.base import (
     NETWORK_ROWS, column_median, column_median_of, identical_rows, selection_network, sorting_network,
 )
@@ -137,20 +138,6 @@ def test_kept_by_rank_on_continuous_and_tied_columns():
         assert np.array_equal(kept_by_rank(U, t), _ranks_reference(U, t))
 
 
-def _merge_reference(V, alpha, group):
-    g = int(group.max()) + 1
-    total = np.bincount(group, weights=alpha, minlength=g)
-    count = np.bincount(group, minlength=g)
-    W = np.zeros((g, V.shape[1]))
-    np.add.at(W, group, V * alpha[:, None])
-    plain = np.zeros((g, V.shape[1]))
-    np.add.at(plain, group, V)
-    M = np.where((total > 0)[:, None], W / np.where(total > 0, total, 1.0)[:, None], plain / count[:, None])
-    wM = np.minimum(1.0, total)
-    share = np.divide(alpha * wM[group], total[group], out=np.zeros_like(alpha), where=total[group] > 0)
-    return M, wM, share
-
-
 @settings(max_examples=300, deadline=None)
 @given(V=_ROWS, data=st.data())
 def test_merge_groups_adds_as_add_at_does(V, data):
@@ -158,7 +145,7 @@ def test_merge_groups_adds_as_add_at_does(V, data):
     labels = data.draw(st.lists(st.integers(0, n - 1), min_size=n, max_size=n))
     _, group = np.unique(labels, return_inverse=True)
     alpha = np.array(data.draw(st.lists(st.sampled_from([0.0, -0.0, 0.25, 0.5, 1.0]), min_size=n, max_size=n)))
-    for got, want in zip(merge_groups(V, alpha, group.ravel()), _merge_reference(V, alpha, group.ravel())):
+    for got, want in zip(merge_groups(V, alpha, group.ravel()), add_at_merge(V, alpha, group.ravel())):
         assert _bits_equal(got, want)
 
 

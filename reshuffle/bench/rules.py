@@ -62,7 +62,8 @@ def _ranks_kept(U: np.ndarray, t: int) -> np.ndarray:
     return (ranks >= t) & (ranks < len(U) - t)
 
 
-def _add_at_merge(V: np.ndarray, alpha: np.ndarray, group: np.ndarray):
+def add_at_merge(V: np.ndarray, alpha: np.ndarray, group: np.ndarray):
+    """``merge_groups`` by its plain formula (``np.add.at``): the reference its bits are checked against."""
     g = int(group.max()) + 1
     total = np.bincount(group, weights=alpha, minlength=g)
     count = np.bincount(group, minlength=g)
@@ -105,7 +106,7 @@ def kernels(n: int, d: int, repeat: int) -> list[tuple[str, float, float, bool]]
     cases = [
         (f"median of {len(peers)} rows", lambda: column_median_of(U, peers), lambda: column_median(U[peers])),
         (f"trimming mask (t={t})", lambda: kept_by_rank(U, t), lambda: _ranks_kept(U, t)),
-        ("merging groups", lambda: merge_groups(U, alpha, group), lambda: _add_at_merge(U, alpha, group)),
+        ("merging groups", lambda: merge_groups(U, alpha, group), lambda: add_at_merge(U, alpha, group)),
         ("identical rows", lambda: identical_rows(U), lambda: _hashed_rows(U)),
     ]
     return [(name, cpu_per_call(fast, repeat), cpu_per_call(plain, repeat), _same(fast(), plain()))
