@@ -627,10 +627,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
                                                                  whole.all_attacks})
             raise ConfigError(f"the selection names {len(outside)} cells outside {args.config} ({', '.join(names)}); "
                               "narrow it to the configuration's settings (--datasets, --partitions, --models)")
-    if not args.config and any((args.datasets, args.partitions, args.attacks, args.rules, args.seeds, args.models)):
-        # A subset named on the command line is summarised against its own cells; a configuration file names
-        # the grid, and the summary of a slice of it stays the whole grid's.
-        whole = None
+    elif any((args.datasets, args.partitions, args.attacks, args.rules, args.seeds, args.models)):
+        whole = None  # a subset named on the command line is summarised against its own cells
     out = Path(args.out)
     data_root = Path(args.data_dir_root) if args.data_dir_root else default_data_root()
     if args.summary_only:

@@ -27,12 +27,13 @@ def test_one_run_gives_the_long_cell_and_its_twin_as_separate_runs_do(tmp_path):
     cells = GRID.cells()
     twins = short_twins(GRID, cells, None)
     longs = [c for c in cells if c.rounds == 5]
-    assert set(twins) == set(longs) and all(t == Cell(c.setting, c.attack, c.rule, c.seed) and r == 3
-                                            for c, (t, r) in twins.items())
+    assert set(twins) == set(longs) and all(c.base_twin == Cell(c.setting, c.attack, c.rule, c.seed) and r == 3
+                                            for c, r in twins.items())
     res = run_grid(GRID, tmp_path, InlineBackend(), quiet=True)
     assert res.ran == len(cells) and res.failed == 0
     got = load_records(cells, tmp_path)
-    for long, (short, rounds) in twins.items():
+    for long in twins:
+        short = long.base_twin
         derived = got[short]
         assert derived["shared_with"] == 5 and derived["config"]["rounds"] == 3 and len(derived["rounds"]) == 3
         alone = run_cell(GRID.cell_settings(short), _cell_id(short))
@@ -42,4 +43,4 @@ def test_one_run_gives_the_long_cell_and_its_twin_as_separate_runs_do(tmp_path):
         assert SHORT_RECORD not in got[long] and _comparable(got[long]) == _comparable(alone_long)
     # The twins' CPU is inside their long runs': counted once.
     assert cost(got)["core_seconds"] == sum(r["cpu_seconds"] for c, r in got.items() if c not in
-                                              {t for t, _ in twins.values()})
+                                              {c.base_twin for c in twins})

@@ -350,6 +350,7 @@ class Explorer:
         restart = chain_for is not None and chain_for[0] == "restart"
         if restart:
             out.phases = max(out.phases, chain_for[1] + 1)
+
         def absorb(pid: int, data: bytes, replies) -> None:
             if chain_for is not None and not restart:
                 out.pending[(pid, chain_for[0])] = chain_for[1]

@@ -33,11 +33,14 @@ from reshuffle.attacks.objective import BackdoorObjective, Family, support_of
 from reshuffle.errors import ConfigError
 
 
-def _levels(name: str, what: str, v: object, low: float, high: float) -> tuple[float, ...]:
+def _levels(name: str, what: str, v: object, low: float, high: float, closed: bool = False) -> tuple[float, ...]:
+    """A non-empty list of numbers in (low, high], or [low, high] where ``closed``, as floats."""
     ok = (isinstance(v, (list, tuple)) and 1 <= len(v)
-          and all(isinstance(x, (int, float)) and not isinstance(x, bool) and low < x <= high for x in v))
+          and all(isinstance(x, (int, float)) and not isinstance(x, bool) and (low <= x if closed else low < x)
+                  and x <= high for x in v))
     if not ok:
-        raise ConfigError(f"{name} {what} must be a non-empty list of numbers in ({low:g}, {high:g}], got {v!r}")
+        interval = f"[{low:g}, {high:g}]" if closed else f"({low:g}, {high:g}]"
+        raise ConfigError(f"{name} {what} must be a non-empty list of numbers in {interval}, got {v!r}")
     return tuple(float(x) for x in v)
 
 

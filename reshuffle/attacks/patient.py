@@ -196,10 +196,7 @@ class SaturateCover(Saturate):
     def __init__(self, target: int = 0, poison_fraction: float = 0.5, margins=(0.02, 0.1), covers=(0.0, 0.5, 1.0, 2.0),
                  kinds=COVERS, level: float = 1.0, support: float = 0.05, max_calls: int = 20) -> None:
         super().__init__(target, poison_fraction, margins, (level,), max_calls)
-        if not (isinstance(covers, (list, tuple)) and covers and all(
-                isinstance(c, (int, float)) and not isinstance(c, bool) and 0 <= c <= 100 for c in covers)):
-            raise ConfigError(f"{self.name} covers must be a non-empty list of numbers in [0, 100], got {covers!r}")
-        self.covers = tuple(float(c) for c in covers)
+        self.covers = _levels(self.name, "covers", covers, 0.0, 100.0, closed=True)
         if not (isinstance(kinds, (list, tuple)) and kinds and all(k in COVERS for k in kinds)):
             raise ConfigError(f"{self.name} kinds must be a non-empty list of {', '.join(COVERS)}, got {kinds!r}")
         self.kinds = tuple(kinds)
@@ -282,10 +279,7 @@ class KinSpread(SlowDrift):
     def __init__(self, target: int = 0, poison_fraction: float = 0.5, scales=(1 / 4, 1 / 2, 1.0),
                  spreads=(0.0, 0.5, 1.0, 2.0), max_calls: int = 20) -> None:
         super().__init__(target, poison_fraction, scales, (1.0,), max_calls)
-        if not (isinstance(spreads, (list, tuple)) and spreads and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 16 for x in spreads)):
-            raise ConfigError(f"{self.name} spreads must be a non-empty list of numbers in [0, 16], got {spreads!r}")
-        self.spreads = tuple(float(x) for x in spreads)
+        self.spreads = _levels(self.name, "spreads", spreads, 0.0, 16.0, closed=True)
         if len(self.scales) * len(self.spreads) > self.max_calls:
             raise ConfigError(f"{self.name}: {len(self.scales)} scales × {len(self.spreads)} spreads exceed "
                               f"max_calls={self.max_calls}")

@@ -154,6 +154,11 @@ class Cell:
         return f"cells/{s.dataset}/{s.partition.label}/{s.model}/{self.attack}__{self.rule}__s{self.seed}{tail}.json"
 
     @property
+    def base_twin(self) -> "Cell":
+        """The cell of the same settings over the grid's base horizon."""
+        return dataclasses.replace(self, rounds=None)
+
+    @property
     def name(self) -> str:
         tail = "" if self.rounds is None else f", {self.rounds} rounds"
         return f"{self.setting.label} {self.attack} × {self.rule} seed {self.seed}{tail}"

@@ -9,7 +9,6 @@ once a minute, and at the end).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import time
 from dataclasses import dataclass
@@ -128,15 +127,14 @@ def run_grid(grid: Grid, out: Path, backend, data_root: Path | None = None, *, s
     last_plot = time.perf_counter()
     t0 = time.perf_counter()
     shorts = short_twins(grid, todo, data_root)
-    paired = {short for short, _ in shorts.values()}
-    jobs = ((c, grid.cell_settings(c, data_root), _cell_id(c, shorts.get(c, (None, None))[1])) for c in todo
-            if c not in paired)
+    paired = {c.base_twin for c in shorts}
+    jobs = ((c, grid.cell_settings(c, data_root), _cell_id(c, shorts.get(c))) for c in todo if c not in paired)
     try:
         with contextlib.closing(backend.run(jobs)) as finished:
             for cell, rec in finished:
                 got = [(cell, rec)]
                 if SHORT_RECORD in rec:  # the short horizon's cell, from the same run
-                    got.append((shorts[cell][0], rec.pop(SHORT_RECORD)))
+                    got.append((cell.base_twin, rec.pop(SHORT_RECORD)))
                 for c, r in got:
                     write_atomic(out / c.relpath, r)
                     if c in records:
@@ -178,20 +176,21 @@ def _cell_id(c: Cell, short_rounds: int | None = None) -> dict[str, Any]:
     return out
 
 
-def short_twins(grid: Grid, todo: list[Cell], data_root: Path | None) -> dict[Cell, tuple[Cell, int]]:
-    """Long-horizon cell → (the cell of its base horizon, its rounds), where both are to run and their settings
-    differ only in rounds (fewer for the base): one run gives both records
-    (:func:`reshuffle.evaluation.cell.run_cell`)."""
+def short_twins(grid: Grid, todo: list[Cell], data_root: Path | None) -> dict[Cell, int]:
+    """Long-horizon cell → the rounds of its ``base_twin``, where both are to run and their settings differ
+    only in rounds (fewer for the base): one run gives both records (:func:`reshuffle.evaluation.cell.run_cell`);
+    a twin goes with the first long cell listed."""
     pending = set(todo)
-    out: dict[Cell, tuple[Cell, int]] = {}
+    out: dict[Cell, int] = {}
     for c in todo:
-        twin = dataclasses.replace(c, rounds=None)
-        if c.rounds is None or twin not in pending or any(t == twin for t, _ in out.values()):
+        twin = c.base_twin
+        if c.rounds is None or twin not in pending:
             continue
         long, short = grid.cell_settings(c, data_root), grid.cell_settings(twin, data_root)
         same = {k: v for k, v in long.items() if k != "rounds"} == {k: v for k, v in short.items() if k != "rounds"}
         if same and isinstance(short.get("rounds"), int) and short["rounds"] < long["rounds"]:
-            out[c] = (twin, short["rounds"])
+            out[c] = short["rounds"]
+            pending.discard(twin)  # taken by this long cell
     return out
 
 

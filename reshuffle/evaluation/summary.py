@@ -97,13 +97,13 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
             # What the attack costs a class: against the same rule (a rule's own clean cost shows in the overall
             # drop against clean FedAvg; per class, 10 rounds of two rules differ widely) with the attackers idle
             # where the grid has that run, else without attackers.
-            mine_c = per_class(setting, rounds, attack, rule, s)
-            ref = next((a for a in (CLASS_REFERENCE, CLEAN) if a != attack
-                        and per_class(setting, rounds, a, rule, s)), None)
-            gap = _class_gap(per_class(setting, rounds, ref, rule, s), mine_c) if ref and attack not in REFERENCES else None
-            if gap is not None:
-                class_drops[s] = gap
-                class_refs.add(ref)
+            cref = None if attack in REFERENCES else next(
+                (a for a in (CLASS_REFERENCE, CLEAN) if per_class(setting, rounds, a, rule, s)), None)
+            if cref is not None:
+                gap = _class_gap(per_class(setting, rounds, cref, rule, s), per_class(setting, rounds, attack, rule, s))
+                if gap is not None:
+                    class_drops[s] = gap
+                    class_refs.add(cref)
             base = acc(setting, rounds, CLEAN, REFERENCE_RULE, s)
             mine, ref = acc(setting, rounds, attack, rule, s), acc(setting, rounds, attack, REFERENCE_RULE, s)
             if base is not None and mine is not None:
@@ -203,10 +203,9 @@ def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
             per_kind[c.setting.dataset, c.setting.model, c.rounds].append(secs)
     est, unmeasured = 0.0, 0
     # A base-horizon cell whose long twin is not done either comes with that run (runner.short_twins).
-    long_pending = {(c.setting, c.attack, c.rule, c.seed) for c, r in records.items()
-                    if c.rounds is not None and not _done(r)}
+    with_long_pending = {c.base_twin for c, r in records.items() if c.rounds is not None and not _done(r)}
     for c, r in records.items():
-        if _done(r) or (c.rounds is None and (c.setting, c.attack, c.rule, c.seed) in long_pending):
+        if _done(r) or c in with_long_pending:
             continue
         xs = per_setting.get(_cost_label(c)) or per_kind.get((c.setting.dataset, c.setting.model, c.rounds))
         if xs:
