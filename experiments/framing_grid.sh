@@ -18,7 +18,7 @@ run() { nice -n 19 .venv/bin/reshuffle grid --config "$CFG" --out "$OUT" --jobs 
 run --partitions dirichlet:0.3 --models mlp --seeds 1 --attacks frame-ban frame-class poisonedfl
 run --models mlp --seeds 1 --attacks idle
 run --partitions dirichlet:0.3 --models mlp --seeds 1
-run --partitions dirichlet:0.3 --models lenet5 --seeds 1 --attacks idle frame-ban saturate-cover slow-drift
+run --partitions dirichlet:0.3 --models lenet5 --seeds 1 --attacks idle frame-ban saturate-cover slow-drift sleeper
 run --models mlp --attacks idle
 run --partitions dirichlet:0.3 --models mlp
 run --models mlp
