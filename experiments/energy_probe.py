@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rule", default="clip-trim")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--kappa", type=float, default=0.05, help="the share of each layer's neurons kept (MARS: 5 %%)")
+    p.add_argument("--share", type=float, default=0.05, help="the share of each layer's neurons kept (MARS: 5 %%)")
     p.add_argument("--json", type=Path, help="also write the rounds here")
     a = p.parse_args(argv)
     if not Path(a.data_dir).is_dir():
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {**BASE, "dataset": a.dataset, "data_dir": a.data_dir, "model": a.model, "attack": a.attack,
                 "rule": a.rule, "seed": a.seed, "rounds": a.rounds}
     try:
-        rounds = probe(settings, a.kappa)
+        rounds = probe(settings, a.share)
     except ConfigError as exc:
         print(f"energy probe: {exc}", file=sys.stderr)
         return 2
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r.round} | {r.auc:.2f} | {att} | {r.honest_min:.2f} / {r.honest_median:.2f} / {r.honest_max:.2f} |")
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps({"settings": settings, "kappa": a.kappa,
+        a.json.write_text(json.dumps({"settings": settings, "share": a.share,
                                       "rounds": [r.as_dict() for r in rounds]}, indent=1))
     return 0
 

@@ -28,9 +28,9 @@ def test_a_rule_accepts_its_declared_fewest_rows_and_refuses_fewer(name):
             k = rule.min_rows()
 
             def decide(rows: int):
-                # Every rule gets what it takes besides the rows: pseudonyms, W_g.
+                # Every rule gets what it takes besides the rows: pseudonyms, W_g, the layout.
                 return decide_in_context(rule, rng.normal(size=(rows, 5)), 1, pseudonyms=[f"p{i}" for i in range(rows)],
-                                         global_model=np.zeros(5))
+                                         global_model=np.zeros(5), layout=(("fc.weight", (1, 5)),))
 
             try:
                 decide(k)  # accepted

@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from reshuffle.server.rules import make_rule
 from reshuffle.server.rules.base import decide_in_context
 
-SIGNALS = ["concentration", "label-groups", "persistence", "hammer-signals"]
+SIGNALS = ["concentration", "label-groups", "persistence", "energy", "hammer-signals"]
+
+
+def layout(d: int) -> tuple:
+    """A flat model of d coordinates as one linear layer's weights (d/10 neurons of 10 inputs) or a bias."""
+    return (("fc.weight", (d // 10, 10)),) if d % 10 == 0 else (("fc.bias", (d,)),)
 
 
 def noniid(rng: np.random.Generator, n: int, d: int, groups: int = 4, profile: float = 2.0
@@ -36,14 +41,14 @@ def test_no_signal_lowers_the_trimmed_count(name, seed):
     for t in range(1, 4):
         U, _ = noniid(rng, n, d)
         U[:f] = U[f:2 * f]  # copies, to set any history against the honest
-        decide_in_context(rule, U, t, pseudonyms=labels, global_model=np.zeros(d))
+        decide_in_context(rule, U, t, pseudonyms=labels, global_model=np.zeros(d), layout=layout(d))
         rule.commit()
     U, _ = noniid(rng, n, d)
     U[:, 0] = rng.normal(size=n) * 0.1
     bad = rng.choice(n, size=f, replace=False)
     U[bad, 0] = 1e6
     U[bad, 1 + np.arange(f)] = 1e6
-    agg = decide_in_context(rule, U, 4, pseudonyms=labels, global_model=np.zeros(d)).aggregate
+    agg = decide_in_context(rule, U, 4, pseudonyms=labels, global_model=np.zeros(d), layout=layout(d)).aggregate
     good = np.setdiff1d(np.arange(n), bad)
     assert agg[0] <= np.abs(U[good, 0]).max() + 1e-9
 

@@ -298,6 +298,11 @@ class FlatLayout:
                    tuple(n for n in state if n not in set(carried)), local_bn)
 
     @property
+    def entries(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """The carried entries as (name, shape) pairs, in order: what a rule that reads layers takes."""
+        return tuple(zip(self.names, self.shapes))
+
+    @property
     def size(self) -> int:
         """δ, the length of the flat vector."""
         return int(sum(int(np.prod(s, dtype=np.int64)) for s in self.shapes))

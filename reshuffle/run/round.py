@@ -75,13 +75,14 @@ class Evaluation:
 
 
 def make_step(cfg, reference: Callable[[], np.ndarray] | None = None,
-              statistics: np.ndarray | None = None) -> FLStep:
+              statistics: np.ndarray | None = None, layout=None) -> FLStep:
     """The run's FL step from its settings (a :class:`~reshuffle.run.config.SimConfig`), built once.
 
     The rule assumes ``cfg.rule_f`` attackers; ``reference`` is FLTrust's server
     update (None where the driver has no root dataset); ``statistics`` marks the
     entries of W that are running statistics (BatchNorm's mean and variance),
-    which take the rule's aggregate as it is, outside the server optimiser's step.
+    which take the rule's aggregate as it is, outside the server optimiser's step;
+    ``layout`` the flat model's (name, shape) entries, for rules that read layers.
     """
     from reshuffle.server import make_rule
     from reshuffle.server.optimizers import make_server_optimizer
@@ -89,7 +90,7 @@ def make_step(cfg, reference: Callable[[], np.ndarray] | None = None,
     rule = make_rule(cfg.rule, cfg.rule_f, reference=reference, seed=cfg.seed, pre=cfg.pre,
                      pre_options=cfg.pre_options, **cfg.rule_options)
     return FLStep(rule, make_server_optimizer(cfg.server_opt, cfg.server_lr, **cfg.server_options), cfg.rule,
-                  cfg.model_step(), statistics=statistics)
+                  cfg.model_step(), statistics=statistics, layout=layout)
 
 
 def loss_summary(lost: dict[int, str]) -> str:

@@ -150,11 +150,13 @@ class FLStep:
     ``name`` is how a refusal names the rule (the run's rule setting);
     ``model_step`` (None: none) acts on the optimiser's new W_g; ``statistics``
     (a boolean mask over W, or None) marks the running statistics, which take the
-    aggregate as it is (W_g + Δ) instead of the optimiser's step.
+    aggregate as it is (W_g + Δ) instead of the optimiser's step; ``layout`` (the
+    flat model's (name, shape) entries, or None) goes to rules that read layers.
     """
 
     def __init__(self, rule: Rule, optimizer: ServerOptimizer, name: str | None = None,
-                 model_step: CRFL | None = None, statistics: np.ndarray | None = None) -> None:
+                 model_step: CRFL | None = None, statistics: np.ndarray | None = None,
+                 layout: tuple[tuple[str, tuple[int, ...]], ...] | None = None) -> None:
         if not isinstance(rule, Rule):
             raise ConfigError(f"FLStep needs a Rule, got {rule!r}")
         if not isinstance(optimizer, ServerOptimizer):
@@ -170,6 +172,7 @@ class FLStep:
         self.rule, self.optimizer, self.model_step = rule, optimizer, model_step
         self.statistics = statistics
         self.name = name or rule.name
+        self.layout = None if layout is None else tuple((str(n), tuple(int(x) for x in s)) for n, s in layout)
 
     def __call__(self, W_g: np.ndarray, models: Sequence[np.ndarray], round: int,
                  malicious: Sequence[bool | None] | None = None,
@@ -194,7 +197,7 @@ class FLStep:
         U = np.stack([models[j] for j in order]).astype(np.float64) - W_g
         try:
             # One call: randomized rules draw from (seed, round).
-            decision = decide_in_context(self.rule, U, round, pseudonyms=names, global_model=W_g)
+            decision = decide_in_context(self.rule, U, round, pseudonyms=names, global_model=W_g, layout=self.layout)
         except ConfigError as exc:
             return StepResult(W_g, tuple(order), None, f"rule {self.name!r} refused {len(models)} rows: {exc}",
                               row_counts(None, labels))

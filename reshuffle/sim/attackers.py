@@ -148,7 +148,8 @@ class Attackers:
             else:
                 last["in"] = np.array(U)
             last["out"] = rows
-            return decide_in_context(rule, rows.copy(), T, pseudonyms=pseudonyms, global_model=W_g)
+            return decide_in_context(rule, rows.copy(), T, pseudonyms=pseudonyms, global_model=W_g,
+                                     layout=training.layout.entries)
 
         names = None
         if "pseudonyms" in rule.context:

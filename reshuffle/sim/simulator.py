@@ -121,7 +121,7 @@ class Simulation:
         self.evaluator = Evaluator(cfg, self.training, self.attackers)
         t = self.training
         fl = make_step(cfg, reference=lambda: t.reference(self.W_g, self.rounds.round + 1),
-                       statistics=t.layout.statistics(t.model))
+                       statistics=t.layout.statistics(t.model), layout=t.layout.entries)
         check_feasible(cfg, fl.rule)
         check_sets(cfg)
         # Formed once per run; a resumed run takes the checkpoint's partition instead (restore).

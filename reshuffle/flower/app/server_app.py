@@ -161,7 +161,8 @@ class _Run:
         self.ds = load_dataset(sim.dataset, sim.data_dir)
         self.model = build_model(sim.model, self.ds.input_shape, self.ds.num_classes, seed=sim.seed, dataset=sim.dataset)
         self.layout = FlatLayout.of(self.model)
-        self.rounds = FLRound(make_step(sim, statistics=self.layout.statistics(self.model)), sim.sampler(),
+        self.rounds = FLRound(make_step(sim, statistics=self.layout.statistics(self.model),
+                                           layout=self.layout.entries), sim.sampler(),
                               self.layout.get(self.model), run_federation(s))
         self.initial = self.evaluate(self.W_g).accuracy
         self.records: list[RoundRecord] = []

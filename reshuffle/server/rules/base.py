@@ -78,7 +78,28 @@ def round_rng(seed: int, round: int, label: str) -> np.random.Generator:
 
 
 #: The inputs a rule may take besides its rows (see :attr:`Rule.context`).
-CONTEXT = frozenset({"pseudonyms", "global_model"})
+CONTEXT = frozenset({"pseudonyms", "global_model", "layout"})
+
+
+def check_layout(layout: Sequence[tuple[str, Sequence[int]]] | None, d: int, name: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The flat model's entries as (name, shape) pairs, in order, covering exactly d coordinates; a clear
+    refusal when the driver gave none or they do not add up to d."""
+    if layout is None:
+        raise ConfigError(f"rule {name!r} reads each layer's weights and needs the model's layout; the driver "
+                          "gave none (use a driver that passes it, as the simulator and the Flower apps do)")
+    out = []
+    try:
+        for entry, shape in layout:
+            shape = tuple(int(x) for x in shape)
+            if not isinstance(entry, str) or any(x < 1 for x in shape):
+                raise ValueError(entry)
+            out.append((entry, shape))
+    except (TypeError, ValueError):
+        raise ConfigError(f"rule {name!r}: a layout is (name, shape) pairs with positive sizes, got {layout!r}") from None
+    size = sum(int(np.prod(s, dtype=np.int64)) for _, s in out)
+    if size != d:
+        raise ConfigError(f"rule {name!r}: the layout covers {size} coordinates, the rows have {d}")
+    return out
 
 
 def check_pseudonyms(pseudonyms: Sequence[object] | None, n: int, name: str) -> list[str]:
@@ -347,7 +368,8 @@ class Rule:
     f_param: ClassVar[str | None] = None
     #: What ``decide`` takes besides the rows (keywords of :data:`CONTEXT`): ``pseudonyms``, one label per
     #: row, for rules that keep a history per pseudonym; ``global_model``, W_g, for rules that compare rows
-    #: with it. A driver passes them through :func:`decide_in_context`.
+    #: with it; ``layout``, the flat model's (name, shape) entries, for rules that read layers (``energy``).
+    #: A driver passes them through :func:`decide_in_context`.
     context: ClassVar[frozenset[str]] = frozenset()
 
     def commit(self) -> None:

@@ -26,6 +26,15 @@ works on the flat row.
   peers (the other coordinates, each row scaled to unit length: norms are
   the clipping's business) over the median of the peers' own distances is
   the row's score; an outlying score (as for ``concentration``) loses weight.
+* ``energy`` (MARS's backdoor energy, NeurIPS 2025): each delivered model's
+  per-neuron Lipschitz bounds (a linear layer's weight rows' norms, a
+  convolution channel's largest singular value), the top ``share`` of
+  each layer kept (its *concentrated* energy) and summed. A trained-in
+  backdoor adds energy to a few neurons. Rows whose total is an outlier above
+  the round's lose weight; MARS's own step (cluster by Wasserstein distance,
+  reject the high-energy cluster) would reject honest rows in every round
+  where the attackers' models sit inside the honest range. The only signal
+  that reads layers: the driver passes the model's ``layout``.
 * ``persistence`` (history; PoisonedFL keeps one sign vector for the whole
   run, an honest client's deviation changes with its data and the model): per
   pseudonym an exponential average :math:`S_p \leftarrow \gamma S_p + (1 - \gamma)\,\mathrm{sign}(x_p)`
@@ -45,7 +54,7 @@ import numpy as np
 
 from reshuffle.errors import ConfigError
 from reshuffle.server.rules.base import (
-    Decision, Rule, check_f, check_positive, check_round, check_updates, clip_factors, column_median,
+    Decision, Rule, check_f, check_layout, check_positive, check_round, check_updates, clip_factors, column_median,
     column_median_of,
 )
 from reshuffle.server.rules.hammer import weighted_trim
@@ -112,6 +121,47 @@ def peer_distance_ratio(U: np.ndarray, classes: int, peers: float) -> np.ndarray
     dist = np.array([np.linalg.norm(V[i] - column_median_of(V, near[i])) for i in range(n)])
     ref = np.median(dist[near], axis=1)
     return np.divide(dist, ref, out=np.ones(n), where=ref > 0)
+
+
+def neuron_energy(weight: np.ndarray) -> np.ndarray | None:
+    """Per output neuron (first axis), the Lipschitz bound of one weight tensor; None for a vector (a bias).
+
+    A 2-D (out, in) weight gives its rows' norms; a convolution's (out, in, k…) weight each channel's largest
+    singular value as an (in, k…) matrix.
+
+    >>> import numpy as np
+    >>> neuron_energy(np.array([[3.0, 4.0], [0.0, 1.0]])).tolist()
+    [5.0, 1.0]
+    >>> neuron_energy(np.ones(4)) is None
+    True
+    """
+    w = np.asarray(weight, dtype=np.float64)
+    if w.ndim < 2:
+        return None
+    if w.ndim == 2:
+        return np.linalg.norm(w, axis=1)
+    return np.linalg.svd(w.reshape(w.shape[0], w.shape[1], -1), compute_uv=False)[:, 0]
+
+
+def concentrated_energy(flat: np.ndarray, layout, share: float = 0.05) -> list[np.ndarray]:
+    """Per weight layer of the flat model (``layout``: its (name, shape) entries, in order), the top ``share``
+    (at least one) of its neurons' energies, largest first: the model's concentrated backdoor energy."""
+    share = check_share(share, "energy share", low_open=True)
+    layout = check_layout(layout, np.asarray(flat).size, "energy")
+    out, at = [], 0
+    for name, shape in layout:
+        size = int(np.prod(shape, dtype=np.int64))
+        e = neuron_energy(np.asarray(flat[at:at + size]).reshape(shape)) if name.endswith("weight") else None
+        at += size
+        if e is not None:
+            k = max(1, int(round(share * len(e))))
+            out.append(-np.sort(-e)[:k])
+    return out
+
+
+def model_energy(models: np.ndarray, layout, share: float = 0.05) -> np.ndarray:
+    """Each model's total concentrated energy (the sum over its weight layers), one value per row."""
+    return np.array([sum(float(c.sum()) for c in concentrated_energy(m, layout, share)) for m in models])
 
 
 class SignalRule(Rule):
@@ -198,6 +248,45 @@ class LabelGroups(SignalRule):
         if U.shape[1] <= self.classes:
             return np.ones(len(U))  # nothing but the output entries: no body to compare
         return outlier_weights(peer_distance_ratio(U, self.classes, self.peers), self.kappa)
+
+
+@register_rule("energy")
+class Energy(SignalRule):
+    r"""Models whose concentrated backdoor energy is an outlier above the round's lose weight (module docstring).
+
+    The energy is the model's, :math:`W_g + u_i`, per neuron; ``share``: the
+    share of each layer's neurons kept (0.05, MARS's 5 %); κ = ``kappa`` (3).
+    Needs ``global_model`` and ``layout`` (the simulator and the Flower
+    apps pass both).
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> layout = [("fc.weight", (8, 5))]
+    >>> U = rng.normal(scale=0.01, size=(6, 40)); U[5, :5] += 3.0   # row 5 boosts neuron 0
+    >>> Energy(f=1).decide(U, global_model=np.ones(40), layout=layout).accepted
+    (0, 1, 2, 3, 4)
+    """
+
+    context = frozenset({"global_model", "layout"})
+
+    def __init__(self, f: int = 0, share: float = 0.05, kappa: float = 3.0, accept: float = 0.5) -> None:
+        super().__init__(f, kappa, accept)
+        self.share = check_share(share, "energy share", low_open=True)
+
+    def decide(self, updates: np.ndarray, *, round: int = 0, global_model=None, layout=None, **context: Any) -> Decision:
+        check_round(round)
+        U = check_updates(updates)
+        entries = check_layout(layout, U.shape[1], self.name)
+        if global_model is None:
+            raise ConfigError(f"rule {self.name!r} measures the delivered models and needs W_g; the driver gave none")
+        W = np.asarray(global_model, dtype=np.float64)
+        if W.shape != (U.shape[1],) or not np.isfinite(W).all():
+            raise ConfigError(f"rule {self.name!r}: W_g must be {U.shape[1]} finite values, got shape {W.shape}")
+        alpha = np.ones(len(U))
+        if len(U) >= 3:
+            alpha = outlier_weights(model_energy(U + W, entries, self.share), self.kappa)
+        self.alpha = alpha
+        return anvil(U, alpha, self.f, self.accept, self.weights_only)
 
 
 @register_rule("persistence")
