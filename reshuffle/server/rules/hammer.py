@@ -70,7 +70,7 @@ class HammerAnvil(Composite):
        ``hammer_options``) gives each row a weight :math:`\alpha_i` and a set
        of accepted rows; optionally a per-round filter (``filter``, e.g.
        ``alignins`` or ``freqfed``) must accept a row too (α = 0 otherwise);
-       each rule in ``signals`` (``concentration``, ``label-groups``,
+       each rule in ``signals`` (``concentration``, ``label-groups``, ``energy``,
        ``persistence``: :mod:`reshuffle.server.rules.signals`; options in
        ``signal_options``, one table each) multiplies α by its weights.
     2. The anvil: the rows whose histories the hammer found kin (a copy and

@@ -6,8 +6,8 @@ trimmed at each end of every coordinate, the kept values averaged with the
 signal's weights (:func:`~reshuffle.server.rules.hammer.weighted_trim`). A
 signal the attackers shape (by copying, by crowding a group) can take weight
 from the rows it judges, never the trimming everyone else relies on. None
-needs data on the server or an identity; a rule sees no layer shapes, so each
-works on the flat row.
+needs data on the server or an identity; all but ``energy`` work on the flat
+row (``energy`` reads layers through the ``layout`` the driver passes).
 
 * ``concentration`` (energy concentration; the flat-row analogue of the
   spectral concentration that TASER tests): the share of a row's deviation
