@@ -29,3 +29,25 @@ def test_quick_experiment_summary(tmp_path):
 def test_naming_no_experiment_points_to_the_grid_command():
     r = subprocess.run(RUN, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "reshuffle grid" in r.stderr
+
+
+PROBE = [sys.executable, str(ROOT / "experiments" / "energy_probe.py")]
+
+
+def test_the_energy_probe_prints_each_round_and_writes_its_json(tmp_path):
+    out = tmp_path / "energy.json"
+    r = subprocess.run(PROBE + ["--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp", "--attack",
+                                "scaling", "--rule", "clip-trim", "--rounds", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rows) == 2
+    data = json.loads(out.read_text())
+    assert data["share"] == 0.05 and [x["round"] for x in data["rounds"]] == [1, 2]
+    # Ten times their honest update: the attackers' models carry more energy than every honest one.
+    assert all(x["auc"] == 1.0 and len(x["attackers"]) == 4 for x in data["rounds"])
+
+
+def test_the_energy_probe_refuses_a_missing_data_folder_in_one_line(tmp_path):
+    r = subprocess.run(PROBE + ["--data-dir", str(tmp_path / "absent")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "no such folder" in r.stderr and r.stdout == ""
