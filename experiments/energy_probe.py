@@ -12,6 +12,7 @@ attackers' total CBE and the honest models' range (:mod:`reshuffle.evaluation.en
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({"settings": settings, "share": a.share,
-                                      "rounds": [r.as_dict() for r in rounds]}, indent=1))
+                                      "rounds": [dataclasses.asdict(r) for r in rounds]}, indent=1))
     return 0
 
 

@@ -53,10 +53,6 @@ class EnergyRound:
     honest_median: float
     honest_max: float
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"round": self.round, "auc": self.auc, "attackers": list(self.attackers),
-                "honest_min": self.honest_min, "honest_median": self.honest_median, "honest_max": self.honest_max}
-
 
 class _Recorder:
     """The run's FL step, unchanged, with each round's delivered models kept for measuring."""

@@ -147,9 +147,12 @@ def concentrated_energy(flat: np.ndarray, layout, share: float = 0.05) -> list[n
     """Per weight layer of the flat model (``layout``: its (name, shape) entries, in order), the top ``share``
     (at least one) of its neurons' energies, largest first: the model's concentrated backdoor energy."""
     share = check_share(share, "energy share", low_open=True)
-    layout = check_layout(layout, np.asarray(flat).size, "energy")
+    return _concentrated(flat, check_layout(layout, np.asarray(flat).size, "energy"), share)
+
+
+def _concentrated(flat: np.ndarray, entries: list[tuple[str, tuple[int, ...]]], share: float) -> list[np.ndarray]:
     out, at = [], 0
-    for name, shape in layout:
+    for name, shape in entries:
         size = int(np.prod(shape, dtype=np.int64))
         e = neuron_energy(np.asarray(flat[at:at + size]).reshape(shape)) if name.endswith("weight") else None
         at += size
@@ -161,7 +164,14 @@ def concentrated_energy(flat: np.ndarray, layout, share: float = 0.05) -> list[n
 
 def model_energy(models: np.ndarray, layout, share: float = 0.05) -> np.ndarray:
     """Each model's total concentrated energy (the sum over its weight layers), one value per row."""
-    return np.array([sum(float(c.sum()) for c in concentrated_energy(m, layout, share)) for m in models])
+    models = np.asarray(models)
+    share = check_share(share, "energy share", low_open=True)
+    return _totals(models, check_layout(layout, models.shape[1], "energy"), share)
+
+
+def _totals(models: np.ndarray, entries: list[tuple[str, tuple[int, ...]]], share: float) -> np.ndarray:
+    """:func:`model_energy` of checked inputs (the layout checked once, not once per model)."""
+    return np.array([sum(float(c.sum()) for c in _concentrated(m, entries, share)) for m in models])
 
 
 class SignalRule(Rule):
@@ -284,7 +294,7 @@ class Energy(SignalRule):
             raise ConfigError(f"rule {self.name!r}: W_g must be {U.shape[1]} finite values, got shape {W.shape}")
         alpha = np.ones(len(U))
         if len(U) >= 3:
-            alpha = outlier_weights(model_energy(U + W, entries, self.share), self.kappa)
+            alpha = outlier_weights(_totals(U + W, entries, self.share), self.kappa)
         self.alpha = alpha
         return anvil(U, alpha, self.f, self.accept, self.weights_only)
 
