@@ -51,3 +51,65 @@ def test_the_energy_probe_prints_each_round_and_writes_its_json(tmp_path):
 def test_the_energy_probe_refuses_a_missing_data_folder_in_one_line(tmp_path):
     r = subprocess.run(PROBE + ["--data-dir", str(tmp_path / "absent")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "no such folder" in r.stderr and r.stdout == ""
+
+
+def _class_drops():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("class_drops", ROOT / "experiments" / "class_drops.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _tiny_grid(tmp_path, records):
+    """A one-setting grid (frame-class, idle; clip-trim and FedAvg; seed 1) with the given class accuracies."""
+    from reshuffle.evaluation.cell import FORMAT
+    from reshuffle.evaluation.grid import default_grid, load_grid_toml
+
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('datasets = ["fashion-mnist"]\npartitions = ["dirichlet:0.3"]\nmodels = ["mlp"]\nseeds = [1]\n'
+                   'attacks = ["frame-class", "idle"]\nrules = ["clip-trim"]\nlong_rounds = 0\n')
+    out = tmp_path / "out"
+    for c in load_grid_toml(cfg, default_grid()).cells():
+        acc = records.get((c.attack, c.rule))
+        if acc is not None:
+            path = out / c.relpath
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"format": FORMAT, "status": "done", "class_accuracy": acc,
+                                        "honest_downweighted": 3 if c.rule == "clip-trim" else 0}))
+    return cfg, out
+
+
+def test_class_drops_splits_a_drop_into_the_attack_and_the_rule(tmp_path, capsys):
+    base = [0.9, 0.8, 0.7]
+    cfg, out = _tiny_grid(tmp_path, {
+        ("idle", "clip-trim"): base, ("frame-class", "clip-trim"): [0.95, 0.8, 0.55],
+        ("none", "clip-trim"): [0.9, 0.8, 0.65],
+        ("idle", "fedavg"): base, ("frame-class", "fedavg"): [0.93, 0.8, 0.6]})
+    mod = _class_drops()
+    found = {r["rule"]: r for r in mod.rows(cfg, out, "frame-class")}
+    mine = found["clip-trim"]
+    # Class 2 loses 15 points under the rule, 10 under FedAvg; the target (class 0) gains 5; the rule's two
+    # reference runs already differ by 5 points on that class.
+    assert mine["class"] == 2 and abs(mine["drop"] - 0.15) < 1e-9 and abs(mine["fedavg_drop"] - 0.10) < 1e-9
+    assert mine["target"] == 0 and abs(mine["target_change"] - 0.05) < 1e-9
+    assert abs(mine["reference_swing"] - 0.05) < 1e-9 and mine["honest_downweighted"] == 3
+    assert found["fedavg"]["reference_swing"] is None  # no clean FedAvg run stored
+    assert mod.main(["--config", str(cfg), "--out", str(out), "--json", str(tmp_path / "d.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "| clip-trim | 1 | 15.0 (class 2) | 10.0 | +5.0 (class 0) | 3 | 5.0 |" in printed
+    assert len(json.loads((tmp_path / "d.json").read_text())) == 2
+
+
+def test_class_drops_refuses_bad_input_in_one_line(tmp_path, capsys):
+    cfg, out = _tiny_grid(tmp_path, {("idle", "clip-trim"): [0.9, 0.8]})
+    mod = _class_drops()
+    assert mod.main(["--config", str(cfg), "--out", str(tmp_path / "absent")]) == 2
+    assert "has no cells/ folder" in capsys.readouterr().err
+    assert mod.main(["--config", str(cfg), "--out", str(out), "--attack", "saturate"]) == 2
+    assert "has no attack 'saturate'" in capsys.readouterr().err
+    # Nothing to split (the attack's cells are not done): a non-zero exit, not an empty table.
+    assert mod.main(["--config", str(cfg), "--out", str(out)]) == 1
+    err = capsys.readouterr()
+    assert "no finished frame-class cell" in err.err and err.out == ""

@@ -1,0 +1,112 @@
+"""Where one attack's class drops come from, read from a grid's finished cells.
+
+The grid's class drop is the most accuracy one class loses against the same rule's run with the attackers
+idle. This script splits it for one attack (default ``frame-class``), per setting, horizon, rule and seed:
+the class that drops and how much, the same class under FedAvg and the same attack (no rule there to aim,
+so what FedAvg loses is the attack's own effect, not a lever), the attack's target class (where it has one),
+how often the rule down-weighted honest rows, and how far that class already moves between the rule's two
+reference runs (idle and clean), which bounds what one final accuracy can tell.
+
+    python experiments/class_drops.py --config experiments/configs/framing-grid.toml \\
+        --out experiments/evaluation/framing [--attack frame-class] [--json drops.json]
+
+It prints one Markdown table per setting and horizon; ``--json`` writes the rows too. Nothing is run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from reshuffle.attacks.base import make_attack  # noqa: E402
+from reshuffle.errors import ConfigError  # noqa: E402
+from reshuffle.evaluation.cell import read_cell  # noqa: E402
+from reshuffle.evaluation.grid import CLASS_REFERENCE, CLEAN, REFERENCE_RULE, default_grid, load_grid_toml  # noqa: E402
+
+
+def _done(rec: dict | None) -> bool:
+    return rec is not None and rec.get("status") == "done" and bool(rec.get("class_accuracy"))
+
+
+def rows(config: Path, out: Path, attack: str) -> list[dict]:
+    """One row per finished cell of ``attack`` whose idle twin (same setting, horizon, rule, seed) is done."""
+    grid = load_grid_toml(config, default_grid())
+    if attack not in grid.all_attacks:
+        raise ConfigError(f"{config} has no attack {attack!r} (it has {', '.join(grid.all_attacks)})")
+    recs = {(c.setting.label, c.rounds, c.attack, c.rule, c.seed): read_cell(out / c.relpath) for c in grid.cells()}
+    target = getattr(make_attack(attack), "target", None)
+    result = []
+    for (setting, rounds, a, rule, seed), rec in recs.items():
+        idle = recs.get((setting, rounds, CLASS_REFERENCE, rule, seed))
+        if a != attack or not _done(rec) or not _done(idle):
+            continue
+        mine, base = rec["class_accuracy"], idle["class_accuracy"]
+        gaps = [b - m for b, m in zip(base, mine)]
+        k = max(range(len(gaps)), key=gaps.__getitem__)
+        fed, fed_idle = recs.get((setting, rounds, a, REFERENCE_RULE, seed)), recs.get(
+            (setting, rounds, CLASS_REFERENCE, REFERENCE_RULE, seed))
+        clean = recs.get((setting, rounds, CLEAN, rule, seed))
+        result.append({
+            "setting": setting, "rounds": rounds, "rule": rule, "seed": seed, "class": k, "drop": gaps[k],
+            "fedavg_drop": fed_idle["class_accuracy"][k] - fed["class_accuracy"][k]
+            if _done(fed) and _done(fed_idle) else None,
+            "target": target, "target_change": None if target is None else mine[target] - base[target],
+            "honest_downweighted": rec.get("honest_downweighted"),
+            "reference_swing": abs(clean["class_accuracy"][k] - base[k]) if _done(clean) else None,
+        })
+    return result
+
+
+def _pts(v: float | None, signed: bool = False) -> str:
+    return "–" if v is None else f"{100 * v:+.1f}" if signed else f"{100 * v:.1f}"
+
+
+def table(found: list[dict], attack: str) -> str:
+    """Markdown: one table per (setting, horizon), rules in the grid's order of appearance, then seeds."""
+    lines = []
+    for setting, rounds in dict.fromkeys((r["setting"], r["rounds"]) for r in found):
+        mine = [r for r in found if (r["setting"], r["rounds"]) == (setting, rounds)]
+        lines += [f"{attack}, {setting}, {rounds or 'base'} rounds:", "",
+                  "| rule | seed | class drop vs idle (points) | same class, FedAvg, same attack | target class "
+                  "change | honest rows down-weighted | that class, idle vs clean run |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in sorted(mine, key=lambda r: (r["rule"] != REFERENCE_RULE, r["rule"], r["seed"])):
+            target = "–" if r["target"] is None else f"{_pts(r['target_change'], True)} (class {r['target']})"
+            lines.append(f"| {r['rule']} | {r['seed']} | {_pts(r['drop'])} (class {r['class']}) | "
+                         f"{_pts(r['fedavg_drop'])} | {target} | {r['honest_downweighted']} | "
+                         f"{_pts(r['reference_swing'])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", type=Path, required=True, help="the grid's TOML")
+    ap.add_argument("--out", type=Path, required=True, help="the grid's output folder (its cells/)")
+    ap.add_argument("--attack", default="frame-class", help="the attack whose class drops to split")
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    args = ap.parse_args(argv)
+    try:
+        if not (args.out / "cells").is_dir():
+            raise ConfigError(f"{args.out} has no cells/ folder: give the grid's --out")
+        found = rows(args.config, args.out, args.attack)
+    except (ConfigError, OSError) as e:
+        print(f"class_drops: {e}", file=sys.stderr)
+        return 2
+    if not found:
+        print(f"class_drops: no finished {args.attack} cell has a finished idle twin in {args.out}", file=sys.stderr)
+        return 1
+    print(table(found, args.attack))
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
