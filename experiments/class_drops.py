@@ -8,9 +8,13 @@ how often the rule down-weighted honest rows, and how far that class already mov
 reference runs (idle and clean), which bounds what one final accuracy can tell.
 
     python experiments/class_drops.py --config experiments/configs/framing-grid.toml \\
-        --out experiments/evaluation/framing [--attack frame-class] [--json drops.json]
+        --out experiments/evaluation/framing \\
+        --config experiments/configs/frame-class-fedavg.toml --out experiments/evaluation/frame-class-fedavg \\
+        [--attack frame-class] [--json drops.json]
 
-It prints one Markdown table per setting and horizon; ``--json`` writes the rows too. Nothing is run.
+Each ``--config`` goes with the ``--out`` in the same place; the cells of all the grids named are read as one
+(the second above adds FedAvg's 30-round runs). It prints one Markdown table per setting and horizon;
+``--json`` writes the rows too. Nothing is run.
 """
 
 from __future__ import annotations
@@ -34,12 +38,21 @@ def _done(rec: dict | None) -> bool:
     return rec is not None and rec.get("status") == "done" and bool(rec.get("class_accuracy"))
 
 
-def rows(config: Path, out: Path, attack: str) -> list[dict]:
-    """One row per finished cell of ``attack`` whose idle twin (same setting, horizon, rule, seed) is done."""
-    grid = load_grid_toml(config, default_grid())
-    if attack not in grid.all_attacks:
-        raise ConfigError(f"{config} has no attack {attack!r} (it has {', '.join(grid.all_attacks)})")
-    recs = {(c.setting.label, c.rounds, c.attack, c.rule, c.seed): read_cell(out / c.relpath) for c in grid.cells()}
+def rows(grids: list[tuple[Path, Path]], attack: str) -> list[dict]:
+    """One row per finished cell of ``attack`` whose idle twin (same setting, horizon, rule, seed) is done.
+
+    ``grids``: (configuration, output folder) pairs, read as one set of cells; a cell stored in several
+    folders is taken from the first that has it done.
+    """
+    recs: dict[tuple, dict | None] = {}
+    for config, out in grids:
+        grid = load_grid_toml(config, default_grid())
+        if attack not in grid.all_attacks:
+            raise ConfigError(f"{config} has no attack {attack!r} (it has {', '.join(grid.all_attacks)})")
+        for c in grid.cells():
+            key = (c.setting.label, c.rounds, c.attack, c.rule, c.seed)
+            if not _done(recs.get(key)):
+                recs[key] = read_cell(out / c.relpath)
     target = getattr(make_attack(attack), "target", None)
     result = []
     for (setting, rounds, a, rule, seed), rec in recs.items():
@@ -87,20 +100,25 @@ def table(found: list[dict], attack: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", type=Path, required=True, help="the grid's TOML")
-    ap.add_argument("--out", type=Path, required=True, help="the grid's output folder (its cells/)")
+    ap.add_argument("--config", type=Path, action="append", required=True, help="a grid's TOML (repeatable)")
+    ap.add_argument("--out", type=Path, action="append", required=True,
+                    help="that grid's output folder, holding its cells/ (one per --config)")
     ap.add_argument("--attack", default="frame-class", help="the attack whose class drops to split")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)
     try:
-        if not (args.out / "cells").is_dir():
-            raise ConfigError(f"{args.out} has no cells/ folder: give the grid's --out")
-        found = rows(args.config, args.out, args.attack)
+        if len(args.config) != len(args.out):
+            raise ConfigError(f"{len(args.config)} --config but {len(args.out)} --out: give one folder per grid")
+        for out in args.out:
+            if not (out / "cells").is_dir():
+                raise ConfigError(f"{out} has no cells/ folder: give the grid's --out")
+        found = rows(list(zip(args.config, args.out)), args.attack)
     except (ConfigError, OSError) as e:
         print(f"class_drops: {e}", file=sys.stderr)
         return 2
     if not found:
-        print(f"class_drops: no finished {args.attack} cell has a finished idle twin in {args.out}", file=sys.stderr)
+        print(f"class_drops: no finished {args.attack} cell has a finished idle twin in "
+              f"{', '.join(map(str, args.out))}", file=sys.stderr)
         return 1
     print(table(found, args.attack))
     if args.json:

@@ -67,6 +67,7 @@ def _tiny_grid(tmp_path, records):
     from reshuffle.evaluation.cell import FORMAT
     from reshuffle.evaluation.grid import default_grid, load_grid_toml
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = tmp_path / "g.toml"
     cfg.write_text('datasets = ["fashion-mnist"]\npartitions = ["dirichlet:0.3"]\nmodels = ["mlp"]\nseeds = [1]\n'
                    'attacks = ["frame-class", "idle"]\nrules = ["clip-trim"]\nlong_rounds = 0\n')
@@ -88,7 +89,7 @@ def test_class_drops_splits_a_drop_into_the_attack_and_the_rule(tmp_path, capsys
         ("none", "clip-trim"): [0.9, 0.8, 0.65],
         ("idle", "fedavg"): base, ("frame-class", "fedavg"): [0.93, 0.8, 0.6]})
     mod = _class_drops()
-    found = {r["rule"]: r for r in mod.rows(cfg, out, "frame-class")}
+    found = {r["rule"]: r for r in mod.rows([(cfg, out)], "frame-class")}
     mine = found["clip-trim"]
     # Class 2 loses 15 points under the rule, 10 under FedAvg; the target (class 0) gains 5; the rule's two
     # reference runs already differ by 5 points on that class.
@@ -113,3 +114,17 @@ def test_class_drops_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert mod.main(["--config", str(cfg), "--out", str(out)]) == 1
     err = capsys.readouterr()
     assert "no finished frame-class cell" in err.err and err.out == ""
+    assert mod.main(["--config", str(cfg), "--config", str(cfg), "--out", str(out)]) == 2
+    assert "2 --config but 1 --out" in capsys.readouterr().err
+
+
+def test_class_drops_reads_a_second_grid_for_the_cells_the_first_lacks(tmp_path):
+    # The first grid has the rule's runs; the second FedAvg's, which the first lacks.
+    first, out1 = _tiny_grid(tmp_path / "a", {("idle", "clip-trim"): [0.9, 0.8],
+                                              ("frame-class", "clip-trim"): [0.9, 0.6]})
+    second, out2 = _tiny_grid(tmp_path / "b", {("idle", "fedavg"): [0.9, 0.8], ("frame-class", "fedavg"): [0.9, 0.7]})
+    mod = _class_drops()
+    alone = {r["rule"]: r for r in mod.rows([(first, out1)], "frame-class")}
+    both = {r["rule"]: r for r in mod.rows([(first, out1), (second, out2)], "frame-class")}
+    assert alone["clip-trim"]["fedavg_drop"] is None and "fedavg" not in alone
+    assert abs(both["clip-trim"]["fedavg_drop"] - 0.1) < 1e-9 and abs(both["fedavg"]["drop"] - 0.1) < 1e-9
