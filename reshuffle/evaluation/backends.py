@@ -55,11 +55,25 @@ def _worker_init() -> None:
 
 
 class ProcessBackend:
-    """Cells in ``jobs`` local worker processes, one core each."""
+    """Cells in ``jobs`` local worker processes, one core each.
 
-    def __init__(self, jobs: int) -> None:
+    Each slot is an executor of one worker that holds one cell at a time, and is
+    replaced by a fresh one after ``WORKER_CELLS`` cells or when its worker dies.
+    The replacement is done here rather than by ``max_tasks_per_child``: with
+    that option CPython's executor (3.11 up to its fix, gh-115634) can fail to
+    start a replacement worker and then waits forever on the cells still queued.
+    """
+
+    def __init__(self, jobs: int, cells_per_worker: int = WORKER_CELLS, work=run_cell) -> None:
         self.slots = jobs
+        self.cells_per_worker = cells_per_worker
+        self.work = work  # (settings, cell) -> record; a module-level function, which the workers import
         self.name = f"{jobs} local processes"
+
+    @staticmethod
+    def _executor() -> ProcessPoolExecutor:
+        # spawn: workers start without the driver's state (no forked torch or thread pools).
+        return ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"), initializer=_worker_init)
 
     def run(self, jobs: Iterable[Job]) -> Iterator[tuple[Any, dict]]:
         before = {p.pid for p in mp.active_children()}
@@ -67,28 +81,43 @@ class ProcessBackend:
         # inherit (a user's own values win).
         for key, value in WORKER_BLAS.items():
             os.environ.setdefault(key, value)
-        # spawn: workers start without the driver's state (no forked torch or thread pools).
-        # A worker is replaced after WORKER_CELLS cells: one that lived for a whole grid grew to 4–5 GB.
-        pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=mp.get_context("spawn"),
-                                   initializer=_worker_init, max_tasks_per_child=WORKER_CELLS)
-        futures = {}
+        todo = iter(jobs)
+        slots: list[list] = [[None, 0] for _ in range(self.slots)]  # [executor or None, cells it has run]
+        running: dict = {}  # future -> (slot, job)
         clean = False
         try:
-            for key, settings, cell in jobs:
-                futures[pool.submit(run_cell, settings, cell)] = (key, settings, cell)
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            while True:
+                busy = {i for i, _ in running.values()}
+                for i, slot in enumerate(slots):
+                    if i in busy:
+                        continue
+                    job = next(todo, None)
+                    if job is None:
+                        break
+                    if slot[0] is None or slot[1] >= self.cells_per_worker:
+                        # A worker that lived for a whole grid grew to 4–5 GB: a fresh one after a few cells.
+                        if slot[0] is not None:
+                            slot[0].shutdown(wait=True)
+                        slot[:] = [self._executor(), 0]
+                    slot[1] += 1
+                    running[slot[0].submit(self.work, job[1], job[2])] = (i, job)
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    key, settings, cell = futures.pop(fut)
+                    i, (key, settings, cell) = running.pop(fut)
                     try:
                         rec = fut.result()
                     except Exception as exc:  # the worker died (killed, out of memory): a failed cell
                         rec = _failed(cell, settings, f"worker lost: {type(exc).__name__}: {exc}")
+                        slots[i][0].shutdown(wait=False)
+                        slots[i][0] = None
                     yield key, rec
             clean = True
         finally:
-            pool.shutdown(wait=clean, cancel_futures=True)
+            for executor, _ in slots:
+                if executor is not None:
+                    executor.shutdown(wait=clean, cancel_futures=True)
             if not clean:
                 for p in mp.active_children():
                     if p.pid not in before:
