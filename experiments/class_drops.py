@@ -32,6 +32,7 @@ from reshuffle.attacks.base import make_attack  # noqa: E402
 from reshuffle.errors import ConfigError  # noqa: E402
 from reshuffle.evaluation.cell import read_cell  # noqa: E402
 from reshuffle.evaluation.grid import CLASS_REFERENCE, CLEAN, REFERENCE_RULE, default_grid, load_grid_toml  # noqa: E402
+from reshuffle.evaluation.summary import worst_class  # noqa: E402
 
 
 def _done(rec: dict | None) -> bool:
@@ -60,20 +61,31 @@ def rows(grids: list[tuple[Path, Path]], attack: str) -> list[dict]:
         if a != attack or not _done(rec) or not _done(idle):
             continue
         mine, base = rec["class_accuracy"], idle["class_accuracy"]
-        gaps = [b - m for b, m in zip(base, mine)]
-        k = max(range(len(gaps)), key=gaps.__getitem__)
+        worst = worst_class(base, mine)
+        if worst is None:
+            continue
+        drop, k = worst
         fed, fed_idle = recs.get((setting, rounds, a, REFERENCE_RULE, seed)), recs.get(
             (setting, rounds, CLASS_REFERENCE, REFERENCE_RULE, seed))
         clean = recs.get((setting, rounds, CLEAN, rule, seed))
+        swing = _change(base, clean["class_accuracy"], k) if _done(clean) else None
+        fed_done = _done(fed) and _done(fed_idle)
+        fed_change = _change(fed_idle["class_accuracy"], fed["class_accuracy"], k) if fed_done else None
         result.append({
-            "setting": setting, "rounds": rounds, "rule": rule, "seed": seed, "class": k, "drop": gaps[k],
-            "fedavg_drop": fed_idle["class_accuracy"][k] - fed["class_accuracy"][k]
-            if _done(fed) and _done(fed_idle) else None,
-            "target": target, "target_change": None if target is None else mine[target] - base[target],
+            "setting": setting, "rounds": rounds, "rule": rule, "seed": seed, "class": k, "drop": drop,
+            "fedavg_drop": None if fed_change is None else -fed_change,
+            "target": target, "target_change": None if target is None else _change(base, mine, target),
             "honest_downweighted": rec.get("honest_downweighted"),
-            "reference_swing": abs(clean["class_accuracy"][k] - base[k]) if _done(clean) else None,
+            "reference_swing": None if swing is None else abs(swing),
         })
     return result
+
+
+def _change(before: list, after: list, k: int) -> float | None:
+    """Class ``k``'s accuracy from ``before`` to ``after`` (None where a run has no value for it)."""
+    if k >= min(len(before), len(after)) or before[k] is None or after[k] is None:
+        return None
+    return after[k] - before[k]
 
 
 def _pts(v: float | None, signed: bool = False) -> str:

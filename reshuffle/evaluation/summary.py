@@ -100,9 +100,10 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
             cref = None if attack in REFERENCES else next(
                 (a for a in (CLASS_REFERENCE, CLEAN) if per_class(setting, rounds, a, rule, s)), None)
             if cref is not None:
-                gap = _class_gap(per_class(setting, rounds, cref, rule, s), per_class(setting, rounds, attack, rule, s))
-                if gap is not None:
-                    class_drops[s] = gap
+                worst = worst_class(per_class(setting, rounds, cref, rule, s),
+                                    per_class(setting, rounds, attack, rule, s))
+                if worst is not None:
+                    class_drops[s] = worst[0]
                     class_refs.add(cref)
             base = acc(setting, rounds, CLEAN, REFERENCE_RULE, s)
             mine, ref = acc(setting, rounds, attack, rule, s), acc(setting, rounds, attack, REFERENCE_RULE, s)
@@ -172,12 +173,13 @@ def summarize(grid: Grid, records: Mapping[Cell, dict | None]) -> dict[str, Any]
 REFERENCES = (CLEAN, CLASS_REFERENCE)
 
 
-def _class_gap(base: list | None, mine: list | None) -> float | None:
-    """The most accuracy a class loses from ``base`` to ``mine`` (None where either is missing)."""
+def worst_class(base: list | None, mine: list | None) -> tuple[float, int] | None:
+    """The most accuracy a class loses from ``base`` to ``mine``, and that class (the first of equals); None where
+    either is missing."""
     if not base or not mine or len(base) != len(mine):
         return None
-    gaps = [b - m for b, m in zip(base, mine) if b is not None and m is not None]
-    return max(gaps) if gaps else None
+    gaps = [(b - m, k) for k, (b, m) in enumerate(zip(base, mine)) if b is not None and m is not None]
+    return max(gaps, key=lambda g: g[0]) if gaps else None
 
 
 def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
