@@ -4,8 +4,9 @@ The grid's class drop is the most accuracy one class loses against the same rule
 idle. This script splits it for one attack (default ``frame-class``), per setting, horizon, rule and seed:
 the class that drops and how much, the same class under FedAvg and the same attack (no rule there to aim,
 so what FedAvg loses is the attack's own effect, not a lever), the attack's target class (where it has one),
-how often the rule down-weighted honest rows, and how far that class already moves between the rule's two
-reference runs (idle and clean), which bounds what one final accuracy can tell.
+how often the rule down-weighted honest rows, how far that class already moves between the rule's two
+reference runs (idle and clean), and the range that class spans over the rule's other runs of the same seed
+(every other attack, idle and clean included): the last two bound what one final accuracy can tell.
 
     python experiments/class_drops.py --config experiments/configs/framing-grid.toml \\
         --out experiments/evaluation/framing \\
@@ -69,6 +70,9 @@ def rows(grids: list[tuple[Path, Path]], attack: str) -> list[dict]:
             (setting, rounds, CLASS_REFERENCE, REFERENCE_RULE, seed))
         clean = recs.get((setting, rounds, CLEAN, rule, seed))
         swing = _change(base, clean["class_accuracy"], k) if _done(clean) else None
+        others = [v for (s2, r2, a2, rule2, seed2), other in recs.items()
+                  if (s2, r2, rule2, seed2) == (setting, rounds, rule, seed) and a2 != attack and _done(other)
+                  for v in [_value(other["class_accuracy"], k)] if v is not None]
         fed_done = _done(fed) and _done(fed_idle)
         fed_change = _change(fed_idle["class_accuracy"], fed["class_accuracy"], k) if fed_done else None
         result.append({
@@ -77,19 +81,30 @@ def rows(grids: list[tuple[Path, Path]], attack: str) -> list[dict]:
             "target": target, "target_change": None if target is None else _change(base, mine, target),
             "honest_downweighted": rec.get("honest_downweighted"),
             "reference_swing": None if swing is None else abs(swing),
+            "others": len(others), "others_low": min(others, default=None), "others_high": max(others, default=None),
+            "value": _value(mine, k),
         })
     return result
 
 
+def _value(acc: list, k: int) -> float | None:
+    return acc[k] if k < len(acc) else None
+
+
 def _change(before: list, after: list, k: int) -> float | None:
     """Class ``k``'s accuracy from ``before`` to ``after`` (None where a run has no value for it)."""
-    if k >= min(len(before), len(after)) or before[k] is None or after[k] is None:
-        return None
-    return after[k] - before[k]
+    a, b = _value(before, k), _value(after, k)
+    return None if a is None or b is None else b - a
 
 
 def _pts(v: float | None, signed: bool = False) -> str:
     return "–" if v is None else f"{100 * v:+.1f}" if signed else f"{100 * v:.1f}"
+
+
+def _others(r: dict) -> str:
+    if not r["others"]:
+        return f"{_pts(r['value'])}; –"
+    return f"{_pts(r['value'])}; {_pts(r['others_low'])}–{_pts(r['others_high'])} ({r['others']})"
 
 
 def table(found: list[dict], attack: str) -> str:
@@ -99,13 +114,14 @@ def table(found: list[dict], attack: str) -> str:
         mine = [r for r in found if (r["setting"], r["rounds"]) == (setting, rounds)]
         lines += [f"{attack}, {setting}, {rounds or 'base'} rounds:", "",
                   "| rule | seed | class drop vs idle (points) | same class, FedAvg, same attack | target class "
-                  "change | honest rows down-weighted | that class, idle vs clean run |",
-                  "|---|---|---|---|---|---|---|"]
+                  "change | honest rows down-weighted | that class, idle vs clean run | that class: this attack; the rule's "
+                  "other runs, min–max (runs) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in sorted(mine, key=lambda r: (r["rule"] != REFERENCE_RULE, r["rule"], r["seed"])):
             target = "–" if r["target"] is None else f"{_pts(r['target_change'], True)} (class {r['target']})"
             lines.append(f"| {r['rule']} | {r['seed']} | {_pts(r['drop'])} (class {r['class']}) | "
                          f"{_pts(r['fedavg_drop'])} | {target} | {r['honest_downweighted']} | "
-                         f"{_pts(r['reference_swing'])} |")
+                         f"{_pts(r['reference_swing'])} | {_others(r)} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -62,15 +62,15 @@ def _class_drops():
     return mod
 
 
-def _tiny_grid(tmp_path, records):
-    """A one-setting grid (frame-class, idle; clip-trim and FedAvg; seed 1) with the given class accuracies."""
+def _tiny_grid(tmp_path, records, attacks=("frame-class", "idle")):
+    """A one-setting grid (``attacks``; clip-trim and FedAvg; seed 1) with the given class accuracies."""
     from reshuffle.evaluation.cell import FORMAT
     from reshuffle.evaluation.grid import default_grid, load_grid_toml
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = tmp_path / "g.toml"
     cfg.write_text('datasets = ["fashion-mnist"]\npartitions = ["dirichlet:0.3"]\nmodels = ["mlp"]\nseeds = [1]\n'
-                   'attacks = ["frame-class", "idle"]\nrules = ["clip-trim"]\nlong_rounds = 0\n')
+                   f'attacks = {json.dumps(list(attacks))}\nrules = ["clip-trim"]\nlong_rounds = 0\n')
     out = tmp_path / "out"
     for c in load_grid_toml(cfg, default_grid()).cells():
         acc = records.get((c.attack, c.rule))
@@ -99,8 +99,20 @@ def test_class_drops_splits_a_drop_into_the_attack_and_the_rule(tmp_path, capsys
     assert found["fedavg"]["reference_swing"] is None  # no clean FedAvg run stored
     assert mod.main(["--config", str(cfg), "--out", str(out), "--json", str(tmp_path / "d.json")]) == 0
     printed = capsys.readouterr().out
-    assert "| clip-trim | 1 | 15.0 (class 2) | 10.0 | +5.0 (class 0) | 3 | 5.0 |" in printed
+    assert "| clip-trim | 1 | 15.0 (class 2) | 10.0 | +5.0 (class 0) | 3 | 5.0 | 55.0; 65.0–70.0 (2) |" in printed
     assert len(json.loads((tmp_path / "d.json").read_text())) == 2
+
+
+def test_class_drops_sets_the_drop_against_the_rules_other_runs_of_that_seed(tmp_path):
+    # The rule's other runs (another attack, idle, clean) span 50-80 % on the class that drops; FedAvg's runs
+    # and the attack's own run stay out of that range.
+    cfg, out = _tiny_grid(tmp_path, {
+        ("idle", "clip-trim"): [0.9, 0.8], ("frame-class", "clip-trim"): [0.9, 0.6],
+        ("saturate", "clip-trim"): [0.9, 0.5], ("none", "clip-trim"): [0.9, 0.78],
+        ("saturate", "fedavg"): [0.9, 0.1], ("idle", "fedavg"): [0.9, 0.8]}, attacks=("frame-class", "idle", "saturate"))
+    mine = {r["rule"]: r for r in _class_drops().rows([(cfg, out)], "frame-class")}["clip-trim"]
+    assert mine["class"] == 1 and mine["others"] == 3
+    assert (mine["others_low"], mine["others_high"], mine["value"]) == (0.5, 0.8, 0.6)
 
 
 def test_class_drops_refuses_bad_input_in_one_line(tmp_path, capsys):
