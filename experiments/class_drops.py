@@ -70,9 +70,9 @@ def rows(grids: list[tuple[Path, Path]], attack: str) -> list[dict]:
             (setting, rounds, CLASS_REFERENCE, REFERENCE_RULE, seed))
         clean = recs.get((setting, rounds, CLEAN, rule, seed))
         swing = _change(base, clean["class_accuracy"], k) if _done(clean) else None
-        others = [v for (s2, r2, a2, rule2, seed2), other in recs.items()
-                  if (s2, r2, rule2, seed2) == (setting, rounds, rule, seed) and a2 != attack and _done(other)
-                  for v in [_value(other["class_accuracy"], k)] if v is not None]
+        others = [_value(other["class_accuracy"], k) for (s2, r2, a2, rule2, seed2), other in recs.items()
+                  if (s2, r2, rule2, seed2) == (setting, rounds, rule, seed) and a2 != attack and _done(other)]
+        others = [v for v in others if v is not None]
         fed_done = _done(fed) and _done(fed_idle)
         fed_change = _change(fed_idle["class_accuracy"], fed["class_accuracy"], k) if fed_done else None
         result.append({
