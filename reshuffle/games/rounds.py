@@ -145,7 +145,12 @@ def ungrouped_trial(N: int, c: int, opted_in: bool = False) -> tuple[bool, int, 
     if not owners:  # nothing delivered: the challenge is any honest member, and the guess is blind
         return honest[_uniform(len(honest))] == honest[_uniform(len(honest))], len(honest), len(honest)
     target = list(owners)[_uniform(len(owners))]
-    cands = [i for i in honest if all((target in seen[r]) == (i in messaged[r]) for r in range(R))] or honest
+    # A chain is seen only in rounds its owner was messaged in, but a messaged owner can miss a round (no slot
+    # within R_max reservation iterations): the likeliest owners are those messaged in every round the chain was
+    # seen and missing from the fewest of the others.
+    fits = {i: sum(i in messaged[r] for r in range(R) if target not in seen[r]) for i in honest
+            if all(i in messaged[r] for r in range(R) if target in seen[r])}
+    cands = [i for i, missed in fits.items() if missed == min(fits.values())]
     return cands[_uniform(len(cands))] == owners[target], len(honest), len(cands)
 
 
