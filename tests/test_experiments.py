@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN = [sys.executable, str(ROOT / "experiments" / "run.py")]
 
@@ -31,13 +33,13 @@ def test_naming_no_experiment_points_to_the_grid_command():
     assert r.returncode == 2 and "reshuffle grid" in r.stderr
 
 
-PROBE = [sys.executable, str(ROOT / "experiments" / "energy_probe.py")]
+PROBE = [sys.executable, str(ROOT / "experiments" / "probe.py")]
 
 
 def test_the_energy_probe_prints_each_round_and_writes_its_json(tmp_path):
     out = tmp_path / "energy.json"
-    r = subprocess.run(PROBE + ["--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp", "--attack",
-                                "scaling", "--rule", "clip-trim", "--rounds", "2", "--json", str(out)],
+    r = subprocess.run(PROBE + ["energy", "--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp",
+                                "--attack", "scaling", "--rule", "clip-trim", "--rounds", "2", "--json", str(out)],
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
@@ -48,9 +50,20 @@ def test_the_energy_probe_prints_each_round_and_writes_its_json(tmp_path):
     assert all(x["auc"] == 1.0 and len(x["attackers"]) == 4 for x in data["rounds"])
 
 
-def test_the_energy_probe_refuses_a_missing_data_folder_in_one_line(tmp_path):
-    r = subprocess.run(PROBE + ["--data-dir", str(tmp_path / "absent")], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("what", ["energy", "steps"])
+def test_a_probe_refuses_a_missing_data_folder_in_one_line(tmp_path, what):
+    r = subprocess.run(PROBE + [what, "--data-dir", str(tmp_path / "absent")], capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 2 and "no such folder" in r.stderr and r.stdout == ""
+
+
+def test_the_steps_probe_refuses_a_rule_with_a_history_in_one_line(tmp_path):
+    r = subprocess.run(PROBE + ["steps", "--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp",
+                                "--attack", "idle", "--rule", "hammer-anvil"], capture_output=True, text=True,
+                       timeout=600, cwd=ROOT)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == ("steps probe: rule 'hammer-anvil' keeps a history per pseudonym; a fresh copy "
+                                "each round would decide without it")
 
 
 def _class_drops():

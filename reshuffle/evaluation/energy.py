@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from reshuffle.errors import ConfigError
+from reshuffle.evaluation.recorder import delivered_rounds
 from reshuffle.server.rules.signals import model_energy
 
 
@@ -54,38 +55,14 @@ class EnergyRound:
     honest_max: float
 
 
-class _Recorder:
-    """The run's FL step, unchanged, with each round's delivered models kept for measuring."""
-
-    def __init__(self, fl: Any) -> None:
-        self._fl, self.calls = fl, []
-
-    def __call__(self, W_g, models, round, malicious=None, pseudonyms=None):
-        self.calls.append((round, np.stack(models), malicious))
-        return self._fl(W_g, models, round, malicious=malicious, pseudonyms=pseudonyms)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fl, name)
-
-
 def probe(settings: dict[str, Any], share: float = 0.05) -> list[EnergyRound]:
     """Simulate ``settings`` (a SimConfig mapping) and measure each round's delivered models' energies."""
-    from reshuffle.run.config import from_mapping
-    from reshuffle.sim.simulator import Simulation
-
-    sim = Simulation(from_mapping(settings, source="energy probe"))
-    rec = _Recorder(sim.rounds.fl)
-    sim.rounds.fl = rec
-    layout = sim.training.layout.entries
     out = []
-    while sim.rounds.round < sim.cfg.rounds:
-        sim.step()
-        for T, models, labels in rec.calls:
-            e = model_energy(models.astype(np.float64), layout, share)
-            mal = np.array([bool(x) for x in labels]) if labels is not None else np.zeros(len(e), bool)
-            if mal.any() and (~mal).any():
-                h = e[~mal]
-                out.append(EnergyRound(int(T), above(e[mal], h), tuple(float(x) for x in e[mal]),
-                                       float(h.min()), float(np.median(h)), float(h.max())))
-        rec.calls.clear()
+    for sim, d in delivered_rounds(settings, "energy probe"):
+        e = model_energy(d.models, sim.training.layout.entries, share)
+        mal = d.malicious
+        if mal.any() and (~mal).any():
+            h = e[~mal]
+            out.append(EnergyRound(d.round, above(e[mal], h), tuple(float(x) for x in e[mal]),
+                                   float(h.min()), float(np.median(h)), float(h.max())))
     return out
