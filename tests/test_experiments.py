@@ -57,13 +57,27 @@ def test_a_probe_refuses_a_missing_data_folder_in_one_line(tmp_path, what):
     assert r.returncode == 2 and "no such folder" in r.stderr and r.stdout == ""
 
 
-def test_the_steps_probe_refuses_a_rule_with_a_history_in_one_line(tmp_path):
+def test_the_steps_probe_prints_each_round_and_writes_its_json(tmp_path):
+    out = tmp_path / "steps.json"
     r = subprocess.run(PROBE + ["steps", "--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp",
-                                "--attack", "idle", "--rule", "hammer-anvil"], capture_output=True, text=True,
-                       timeout=600, cwd=ROOT)
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip() == ("steps probe: rule 'hammer-anvil' keeps a history per pseudonym; a fresh copy "
-                                "each round would decide without it")
+                                "--attack", "idle", "--rule", "hammer-anvil", "--rounds", "2", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert len([line for line in r.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]) == 2
+    data = json.loads(out.read_text())
+    assert data["probe"] == "steps" and data["settings"]["rule"] == "hammer-anvil"
+    # Four zero rows of twenty: FedAvg's mean is 0.8 of the honest rows' (float32 models).
+    assert [x["round"] for x in data["rounds"]] == [1, 2]
+    assert all(abs(x["fedavg_length"] - 0.8) < 1e-6 for x in data["rounds"])
+
+
+def test_the_steps_probe_names_the_rule_that_refuses_the_honest_rows_alone_in_one_line(tmp_path):
+    r = subprocess.run(PROBE + ["steps", "--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp",
+                                "--attack", "idle", "--rule", "bulyan", "--rounds", "1"], capture_output=True,
+                       text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.startswith("steps probe: round 1: rule 'bulyan' refused the 16 honest rows alone")
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def _class_drops():

@@ -4,21 +4,19 @@ A rule can cost accuracy without turning the aggregate: rows that shorten it
 slow every round down. Per round, against the honest rows' mean
 :math:`\bar u_H` (FedAvg had the attackers sent nothing),
 
-- ``length`` = :math:`\lVert a(U)\rVert / \lVert \bar u_H\rVert` and
-  ``cosine`` = :math:`\cos(a(U), \bar u_H)`, for the rule's aggregate of every row;
-- ``honest_length`` and ``honest_cosine``, for the same rule (the same f) on the
-  honest rows alone;
+- ``length`` = :math:`\lVert a\rVert / \lVert \bar u_H\rVert` and
+  ``cosine`` = :math:`\cos(a, \bar u_H)`, for the run's own aggregate :math:`a`;
+- ``honest_length`` and ``honest_cosine``, for a second copy of the rule (the
+  same settings, the same f) given only the honest rows every round: a rule
+  that keeps a history per pseudonym keeps its own, of those rows alone;
 - ``fedavg_length``, the plain mean of every row (zero rows from f of n give
   exactly (n − f)/n).
-
-The rule is built afresh each round from the run's settings, so rules that keep a
-history per pseudonym are refused: a fresh copy would decide without it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -44,12 +42,10 @@ def _relative(a: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     return na / nr, (float(a @ ref) / (na * nr) if na > 0 else 0.0)
 
 
-def step_round(fresh: Callable[[], Any], updates: np.ndarray, malicious: np.ndarray, round: int,
-               **context: Any) -> StepRound:
-    """A rule's step (``fresh()`` builds it) on ``updates``, rows flagged ``malicious``, and on the honest rows
-    alone; ``context`` is what the run hands the rule besides the rows (``global_model``, ``layout``)."""
-    from reshuffle.server.rules.base import decide_in_context
-
+def step_round(round: int, updates: np.ndarray, malicious: np.ndarray, aggregate: np.ndarray,
+               honest_aggregate: np.ndarray) -> StepRound:
+    """Round ``round``'s ``aggregate`` of ``updates`` (rows flagged ``malicious``) and ``honest_aggregate``,
+    the rule's of the honest rows alone, against the honest rows' mean."""
     U = np.asarray(updates, dtype=np.float64)
     mal = np.asarray(malicious, dtype=bool)
     if mal.shape != (len(U),) or not (~mal).any():
@@ -57,29 +53,34 @@ def step_round(fresh: Callable[[], Any], updates: np.ndarray, malicious: np.ndar
     ref = U[~mal].mean(axis=0)
     if not np.linalg.norm(ref) > 0:
         raise ConfigError(f"round {round}: the honest rows' mean is zero; no step to compare with")
-    length, cosine = _relative(decide_in_context(fresh(), U, round, **context).aggregate, ref)
-    h_length, h_cosine = _relative(decide_in_context(fresh(), U[~mal], round, **context).aggregate, ref)
+    length, cosine = _relative(np.asarray(aggregate, dtype=np.float64), ref)
+    h_length, h_cosine = _relative(np.asarray(honest_aggregate, dtype=np.float64), ref)
     return StepRound(round, length, cosine, h_length, h_cosine, _relative(U.mean(axis=0), ref)[0])
 
 
 def probe(settings: dict[str, Any]) -> list[StepRound]:
-    """Simulate ``settings`` (a SimConfig mapping) and measure its rule's step in each round that delivered
-    honest rows."""
+    """Simulate ``settings`` (a SimConfig mapping) and measure its rule's step in each round the rule decided
+    with honest rows among the delivered ones."""
     from reshuffle.run.config import from_mapping
     from reshuffle.server import make_rule
+    from reshuffle.server.rules.base import decide_in_context
 
     cfg = from_mapping(settings, source="step probe")
-
-    def fresh():
-        return make_rule(cfg.rule, cfg.rule_f, seed=cfg.seed, pre=cfg.pre, pre_options=cfg.pre_options,
-                         **cfg.rule_options)
-
-    if "pseudonyms" in fresh().context:
-        raise ConfigError(f"rule {cfg.rule!r} keeps a history per pseudonym; a fresh copy each "
-                          "round would decide without it")
+    shadow = make_rule(cfg.rule, cfg.rule_f, seed=cfg.seed, pre=cfg.pre, pre_options=cfg.pre_options,
+                       **cfg.rule_options)
     out = []
     for sim, d in delivered_rounds(settings, "step probe"):
-        if (~d.malicious).any():
-            out.append(step_round(fresh, d.updates, d.malicious, d.round, global_model=d.W_g,
-                                  layout=sim.training.layout.entries))
+        honest = ~d.malicious
+        if d.aggregate is None or not honest.any():
+            continue
+        U = d.updates
+        names = None if d.pseudonyms is None else [n for n, h in zip(d.pseudonyms, honest) if h]
+        try:
+            alone = decide_in_context(shadow, U[honest], d.round, pseudonyms=names, global_model=d.W_g,
+                                      layout=sim.training.layout.entries)
+        except ConfigError as exc:
+            raise ConfigError(f"round {d.round}: rule {cfg.rule!r} refused the {int(honest.sum())} honest rows "
+                              f"alone: {exc}") from None
+        shadow.commit()
+        out.append(step_round(d.round, U, d.malicious, d.aggregate, alone.aggregate))
     return out
