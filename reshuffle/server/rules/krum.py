@@ -38,6 +38,11 @@ class Krum(Rule):
     tolerated; this is Blanchard et al.'s convention (Flower's too; ByzFL uses
     n − f − 1). Ties go to the lowest index.
 
+    Attackers who upload W_g unchanged win it: identical zero rows are each
+    other's nearest, and nearer to non-IID honest rows than those are to each
+    other, so the step is zero every round (docs/results.md, "Attackers who
+    send nothing stop Krum").
+
     >>> import numpy as np
     >>> U = np.array([[0.0, 0.0], [1.0, 0.0], [10.0, 10.0]])
     >>> Krum(f=0).select(U)  # scores: 1, 1, 181
