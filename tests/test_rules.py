@@ -28,6 +28,24 @@ def test_krum_uses_n_minus_f_minus_2_neighbours():
     assert krum_scores(U, 1).tolist() == [10.0, 5.0, 13.0, 1.0 + 16.0, 1.0 + 25.0]
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.floats(0.0, 0.45))
+def test_idle_attackers_win_krums_selection_when_honest_rows_share_less_than_half_their_length(seed, shared):
+    # Sixteen honest rows of one length whose pairwise cosine is about `shared` < 1/2 (non-IID), four zero rows
+    # (attackers who upload W_g unchanged): a zero row scores Σ|h|² = 13, an honest one Σ|h_i − h_j|² ≈ 26(1 − c).
+    rng = np.random.default_rng(seed)
+    common, own = rng.normal(size=2000), rng.normal(size=(16, 2000))
+    H = np.sqrt(shared) * common / np.linalg.norm(common) + np.sqrt(1 - shared) * own / np.linalg.norm(
+        own, axis=1, keepdims=True)
+    U = np.vstack([H, np.zeros((4, 2000))])
+    assert Krum(4).select(U)[0] >= 16
+    assert not Krum(4)(U).any()  # the round's step is zero
+    # The control: rows that share 80 % of their direction are nearer to each other than to zero.
+    close = np.sqrt(0.8) * common / np.linalg.norm(common) + np.sqrt(0.2) * own / np.linalg.norm(
+        own, axis=1, keepdims=True)
+    assert Krum(4).select(np.vstack([close, np.zeros((4, 2000))]))[0] < 16
+
+
 def test_krum_rejects_f_too_large():
     with pytest.raises(ConfigError, match=r"n > 2f \+ 2 updates; got n=4 with f=1"):
         Krum(1).select(np.zeros((4, 3)))
