@@ -30,9 +30,10 @@ def test_krum_uses_n_minus_f_minus_2_neighbours():
 
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.floats(0.0, 0.45))
-def test_idle_attackers_win_krums_selection_when_honest_rows_share_less_than_half_their_length(seed, shared):
-    # Sixteen honest rows of one length whose pairwise cosine is about `shared` < 1/2 (non-IID), four zero rows
-    # (attackers who upload W_g unchanged): a zero row scores Σ|h|² = 13, an honest one Σ|h_i − h_j|² ≈ 26(1 − c).
+def test_idle_attackers_win_krums_selection_when_honest_rows_share_less_than_half_their_direction(seed, shared):
+    # Sixteen unit honest rows whose pairwise cosine c is about `shared` < 1/2 (non-IID), four zero rows (attackers
+    # who upload W_g unchanged); Krum sums over the 14 nearest: a zero row scores 11 (three zeros at 0, eleven
+    # honest rows at 1), an honest one 4 + 20(1 − c) (the four zeros at 1, ten honest rows at 2(1 − c)).
     rng = np.random.default_rng(seed)
     common, own = rng.normal(size=2000), rng.normal(size=(16, 2000))
     H = np.sqrt(shared) * common / np.linalg.norm(common) + np.sqrt(1 - shared) * own / np.linalg.norm(
