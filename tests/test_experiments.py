@@ -36,16 +36,26 @@ def test_naming_no_experiment_points_to_the_grid_command():
 PROBE = [sys.executable, str(ROOT / "experiments" / "probe.py")]
 
 
+def _probe_digits(tmp_path, what, attack, rule, rounds, *extra):
+    """``experiments/probe.py what`` on the embedded digits (the data folder is not read)."""
+    return subprocess.run(PROBE + [what, "--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp",
+                                   "--attack", attack, "--rule", rule, "--rounds", str(rounds), *extra],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+def _two_rounds(r, out):
+    """The run's JSON, after checking that the probe printed a row for each of its two rounds."""
+    assert r.returncode == 0, r.stderr
+    assert len([line for line in r.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]) == 2
+    data = json.loads(out.read_text())
+    assert [x["round"] for x in data["rounds"]] == [1, 2]
+    return data
+
+
 def test_the_energy_probe_prints_each_round_and_writes_its_json(tmp_path):
     out = tmp_path / "energy.json"
-    r = subprocess.run(PROBE + ["energy", "--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp",
-                                "--attack", "scaling", "--rule", "clip-trim", "--rounds", "2", "--json", str(out)],
-                       capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    rows = [line for line in r.stdout.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
-    assert len(rows) == 2
-    data = json.loads(out.read_text())
-    assert data["share"] == 0.05 and [x["round"] for x in data["rounds"]] == [1, 2]
+    data = _two_rounds(_probe_digits(tmp_path, "energy", "scaling", "clip-trim", 2, "--json", str(out)), out)
+    assert data["share"] == 0.05
     # Ten times their honest update: the attackers' models carry more energy than every honest one.
     assert all(x["auc"] == 1.0 and len(x["attackers"]) == 4 for x in data["rounds"])
 
@@ -59,22 +69,14 @@ def test_a_probe_refuses_a_missing_data_folder_in_one_line(tmp_path, what):
 
 def test_the_steps_probe_prints_each_round_and_writes_its_json(tmp_path):
     out = tmp_path / "steps.json"
-    r = subprocess.run(PROBE + ["steps", "--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp",
-                                "--attack", "idle", "--rule", "hammer-anvil", "--rounds", "2", "--json", str(out)],
-                       capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    assert len([line for line in r.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]) == 2
-    data = json.loads(out.read_text())
+    data = _two_rounds(_probe_digits(tmp_path, "steps", "idle", "hammer-anvil", 2, "--json", str(out)), out)
     assert data["probe"] == "steps" and data["settings"]["rule"] == "hammer-anvil"
     # Four zero rows of twenty: FedAvg's mean is 0.8 of the honest rows' (float32 models).
-    assert [x["round"] for x in data["rounds"]] == [1, 2]
     assert all(abs(x["fedavg_length"] - 0.8) < 1e-6 for x in data["rounds"])
 
 
 def test_the_steps_probe_names_the_rule_that_refuses_the_honest_rows_alone_in_one_line(tmp_path):
-    r = subprocess.run(PROBE + ["steps", "--dataset", "digits", "--data-dir", str(tmp_path), "--model", "mlp",
-                                "--attack", "idle", "--rule", "bulyan", "--rounds", "1"], capture_output=True,
-                       text=True, timeout=600, cwd=ROOT)
+    r = _probe_digits(tmp_path, "steps", "idle", "bulyan", 1)
     assert r.returncode == 2
     assert r.stderr.startswith("steps probe: round 1: rule 'bulyan' refused the 16 honest rows alone")
     assert len(r.stderr.strip().splitlines()) == 1
