@@ -57,8 +57,10 @@ class EnergyRound:
 
 def probe(settings: dict[str, Any], share: float = 0.05) -> list[EnergyRound]:
     """Simulate ``settings`` (a SimConfig mapping) and measure each round's delivered models' energies."""
+    from reshuffle.run.config import from_mapping
+
     out = []
-    for sim, d in delivered_rounds(settings, "energy probe"):
+    for sim, d in delivered_rounds(from_mapping(settings, source="energy probe")):
         e = model_energy(d.models, sim.training.layout.entries, share)
         mal = d.malicious
         if mal.any() and (~mal).any():

@@ -47,13 +47,11 @@ class _Recorder:
         return getattr(self._fl, name)
 
 
-def delivered_rounds(settings: dict[str, Any], source: str) -> Iterator[tuple[Any, Delivered]]:
-    """Simulate ``settings`` (a SimConfig mapping) and yield (the simulation, each FL step's call) as each
-    round runs; ``source`` names the caller in a settings error."""
-    from reshuffle.run.config import from_mapping
+def delivered_rounds(cfg: Any) -> Iterator[tuple[Any, Delivered]]:
+    """Simulate ``cfg`` (a SimConfig) and yield (the simulation, each FL step's call) as each round runs."""
     from reshuffle.sim.simulator import Simulation
 
-    sim = Simulation(from_mapping(settings, source=source))
+    sim = Simulation(cfg)
     rec = _Recorder(sim.rounds.fl)
     sim.rounds.fl = rec
     while sim.rounds.round < sim.cfg.rounds:

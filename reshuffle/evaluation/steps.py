@@ -62,14 +62,13 @@ def probe(settings: dict[str, Any]) -> list[StepRound]:
     """Simulate ``settings`` (a SimConfig mapping) and measure its rule's step in each round the rule decided
     with honest rows among the delivered ones."""
     from reshuffle.run.config import from_mapping
-    from reshuffle.server import make_rule
+    from reshuffle.run.round import make_step
     from reshuffle.server.rules.base import decide_in_context
 
     cfg = from_mapping(settings, source="step probe")
-    shadow = make_rule(cfg.rule, cfg.rule_f, seed=cfg.seed, pre=cfg.pre, pre_options=cfg.pre_options,
-                       **cfg.rule_options)
+    shadow = make_step(cfg).rule  # the run's rule, built as the run builds it
     out = []
-    for sim, d in delivered_rounds(settings, "step probe"):
+    for sim, d in delivered_rounds(cfg):
         honest = ~d.malicious
         if d.aggregate is None or not honest.any():
             continue
