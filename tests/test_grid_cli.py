@@ -217,6 +217,7 @@ def test_docs_section_is_replaced_between_the_markers(tmp_path):
     text = docs.read_text()
     assert "old" not in text and text.endswith(f"{DOCS_END}\nAfter.\n") and "## " not in text
     assert "| fedavg | digits-iid-logreg | – | 0.0 (none) | – | 0.000 | met |" in text
+    assert "1 of 1 cells done, 0.0 CPU-hours in all;" in text  # a complete grid's cost is not "so far"
     # Both kinds of markers for one grid, or none, are refused with the reason
     docs.write_text(f"{DOCS_BEGIN}\n{brief_begin}\n{DOCS_END}\n")
     with pytest.raises(ConfigError, match="grid:begin"):

@@ -3,6 +3,8 @@ base horizon gives, and the long run is unchanged by taking it (timings aside)."
 
 import json
 
+import pytest
+
 from reshuffle.evaluation.backends import InlineBackend
 from reshuffle.evaluation.cell import SHORT_RECORD, run_cell
 from reshuffle.evaluation.grid import Cell, Grid, Partition, Setting
@@ -41,6 +43,8 @@ def test_one_run_gives_the_long_cell_and_its_twin_as_separate_runs_do(tmp_path):
         # The long run is the same with or without the twin's record taken on the way.
         alone_long = run_cell(GRID.cell_settings(long), _cell_id(long))
         assert SHORT_RECORD not in got[long] and _comparable(got[long]) == _comparable(alone_long)
-    # The twins' CPU is inside their long runs': counted once.
-    assert cost(got)["core_seconds"] == sum(r["cpu_seconds"] for c, r in got.items() if c not in
-                                              {c.base_twin for c in twins})
+    # The twins' CPU is inside their long runs': counted once, in what was spent and in the whole grid's cost.
+    spent = cost(got)
+    assert spent["core_seconds"] == sum(r["cpu_seconds"] for c, r in got.items() if c not in
+                                        {c.base_twin for c in twins})
+    assert spent["remaining_core_hours"] == 0 and spent["total_core_hours"] * 3600 == pytest.approx(spent["core_seconds"])

@@ -427,7 +427,8 @@ def brief_section(summary: dict, summary_dir: Path, docs: Path) -> str:
     return "\n".join([
         begin, _generated(summary, summary_dir, docs),
         f"Worst case per rule over the {summary_dir.name} grid (`{_grid_command(summary['grid'], summary_dir)}`: "
-        f"{n['done']} of {n['total']} cells done, {c['core_seconds'] / 3600:.1f} CPU-hours so far; worst backdoor "
+        f"{n['done']} of {n['total']} cells done, {c['core_seconds'] / 3600:.1f} CPU-hours "
+        f"{'in all' if n['done'] == n['total'] else 'so far'}; worst backdoor "
         "success over the backdoor attacks, accuracy drop against clean FedAvg, mean over seeds):", "",
         *brief_table(summary), end])
 

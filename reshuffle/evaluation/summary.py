@@ -183,7 +183,8 @@ def worst_class(base: list | None, mine: list | None) -> tuple[float, int] | Non
 
 
 def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
-    """CPU seconds spent, and the core-hours the cells not done need at the measured rate.
+    """CPU seconds spent, and the core-hours the cells not done need at the measured rate (the whole grid's:
+    the done cells' CPU plus that estimate).
 
     A cell not done is estimated by the mean CPU time of the finished cells of
     its setting, else of its dataset and model; cells with neither are counted
@@ -220,7 +221,7 @@ def cost(records: Mapping[Cell, dict | None]) -> dict[str, Any]:
             "per_setting": {k: {"cells": len(xs), "mean": sum(xs) / len(xs), "min": min(xs), "max": max(xs)}
                             for k, xs in per_setting.items()},
             "remaining_cells": sum(not _done(r) for r in records.values()), "unmeasured_cells": unmeasured,
-            "remaining_core_hours": est / 3600, "total_core_hours": (sum(every) + est) / 3600}
+            "remaining_core_hours": est / 3600, "total_core_hours": (spent["done"] + est) / 3600}
 
 
 def _cost_label(c: Cell) -> str:
